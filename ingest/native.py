@@ -1,0 +1,144 @@
+"""The project's own format: log lines `RECEIPT {json}` written by receipts.capture and `receipts run`.
+
+Version 1 records (field `v` = 1, field `kind`):
+  header  identity {host_lineage, preset, regime}, hostname, run_name, provenance, env {NAME: value|null},
+          software, topology, gpu_model, gpu_count, world_size, features, tags, started_at
+  step    step, rank, step_ms, tokens_per_s, loss, mfu_pct, allocated_bytes, reserved_bytes
+  phase   phase (compile|warmup|checkpoint|eval|...), first_step, last_step, rank, duration_ms
+  footer  rank, peak_allocated_bytes, peak_reserved_bytes, exit_code, ended_at
+Lines may carry a launcher prefix (`[rank3]: `, `[default0]:`); everything else in the log is left alone.
+The full specification is docs/receipt-format.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import polars as pl
+
+from receipts.errors import InputError, UnsupportedVersion
+from receipts.ingest.textlog import LogText, cut_short_note
+from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
+
+FORMAT = "receipt"
+SUPPORTED_VERSIONS = (1,)
+RECEIPT_LINE = r"^(?:\[[^\]]*\]:?\s*)?RECEIPT (\{.*)$"
+_KINDS = ("header", "step", "phase", "footer")
+
+_STEP_DTYPE = pl.Struct({
+    "v": pl.Int64, "kind": pl.Utf8, "step": pl.Int64, "rank": pl.Int32, "step_ms": pl.Float64,
+    "tokens_per_s": pl.Float64, "loss": pl.Float64, "mfu_pct": pl.Float64,
+    "allocated_bytes": pl.Int64, "reserved_bytes": pl.Int64,
+})
+
+
+def detect(head: list[str]) -> bool:
+    rx = re.compile(RECEIPT_LINE)
+    return any(rx.match(line) for line in head)
+
+
+def _loads(log: LogText, line_no: int, payload: str) -> dict:
+    try:
+        obj = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise InputError(log.path, f"malformed RECEIPT line: {exc.msg} at column {exc.colno + 8}; "
+                                   "expected `RECEIPT ` followed by one JSON object", line=line_no) from exc
+    if not isinstance(obj, dict) or obj.get("kind") not in _KINDS:
+        raise InputError(log.path, f"RECEIPT record needs a 'kind' of {', '.join(_KINDS)}", line=line_no)
+    if obj.get("v") not in SUPPORTED_VERSIONS:
+        raise UnsupportedVersion(f"RECEIPT record at {log.path}:{line_no}", str(obj.get("v")),
+                                 ", ".join(map(str, SUPPORTED_VERSIONS)))
+    return obj
+
+
+def parse(log: LogText) -> ParsedRun:
+    records = (
+        log.frame()
+        .with_columns(pl.col("text").str.extract(RECEIPT_LINE, 1).alias("payload"))
+        .filter(pl.col("payload").is_not_null())
+        .select("line", "payload")
+    )
+    ended_early = None
+    last_line_parsed = True
+    if log.unterminated_last and records.height and records["line"][-1] == log.n_lines:
+        try:
+            json.loads(records["payload"][-1])
+        except json.JSONDecodeError:
+            records = records.head(records.height - 1)  # a killed writer's half line is evidence of the kill
+            last_line_parsed = False
+    ended_early = cut_short_note(log, last_line_parsed)
+    if records.height == 0:
+        raise InputError(log.path, "no RECEIPT lines found; expected `RECEIPT {json}` records")
+
+    # Steps are the bulk: decode them in one vectorised pass; everything else is a handful of lines.
+    is_step = pl.col("payload").str.contains(r'"kind"\s*:\s*"step"')
+    step_lines = records.filter(is_step)
+    try:
+        decoded = step_lines.with_columns(pl.col("payload").str.json_decode(_STEP_DTYPE).alias("r")).unnest("r")
+    except pl.exceptions.ComputeError:
+        for line_no, payload in step_lines.iter_rows():
+            _loads(log, line_no, payload)  # raises with the exact line
+        raise
+    bad = decoded.filter(pl.col("step").is_null() | (pl.col("v") != 1) | pl.col("v").is_null())
+    if bad.height:
+        line_no, payload = bad["line"][0], bad["payload"][0]
+        obj = _loads(log, line_no, payload)
+        raise InputError(log.path, f"RECEIPT step record without an integer 'step' ({obj})", line=line_no)
+
+    header: dict = {}
+    phases: list[tuple[str, int | None, int | None]] = []
+    open_phases: dict[tuple[str, object], int | None] = {}
+    footers: list[dict] = []
+    for line_no, payload in records.filter(~is_step).iter_rows():
+        obj = _loads(log, line_no, payload)
+        kind = obj["kind"]
+        if kind == "header":
+            header = {**header, **obj}  # per-rank headers repeat the same facts; later fields win
+        elif kind == "phase":
+            name = str(obj.get("phase", "unknown"))
+            if obj.get("event") == "begin":
+                open_phases[(name, obj.get("rank"))] = obj.get("step")
+            elif obj.get("event") == "end":
+                first = open_phases.pop((name, obj.get("rank")), obj.get("step"))
+                phases.append((name, first, obj.get("step")))
+            else:
+                phases.append((name, obj.get("first_step"), obj.get("last_step")))
+        elif kind == "footer":
+            footers.append(obj)
+
+    if not footers and ended_early is None:
+        ended_early = f"no RECEIPT footer: the run stopped before writing one (last line {log.n_lines})"
+    identity = header.get("identity") or {}
+    env = tuple(
+        EnvVar(name, None if value is None else str(value), is_set=value is not None,
+               redacted=isinstance(value, str) and value.startswith("<redacted"))
+        for name, value in sorted((header.get("env") or {}).items())
+    )
+    memory = tuple(
+        MemoryPeak(f.get("rank"), f.get("peak_allocated_bytes"), f.get("peak_reserved_bytes")) for f in footers
+    )
+    exit_codes = [f.get("exit_code") for f in footers if f.get("exit_code") not in (None, 0)]
+    warnings = tuple(f"footer reports exit code {c}" for c in exit_codes)
+    return ParsedRun(
+        source_format=FORMAT,
+        format_version="1",
+        steps=steps_frame(decoded.drop("v", "kind", "payload")),
+        claim=IdentityClaim(identity.get("host_lineage"), identity.get("preset"), identity.get("regime"),
+                            header.get("hostname")),
+        phases=tuple(phases),
+        memory=memory,
+        env=env,
+        software=dict(header.get("software") or {}),
+        topology=dict(header.get("topology") or {}),
+        provenance={k: header[k] for k in ("run_name", "command", "git_rev", "git_status", "cwd") if k in header}
+        | dict(header.get("provenance") or {}),
+        features=dict(header.get("features") or {}),
+        tags=tuple(header.get("tags") or ()),
+        gpu_model=header.get("gpu_model"),
+        gpu_count=header.get("gpu_count"),
+        world_size=header.get("world_size"),
+        ended_early=ended_early,
+        warnings=warnings,
+        started_at=header.get("started_at"),
+    )

@@ -1,0 +1,1 @@
+"""The receipt model, identity canonicalisation, the registries, and the table definitions."""

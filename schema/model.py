@@ -1,0 +1,267 @@
+"""The receipt model: what one run is, as plain frozen records.
+
+Per-step rows are columnar (a polars frame with STEP_SCHEMA) because logs run to millions of
+lines; everything else is small and lives in dataclasses. Units live in names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+# Bump when the meaning of a stored column changes; the store records it and refuses unknown ones.
+RECEIPT_MODEL_VERSION = 1
+
+STEP_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64,            # training iteration as the log numbers it
+    "rank": pl.Int32,            # global rank the value comes from; null = as printed by the logging rank
+    "step_ms": pl.Float64,       # wall time of the step (or mean over the logging interval)
+    "tokens_per_s": pl.Float64,  # throughput as printed (global unless the format says per-device)
+    "loss": pl.Float64,
+    "mfu_pct": pl.Float64,       # model FLOPs utilisation, percent
+    "allocated_bytes": pl.Int64,  # torch allocated (current or max over the step, as printed)
+    "reserved_bytes": pl.Int64,   # torch reserved by the caching allocator
+    "line": pl.Int64,            # 1-based line in the source file: evidence stays attached
+}
+
+
+def empty_steps() -> pl.DataFrame:
+    return pl.DataFrame(schema=STEP_SCHEMA)
+
+
+def steps_frame(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame:
+    """Coerce parser output to STEP_SCHEMA: missing columns become nulls, order is fixed."""
+    frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows)
+    cols = []
+    for name, dtype in STEP_SCHEMA.items():
+        if name in frame.columns:
+            cols.append(frame[name].cast(dtype, strict=False).alias(name))
+        else:
+            cols.append(pl.lit(None, dtype=dtype).alias(name))
+    if frame.width == 0:
+        return empty_steps()
+    return frame.select(cols).sort(["step", "rank"], nulls_last=True)
+
+
+@dataclass(frozen=True)
+class IdentityClaim:
+    """What the evidence (header, flags, receipt.toml) says, before canonicalisation."""
+
+    host_lineage: str | None = None
+    preset: str | None = None
+    regime: str | None = None
+    hostname: str | None = None
+
+    def merged(self, override: "IdentityClaim") -> "IdentityClaim":
+        """Fields of `override` that are set win (explicit flags beat what a file says)."""
+        return IdentityClaim(
+            host_lineage=override.host_lineage or self.host_lineage,
+            preset=override.preset or self.preset,
+            regime=override.regime or self.regime,
+            hostname=override.hostname or self.hostname,
+        )
+
+
+@dataclass(frozen=True)
+class LaunchRegime:
+    engine: str | None          # megatron | ddp | fsdp2 | fsdp | deepspeed | ...
+    compile_mode: str | None    # none | regional | full
+    parallel: tuple[tuple[str, int], ...] = ()  # sorted (degree name, value), e.g. (("tp", 2),)
+
+    @property
+    def canonical(self) -> str | None:
+        if not self.engine:
+            return None
+        mode = self.compile_mode or "none"
+        text = f"{self.engine}/{'no' if mode == 'none' else mode}-compile"
+        if self.parallel:
+            # '?word' entries are unrecognised regime words: kept, so distinct regimes never collapse
+            text += "/" + ",".join(f"+{k[1:]}" if k.startswith("?") else f"{k}{v}" for k, v in self.parallel)
+        return text
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The triple after canonicalisation, with the raw values and how each was resolved."""
+
+    host_lineage: str | None
+    preset_family: str | None
+    launch_regime: str | None
+    raw_host_lineage: str | None = None
+    raw_preset: str | None = None
+    raw_regime: str | None = None
+    hostname: str | None = None
+    resolution: tuple[str, ...] = ()  # human notes, e.g. "preset alias x -> y"
+    regime: LaunchRegime | None = None
+    features: tuple[tuple[str, Any], ...] = ()  # feature bundle implied by the preset
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.host_lineage and self.preset_family and self.launch_regime)
+
+    @property
+    def missing(self) -> list[str]:
+        names = {"host_lineage": self.host_lineage, "preset_family": self.preset_family,
+                 "launch_regime": self.launch_regime}
+        return [k for k, v in names.items() if not v]
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str | None  # None with is_set=False: a watched knob explicitly absent
+    is_set: bool = True
+    redacted: bool = False
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    sha256: str
+    size_bytes: int
+    format: str
+    role: str = "log"  # log | nsys | kineto | topology | collect_env | nccl_tests
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    rank: int | None
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """The bounded range the steady-state numbers come from."""
+
+    first_step: int | None
+    last_step: int | None
+    warmup_steps: int          # rows excluded at the start (compile / first steps)
+    warmup_last_step: int | None
+    rule: str                  # 'marker:<phase>' or the documented heuristic's name
+    n_steady: int
+
+
+@dataclass(frozen=True)
+class ParsedRun:
+    """What a log parser returns: evidence from one file, before identity resolution."""
+
+    source_format: str
+    format_version: str | None
+    steps: pl.DataFrame
+    claim: IdentityClaim = IdentityClaim()
+    phases: tuple[tuple[str, int | None, int | None], ...] = ()  # (phase, first_step, last_step)
+    memory: tuple[MemoryPeak, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    software: dict[str, str] = field(default_factory=dict)
+    topology: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    features: dict[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    gpu_model: str | None = None
+    gpu_count: int | None = None
+    world_size: int | None = None
+    ended_early: str | None = None   # why the log looks cut short, naming the line
+    warnings: tuple[str, ...] = ()
+    started_at: str | None = None    # ISO-8601 when the log says
+
+
+@dataclass(frozen=True)
+class Receipt:
+    id: str                 # first 16 hex of content_sha256
+    content_sha256: str
+    run_name: str
+    identity: Identity
+    parsed: ParsedRun
+    window: StepWindow
+    sources: tuple[SourceFile, ...]
+    tags: tuple[str, ...] = ()
+
+    @property
+    def machine_class(self) -> str | None:
+        p = self.parsed
+        if p.gpu_model and p.gpu_count:
+            return f"{short_gpu_name(p.gpu_model)}:{p.gpu_count}"
+        return None
+
+    @property
+    def peak_allocated_bytes(self) -> int | None:
+        vals = [m.peak_allocated_bytes for m in self.parsed.memory if m.peak_allocated_bytes is not None]
+        return max(vals) if vals else None
+
+    @property
+    def peak_reserved_bytes(self) -> int | None:
+        vals = [m.peak_reserved_bytes for m in self.parsed.memory if m.peak_reserved_bytes is not None]
+        return max(vals) if vals else None
+
+    def with_tags(self, tags: tuple[str, ...]) -> "Receipt":
+        return replace(self, tags=tuple(sorted(set(self.tags) | set(tags))))
+
+
+def short_gpu_name(model: str) -> str:
+    """'NVIDIA H200' / 'NVIDIA H100 80GB HBM3' -> 'H200' / 'H100'; unknown names pass through."""
+    import re
+
+    m = re.search(r"\b([ABHLGV]\d{2,3}[A-Z]?|MI\d{3}[A-Z]?|GB\d{3}|B\d{3})\b", model)
+    return m.group(1) if m else model.strip()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+ANATOMY_ROW_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,        # global rank (distributedInfo / process order); never guessed as 0
+    "step": pl.Int64,        # null = the whole profiled window
+    "category": pl.Utf8,     # gemm, attention, moe, nccl_*, memcpy_*, memset, other, idle, exposed_comm
+    "time_ms": pl.Float64,   # busy time of that category on the rank's device (interval union per category)
+    "warmup": pl.Boolean,    # step inside the warm-up / compile window (badput)
+}
+
+ANATOMY_STEP_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "step": pl.Int64,
+    "start_ns": pl.Int64,    # step marker start on the trace's clock
+    "wall_ms": pl.Float64,   # marker duration (NVTX range / ProfilerStep#N)
+    "gpu_ms": pl.Float64,    # union of the step's GPU work (kernels, memcpy, memset)
+    "kernels": pl.Int64,     # GPU activities attributed to the step
+    "warmup": pl.Boolean,
+}
+
+ANATOMY_NVTX_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "range_name": pl.Utf8,   # NVTX text / user annotation, e.g. 'ablock', 'step 12'
+    "count": pl.Int64,
+    "total_ms": pl.Float64,  # sum of range durations (CPU side, as nsys nvtx_sum reports)
+    "gpu_ms": pl.Float64,    # union of GPU work launched inside the ranges (null when not computed)
+}
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    """What a profiler-export parser returns: step-time anatomy plus identity evidence."""
+
+    source_format: str               # 'nsys' | 'kineto'
+    schema_version: str | None       # nsys EXPORT_SCHEMA_VERSION / kineto schemaVersion
+    rows: pl.DataFrame               # ANATOMY_ROW_SCHEMA
+    steps: pl.DataFrame              # ANATOMY_STEP_SCHEMA
+    nvtx: pl.DataFrame               # ANATOMY_NVTX_SCHEMA
+    step_marker: str                 # e.g. "NVTX ranges matching '^step (\\d+)$'" or 'ProfilerStep#N'
+    attribution: str                 # how GPU work reached a step (correlation ids, any thread of the process)
+    unattributed: int = 0            # GPU activities inside the trace that no step claimed
+    claim: IdentityClaim = IdentityClaim()
+    gpu_model: str | None = None
+    gpu_count: int | None = None
+    world_size: int | None = None
+    env: tuple[EnvVar, ...] = ()
+    software: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    raw_events: "pl.DataFrame | None" = None  # optional: written as Parquet beside the store
