@@ -233,6 +233,8 @@ ANATOMY_STEP_SCHEMA: dict[str, pl.DataType] = {
     "wall_ms": pl.Float64,   # marker duration (NVTX range / ProfilerStep#N)
     "gpu_ms": pl.Float64,    # union of the step's GPU work (kernels, memcpy, memset)
     "kernels": pl.Int64,     # GPU activities attributed to the step
+    "comm_ms": pl.Float64,   # union of NCCL kernels
+    "overlap_pct": pl.Float64,  # share of comm_ms hidden under compute kernels on the same device
     "warmup": pl.Boolean,
 }
 

@@ -1,0 +1,33 @@
+"""DuckDB connections with the extensions that ship as wheels (duckdb-ext-sqlite / -postgres).
+
+Nothing is downloaded at run time: GPU clusters are often air-gapped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import duckdb
+
+
+def extension_directory() -> str | None:
+    spec = importlib.util.find_spec("duckdb_ext")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "extensions"
+        if candidate.is_dir():
+            return str(candidate)
+    return None
+
+
+def connect(database: str = ":memory:", *, read_only: bool = False, extensions: tuple[str, ...] = ()) -> duckdb.DuckDBPyConnection:
+    config = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+    ext_dir = extension_directory()
+    if ext_dir:
+        config["extension_directory"] = ext_dir
+    con = duckdb.connect(database, read_only=read_only, config=config)
+    for name in extensions:
+        con.load_extension(name)
+    return con
