@@ -1,0 +1,1 @@
+"""Pure analysis over receipts: step windows, statistics, comparison, the gate, preflight rules."""

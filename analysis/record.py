@@ -1,0 +1,74 @@
+"""A stored receipt as the analysis layer sees it: identity, context and the steady-state series."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # analysis reads through the Store interface; it never imports a backend
+    from receipts.store import Store
+
+
+@dataclass(frozen=True)
+class StoredReceipt:
+    id: str
+    run_name: str
+    host_lineage: str | None
+    preset_family: str | None
+    launch_regime: str | None
+    raw_host_lineage: str | None
+    raw_preset: str | None
+    raw_regime: str | None
+    complete: bool
+    resolution: tuple[str, ...]
+    hostname: str | None
+    machine_class: str | None
+    gpu_model: str | None
+    gpu_count: int | None
+    world_size: int | None
+    features: dict[str, Any]
+    software: dict[str, Any]
+    topology: dict[str, Any]
+    provenance: dict[str, Any]
+    env: dict[str, str | None]           # unset knobs map to None; redacted values to '<redacted>'
+    tags: tuple[str, ...]
+    window_first_step: int | None
+    window_last_step: int | None
+    warmup_steps: int
+    warmup_last_step: int | None
+    window_rule: str
+    ended_early: str | None
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    started_at: str | None
+    ingested_at: str
+    steady_step_ms: np.ndarray = field(repr=False)
+    steady_tokens_per_s: np.ndarray = field(repr=False)
+    warnings: tuple[str, ...] = ()
+
+
+def load(store: "Store", receipt_id: str) -> StoredReceipt:
+    row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
+    env = {r["name"]: ("<redacted>" if r["redacted"] else r["value"]) if r["is_set"] else None
+           for r in store.query("receipt_env", {"receipt_id": receipt_id}).iter_rows(named=True)}
+    steps = store.query("steady_steps", {"receipt_id": receipt_id})
+    return StoredReceipt(
+        id=row["id"], run_name=row["run_name"],
+        host_lineage=row["host_lineage"], preset_family=row["preset_family"], launch_regime=row["launch_regime"],
+        raw_host_lineage=row["raw_host_lineage"], raw_preset=row["raw_preset"], raw_regime=row["raw_regime"],
+        complete=bool(row["identity_complete"]), resolution=tuple(json.loads(row["resolution_json"] or "[]")),
+        hostname=row["hostname"], machine_class=row["machine_class"], gpu_model=row["gpu_model"],
+        gpu_count=row["gpu_count"], world_size=row["world_size"],
+        features=json.loads(row["features_json"]), software=json.loads(row["software_json"]),
+        topology=json.loads(row["topology_json"]), provenance=json.loads(row["provenance_json"]),
+        env=env, tags=tuple(json.loads(row["tags_json"])),
+        window_first_step=row["window_first_step"], window_last_step=row["window_last_step"],
+        warmup_steps=row["warmup_steps"], warmup_last_step=row["warmup_last_step"], window_rule=row["window_rule"],
+        ended_early=row["ended_early"], peak_allocated_bytes=row["peak_allocated_bytes"],
+        peak_reserved_bytes=row["peak_reserved_bytes"], started_at=row["started_at"], ingested_at=row["ingested_at"],
+        steady_step_ms=steps["step_ms"].to_numpy(), steady_tokens_per_s=steps["tokens_per_s"].drop_nulls().to_numpy(),
+        warnings=tuple(json.loads(row["warnings_json"])),
+    )

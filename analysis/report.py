@@ -1,0 +1,56 @@
+"""The full picture of one receipt, as plain data: what `show --json` prints and the dashboard shows."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from receipts.analysis.record import load
+
+if TYPE_CHECKING:
+    from receipts.store import Store
+
+
+def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
+    r = load(store, receipt_id)
+    steady = store.query("steady_state", {"receipt_id": receipt_id}).row(0, named=True)
+    memory = store.query("receipt_memory", {"receipt_id": receipt_id}).to_dicts()
+    sources = store.query("receipt_sources", {"receipt_id": receipt_id}).to_dicts()
+    row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
+    return {
+        "id": r.id,
+        "run_name": r.run_name,
+        "source_format": row["source_format"],
+        "identity": {
+            "host_lineage": r.host_lineage, "preset_family": r.preset_family, "launch_regime": r.launch_regime,
+            "complete": r.complete,
+            "raw": {"host_lineage": r.raw_host_lineage, "preset": r.raw_preset, "regime": r.raw_regime},
+            "hostname": r.hostname,
+            "resolution": list(r.resolution),
+            "regime": {"engine": row["engine"], "compile_mode": row["compile_mode"],
+                       "parallel": json.loads(row["parallel_json"] or "{}")},
+        },
+        "tags": list(r.tags),
+        "machine": {"machine_class": r.machine_class, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count,
+                    "world_size": r.world_size},
+        "steady_state": {
+            "median_step_ms": steady["median_step_ms"], "p10_step_ms": steady["p10_step_ms"],
+            "p90_step_ms": steady["p90_step_ms"], "mean_step_ms": steady["mean_step_ms"], "cv": steady["cv"],
+            "n_steps": steady["n_steps"], "first_step": steady["first_step"], "last_step": steady["last_step"],
+            "warmup_steps": steady["warmup_steps"], "warmup_last_step": r.warmup_last_step,
+            "window_rule": steady["window_rule"], "median_tokens_per_s": steady["median_tokens_per_s"],
+        },
+        "memory": {"peak_allocated_bytes": r.peak_allocated_bytes, "peak_reserved_bytes": r.peak_reserved_bytes,
+                   "per_rank": memory},
+        "phases": json.loads(row["phases_json"]),
+        "ended_early": r.ended_early,
+        "features": r.features,
+        "software": r.software,
+        "env": r.env,
+        "topology": r.topology,
+        "provenance": r.provenance,
+        "sources": sources,
+        "warnings": list(r.warnings),
+        "started_at": r.started_at,
+        "ingested_at": r.ingested_at,
+    }

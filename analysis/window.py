@@ -1,0 +1,78 @@
+"""The step window: which steps are steady state, and which are warm-up / compile (badput).
+
+Markers first: a native `phase` record named compile / warmup / warm-up marks its steps as warm-up.
+Without markers, the documented rule `leading-slow-steps-v1`:
+  1. the first logged step is always warm-up when there are >= 4 steps (first-step allocation,
+     lazy init, cuDNN autotune and torch.compile all land there);
+  2. the warm-up then extends through the last step within the first half of the log whose time is
+     above 1.25 x the median of the second half (compile and recompiles settle early);
+  3. steps with no step time never count as steady state.
+The rule is stored on the receipt (window_rule) and always shown beside the numbers.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from receipts.schema.model import StepWindow
+
+WARMUP_PHASES = ("compile", "warmup", "warm-up", "warm_up")
+SLOW_FACTOR = 1.25
+RULE_NAME = "leading-slow-steps-v1"
+
+
+def _step_times(steps: pl.DataFrame) -> pl.DataFrame:
+    """One time per step (the slowest rank: a step ends when its last rank does)."""
+    return (steps.filter(pl.col("step_ms").is_not_null())
+            .group_by("step").agg(pl.col("step_ms").max()).sort("step"))
+
+
+def warmup_steps_from_phases(phases: tuple[tuple[str, int | None, int | None], ...]) -> int | None:
+    """Last warm-up step named by markers, or None when no marker names one."""
+    last = None
+    for name, first, final in phases:
+        if name.lower() in WARMUP_PHASES:
+            candidate = final if final is not None else first
+            if candidate is not None:
+                last = candidate if last is None else max(last, candidate)
+    return last
+
+
+def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int | None], ...]) -> StepWindow:
+    times = _step_times(steps)
+    if times.height == 0:
+        return StepWindow(None, None, 0, None, "no step times", 0)
+    marker_last = warmup_steps_from_phases(phases)
+    step_list = times["step"].to_list()
+    if marker_last is not None:
+        names = sorted({n for n, _, _ in phases if n.lower() in WARMUP_PHASES})
+        warmup_last: int | None = marker_last
+        rule = "marker:" + "+".join(names)
+    else:
+        rule = RULE_NAME
+        warmup_last = None
+        ms = times["step_ms"].to_list()
+        n = len(ms)
+        if n >= 4:
+            warmup_last = step_list[0]
+            half = n // 2
+            reference = float(pl.Series(ms[half:]).median())
+            for i in range(1, half):
+                if ms[i] > SLOW_FACTOR * reference:
+                    warmup_last = step_list[i]
+    steady = [s for s in step_list if warmup_last is None or s > warmup_last]
+    n_warm = len(step_list) - len(steady)
+    return StepWindow(
+        first_step=steady[0] if steady else None,
+        last_step=steady[-1] if steady else None,
+        warmup_steps=n_warm,
+        warmup_last_step=warmup_last,
+        rule=rule,
+        n_steady=len(steady),
+    )
+
+
+def mark_warmup(steps: pl.DataFrame, window: StepWindow) -> pl.DataFrame:
+    if window.warmup_last_step is None:
+        return steps.with_columns(pl.lit(False).alias("warmup"))
+    return steps.with_columns((pl.col("step") <= window.warmup_last_step).alias("warmup"))

@@ -1,0 +1,69 @@
+"""`receipts compare A B`: a ratio with its CI, or a refusal that names each differing field."""
+
+from __future__ import annotations
+
+import typer
+
+from receipts.analysis.compare import compare as compare_receipts
+from receipts.analysis.compare import to_json
+from receipts.analysis.record import load
+from receipts.cli.context import EXIT_REFUSED, console, handle_errors, print_json, settings
+from receipts.cli.render import fmt_bytes, fmt_ms
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare)
+
+
+@handle_errors
+def compare(
+    ctx: typer.Context,
+    a: str = typer.Argument(..., help="Baseline receipt (id, id prefix or run name)."),
+    b: str = typer.Argument(..., help="Candidate receipt."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Compare B against A. Exit 3 when refused (identity incomplete or not the same lane).
+
+    Example: receipts compare run_a run_b
+    """
+    with settings(ctx).store() as store:
+        result = compare_receipts(load(store, store.resolve(a)), load(store, store.resolve(b)))
+    if as_json:
+        print_json(to_json(result))
+    else:
+        _render(result)
+    if not result.comparable:
+        raise typer.Exit(EXIT_REFUSED)
+
+
+def _render(c) -> None:
+    if not c.comparable:
+        console.print(f"[bold red]REFUSED[/] {c.a.run_name} ({c.a.id[:12]}) vs {c.b.run_name} ({c.b.id[:12]})")
+        console.print(c.reason)
+        for d in c.differences:
+            console.print(f"  {d.field}: A={d.a!r}  B={d.b!r}  ({d.note})")
+        for note in c.resolution:
+            console.print(f"  · {note}")
+        return
+    console.print(f"[bold]{c.b.run_name}[/] vs baseline [bold]{c.a.run_name}[/]: same lane")
+    for label, s in (("A", c.a), ("B", c.b)):
+        st = s.step_ms
+        if st:
+            console.print(f"  {label} {s.run_name}: median {fmt_ms(st.median)} (p10 {fmt_ms(st.p10)}, p90 {fmt_ms(st.p90)}, "
+                          f"CV {st.cv:.1%}, n={st.n}) steps {s.first_step}..{s.last_step}, "
+                          f"{s.warmup_steps} warm-up excluded [{s.window_rule}]; "
+                          f"peak alloc {fmt_bytes(s.peak_allocated_bytes)}, reserved {fmt_bytes(s.peak_reserved_bytes)}")
+        else:
+            console.print(f"  {label} {s.run_name}: no steady-state steps")
+    console.print(f"  {c.reason}")
+    if c.ratio:
+        console.print(f"  ({c.ratio.method})")
+    if c.tokens_ratio:
+        console.print(f"  tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
+    for kind, diffs in (c.drift or {}).items():
+        if diffs:
+            console.print(f"  {kind} drift:")
+            for d in diffs:
+                console.print(f"    {d.field}: {d.a!r} -> {d.b!r}")
+        else:
+            console.print(f"  {kind} drift: none")

@@ -1,0 +1,62 @@
+"""`receipts ingest`: logs and profiler exports into the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from receipts.cli.context import console, err_console, handle_errors, print_json, settings
+from receipts.pipeline import ingest_paths
+from receipts.schema.categories import load_category_rules
+from receipts.schema.model import IdentityClaim
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ingest")(ingest)
+
+
+@handle_errors
+def ingest(
+    ctx: typer.Context,
+    paths: List[Path] = typer.Argument(..., help="Training logs, nsys exports (.sqlite / .nsys-rep), Kineto traces "
+                                                 "or folders of them, or `receipts run` directories."),
+    host_lineage: Optional[str] = typer.Option(None, "--host-lineage", help="Host lineage (registry name or alias)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="Preset name or alias."),
+    regime: Optional[str] = typer.Option(None, "--regime", help='Launch regime, e.g. "fsdp2/regional-compile".'),
+    hostname: Optional[str] = typer.Option(None, "--hostname", help="Hostname, when the log does not say."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Name to address the receipt by (default: file stem)."),
+    tag: List[str] = typer.Option([], "--tag", help="Lineage tag, e.g. v19c (repeatable). A tag, never identity."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force a log format instead of sniffing it."),
+    attach: Optional[str] = typer.Option(None, "--attach", help="Attach a profiler export to this receipt."),
+    keep_raw: bool = typer.Option(False, "--keep-raw", help="Keep raw profiler events as Parquet beside the store."),
+    categories: Optional[Path] = typer.Option(None, "--categories", help="Extra kernel-category rules (TOML)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Ingest files; each becomes one receipt (or anatomy attached to one). Idempotent.
+
+    Example: receipts ingest run_a.log --host-lineage h200-usw1c-bench-01 --preset nam52_h200_dense_ref_v1 --regime "fsdp2/regional-compile"
+    """
+    cfg = settings(ctx)
+    claim = IdentityClaim(host_lineage, preset, regime, hostname)
+    rules = load_category_rules(categories)
+    with cfg.store() as store:
+        outcomes = ingest_paths(store, list(paths), identity=claim, run_name=run_name, registry=cfg.registry(),
+                                attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw)
+    if as_json:
+        print_json([o.__dict__ for o in outcomes])
+        return
+    for o in outcomes:
+        what = "anatomy attached to" if o.kind == "anatomy" else "receipt"
+        if o.created:
+            console.print(f"ingested {o.path} -> {what} {o.receipt_id} ({o.run_name})")
+        else:
+            console.print(f"unchanged: {o.path} is already in the store as {what} {o.receipt_id} ({o.run_name})")
+        if o.complete is False:
+            err_console.print(f"  warning: identity incomplete: {o.receipt_id} is stored as a rumor; "
+                              "every comparison with it will be refused (give --host-lineage/--preset/--regime)")
+        if o.ended_early:
+            err_console.print(f"  warning: ended early: {o.ended_early}")
+        for w in o.warnings:
+            err_console.print(f"  warning: {w}")

@@ -1,0 +1,75 @@
+"""`receipts list` and `receipts show`."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from receipts.analysis.report import receipt_report
+from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.cli.render import fmt_bytes, fmt_ms
+
+
+def register(app: typer.Typer) -> None:
+    app.command("list")(list_receipts)
+    app.command("show")(show)
+
+
+@handle_errors
+def list_receipts(
+    ctx: typer.Context,
+    lane: Optional[str] = typer.Option(None, "--lane", help="Only receipts whose host lineage, preset or regime contains this."),
+    as_json: bool = typer.Option(False, "--json", help="A JSON array, one object per receipt."),
+) -> None:
+    """List receipts with identity and steady-state step time; rumors (incomplete identity) are marked.
+
+    Example: receipts list --json
+    """
+    with settings(ctx).store() as store:
+        frame = store.query("list_receipts")
+    rows = frame.to_dicts()
+    if lane:
+        rows = [r for r in rows if any(lane in (r[k] or "") for k in ("host_lineage", "preset_family", "launch_regime"))]
+    if as_json:
+        print_json([{
+            "id": r["id"], "run_name": r["run_name"],
+            "identity": {"host_lineage": r["host_lineage"], "preset_family": r["preset_family"],
+                         "launch_regime": r["launch_regime"], "complete": r["identity_complete"]},
+            "machine_class": r["machine_class"], "source_format": r["source_format"], "tags": json.loads(r["tags_json"]),
+            "n_steady_steps": r["n_steady_steps"], "median_step_ms": r["median_step_ms"],
+            "peak_allocated_bytes": r["peak_allocated_bytes"], "peak_reserved_bytes": r["peak_reserved_bytes"],
+            "ended_early": r["ended_early"], "ingested_at": r["ingested_at"],
+        } for r in rows])
+        return
+    table = Table(title=f"{len(rows)} receipts", show_lines=False)
+    for col in ("id", "run", "host lineage", "preset family", "regime", "machine", "steady n", "median step", "peak alloc"):
+        table.add_column(col)
+    for r in rows:
+        rumor = "" if r["identity_complete"] else " [yellow](rumor)[/]"
+        table.add_row(r["id"][:12], r["run_name"] + rumor, r["host_lineage"] or "-", r["preset_family"] or "-",
+                      r["launch_regime"] or "-", r["machine_class"] or "-", str(r["n_steady_steps"]),
+                      fmt_ms(r["median_step_ms"]), fmt_bytes(r["peak_allocated_bytes"]))
+    console.print(table)
+
+
+@handle_errors
+def show(
+    ctx: typer.Context,
+    ref: str = typer.Argument(..., help="Receipt id, unique id prefix, or run name."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Show one receipt: identity with alias resolution, window, steady state, memory, env, sources.
+
+    Example: receipts show run_b --json
+    """
+    with settings(ctx).store() as store:
+        report = receipt_report(store, store.resolve(ref))
+    if as_json:
+        print_json(report)
+        return
+    from receipts.cli.render import render_report
+
+    render_report(report)

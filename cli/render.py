@@ -1,0 +1,57 @@
+"""Text rendering for the terminal. Formatting only: every number arrives computed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from receipts.cli.context import console
+
+
+def fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f} ms"
+
+
+def fmt_bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 2**30:,.2f} GiB"
+
+
+def render_report(r: dict[str, Any]) -> None:
+    ident = r["identity"]
+    status = "[green]complete[/]" if ident["complete"] else "[yellow]INCOMPLETE (a rumor: comparisons are refused)[/]"
+    console.print(f"[bold]{r['run_name']}[/]  {r['id']}  ({r['source_format']})")
+    console.print(f"identity: {status}")
+    for key, raw_key in (("host_lineage", "host_lineage"), ("preset_family", "preset"), ("launch_regime", "regime")):
+        raw = ident["raw"][raw_key]
+        console.print(f"  {key:14} {ident[key] or '-'}" + (f"   (given: {raw})" if raw and raw != ident[key] else ""))
+    for note in ident["resolution"]:
+        console.print(f"    · {note}")
+    m = r["machine"]
+    console.print(f"machine: {m['machine_class'] or '-'}  world size {m['world_size'] or '-'}  host {ident['hostname'] or '-'}")
+    s = r["steady_state"]
+    console.print(f"window: steps {s['first_step']}..{s['last_step']} steady ({s['n_steps']} steps), "
+                  f"{s['warmup_steps']} warm-up step(s) excluded, rule {s['window_rule']}")
+    cv = "-" if s["cv"] is None else f"{s['cv']:.1%}"
+    console.print(f"step time: median {fmt_ms(s['median_step_ms'])}  p10 {fmt_ms(s['p10_step_ms'])}  "
+                  f"p90 {fmt_ms(s['p90_step_ms'])}  CV {cv}")
+    if s["median_tokens_per_s"]:
+        console.print(f"throughput: median {s['median_tokens_per_s']:,.0f} tokens/s")
+    mem = r["memory"]
+    console.print(f"memory: peak allocated {fmt_bytes(mem['peak_allocated_bytes'])}, "
+                  f"peak reserved {fmt_bytes(mem['peak_reserved_bytes'])}")
+    if r["ended_early"]:
+        console.print(f"[yellow]ended early:[/] {r['ended_early']}")
+    if r["env"]:
+        table = Table(title="env overlay", show_header=True)
+        table.add_column("name")
+        table.add_column("value")
+        for name, value in r["env"].items():
+            table.add_row(name, "[dim](unset)[/]" if value is None else str(value))
+        console.print(table)
+    for src in r["sources"]:
+        console.print(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}")
+    for w in r["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}")

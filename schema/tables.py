@@ -1,0 +1,183 @@
+"""Table definitions (SQLAlchemy Core): one definition for DuckDB and PostgreSQL.
+
+DDL is compiled with the PostgreSQL dialect; DuckDB accepts it as is. JSON payloads are TEXT so
+both engines and every sql/ query read them the same way. Units live in column names.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (BigInteger, Boolean, Column, Double, Index, Integer, MetaData, PrimaryKeyConstraint, Table, Text,
+                        UniqueConstraint)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+# Bump with a migration (store/migrations) whenever a table changes.
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+schema_meta = Table(
+    "schema_meta", metadata,
+    Column("key", Text, primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+receipts = Table(
+    "receipts", metadata,
+    Column("id", Text, primary_key=True),                 # first 16 hex of content_sha256
+    Column("content_sha256", Text, nullable=False),       # sha256 of the primary source file
+    Column("run_name", Text, nullable=False),
+    Column("source_format", Text, nullable=False),
+    Column("format_version", Text),
+    Column("ingested_at", Text, nullable=False),          # ISO-8601 UTC
+    Column("started_at", Text),                           # when the run says it started
+    Column("hostname", Text),
+    Column("raw_host_lineage", Text),
+    Column("host_lineage", Text),
+    Column("raw_preset", Text),
+    Column("preset_family", Text),
+    Column("raw_regime", Text),
+    Column("launch_regime", Text),
+    Column("engine", Text),
+    Column("compile_mode", Text),
+    Column("parallel_json", Text),                        # {"tp": 2, ...}
+    Column("identity_complete", Boolean, nullable=False),
+    Column("resolution_json", Text),                      # alias-resolution notes, in order
+    Column("machine_class", Text),                        # e.g. H200:8
+    Column("gpu_model", Text),
+    Column("gpu_count", Integer),
+    Column("world_size", Integer),
+    Column("window_first_step", BigInteger),
+    Column("window_last_step", BigInteger),
+    Column("warmup_steps", Integer, nullable=False),
+    Column("warmup_last_step", BigInteger),
+    Column("window_rule", Text, nullable=False),
+    Column("ended_early", Text),                          # why the log looks cut short; null = complete
+    Column("peak_allocated_bytes", BigInteger),
+    Column("peak_reserved_bytes", BigInteger),
+    Column("tags_json", Text, nullable=False),
+    Column("features_json", Text, nullable=False),
+    Column("software_json", Text, nullable=False),
+    Column("topology_json", Text, nullable=False),
+    Column("provenance_json", Text, nullable=False),
+    Column("phases_json", Text, nullable=False),
+    Column("warnings_json", Text, nullable=False),
+    Column("model_version", Integer, nullable=False),
+    UniqueConstraint("content_sha256", name="uq_receipts_content"),
+)
+
+receipt_steps = Table(
+    "receipt_steps", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("rank", Integer),
+    Column("step_ms", Double),
+    Column("tokens_per_s", Double),
+    Column("loss", Double),
+    Column("mfu_pct", Double),
+    Column("allocated_bytes", BigInteger),
+    Column("reserved_bytes", BigInteger),
+    Column("line", BigInteger),
+    Column("warmup", Boolean, nullable=False),
+)
+
+receipt_env = Table(
+    "receipt_env", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("value", Text),                                # null when unset or redacted
+    Column("is_set", Boolean, nullable=False),
+    Column("redacted", Boolean, nullable=False),
+    PrimaryKeyConstraint("receipt_id", "name"),
+)
+
+receipt_memory = Table(
+    "receipt_memory", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("rank", Integer),
+    Column("peak_allocated_bytes", BigInteger),
+    Column("peak_reserved_bytes", BigInteger),
+)
+
+receipt_sources = Table(
+    "receipt_sources", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("format", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("ingested_at", Text, nullable=False),
+    PrimaryKeyConstraint("receipt_id", "sha256"),
+)
+
+anatomy_rows = Table(
+    "anatomy_rows", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rank", Integer),
+    Column("step", BigInteger),                           # null = the whole profiled window
+    Column("category", Text, nullable=False),
+    Column("time_ms", Double, nullable=False),
+    Column("warmup", Boolean, nullable=False),
+)
+
+anatomy_steps = Table(
+    "anatomy_steps", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rank", Integer),
+    Column("step", BigInteger),
+    Column("start_ns", BigInteger),
+    Column("wall_ms", Double),
+    Column("gpu_ms", Double),
+    Column("kernels", BigInteger),
+    Column("comm_ms", Double),
+    Column("overlap_pct", Double),
+    Column("warmup", Boolean, nullable=False),
+)
+
+anatomy_nvtx = Table(
+    "anatomy_nvtx", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rank", Integer),
+    Column("range_name", Text, nullable=False),
+    Column("count", BigInteger, nullable=False),
+    Column("total_ms", Double, nullable=False),
+    Column("gpu_ms", Double),
+)
+
+anatomy_sources = Table(
+    "anatomy_sources", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("source_format", Text, nullable=False),
+    Column("schema_version", Text),
+    Column("step_marker", Text, nullable=False),
+    Column("attribution", Text, nullable=False),
+    Column("unattributed", BigInteger, nullable=False),
+    Column("raw_events_path", Text),                      # Parquet beside the store, optional
+    Column("warnings_json", Text, nullable=False),
+    PrimaryKeyConstraint("receipt_id", "source_sha256"),
+)
+
+Index("ix_receipt_steps_receipt", receipt_steps.c.receipt_id)
+Index("ix_receipt_memory_receipt", receipt_memory.c.receipt_id)
+Index("ix_anatomy_rows_receipt", anatomy_rows.c.receipt_id)
+Index("ix_anatomy_steps_receipt", anatomy_steps.c.receipt_id)
+Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)
+Index("ix_receipts_lane", receipts.c.host_lineage, receipts.c.preset_family, receipts.c.launch_regime)
+
+BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx")
+
+
+def ddl_statements() -> list[str]:
+    """CREATE TABLE statements for both backends (PostgreSQL dialect; DuckDB reads it)."""
+    dialect = postgresql.dialect()
+    out = []
+    for table in metadata.sorted_tables:
+        out.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)).strip())
+        for index in table.indexes:
+            out.append(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)).strip())
+    return out

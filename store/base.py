@@ -1,0 +1,124 @@
+"""What every store backend offers. Writes are one transaction per receipt and idempotent by content
+hash; reads run the analysis SQL in sql/ through DuckDB (directly, or over PostgreSQL via ATTACH)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from receipts.errors import ReceiptNotFound
+from receipts.schema.model import Anatomy, Receipt, SourceFile
+from receipts.store import rows as R
+from receipts.sql import load_query
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    receipt_id: str
+    created: bool          # False: the same content was already stored (idempotent no-op)
+    run_name: str
+
+
+class Store(ABC):
+    url: str
+
+    # ---- writes -----------------------------------------------------------------------------
+    def write_receipt(self, receipt: Receipt, *, anatomies: tuple[tuple[Anatomy, SourceFile], ...] = ()) -> WriteResult:
+        """Receipt, its rows and any anatomy, in one transaction; a repeat of the same content is a no-op."""
+        ingested_at = R.now_iso()
+        bulk = {"receipt_steps": R.step_frame(receipt)}
+        small = {
+            "receipts": [R.receipt_row(receipt, ingested_at)],
+            "receipt_env": R.env_rows(receipt),
+            "receipt_memory": R.memory_rows(receipt),
+            "receipt_sources": R.source_rows(receipt.id, receipt.sources, ingested_at),
+        }
+        for anatomy, source in anatomies:
+            self._add_anatomy(bulk, small, receipt.id, anatomy, source, ingested_at)
+        created = self._write(content_sha256=receipt.content_sha256, small=small, bulk=bulk)
+        if created:
+            return WriteResult(receipt.id, True, receipt.run_name)
+        existing = self.sql("SELECT id, run_name FROM receipts WHERE content_sha256 = $sha",
+                            {"sha": receipt.content_sha256}).row(0)
+        return WriteResult(existing[0], False, existing[1])
+
+    def attach_anatomy(self, receipt_id: str, anatomy: Anatomy, source: SourceFile) -> bool:
+        """Attach a profiler export to an existing receipt; False when that export is already attached."""
+        ingested_at = R.now_iso()
+        bulk: dict[str, pl.DataFrame] = {}
+        small: dict[str, list[dict[str, Any]]] = {"receipt_sources": R.source_rows(receipt_id, (source,), ingested_at)}
+        self._add_anatomy(bulk, small, receipt_id, anatomy, source, ingested_at)
+        return self._write(content_sha256=None, small=small, bulk=bulk, attach=(receipt_id, source.sha256))
+
+    def _add_anatomy(self, bulk, small, receipt_id, anatomy, source, ingested_at) -> None:
+        raw_path = self._write_raw_events(anatomy, source) if anatomy.raw_events is not None else None
+        for table, frame in R.anatomy_frames(receipt_id, source.sha256, anatomy).items():
+            bulk[table] = pl.concat([bulk[table], frame]) if table in bulk else frame
+        small.setdefault("anatomy_sources", []).append(R.anatomy_source_row(receipt_id, source.sha256, anatomy, raw_path))
+        if not any(r["sha256"] == source.sha256 for r in small.get("receipt_sources", [])):
+            small.setdefault("receipt_sources", []).extend(R.source_rows(receipt_id, (source,), ingested_at))
+
+    def _write_raw_events(self, anatomy: Anatomy, source: SourceFile) -> str | None:
+        """Raw events as Parquet beside the store, named by the export's sha256; never needed by views."""
+        folder = self.raw_events_dir()
+        if folder is None:
+            return None
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{source.sha256}.parquet"
+        if not path.exists():
+            tmp = path.with_suffix(".parquet.tmp")
+            anatomy.raw_events.write_parquet(tmp)
+            tmp.replace(path)
+        return str(path)
+
+    def raw_events_dir(self) -> Path | None:
+        return None
+
+    @abstractmethod
+    def _write(self, *, content_sha256: str | None, small: dict[str, list[dict[str, Any]]],
+               bulk: dict[str, pl.DataFrame], attach: tuple[str, str] | None = None) -> bool:
+        """Insert everything in one transaction. Returns False (and writes nothing) when the content hash
+        (or, for an attachment, the (receipt, source sha256) pair) is already stored."""
+
+    # ---- reads ------------------------------------------------------------------------------
+    @abstractmethod
+    def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
+        """Run one analysis query (DuckDB SQL) over the store's tables."""
+
+    def query(self, name: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
+        """Run sql/<name>.sql with named parameters ($name)."""
+        return self.sql(load_query(name), params or {})
+
+    def version(self) -> str:
+        """Changes whenever receipts are added: dashboards key their caches on it."""
+        row = self.sql("SELECT count(*) AS n, max(ingested_at) AS t FROM receipt_sources").row(0)
+        return f"{row[0]}:{row[1]}"
+
+    def resolve(self, ref: str) -> str:
+        """A receipt id, a unique id prefix, or a run name (the newest wins only when unique)."""
+        found = self.query("resolve_ref", {"ref": ref, "prefix": ref.lower() + "%"})
+        exact = found.filter(found["match"] == "id")
+        if exact.height:
+            return exact["id"][0]
+        by_name = found.filter(found["match"] == "run_name")
+        if by_name.height == 1:
+            return by_name["id"][0]
+        if by_name.height > 1:
+            raise ReceiptNotFound(ref, tuple(f"{i} ({n})" for i, n in by_name.select("id", "run_name").iter_rows()))
+        by_prefix = found.filter(found["match"] == "prefix")
+        if by_prefix.height == 1:
+            return by_prefix["id"][0]
+        raise ReceiptNotFound(ref, tuple(by_prefix["id"].to_list()))
+
+    def close(self) -> None:  # pragma: no cover - backends override
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

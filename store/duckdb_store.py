@@ -1,0 +1,97 @@
+"""The embedded default: one DuckDB file, no server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from receipts.duck import connect
+from receipts.errors import StoreError, UnsupportedVersion
+from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
+from receipts.store.base import Store
+
+
+class DuckDBStore(Store):
+    def __init__(self, path: str | Path, *, read_only: bool = False):
+        self.path = Path(path)
+        self.url = str(self.path)
+        if read_only and not self.path.exists():
+            raise StoreError(self.url, "does not exist (ingest something first: `receipts ingest run.log`)")
+        try:
+            self.con = connect(str(self.path), read_only=read_only)
+        except duckdb.IOException as exc:
+            raise StoreError(self.url, f"cannot open: {exc}") from exc
+        if not read_only:
+            ensure_schema(self.con, self.url)
+        else:
+            check_version(self.con, self.url)
+
+    def raw_events_dir(self) -> Path:
+        return self.path.parent / (self.path.name + ".raw")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
+        return self.con.execute(query, params or {}).pl()
+
+    def _write(self, *, content_sha256, small, bulk, attach=None) -> bool:
+        con = self.con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if content_sha256 is not None and con.execute(
+                    "SELECT 1 FROM receipts WHERE content_sha256 = ?", [content_sha256]).fetchone():
+                con.execute("ROLLBACK")
+                return False
+            if attach is not None and con.execute(
+                    "SELECT 1 FROM anatomy_sources WHERE receipt_id = ? AND source_sha256 = ?", list(attach)).fetchone():
+                con.execute("ROLLBACK")
+                return False
+            for table, rows in small.items():
+                if rows:
+                    insert_rows(con, table, rows)
+            for table, frame in bulk.items():
+                if frame.height:
+                    columns = ", ".join(f'"{c}"' for c in frame.columns)
+                    con.register("_bulk", frame.to_arrow())
+                    con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM _bulk")
+                    con.unregister("_bulk")
+            con.execute("COMMIT")
+            return True
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    columns = [c.name for c in metadata.tables[table].columns]
+    placeholders = ", ".join("?" for _ in columns)
+    names = ", ".join(f'"{c}"' for c in columns)
+    con.executemany(f"INSERT INTO {table} ({names}) VALUES ({placeholders})",
+                    [[row.get(c) for c in columns] for row in rows])
+
+
+def check_version(con: duckdb.DuckDBPyConnection, url: str) -> None:
+    try:
+        row = con.execute("SELECT value FROM schema_meta WHERE key = 'schema_version'").fetchone()
+    except duckdb.CatalogException as exc:
+        raise StoreError(url, "is not a receipts store (no schema_meta table)") from exc
+    if row is None or int(row[0]) != SCHEMA_VERSION:
+        raise UnsupportedVersion(f"store {url} schema", str(row[0] if row else None), str(SCHEMA_VERSION))
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, url: str) -> None:
+    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if "schema_meta" in tables:
+        check_version(con, url)
+        return
+    if tables - set(metadata.tables):
+        raise StoreError(url, f"is a DuckDB file of something else (tables: {', '.join(sorted(tables))[:200]})")
+    con.execute("BEGIN TRANSACTION")
+    for statement in ddl_statements():
+        con.execute(statement)
+    con.execute("INSERT INTO schema_meta VALUES ('schema_version', ?), ('created_by', 'receipts')", [str(SCHEMA_VERSION)])
+    con.execute("COMMIT")

@@ -1,0 +1,114 @@
+"""Receipt and Anatomy objects -> table rows. Shared by every backend so both store the same bytes."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import polars as pl
+
+from receipts.analysis.window import mark_warmup
+from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, RECEIPT_MODEL_VERSION,
+                                   Anatomy, Receipt, SourceFile)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def receipt_row(receipt: Receipt, ingested_at: str) -> dict[str, Any]:
+    ident, parsed, window = receipt.identity, receipt.parsed, receipt.window
+    regime = ident.regime
+    return {
+        "id": receipt.id,
+        "content_sha256": receipt.content_sha256,
+        "run_name": receipt.run_name,
+        "source_format": parsed.source_format,
+        "format_version": parsed.format_version,
+        "ingested_at": ingested_at,
+        "started_at": parsed.started_at,
+        "hostname": ident.hostname,
+        "raw_host_lineage": ident.raw_host_lineage,
+        "host_lineage": ident.host_lineage,
+        "raw_preset": ident.raw_preset,
+        "preset_family": ident.preset_family,
+        "raw_regime": ident.raw_regime,
+        "launch_regime": ident.launch_regime,
+        "engine": regime.engine if regime else None,
+        "compile_mode": regime.compile_mode if regime else None,
+        "parallel_json": dumps(dict(regime.parallel) if regime else {}),
+        "identity_complete": ident.complete,
+        "resolution_json": dumps(list(ident.resolution)),
+        "machine_class": receipt.machine_class,
+        "gpu_model": parsed.gpu_model,
+        "gpu_count": parsed.gpu_count,
+        "world_size": parsed.world_size,
+        "window_first_step": window.first_step,
+        "window_last_step": window.last_step,
+        "warmup_steps": window.warmup_steps,
+        "warmup_last_step": window.warmup_last_step,
+        "window_rule": window.rule,
+        "ended_early": parsed.ended_early,
+        "peak_allocated_bytes": receipt.peak_allocated_bytes,
+        "peak_reserved_bytes": receipt.peak_reserved_bytes,
+        "tags_json": dumps(sorted(set(receipt.tags) | set(parsed.tags))),
+        "features_json": dumps({**dict(ident.features), **parsed.features}),
+        "software_json": dumps(parsed.software),
+        "topology_json": dumps(parsed.topology),
+        "provenance_json": dumps(parsed.provenance),
+        "phases_json": dumps([list(p) for p in parsed.phases]),
+        "warnings_json": dumps(list(parsed.warnings)),
+        "model_version": RECEIPT_MODEL_VERSION,
+    }
+
+
+def step_frame(receipt: Receipt) -> pl.DataFrame:
+    steps = mark_warmup(receipt.parsed.steps, receipt.window)
+    return steps.select(pl.lit(receipt.id).alias("receipt_id"), pl.all())
+
+
+def env_rows(receipt: Receipt) -> list[dict[str, Any]]:
+    return [{"receipt_id": receipt.id, "name": e.name, "value": None if e.redacted else e.value,
+             "is_set": e.is_set, "redacted": e.redacted} for e in receipt.parsed.env]
+
+
+def memory_rows(receipt: Receipt) -> list[dict[str, Any]]:
+    return [{"receipt_id": receipt.id, "rank": m.rank, "peak_allocated_bytes": m.peak_allocated_bytes,
+             "peak_reserved_bytes": m.peak_reserved_bytes} for m in receipt.parsed.memory]
+
+
+def source_rows(receipt_id: str, sources: tuple[SourceFile, ...], ingested_at: str) -> list[dict[str, Any]]:
+    return [{"receipt_id": receipt_id, "sha256": s.sha256, "path": s.path, "size_bytes": s.size_bytes,
+             "format": s.format, "role": s.role, "ingested_at": ingested_at} for s in sources]
+
+
+def _typed(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
+    return frame.select([pl.col(c).cast(t) if c in frame.columns else pl.lit(None, dtype=t).alias(c)
+                         for c, t in schema.items()])
+
+
+def anatomy_frames(receipt_id: str, source_sha256: str, anatomy: Anatomy) -> dict[str, pl.DataFrame]:
+    """Rows for anatomy_rows / anatomy_steps / anatomy_nvtx; a row is warm-up when its step is."""
+    prefix = [pl.lit(receipt_id).alias("receipt_id"), pl.lit(source_sha256).alias("source_sha256")]
+    steps = _typed(anatomy.steps, ANATOMY_STEP_SCHEMA)
+    warm = steps.filter(pl.col("warmup")).select("rank", "step")
+    rows = _typed(anatomy.rows.drop("warmup", strict=False), {k: v for k, v in ANATOMY_ROW_SCHEMA.items() if k != "warmup"})
+    rows = rows.join(warm.with_columns(pl.lit(True).alias("warmup")), on=["rank", "step"], how="left", nulls_equal=True)
+    rows = rows.with_columns(pl.col("warmup").fill_null(False))
+    return {
+        "anatomy_rows": rows.select(*prefix, *ANATOMY_ROW_SCHEMA),
+        "anatomy_steps": steps.select(*prefix, *ANATOMY_STEP_SCHEMA),
+        "anatomy_nvtx": _typed(anatomy.nvtx, ANATOMY_NVTX_SCHEMA).select(*prefix, *ANATOMY_NVTX_SCHEMA),
+    }
+
+
+def anatomy_source_row(receipt_id: str, source_sha256: str, anatomy: Anatomy, raw_path: str | None) -> dict[str, Any]:
+    return {"receipt_id": receipt_id, "source_sha256": source_sha256, "source_format": anatomy.source_format,
+            "schema_version": anatomy.schema_version, "step_marker": anatomy.step_marker,
+            "attribution": anatomy.attribution, "unattributed": anatomy.unattributed,
+            "raw_events_path": raw_path, "warnings_json": dumps(list(anatomy.warnings))}
