@@ -169,7 +169,7 @@ def ingest_paths(store: Store, paths: list[Path], *, identity: IdentityClaim = I
         receipt = build_receipt(parsed, source=_source(path, parsed.source_format, "log"),
                                 claim=side_claim.merged(identity), registry=registry, run_name=name, tags=all_tags)
         result = store.write_receipt(receipt)
-        outcomes.append(IngestOutcome(str(path), result.receipt_id, name, result.created, "receipt",
+        outcomes.append(IngestOutcome(str(path), result.receipt_id, result.run_name, result.created, "receipt",
                                       receipt.identity.complete, parsed.ended_early, parsed.warnings))
     return outcomes
 
@@ -189,6 +189,6 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
     receipt = build_receipt(parsed, source=source, claim=side_claim.merged(identity), registry=registry,
                             run_name=name, tags=tuple(tags))
     result = store.write_receipt(receipt, anatomies=((anatomy, source),))
-    return IngestOutcome(str(path), result.receipt_id, name, result.created, "receipt",
+    return IngestOutcome(str(path), result.receipt_id, result.run_name, result.created, "receipt",
                          receipt.identity.complete, None, anatomy.warnings)
 
