@@ -1,0 +1,67 @@
+"""`receipts anatomy`: where step time went, per step, per rank, per NVTX range."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from receipts.analysis.anatomy import anatomy_report
+from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.errors import UsageError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("anatomy")(anatomy)
+
+
+@handle_errors
+def anatomy(
+    ctx: typer.Context,
+    ref: str = typer.Argument(..., help="Receipt id, id prefix or run name."),
+    by: str = typer.Option("rank", "--by", help="step | rank | nvtx"),
+    source: Optional[str] = typer.Option(None, "--source", help="sha256 prefix of the export (default: newest)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (rows, steps, window, nvtx)."),
+) -> None:
+    """Step-time anatomy by category (GEMM, attention, MoE, NCCL, memcpy, idle, exposed comm).
+
+    Example: receipts anatomy run_b --by step
+    """
+    if by not in ("step", "rank", "nvtx"):
+        raise UsageError(f"--by must be step, rank or nvtx (got {by!r})")
+    with settings(ctx).store() as store:
+        report = anatomy_report(store, store.resolve(ref), source_sha256=source)
+    if as_json:
+        print_json(report)
+        return
+    src = report["source"]
+    console.print(f"anatomy of {report['receipt_id']} from {src['format']} {src['path']} (schema {src['schema_version']})")
+    console.print(f"steps: {src['step_marker']}; attribution: {src['attribution']}; unattributed activities: {src['unattributed']}")
+    for w in src["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}")
+    if by == "nvtx":
+        table = Table(title="NVTX ranges")
+        for c in ("rank", "range", "count", "total ms"):
+            table.add_column(c)
+        for r in report["nvtx"][:60]:
+            table.add_row(str(r["rank"]), r["range_name"], str(r["count"]), f"{r['total_ms']:,.3f}")
+        console.print(table)
+        return
+    if by == "rank":
+        table = Table(title="per rank, ms per step (steady vs warm-up)")
+        for c in ("rank", "phase", "category", "ms/step", "total ms", "steps"):
+            table.add_column(c)
+        for r in report["window"]:
+            table.add_row(str(r["rank"]), r["phase"], r["category"], f"{r['per_step_ms']:,.3f}", f"{r['time_ms']:,.3f}",
+                          str(r["n_steps"]))
+        console.print(table)
+        return
+    table = Table(title="per step")
+    for c in ("rank", "step", "wall ms", "gpu ms", "comm ms", "overlap %", "warm-up"):
+        table.add_column(c)
+    for r in report["steps"]:
+        table.add_row(str(r["rank"]), str(r["step"]), f"{r['wall_ms'] or 0:,.3f}", f"{r['gpu_ms'] or 0:,.3f}",
+                      f"{r['comm_ms'] or 0:,.3f}", "-" if r["overlap_pct"] is None else f"{r['overlap_pct']:.1f}",
+                      "yes" if r["warmup"] else "")
+    console.print(table)
