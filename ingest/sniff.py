@@ -33,7 +33,10 @@ def sniff_kind(path: Path) -> str:
     """'log' | 'nsys' | 'nsys-rep' | 'kineto' | 'kineto-dir' | 'sysinfo', decided from content, not names."""
     path = Path(path)
     if path.is_dir():
-        return "kineto-dir"
+        if any(p.name.endswith((".json", ".json.gz")) for p in path.iterdir() if p.is_file()):
+            return "kineto-dir"
+        raise InputError(path, "is a directory with neither a run.log (a `receipts run` directory) nor "
+                               "PyTorch profiler traces (*.pt.trace.json[.gz])")
     try:
         with open(path, "rb") as f:
             head = f.read(4096)

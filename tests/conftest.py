@@ -1,0 +1,48 @@
+"""Shared fixtures: paths to the real data beside the project, native-log writers, temp stores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+GPU_DATA = REPO / "tests" / "data" / "gpu"
+
+
+def realdata(*parts: str) -> Path:
+    path = REALDATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"real data not present: {path}")
+    return path
+
+
+def write_native_log(path: Path, step_ms: list[float], *, host_lineage: str | None = "h200-usw1c-bench-01",
+                     preset: str | None = "nam52_h200_dense_ref_v1", regime: str | None = "fsdp2/regional-compile",
+                     warmup_steps: int = 0, footer: bool = True, env: dict | None = None,
+                     software: dict | None = None, features: dict | None = None,
+                     gpu_model: str = "NVIDIA H200", gpu_count: int = 8) -> Path:
+    """A RECEIPT-format log, for edge cases only; real logs come from realdata/ and tests/data/gpu/."""
+    identity = {k: v for k, v in (("host_lineage", host_lineage), ("preset", preset), ("regime", regime)) if v}
+    header = {"v": 1, "kind": "header", "identity": identity, "hostname": "h200-usw1c-bench-01",
+              "gpu_model": gpu_model, "gpu_count": gpu_count, "world_size": gpu_count,
+              "env": env or {}, "software": software or {}, "features": features or {}}
+    lines = ["booting", "RECEIPT " + json.dumps(header)]
+    if warmup_steps:
+        lines.append("RECEIPT " + json.dumps({"v": 1, "kind": "phase", "phase": "compile", "first_step": 1,
+                                              "last_step": warmup_steps}))
+    for i, ms in enumerate(step_ms, start=1):
+        lines.append("RECEIPT " + json.dumps({"v": 1, "kind": "step", "step": i, "rank": 0, "step_ms": ms,
+                                              "tokens_per_s": 1e6 / ms}))
+    if footer:
+        lines.append("RECEIPT " + json.dumps({"v": 1, "kind": "footer", "rank": 0,
+                                              "peak_allocated_bytes": 40 << 30, "peak_reserved_bytes": 48 << 30}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "receipts.duckdb")
