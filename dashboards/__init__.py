@@ -1,0 +1,1 @@
+"""Streamlit views over the store; read-only."""
