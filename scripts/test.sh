@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Set up and run every test: the README's second command, and exactly what .ci/run calls.
+# Installs what the tests need on a clean Debian machine: PostgreSQL (started, roles created),
+# Chromium for the browser test, and the Python packages in .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+
+# PostgreSQL: install if absent, start, create the test roles/databases; prints the URL to use.
+eval "$(bash .ci/postgres_setup.sh | grep '^export ')"
+export RECEIPTS_REQUIRE_POSTGRES=1
+# Chromium + chromedriver from Debian for the dashboard's end-to-end test.
+bash .ci/browser_setup.sh
+
+python3 -m venv .venv
+.venv/bin/pip install --quiet --upgrade pip
+.venv/bin/pip install --quiet -e ".[test]"
+
+.venv/bin/pytest -q -p no:cacheprovider
+# The gate over example claims: true ones must pass, false ones must be rejected.
+bash .ci/gate_examples.sh
