@@ -1,7 +1,7 @@
 -- GPU activity of an Nsight Systems export, each attributed to the step whose NVTX range was open
 -- on ANY thread of the launching process when the launching runtime call started.
 -- Reads (temp views made by ingest/nsys.py from the export's own column names):
---   _gpu(pid_key, device_id, stream_id, corr_id, start_ns, end_ns, kind, name_id, copy_kind)
+--   _gpu(pid_key, device_id, stream_id, corr_id, start_ns, end_ns, kind, name_id, short_id, copy_kind)
 --   _rt(pid_key, corr_id, launch_ns)           CUPTI_ACTIVITY_KIND_RUNTIME, one row per API call
 --   _step_ranges(pid_key, step, range_start_ns, range_end_ns)
 --   _kernel_cat(name_id, category)             categories from kernel_categories.toml (Python re)
@@ -9,7 +9,8 @@
 -- Why any thread: FSDP / autograd launch backward and collectives from other threads than the
 -- one that pushed `step N` (FORMATS.md: same-thread matching finds < 1/3 of the kernels).
 -- Columns: pid_key (globalPid), device_id, stream_id, kind ('kernel'|'memcpy'|'memset'),
---          name_id (StringIds id of the kernel name, NULL otherwise), category,
+--          name_id / short_id (StringIds ids of the kernel's demangled / short name, NULL for
+--          memcpy and memset), category,
 --          start_ns, end_ns (GPU clock, ns), launch_ns (runtime call start, ns; NULL when the
 --          call was not captured), step (NULL = no step range claimed it).
 WITH launched AS (
@@ -17,7 +18,7 @@ WITH launched AS (
     FROM _gpu AS g
     LEFT JOIN _rt AS r ON r.pid_key = g.pid_key AND r.corr_id = g.corr_id
 )
-SELECT l.pid_key, l.device_id, l.stream_id, l.kind, l.name_id,
+SELECT l.pid_key, l.device_id, l.stream_id, l.kind, l.name_id, l.short_id,
        CASE l.kind
            WHEN 'kernel' THEN coalesce(kc.category, 'other')
            WHEN 'memset' THEN 'memset'

@@ -1,0 +1,428 @@
+"""Nsight Systems SQLite export -> Anatomy (step-time anatomy, NVTX ranges, identity evidence).
+
+Reading: the schema (table and column names) and the small tables come from Python's sqlite3,
+because `PRAGMA table_info` is exact and those tables are a few hundred rows. The large tables
+(kernels, memcpy, memset, runtime calls, NVTX) are scanned by DuckDB's sqlite extension (loaded
+from the duckdb-ext wheel, no download): it reads only the named columns, runs the correlation
+join and the step ASOF join as hash / sort-merge operators over all cores, and hands polars one
+Arrow frame. Fetching millions of rows through sqlite3 builds a Python object per value instead.
+
+Definitions (the receipt says them too, in Anatomy.attribution and .step_marker):
+- rank: processes that launched GPU work, ordered by (lowest deviceId, pid). Overridden by the
+  rank the file itself states: RANK / SLURM_PROCID / OMPI_COMM_WORLD_RANK / PMI_RANK in the
+  captured environment when the file holds ONE GPU process (one nsys per rank), or an NVTX thread
+  name 'MPI Rank N' (nsys --trace=mpi) in that process.
+- step: an NVTX range whose text matches `step_pattern`. Its GPU work is every kernel / memcpy /
+  memset whose launching runtime call (same correlationId and process) started on ANY thread of
+  that process while the range was open: [range start, range end).
+- idle (ingest.intervals): measured inside the step's GPU span [first start, last end] of its
+  own attributed work, not inside the NVTX range: CPU-side ranges lead the GPU by the launch
+  queue depth, so a marker window would count the queue as idle.
+- warm-up: the first step of each rank is marked warmup (compile / first-step badput).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from receipts import duck
+from receipts.errors import InputError
+from receipts.ingest.intervals import anatomy_rows
+from receipts.schema.categories import CategoryRules
+from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA,
+                                   Anatomy, EnvVar, IdentityClaim)
+from receipts.schema.secrets import env_overlay, load_env_rules, redact
+from receipts.sql import load_query
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+_ACTIVITY_COLS = ("start", "end", "deviceId", "streamId", "correlationId")
+_PID_MASK = 0xFFFFFF  # globalTid = (hw << 48) | (pid << 24) | tid; globalPid has tid = 0
+# CUpti_ActivityMemcpyKind, used when the export has no ENUM_CUDA_MEMCPY_OPER (nsys 2022.x had none).
+_COPY_KINDS = {0: "UNKNOWN", 1: "HTOD", 2: "DTOH", 3: "HTOA", 4: "ATOH", 5: "ATOA", 6: "ATOD", 7: "DTOA",
+               8: "DTOD", 9: "HTOH", 10: "PTOP", 11: "UVM_HTOD", 12: "UVM_DTOH", 13: "UVM_DTOD"}
+_COPY_CATEGORY = {"HTOD": "memcpy_h2d", "HTOA": "memcpy_h2d", "UVM_HTOD": "memcpy_h2d",
+                  "DTOH": "memcpy_d2h", "ATOH": "memcpy_d2h", "UVM_DTOH": "memcpy_d2h",
+                  "DTOD": "memcpy_d2d", "ATOD": "memcpy_d2d", "DTOA": "memcpy_d2d", "ATOA": "memcpy_d2d",
+                  "UVM_DTOD": "memcpy_d2d", "PTOP": "memcpy_p2p"}
+_RANK_ENV = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+_WORLD_ENV = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def export_report(path: Path) -> Path:
+    """`.nsys-rep` -> `.sqlite` beside it (or in a temp dir when that is read-only), via nsys."""
+    path = Path(path)
+    out = path.with_suffix(".sqlite")
+    if out.is_file() and out.stat().st_mtime >= path.stat().st_mtime:
+        return out
+    if not (out.parent.exists() and _writable(out.parent)):
+        out = Path(tempfile.mkdtemp(prefix="receipts-nsys-")) / out.name
+    command = ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(out), str(path)]
+    if shutil.which("nsys") is None:
+        raise InputError(path, "an Nsight Systems report needs exporting to SQLite first and `nsys` is not on "
+                               f"PATH; run: {' '.join(command[:5])} --output {out} {path}")
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0 or not out.is_file():
+        raise InputError(path, f"`{' '.join(command)}` failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    return out
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]*(\d+)$",
+          keep_raw: bool = False) -> Anatomy:
+    path = Path(path)
+    _check_sqlite_file(path)
+    warnings: list[str] = []
+    with _open_sqlite(path) as db:
+        schema = _read_schema(path, db)
+        kernel_cols = _require(path, schema, KERNEL, _ACTIVITY_COLS, ("globalPid", "globalTid"),
+                               ("demangledName", "shortName"))
+        meta = _meta(db, schema)
+        env_rows = _system_env(db, schema)
+        gpu_names = _gpu_names(db, schema)
+        copy_names = _copy_kind_names(db, schema)
+        names = dict(db.execute("SELECT id, value FROM StringIds").fetchall()) if "StringIds" in schema else {}
+    nvtx_table = _nvtx_table(schema)
+    if nvtx_table is None:
+        warnings.append("no NVTX table (NVTX_EVENTS*) in the export: steps and NVTX ranges unavailable")
+    for table in (MEMCPY, MEMSET):
+        if table not in schema:
+            warnings.append(f"table {table} absent: no {table.rsplit('_', 1)[1].lower()} activity recorded")
+
+    con = duck.connect(extensions=("sqlite_scanner",))
+    try:
+        # ATTACH takes no bound parameters: the path is a quoted literal.
+        con.execute(f"ATTACH '{str(path.resolve()).replace(chr(39), chr(39) * 2)}' AS nsys (TYPE sqlite, READ_ONLY)")
+        _make_views(con, path, schema, kernel_cols, nvtx_table)
+        ranges = con.sql(load_query("_nsys_ranges")).pl() if nvtx_table else _empty_ranges()
+        step_of = _step_numbers(ranges["text"].unique().to_list(), step_pattern, path)
+        step_ranges = (ranges.with_columns(pl.col("text").replace_strict(step_of, default=None, return_dtype=pl.Int64)
+                                           .alias("step"))
+                       .filter(pl.col("step").is_not_null())
+                       .select("pid_key", "step", pl.col("start_ns").alias("range_start_ns"),
+                               pl.col("end_ns").alias("range_end_ns")))
+        if step_ranges.height and RUNTIME not in schema:
+            raise InputError(path, f"step ranges found but table {RUNTIME} is absent: GPU work cannot reach a step "
+                                   "(re-profile with --trace=cuda)", table=RUNTIME)
+        con.register("_step_ranges", step_ranges.sort("pid_key", "range_start_ns").to_arrow())
+        kernel_ids = con.sql("SELECT DISTINCT name_id FROM _gpu WHERE kind = 'kernel'").fetchall()
+        con.register("_kernel_cat", pl.DataFrame(
+            {"name_id": [i for (i,) in kernel_ids],
+             "category": [rules.classify(names.get(i, "")) for (i,) in kernel_ids]},
+            schema={"name_id": pl.Int64, "category": pl.Utf8}).to_arrow())
+        con.register("_copy_cat", pl.DataFrame(
+            {"copy_kind": list(copy_names), "category": [_COPY_CATEGORY.get(n, "other") for n in copy_names.values()]},
+            schema={"copy_kind": pl.Int64, "category": pl.Utf8}).to_arrow())
+        activity = con.sql(load_query("_nsys_activity")).pl()
+        thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
+    except duckdb.Error as exc:
+        raise InputError(path, f"cannot read the export ({exc}); the file may be cut short or corrupt") from exc
+    finally:
+        con.close()
+
+    environ = _parse_environment(env_rows.get("DeviceEnvironment"))
+    rank_of, attribution_rank, world = _ranks(activity, environ, thread_ranks)
+    activity = activity.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32)
+                                     .alias("rank"))
+    has_steps = step_ranges.height > 0
+    if has_steps:
+        events = activity.filter(pl.col("step").is_not_null())
+        unattributed = activity.height - events.height
+        marker = f"NVTX ranges matching {step_pattern!r} in table {nvtx_table}"
+    else:
+        events = activity.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
+        unattributed = 0
+        marker = f"none: no NVTX range matches {step_pattern!r}; one window (step null) covers the whole capture"
+        warnings.append(f"no NVTX ranges matching {step_pattern!r} found in table {nvtx_table or 'NVTX_EVENTS'}")
+    rows, steps = _anatomy(events, step_ranges, rank_of, has_steps)
+    nvtx = _nvtx_frame(ranges, rank_of)
+    gpu_model = max(set(gpu_names), key=gpu_names.count) if gpu_names else None
+    gpu_count = len(gpu_names) or activity["device_id"].n_unique() or None
+    if not gpu_names:
+        warnings.append("no TARGET_INFO_GPU / TARGET_INFO_CUDA_DEVICE rows: GPU count is the devices that ran work")
+    raw = None
+    if keep_raw:
+        raw = (activity.filter(pl.col("rank").is_not_null())
+               .with_columns(pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))
+               .with_columns(pl.when(pl.col("kind") == "kernel").then(pl.col("name"))
+                             .otherwise(pl.col("category")).alias("name"))
+               .with_columns(pl.col("short_id").replace_strict(names, default=None, return_dtype=pl.Utf8)
+                             .alias("short_name"))
+               .select("rank", "step", "category", "name", "start_ns", "end_ns", pl.col("stream_id").alias("stream"),
+                       "short_name"))
+    return Anatomy(
+        source_format="nsys",
+        schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
+        rows=rows, steps=steps, nvtx=nvtx,
+        step_marker=marker,
+        attribution=("GPU activity -> runtime call by (globalPid, correlationId); step = NVTX range open on ANY "
+                     f"thread of the launching process at the call's start; {attribution_rank}"),
+        unattributed=unattributed,
+        claim=IdentityClaim(hostname=env_rows.get("Hostname")),
+        gpu_model=gpu_model, gpu_count=gpu_count, world_size=world,
+        env=_env_evidence(environ),
+        software={k: v for k, v in {"nsys": meta.get("EXPORT_PRODUCT_VERSION"),
+                                    "nvidia_driver": env_rows.get("NvDriverVersion"),
+                                    "cuda_driver": env_rows.get("CudaDriverVersion"),
+                                    "os": env_rows.get("OsDescription")}.items() if v},
+        warnings=tuple(warnings),
+        raw_events=raw,
+    )
+
+
+# --- file and schema checks -------------------------------------------------------------------
+
+def _check_sqlite_file(path: Path) -> None:
+    """SQLite's header states the page count (valid when bytes 92..96 equal the change counter at
+    24..28): a file shorter than that was cut short in transfer, which SQLite itself only reports
+    when a query happens to touch a missing page."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    if not head.startswith(_SQLITE_MAGIC):
+        raise InputError(path, "not a SQLite file; expected an Nsight Systems export (`nsys export --type sqlite`)")
+    if len(head) < 100:
+        raise InputError(path, f"SQLite file cut short: {size} bytes, shorter than its 100-byte header")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    if pages and head[24:28] == head[92:96] and size < pages * page_size:
+        raise InputError(path, f"SQLite file cut short: its header says {pages} pages of {page_size} bytes "
+                               f"({pages * page_size} bytes) but the file has {size} bytes")
+
+
+def _open_sqlite(path: Path) -> sqlite3.Connection:
+    # immutable=1: exports are read-only artefacts, often on read-only mounts; no locking, no -shm.
+    db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
+    # Windows-exported files (nsys 2022.1) carry Latin-1 user names in metadata: never fail on text.
+    db.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    return db
+
+
+def _read_schema(path: Path, db: sqlite3.Connection) -> dict[str, list[str]]:
+    try:
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+        schema = {t: [row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", [t])] for t in tables}
+    except sqlite3.DatabaseError as exc:
+        raise InputError(path, f"not a readable SQLite database ({exc})") from exc
+    nsys_marks = {"StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SYSTEM_ENV"}
+    if not (nsys_marks & set(schema) or any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in schema)):
+        raise InputError(path, "a SQLite file but not an Nsight Systems export: none of StringIds, META_DATA_EXPORT, "
+                               f"CUPTI_ACTIVITY_KIND_* found (tables: {', '.join(sorted(schema)[:8]) or 'none'})")
+    return schema
+
+
+def _require(path: Path, schema: dict[str, list[str]], table: str, cols: tuple[str, ...],
+             *one_of: tuple[str, ...]) -> list[str]:
+    if table not in schema:
+        raise InputError(path, f"required table {table} is missing (no CUDA kernels in this export: was it "
+                               "profiled with --trace=cuda?)", table=table)
+    have = schema[table]
+    missing = [c for c in cols if c not in have] + [" or ".join(alt) for alt in one_of if not set(alt) & set(have)]
+    if missing:
+        raise InputError(path, f"column(s) {', '.join(missing)} missing; expected {', '.join(cols)} plus one of each "
+                               f"of {one_of} (found: {', '.join(have)})", table=table)
+    return have
+
+
+def _nvtx_table(schema: dict[str, list[str]]) -> str | None:
+    # Newer exports may name it NVTX_EVENTS_V2 (FORMATS.md): take the highest version present.
+    found = [t for t in schema if re.fullmatch(r"NVTX_EVENTS(_V\d+)?", t)]
+    return max(found, key=lambda t: int(t.rsplit("_V", 1)[1]) if "_V" in t else 1) if found else None
+
+
+# --- small tables (sqlite3) -----------------------------------------------------------------
+
+def _meta(db: sqlite3.Connection, schema: dict) -> dict[str, str]:
+    # nsys <= 2022.x called it EXPORT_META_DATA (schema 2.9.1); later META_DATA_EXPORT.
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if table in schema and {"name", "value"} <= set(schema[table]):
+            return {k: str(v) for k, v in db.execute(f'SELECT name, value FROM "{table}"')}
+    return {}
+
+
+def _system_env(db: sqlite3.Connection, schema: dict) -> dict[str, str]:
+    if {"name", "value"} <= set(schema.get("TARGET_INFO_SYSTEM_ENV", ())):
+        return {k: str(v) for k, v in db.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV") if v is not None}
+    return {}
+
+
+def _gpu_names(db: sqlite3.Connection, schema: dict) -> list[str]:
+    if {"id", "name"} <= set(schema.get("TARGET_INFO_GPU", ())):
+        return [n for (_, n) in db.execute("SELECT DISTINCT id, name FROM TARGET_INFO_GPU") if n]
+    if "gpuId" in schema.get("TARGET_INFO_CUDA_DEVICE", ()):  # names absent there, count only
+        return ["unknown"] * db.execute("SELECT count(DISTINCT gpuId) FROM TARGET_INFO_CUDA_DEVICE").fetchone()[0]
+    return []
+
+
+def _copy_kind_names(db: sqlite3.Connection, schema: dict) -> dict[int, str]:
+    if {"id", "name"} <= set(schema.get("ENUM_CUDA_MEMCPY_OPER", ())):
+        return {i: n.removeprefix("CUDA_MEMCPY_KIND_") for i, n in db.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER")}
+    return dict(_COPY_KINDS)
+
+
+def _parse_environment(text: str | None) -> dict[str, str]:
+    """TARGET_INFO_SYSTEM_ENV 'DeviceEnvironment' is 'A=1;B=2;...' (nsys 2024+); a piece without '='
+    continues the previous value (a value that itself contained ';')."""
+    env: dict[str, str] = {}
+    last = None
+    for piece in (text or "").split(";"):
+        name, eq, value = piece.partition("=")
+        if eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            env[name], last = value, name
+        elif last is not None and piece:
+            env[last] += ";" + piece
+    return env
+
+
+def _env_evidence(environ: dict[str, str]) -> tuple[EnvVar, ...]:
+    """Every captured variable (redacted) plus the watched knobs that were unset."""
+    if not environ:
+        return ()
+    rules = load_env_rules()
+    clean = redact(environ, rules=rules)
+    out = [EnvVar(name=k, value=v, redacted=v != environ[k]) for k, v in clean.items()]
+    out += [EnvVar(name=k, value=None, is_set=False) for k, v in env_overlay(environ, rules=rules).items() if v is None]
+    return tuple(sorted(out, key=lambda e: e.name))
+
+
+# --- large tables (DuckDB over the sqlite file) ---------------------------------------------------
+
+def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None) -> None:
+    """Temp views with fixed column names over the export's version-dependent ones. Identifiers
+    come only from the fixed names in this module, checked against PRAGMA table_info."""
+    parts = [_activity_select(KERNEL, kernel_cols, "kernel")]
+    for table, kind in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
+        if table in schema:
+            parts.append(_activity_select(table, _require(path, schema, table, _ACTIVITY_COLS,
+                                                          ("globalPid", "globalTid")), kind))
+    con.execute("CREATE TEMP VIEW _gpu AS " + " UNION ALL ".join(parts))
+    if RUNTIME in schema:
+        _require(path, schema, RUNTIME, ("start", "correlationId", "globalTid"))
+        con.execute(f"CREATE TEMP VIEW _rt AS SELECT globalTid - (globalTid & {_PID_MASK}) AS pid_key, "
+                    f'correlationId AS corr_id, start AS launch_ns FROM nsys."{RUNTIME}"')
+    else:
+        con.execute("CREATE TEMP VIEW _rt AS SELECT NULL::BIGINT AS pid_key, NULL::BIGINT AS corr_id, "
+                    "NULL::BIGINT AS launch_ns WHERE false")
+    if nvtx_table:
+        cols = _require(path, schema, nvtx_table, ("start", "end", "eventType", "globalTid"), ("text", "textId"))
+        text = {("text", "textId"): "coalesce(n.text, s.value)", ("text",): "n.text", ("textId",): "s.value"}[
+            tuple(c for c in ("text", "textId") if c in cols)]
+        join = "LEFT JOIN nsys.StringIds AS s ON s.id = n.textId" if "textId" in cols else ""
+        domain = "n.domainId" if "domainId" in cols else "0"
+        con.execute(f"CREATE TEMP VIEW _nvtx AS SELECT n.globalTid - (n.globalTid & {_PID_MASK}) AS pid_key, "
+                    f'n.eventType AS event_type, n.start AS start_ns, n."end" AS end_ns, {domain} AS domain_id, '
+                    f'{text} AS text FROM nsys."{nvtx_table}" AS n {join}')
+
+
+def _activity_select(table: str, cols: list[str], kind: str) -> str:
+    # Kernels carry globalPid since nsys 2021; older / other exports carry globalTid only.
+    pid = "globalPid" if "globalPid" in cols else f"globalTid - (globalTid & {_PID_MASK})"
+    name = "demangledName" if "demangledName" in cols else "shortName" if "shortName" in cols else "NULL"
+    short = "shortName" if "shortName" in cols else name
+    copy = "copyKind" if "copyKind" in cols else "NULL"
+    return (f"SELECT {pid} AS pid_key, deviceId AS device_id, streamId AS stream_id, correlationId AS corr_id, "
+            f"start AS start_ns, \"end\" AS end_ns, '{kind}' AS kind, "
+            f"{name if kind == 'kernel' else 'NULL'}::BIGINT AS name_id, "
+            f"{short if kind == 'kernel' else 'NULL'}::BIGINT AS short_id, "
+            f"{copy if kind == 'memcpy' else 'NULL'}::BIGINT AS copy_kind FROM nsys.\"{table}\"")
+
+
+def _empty_ranges() -> pl.DataFrame:
+    return pl.DataFrame(schema={"pid_key": pl.Int64, "text": pl.Utf8, "range_name": pl.Utf8, "start_ns": pl.Int64,
+                                "end_ns": pl.Int64, "duration_ns": pl.Int64})
+
+
+def _step_numbers(texts: list[str], pattern: str, path: Path) -> dict[str, int]:
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise InputError(path, f"step pattern {pattern!r} is not a valid regex ({exc})") from exc
+    if compiled.groups < 1:
+        raise InputError(path, f"step pattern {pattern!r} needs one capture group holding the step number")
+    out = {}
+    for text in texts:
+        m = compiled.search(text or "")
+        if m and m.group(1) is not None and m.group(1).isdigit():
+            out[text] = int(m.group(1))
+    return out
+
+
+def _mpi_thread_ranks(con) -> dict[int, int]:
+    # nsys --trace=mpi names the rank's thread 'MPI Rank N' (an NVTX thread-name event, 2022.2).
+    found = con.sql("SELECT DISTINCT pid_key, text FROM _nvtx WHERE event_type NOT IN (59, 60, 70, 71, 75) "
+                    "AND regexp_matches(text, '^MPI Rank [0-9]+$')").fetchall()
+    return {pid: int(text.rsplit(" ", 1)[1]) for pid, text in found}
+
+
+def _ranks(activity: pl.DataFrame, environ: dict[str, str], thread_ranks: dict[int, int]):
+    procs = (activity.group_by("pid_key").agg(pl.col("device_id").min())
+             .with_columns(((pl.col("pid_key") // (1 << 24)) % (1 << 24)).alias("pid")).sort("device_id", "pid"))
+    pids = procs["pid_key"].to_list()
+    env_rank = next((k for k in _RANK_ENV if environ.get(k, "").isdigit()), None)
+    world_env = next((int(environ[k]) for k in _WORLD_ENV if environ.get(k, "").isdigit()), None)
+    if len(pids) == 1 and env_rank:
+        return ({pids[0]: int(environ[env_rank])}, f"rank from {env_rank} in the captured environment "
+                "(one GPU process in this file)", world_env)
+    if pids and all(p in thread_ranks for p in pids) and len({thread_ranks[p] for p in pids}) == len(pids):
+        return ({p: thread_ranks[p] for p in pids}, "rank from the NVTX thread name 'MPI Rank N'", world_env)
+    return ({p: i for i, p in enumerate(pids)}, "rank = order of the processes that launched GPU work by "
+            "(lowest deviceId, pid); no per-process RANK was visible", world_env or len(pids) or None)
+
+
+# --- frames ------------------------------------------------------------------------------
+
+def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool):
+    events = events.filter(pl.col("rank").is_not_null())
+    spans = events.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
+                                               pl.col("end_ns").max().alias("span_end_ns"))
+    rows, per_step = anatomy_rows(events.select("rank", "step", "category", "start_ns", "end_ns"), spans)
+    if has_steps:
+        markers = (step_ranges.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None,
+                                                                             return_dtype=pl.Int32).alias("rank"))
+                   .filter(pl.col("rank").is_not_null())
+                   .group_by("rank", "step").agg(pl.col("range_start_ns").min().alias("start_ns"),
+                                                 ((pl.col("range_end_ns") - pl.col("range_start_ns")).max() / 1e6)
+                                                 .alias("wall_ms")))
+    else:
+        markers = spans.select("rank", "step", pl.col("span_start_ns").alias("start_ns"),
+                               ((pl.col("span_end_ns") - pl.col("span_start_ns")) / 1e6).alias("wall_ms"))
+    markers = markers.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
+    steps = (markers.join(per_step, on=["rank", "step"], how="left", nulls_equal=True)
+             .with_columns(pl.col("gpu_ms", "comm_ms").fill_null(0.0), pl.col("kernels").fill_null(0),
+                           (pl.lit(has_steps) & (pl.col("step") == pl.col("step").min().over("rank"))).alias("warmup")))
+    warm = steps.select("rank", "step", "warmup")
+    rows = rows.join(warm, on=["rank", "step"], how="left", nulls_equal=True).with_columns(pl.col("warmup").fill_null(False))
+    return (rows.select([pl.col(c).cast(t) for c, t in ANATOMY_ROW_SCHEMA.items()]).sort("rank", "step", "category"),
+            steps.select([pl.col(c).cast(t) for c, t in ANATOMY_STEP_SCHEMA.items()]).sort("rank", "step"))
+
+
+def _nvtx_frame(ranges: pl.DataFrame, rank_of: dict) -> pl.DataFrame:
+    """Per rank (null: a process that launched no GPU work) and range name, like nvtx_sum per process."""
+    return (ranges.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"))
+            .group_by("rank", "range_name")
+            .agg(pl.len().cast(pl.Int64).alias("count"), (pl.col("duration_ns").sum() / 1e6).alias("total_ms"))
+            .with_columns(pl.lit(None, dtype=pl.Float64).alias("gpu_ms"))
+            .select([pl.col(c).cast(t) for c, t in ANATOMY_NVTX_SCHEMA.items()])
+            .sort("rank", "range_name", nulls_last=True))

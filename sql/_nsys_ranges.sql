@@ -1,0 +1,26 @@
+-- NVTX ranges of an Nsight Systems export, named and timed the way `nsys stats --report nvtx_sum`
+-- does: push/pop (eventType 59) AND start/end (60) ranges, plus their NVTX-text forms (70, 71);
+-- an unclosed range ends at the last NVTX timestamp; the name is 'domain:text' when the range's
+-- domain was registered (eventType 75) in the same process, else the text alone.
+-- Reads: _nvtx(pid_key, event_type, start_ns, end_ns, domain_id, text)  (temp view, ingest/nsys.py)
+-- Columns: pid_key (globalPid of the thread that opened the range), text (the range's own text),
+--          range_name (as nvtx_sum shows it), start_ns, end_ns (ns), duration_ns (ns).
+WITH domains AS (
+    SELECT pid_key, domain_id, min(text) AS domain_name
+    FROM _nvtx
+    WHERE event_type = 75
+    GROUP BY ALL
+),
+maxts AS (
+    SELECT greatest(max(start_ns), max(end_ns)) AS m FROM _nvtx
+)
+SELECT n.pid_key,
+       coalesce(n.text, '') AS text,
+       CASE WHEN d.domain_name IS NOT NULL THEN d.domain_name || ':' || coalesce(n.text, '')
+            ELSE coalesce(n.text, '') END AS range_name,
+       n.start_ns,
+       coalesce(n.end_ns, (SELECT m FROM maxts)) AS end_ns,
+       coalesce(n.end_ns, (SELECT m FROM maxts)) - n.start_ns AS duration_ns
+FROM _nvtx AS n
+LEFT JOIN domains AS d ON d.pid_key = n.pid_key AND d.domain_id = n.domain_id
+WHERE n.event_type IN (59, 60, 70, 71)
