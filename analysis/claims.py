@@ -1,0 +1,250 @@
+"""The claims file a CI gate checks: load, validate, and keep the line each value came from.
+
+Format version 1 (docs/claims-format.md is the full specification):
+
+    version: 1
+    defaults: {min_steps: 20, max_cv: 0.05, tolerance: 0.03}
+    claims:
+      - {name: fused conv path, baseline: run_a, candidate: run_b, metric: step_time, speedup: 1.18}
+      - {name: allocator overlay, baseline: run_c, candidate: run_d, metric: peak_reserved, change: -6GiB}
+
+Every problem is one InputError naming the file and the line (from yaml.compose's node marks), so a
+reviewer can fix the file without reading this module. Unknown keys are refused rather than ignored:
+a misspelt `tolerence:` silently falling back to the default would loosen the gate unnoticed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from receipts.errors import InputError, UnsupportedVersion
+
+SUPPORTED_VERSIONS = (1,)
+SPEED_METRICS = ("step_time", "tokens_per_s")        # claimed as a speedup (x), measured with a bootstrap CI
+MEMORY_METRICS = ("peak_allocated", "peak_reserved")  # claimed as a signed byte change, measured per-rank max
+METRICS = SPEED_METRICS + MEMORY_METRICS
+# Recipe drift (feature bundle, model shape) makes it a different experiment: it can never be declared.
+DECLARABLE_DRIFT = ("runtime", "infrastructure")
+
+# Defaults when neither the file's `defaults:` nor the claim says otherwise.
+DEFAULT_MIN_STEPS = 20      # steady-state steps per run; fewer and the bootstrap CI is not worth much
+DEFAULT_MAX_CV = 0.05       # std/mean of steady-state step time, per run
+DEFAULT_TOLERANCE = 0.03    # fraction of the claimed speedup (or of |claimed change| for memory)
+DEFAULT_MIN_EFFECT = 0.01   # a claimed speedup needs |ratio - 1| >= this besides a CI excluding 1 (asv's factor)
+
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_SIZE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d+)?|\.\d+)\s*([A-Za-z]+)\s*$")
+
+_TOP_KEYS = ("version", "defaults", "claims")
+_DEFAULT_KEYS = ("min_steps", "max_cv", "tolerance", "tolerance_bytes", "min_effect")
+_CLAIM_KEYS = ("name", "baseline", "candidate", "metric", "speedup", "change", "tolerance", "tolerance_bytes",
+               "declared_drift", "min_steps", "max_cv", "min_effect")
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    baseline: str                    # receipt id, id prefix or run name, as written
+    candidate: str
+    metric: str                      # one of METRICS
+    speedup: float | None            # speed metrics: baseline time / candidate time (x)
+    change_bytes: int | None         # memory metrics: candidate peak - baseline peak (bytes, signed)
+    tolerance: float                 # fraction
+    tolerance_bytes: int | None      # memory metrics: absolute tolerance; replaces the fraction when given
+    declared_drift: tuple[str, ...]
+    min_steps: int
+    max_cv: float
+    min_effect: float
+    path: str
+    line: int                        # 1-based line where the claim starts
+
+    @property
+    def is_speed(self) -> bool:
+        return self.metric in SPEED_METRICS
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    path: str
+    version: int
+    claims: tuple[Claim, ...]
+
+
+def parse_size(text: str) -> int:
+    """'-6GiB' -> -6442450944. Raises ValueError naming the accepted units."""
+    m = _SIZE.match(text)
+    if not m or m.group(3) not in _UNITS:
+        raise ValueError(f"{text!r} is not a size with a unit ({', '.join(_UNITS)}), e.g. -6GiB or 512MiB")
+    value = float(m.group(2)) * _UNITS[m.group(3)]
+    return int(round(-value if m.group(1) == "-" else value))
+
+
+def load_claims(path: str | Path) -> ClaimsFile:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, f"cannot read claims file: {exc.strerror or exc}") from exc
+    return parse_claims(text, str(path))
+
+
+def parse_claims(text: str, path: str = "<claims>") -> ClaimsFile:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(path, f"not valid YAML: {getattr(exc, 'problem', None) or exc}",
+                         line=mark.line + 1 if mark else None) from exc
+    reader = _Reader(path)
+    if root is None:
+        raise InputError(path, "empty claims file; expected `version: 1` and a `claims:` list", line=1)
+    top = reader.mapping(root, "the claims file", _TOP_KEYS)
+    if "version" not in top:
+        raise InputError(path, "missing key 'version' (this build reads version 1)", line=_line(root))
+    version = reader.scalar(top["version"])
+    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
+        raise UnsupportedVersion(f"claims file {path}:{_line(top['version'])}", str(version),
+                                 ", ".join(map(str, SUPPORTED_VERSIONS)))
+    defaults = reader.mapping(top["defaults"], "defaults", _DEFAULT_KEYS) if "defaults" in top else {}
+    if "claims" not in top:
+        raise InputError(path, "missing key 'claims' (a list of claims)", line=_line(root))
+    items = top["claims"]
+    if not isinstance(items, yaml.SequenceNode) or not items.value:
+        raise InputError(path, "'claims' must be a non-empty list", line=_line(items))
+    claims = tuple(reader.claim(node, defaults) for node in items.value)
+    seen: dict[str, int] = {}
+    for c in claims:
+        if c.name in seen:
+            raise InputError(path, f"claim name {c.name!r} is used twice (first at line {seen[c.name]}); "
+                                   "names identify claims in CI reports", line=c.line)
+        seen[c.name] = c.line
+    return ClaimsFile(path, int(version), claims)
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+class _Reader:
+    """Turns composed YAML nodes into typed values, raising InputError at the offending node's line."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._constructor = yaml.SafeLoader("")  # only its scalar constructors are used
+
+    def fail(self, node: yaml.Node, message: str) -> InputError:
+        return InputError(self.path, message, line=_line(node))
+
+    def mapping(self, node: yaml.Node, what: str, allowed: tuple[str, ...]) -> dict[str, yaml.Node]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, f"{what} must be a mapping of keys to values")
+        out: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key not in allowed:
+                raise self.fail(key_node, f"unknown key {key!r} in {what}; expected one of {', '.join(allowed)}")
+            if key in out:
+                raise self.fail(key_node, f"key {key!r} appears twice in {what}")
+            out[key] = value_node
+        return out
+
+    def scalar(self, node: yaml.Node) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.fail(node, "expected a single value here, not a list or mapping")
+        return self._constructor.construct_object(node, deep=True)
+
+    def text(self, node: yaml.Node, key: str) -> str:
+        # The raw scalar text, not YAML's typed value: a receipt id such as 1234e567 must stay text.
+        if not isinstance(node, yaml.ScalarNode) or not node.value.strip():
+            raise self.fail(node, f"'{key}' must be non-empty text")
+        return node.value.strip()
+
+    def number(self, node: yaml.Node, key: str, *, low: float, high: float | None = None,
+               integer: bool = False) -> float:
+        value = self.scalar(node)
+        ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok_type or value < low or (high is not None and value >= high):
+            bound = f">= {low}" + (f" and < {high}" if high is not None else "")
+            raise self.fail(node, f"'{key}' must be {'an integer' if integer else 'a number'} {bound}, got {value!r}")
+        return value
+
+    def size(self, node: yaml.Node, key: str, *, signed: bool) -> int:
+        value = self.scalar(node)
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise self.fail(node, f"'{key}' must be a size with a unit, e.g. -6GiB")
+        if isinstance(value, int) and value != 0:
+            raise self.fail(node, f"'{key}' needs a unit ({', '.join(_UNITS)}): write {value}B or {value}MiB")
+        try:
+            size = 0 if isinstance(value, int) else parse_size(value)
+        except ValueError as exc:
+            raise self.fail(node, f"bad unit in '{key}': {exc}") from None
+        if not signed and size < 0:
+            raise self.fail(node, f"'{key}' must not be negative")
+        return size
+
+    def setting(self, own: dict[str, yaml.Node], defaults: dict[str, yaml.Node], key: str, fallback, **kw):
+        node = own.get(key, defaults.get(key))
+        if node is None:
+            return fallback
+        if key == "tolerance_bytes":
+            return self.size(node, key, signed=False)
+        return self.number(node, key, **kw)
+
+    def claim(self, node: yaml.Node, defaults: dict[str, yaml.Node]) -> Claim:
+        m = self.mapping(node, "a claim", _CLAIM_KEYS)
+        for key in ("name", "baseline", "candidate", "metric"):
+            if key not in m:
+                raise self.fail(node, f"claim is missing key '{key}'")
+        name = self.text(m["name"], "name")
+        metric = self.text(m["metric"], "metric")
+        if metric not in METRICS:
+            raise self.fail(m["metric"], f"claim {name!r}: unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+        speedup = change = None
+        if "speedup" in m and "change" in m:
+            raise self.fail(node, f"claim {name!r} has both 'speedup' and 'change'; a claim states one effect")
+        if metric in SPEED_METRICS:
+            if "change" in m:
+                raise self.fail(m["change"], f"claim {name!r}: metric {metric} takes 'speedup' (x), not 'change'")
+            if "speedup" not in m:
+                raise self.fail(node, f"claim {name!r}: metric {metric} needs 'speedup' (baseline time / candidate time)")
+            if "tolerance_bytes" in m:
+                raise self.fail(m["tolerance_bytes"], f"claim {name!r}: 'tolerance_bytes' is for memory metrics")
+            speedup = float(self.number(m["speedup"], "speedup", low=1e-9))
+        else:
+            if "speedup" in m:
+                raise self.fail(m["speedup"], f"claim {name!r}: metric {metric} takes 'change' (e.g. -6GiB), not 'speedup'")
+            if "change" not in m:
+                raise self.fail(node, f"claim {name!r}: metric {metric} needs 'change' with a unit, e.g. -6GiB")
+            change = self.size(m["change"], "change", signed=True)
+        drift: tuple[str, ...] = ()
+        if "declared_drift" in m:
+            dnode = m["declared_drift"]
+            kinds = [dnode] if isinstance(dnode, yaml.ScalarNode) else dnode.value if isinstance(dnode, yaml.SequenceNode) else None
+            if kinds is None:
+                raise self.fail(dnode, "'declared_drift' must be a list such as [runtime]")
+            for k in kinds:
+                kind = self.text(k, "declared_drift")
+                if kind == "recipe":
+                    raise self.fail(k, f"claim {name!r}: recipe drift cannot be declared: a different feature bundle "
+                                       "or model shape is a different experiment, not a speedup")
+                if kind not in DECLARABLE_DRIFT:
+                    raise self.fail(k, f"claim {name!r}: unknown drift kind {kind!r}; expected {', '.join(DECLARABLE_DRIFT)}")
+                drift += (kind,)
+        tolerance_bytes = None if metric in SPEED_METRICS else self.setting(m, defaults, "tolerance_bytes", None)
+        return Claim(
+            name=name, baseline=self.text(m["baseline"], "baseline"), candidate=self.text(m["candidate"], "candidate"),
+            metric=metric, speedup=speedup, change_bytes=change,
+            tolerance=float(self.setting(m, defaults, "tolerance", DEFAULT_TOLERANCE, low=0.0, high=1.0)),
+            tolerance_bytes=tolerance_bytes, declared_drift=tuple(sorted(set(drift))),
+            # At least 2: the bootstrap needs two values per run; 20 is the documented default.
+            min_steps=int(self.setting(m, defaults, "min_steps", DEFAULT_MIN_STEPS, low=2, integer=True)),
+            max_cv=float(self.setting(m, defaults, "max_cv", DEFAULT_MAX_CV, low=0.0)),
+            min_effect=float(self.setting(m, defaults, "min_effect", DEFAULT_MIN_EFFECT, low=0.0, high=1.0)),
+            path=self.path, line=_line(node),
+        )

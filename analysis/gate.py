@@ -1,0 +1,281 @@
+"""The CI gate: each benchmark claim is accepted only when the receipts can actually support it.
+
+Claims in (analysis.claims), typed results out. `evaluate` and `evaluate_claim` are pure; the one
+reader, `collect_evidence`, fetches what they need from a Store. Statistics come from compare() and
+ratio_ci (analysis.compare / analysis.stats); nothing here re-derives them.
+
+A claim is rejected, with one line per reason, when (in this order; docs/claims-format.md):
+  unknown_receipt     a reference matches no receipt (or several)
+  rumor               a receipt lacks host lineage, preset family or launch regime
+  identity            the canonical identities differ (each field named)
+  recipe_drift        feature bundle / model shape differ: never acceptable
+  undeclared_drift    runtime or infrastructure drift present but not in declared_drift
+  too_few_steps       fewer steady-state steps than min_steps (speed claims)
+  warmup_in_window    warm-up lies inside the steady window (rule WARMUP_RULE below; speed claims)
+  noise               a run's CV of the claimed metric is above max_cv (speed claims)
+  no_measurement      the metric is missing from a run
+  effect_mismatch     the measured value's 95% CI misses the claimed value +- tolerance
+  not_significant     an effect (speedup != 1, change != 0) is claimed but the measurement does not show one
+Nothing here catches an exception and turns it into a verdict: only ReceiptNotFound becomes a result
+(unknown_receipt), everything else propagates and the CLI exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+
+from receipts.analysis.claims import Claim, ClaimsFile
+from receipts.analysis.compare import Comparison, Difference, compare, verdict_for
+from receipts.analysis.record import StoredReceipt, load
+from receipts.analysis.stats import RatioCI
+from receipts.analysis.window import WARMUP_PHASES
+from receipts.errors import ReceiptNotFound
+
+if TYPE_CHECKING:
+    from receipts.store import Store
+
+# Rule `warmup-in-window-v1`. Warm-up lies inside the steady window when
+#   1. the stored window starts at or before the last warm-up step (window_first_step <= warmup_last_step), or
+#   2. a compile / warm-up phase marker overlaps [window_first_step, window_last_step], or
+#   3. a steady-window step takes more than SPIKE_FACTOR x the window median: a recompile or a warm-up the
+#      window rule missed (3x: real steady steps jitter by percents, compile steps by multiples).
+WARMUP_RULE = "warmup-in-window-v1"
+SPIKE_FACTOR = 3.0
+_MAX_LISTED = 3  # drift differences quoted per reason; the rest are counted
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the gate knows about one receipt."""
+    receipt: StoredReceipt
+    phases: tuple[tuple[str, int | None, int | None], ...]  # (name, first_step, last_step) markers
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    ref: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str      # stable key, see the module docstring
+    message: str   # one line, starting with the claim name
+
+
+@dataclass(frozen=True)
+class Measured:
+    metric: str
+    unit: str                  # 'x' (speedup: baseline time / candidate time) | 'bytes' (candidate - baseline)
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float | None
+    note: str                  # how it was measured, or why there is no CI
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    claim: Claim
+    accepted: bool
+    reasons: tuple[Reason, ...]
+    measured: Measured | None
+    baseline_id: str | None
+    candidate_id: str | None
+    windows: tuple[str, ...] = ()  # the steady windows the numbers come from (DESIGN rule 3)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    path: str
+    results: tuple[ClaimResult, ...]
+
+    @property
+    def accepted(self) -> bool:
+        return all(r.accepted for r in self.results)
+
+
+# ---------------------------------------------------------------------------------------- reading
+def collect_evidence(store: "Store", refs: list[str]) -> dict[str, Evidence | Unresolved]:
+    """Resolve each reference once and load its receipt; refs naming the same receipt share one load."""
+    out: dict[str, Evidence | Unresolved] = {}
+    by_id: dict[str, Evidence] = {}
+    for ref in dict.fromkeys(refs):
+        try:
+            rid = store.resolve(ref)
+        except ReceiptNotFound as exc:  # an unknown receipt is a rejection reason, not an error
+            out[ref] = Unresolved(ref, str(exc))
+            continue
+        if rid not in by_id:
+            row = store.query("receipt", {"receipt_id": rid}).row(0, named=True)
+            phases = tuple((str(p[0]), p[1], p[2]) for p in json.loads(row["phases_json"] or "[]"))
+            by_id[rid] = Evidence(load(store, rid), phases)
+        out[ref] = by_id[rid]
+    return out
+
+
+def run_gate(store: "Store", claims_file: ClaimsFile) -> GateResult:
+    refs = [ref for c in claims_file.claims for ref in (c.baseline, c.candidate)]
+    return evaluate(claims_file, collect_evidence(store, refs))
+
+
+# ---------------------------------------------------------------------------------------- pure
+def evaluate(claims_file: ClaimsFile, evidence: Mapping[str, Evidence | Unresolved]) -> GateResult:
+    return GateResult(claims_file.path, tuple(evaluate_claim(c, evidence[c.baseline], evidence[c.candidate])
+                                              for c in claims_file.claims))
+
+
+def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evidence | Unresolved) -> ClaimResult:
+    def reason(code: str, text: str) -> Reason:
+        return Reason(code, f"{claim.name}: {text}")
+
+    missing = [(role, e) for role, e in (("baseline", baseline), ("candidate", candidate)) if isinstance(e, Unresolved)]
+    if missing:
+        reasons = tuple(reason("unknown_receipt", f"unknown receipt: {role} {e.message}") for role, e in missing)
+        ids = [None if isinstance(e, Unresolved) else e.receipt.id for e in (baseline, candidate)]
+        return ClaimResult(claim, False, reasons, None, ids[0], ids[1])
+    a, b = baseline.receipt, candidate.receipt
+    c = compare(a, b, min_effect=claim.min_effect)
+    if not c.comparable:
+        if not (a.complete and b.complete):
+            rumors = "; ".join(f"{role} {r.run_name} ({r.id[:12]}) lacks {', '.join(d.field for d in c.differences if getattr(r, d.field) is None)}"
+                               for role, r in (("baseline", a), ("candidate", b)) if not r.complete)
+            rs = (reason("rumor", f"incomplete identity (a rumor, not a comparison): {rumors}"),)
+        else:
+            rs = (reason("identity", "identities differ: " + "; ".join(f"{d.field} {d.a!r} != {d.b!r}" for d in c.differences)),)
+        return ClaimResult(claim, False, rs, None, a.id, b.id)
+
+    reasons = list(_drift_reasons(claim, c, reason))
+    if claim.is_speed:
+        measured, more = _speed(claim, c, baseline, candidate, reason)
+    else:
+        measured, more = _memory(claim, a, b, reason)
+    reasons += more
+    return ClaimResult(claim, not reasons, tuple(reasons), measured, a.id, b.id, _windows(c))
+
+
+def _windows(c: Comparison) -> tuple[str, ...]:
+    out = []
+    for role, s in (("baseline", c.a), ("candidate", c.b)):
+        n = s.step_ms.n if s.step_ms else 0
+        out.append(f"{role} {s.run_name} ({s.id[:12]}): steady steps {s.first_step}..{s.last_step} (n={n}), "
+                   f"{s.warmup_steps} warm-up excluded [{s.window_rule}]")
+    return tuple(out)
+
+
+def _quote(diffs: tuple[Difference, ...]) -> str:
+    shown = ", ".join(f"{d.field} {d.a!r} -> {d.b!r}" for d in diffs[:_MAX_LISTED])
+    return shown + (f" and {len(diffs) - _MAX_LISTED} more" if len(diffs) > _MAX_LISTED else "")
+
+
+def _drift_reasons(claim: Claim, c: Comparison, reason):
+    drift = c.drift or {}
+    if drift.get("recipe"):
+        yield reason("recipe_drift", f"recipe drift (never acceptable: a different experiment): {_quote(drift['recipe'])}")
+    for kind in ("runtime", "infrastructure"):
+        if drift.get(kind) and kind not in claim.declared_drift:
+            yield reason("undeclared_drift", f"undeclared {kind} drift: {_quote(drift[kind])} "
+                                             f"(add declared_drift: [{kind}] if the claim is about it)")
+
+
+def warmup_problems(e: Evidence, *, spike_factor: float = SPIKE_FACTOR) -> list[str]:
+    """Rule warmup-in-window-v1 (see above); empty when the steady window is clean."""
+    r = e.receipt
+    first, last = r.window_first_step, r.window_last_step
+    out = []
+    if first is not None and r.warmup_last_step is not None and first <= r.warmup_last_step:
+        out.append(f"window starts at step {first} but warm-up runs through step {r.warmup_last_step}")
+    for name, lo, hi in e.phases:
+        lo, hi = (lo if lo is not None else hi), (hi if hi is not None else lo)
+        if name.lower() in WARMUP_PHASES and lo is not None and first is not None and lo <= last and hi >= first:
+            out.append(f"a '{name}' phase (steps {lo}..{hi}) overlaps the steady window {first}..{last}")
+    x = r.steady_step_ms[np.isfinite(r.steady_step_ms)]
+    if x.size:
+        median = float(np.median(x))
+        slow = x[x > spike_factor * median]
+        if median > 0 and slow.size:
+            out.append(f"{slow.size} steady-window step(s) take over {spike_factor:g}x the window median "
+                       f"{median:.2f} ms (slowest {slow.max() / median:.1f}x): compile/warm-up inside the window")
+    return out
+
+
+def _as_time_ratio(claim: Claim, c: Comparison) -> RatioCI | None:
+    """The measurement as candidate/baseline *time* (lower is faster), so verdict_for applies to both metrics."""
+    if claim.metric == "step_time":
+        return c.ratio
+    t = c.tokens_ratio  # candidate/baseline tokens per second: its inverse is a time ratio
+    if t is None or t.value <= 0 or t.ci_low <= 0:
+        return None
+    return RatioCI(1.0 / t.value, 1.0 / t.ci_high, 1.0 / t.ci_low, t.confidence, t.method)
+
+
+def _speed(claim: Claim, c: Comparison, baseline: Evidence, candidate: Evidence, reason):
+    out = []
+    label = "step time" if claim.metric == "step_time" else "tokens/s"
+    for role, s, e in (("baseline", c.a, baseline), ("candidate", c.b, candidate)):
+        summary = s.step_ms if claim.metric == "step_time" else s.tokens_per_s
+        n = summary.n if summary else 0
+        if n < claim.min_steps:
+            out.append(reason("too_few_steps", f"{role} {s.run_name} has {n} steady-state steps with {label} "
+                                               f"(min_steps {claim.min_steps})"))
+        for problem in warmup_problems(e):
+            out.append(reason("warmup_in_window", f"warm-up inside the steady window of {role} {s.run_name}: "
+                                                  f"{problem} [{WARMUP_RULE}]"))
+        if summary and summary.cv > claim.max_cv:
+            out.append(reason("noise", f"{role} {s.run_name} is too noisy: CV of {label} {summary.cv:.1%} "
+                                       f"> max_cv {claim.max_cv:.1%}"))
+    ratio = _as_time_ratio(claim, c)
+    if ratio is None:
+        out.append(reason("no_measurement", f"no {label} ratio: a run has fewer than 2 steady-state steps with {label}"))
+        return None, out
+    value, low, high = 1.0 / ratio.value, 1.0 / ratio.ci_high, 1.0 / ratio.ci_low
+    measured = Measured(claim.metric, "x", value, low, high, ratio.confidence,
+                        f"speedup = baseline/candidate median {label if claim.metric == 'step_time' else 'time per token'}; "
+                        f"{ratio.method}")
+    s = claim.speedup
+    lo_ok, hi_ok = s * (1 - claim.tolerance), s * (1 + claim.tolerance)
+    ci = f"{value:.3f}x [{low:.3f}, {high:.3f}] ({ratio.confidence:.0%} CI)"
+    if high < lo_ok or low > hi_ok:
+        out.append(reason("effect_mismatch", f"measured speedup {ci} excludes the claimed {s:.3f}x "
+                                             f"+- {claim.tolerance:.1%} [{lo_ok:.3f}, {hi_ok:.3f}]"))
+    # asv: a claimed effect needs BOTH a CI that excludes no-change AND at least min_effect (verdict_for).
+    verdict = verdict_for(ratio, claim.min_effect)
+    wanted = "faster" if s > 1 else "slower" if s < 1 else None
+    if wanted and verdict != wanted:
+        why = ("the CI includes no change (1.0)" if low <= 1.0 <= high
+               else f"the effect {abs(value - 1):.2%} is below min_effect {claim.min_effect:.1%}")
+        out.append(reason("not_significant", f"claims {wanted} ({s:.3f}x) but {why}: measured {ci}, "
+                                             f"verdict '{verdict}'"))
+    return measured, out
+
+
+def _memory(claim: Claim, a: StoredReceipt, b: StoredReceipt, reason):
+    attr = f"{claim.metric}_bytes"
+    pa, pb = getattr(a, attr), getattr(b, attr)
+    absent = [role for role, p in (("baseline", pa), ("candidate", pb)) if p is None]
+    if absent:
+        return None, [reason("no_measurement", f"no {claim.metric} peak recorded for {' and '.join(absent)}")]
+    change, claimed = pb - pa, claim.change_bytes
+    tol = claim.tolerance_bytes if claim.tolerance_bytes is not None else claim.tolerance * abs(claimed)
+    tol_text = f"{_gib(claim.tolerance_bytes)} (tolerance_bytes)" if claim.tolerance_bytes is not None else f"{claim.tolerance:.1%}"
+    measured = Measured(claim.metric, "bytes", float(change), None, None, None,
+                        f"no CI: a memory peak is one number per run (max over ranks); "
+                        f"baseline {_gib(pa)}, candidate {_gib(pb)}")
+    out = []
+    if abs(change - claimed) > tol:
+        out.append(reason("effect_mismatch", f"measured {claim.metric} change {_gib(change, signed=True)} is not the claimed "
+                                             f"{_gib(claimed, signed=True)} +- {tol_text}"))
+    if claimed != 0 and np.sign(change) != np.sign(claimed):
+        out.append(reason("not_significant", f"claims a {'reduction' if claimed < 0 else 'increase'} of "
+                                             f"{_gib(abs(claimed))} but the measured change is {_gib(change, signed=True)}"))
+    return measured, out
+
+
+def _gib(n: int | float | None, *, signed: bool = False) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 2**30:+.3f} GiB" if signed else f"{n / 2**30:.3f} GiB"

@@ -1,0 +1,157 @@
+"""`receipts gate CLAIMS.yaml`: accept a benchmark claim only when its receipts support it.
+
+Exit 0 when every claim is accepted, 1 when any is rejected, 2 when a claims file is malformed.
+The analysis lives in analysis/gate.py; this module only formats its results (text, JSON, JUnit XML,
+GitHub Actions annotations).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.markup import escape
+
+from receipts.analysis.claims import load_claims
+from receipts.analysis.gate import ClaimResult, GateResult, Measured, run_gate
+from receipts.cli.context import EXIT_OK, EXIT_REJECTED, console, handle_errors, print_json, settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gate")(gate)
+
+
+@handle_errors
+def gate(
+    ctx: typer.Context,
+    claims: List[Path] = typer.Argument(..., help="Claims files (YAML, version 1; see docs/claims-format.md)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here: one testcase per claim."),
+    github: bool = typer.Option(False, "--github", help="Also print GitHub Actions annotations (::error / ::notice)."),
+) -> None:
+    """Check benchmark claims against stored receipts. Exit 1 when any claim is rejected.
+
+    Example: receipts gate examples/claims/true_claims.yaml --junit gate.xml --github
+    """
+    files = [load_claims(p) for p in claims]  # every file is validated before any is judged
+    with settings(ctx).store(read_only=True) as store:
+        results = [run_gate(store, f) for f in files]
+    if junit is not None:
+        junit.write_text(to_junit(results), encoding="utf-8")
+    if as_json:
+        print_json(to_json(results))
+    else:
+        _render(results)
+    if github:
+        for line in to_github(results):
+            print(line)
+    raise typer.Exit(EXIT_OK if all(r.accepted for r in results) else EXIT_REJECTED)
+
+
+def fmt_measured(m: Measured | None) -> str:
+    if m is None or m.value is None:
+        return "not measured"
+    if m.unit == "x":
+        return f"speedup {m.value:.3f}x [{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.confidence:.0%} CI)"
+    return f"change {m.value / 2**30:+.3f} GiB ({m.note})"
+
+
+def fmt_claimed(r: ClaimResult) -> str:
+    c = r.claim
+    if c.is_speed:
+        return f"claimed {c.speedup:.3f}x +- {c.tolerance:.1%}"
+    tol = f"{c.tolerance_bytes / 2**30:.3f} GiB" if c.tolerance_bytes is not None else f"{c.tolerance:.1%}"
+    return f"claimed {c.change_bytes / 2**30:+.3f} GiB +- {tol}"
+
+
+def _render(results: list[GateResult]) -> None:
+    n_ok = n_bad = 0
+    for g in results:
+        for r in g.results:
+            c = r.claim
+            where = f"{c.path}:{c.line}"
+            if r.accepted:
+                n_ok += 1
+                console.print(f"[green]ACCEPTED[/] " + escape(f"{c.name} ({c.metric}, {where}): "
+                                                                f"{fmt_measured(r.measured)}; {fmt_claimed(r)}"))
+            else:
+                n_bad += 1
+                console.print(f"[bold red]REJECTED[/] " + escape(f"{c.name} ({c.metric}, {where}): "
+                                                                    f"{fmt_measured(r.measured)}; {fmt_claimed(r)}"))
+                for reason in r.reasons:
+                    console.print("  - " + escape(reason.message))
+            for w in r.windows:
+                console.print("    " + escape(w))
+    console.print(f"{n_ok + n_bad} claim(s): {n_ok} accepted, {n_bad} rejected")
+
+
+def _claim_json(r: ClaimResult) -> dict[str, Any]:
+    c, m = r.claim, r.measured
+    return {
+        "name": c.name, "file": c.path, "line": c.line, "metric": c.metric,
+        "baseline": c.baseline, "candidate": c.candidate, "baseline_id": r.baseline_id, "candidate_id": r.candidate_id,
+        "claimed": {"speedup": c.speedup, "change_bytes": c.change_bytes, "tolerance": c.tolerance,
+                    "tolerance_bytes": c.tolerance_bytes, "declared_drift": list(c.declared_drift),
+                    "min_steps": c.min_steps, "max_cv": c.max_cv, "min_effect": c.min_effect},
+        "accepted": r.accepted,
+        "reasons": [x.message for x in r.reasons],
+        "reason_codes": [x.code for x in r.reasons],
+        "measured": {"value": m.value if m else None, "ci_low": m.ci_low if m else None,
+                     "ci_high": m.ci_high if m else None, "confidence": m.confidence if m else None,
+                     "unit": m.unit if m else None, "note": m.note if m else None},
+        "windows": list(r.windows),
+    }
+
+
+def to_json(results: list[GateResult]) -> dict[str, Any]:
+    """The stable `gate --json` contract."""
+    return {"accepted": all(g.accepted for g in results),
+            "claims": [_claim_json(r) for g in results for r in g.results]}
+
+
+def to_junit(results: list[GateResult]) -> str:
+    every = [r for g in results for r in g.results]
+    failures = sum(not r.accepted for r in every)
+    suites = ET.Element("testsuites", name="receipts gate", tests=str(len(every)), failures=str(failures))
+    for g in results:
+        suite = ET.SubElement(suites, "testsuite", name=g.path, tests=str(len(g.results)),
+                              failures=str(sum(not r.accepted for r in g.results)), errors="0")
+        for r in g.results:
+            case = ET.SubElement(suite, "testcase", classname=Path(g.path).stem, name=r.claim.name,
+                                 file=g.path, line=str(r.claim.line))
+            detail = "\n".join([fmt_measured(r.measured) + "; " + fmt_claimed(r), *r.windows])
+            if r.accepted:
+                ET.SubElement(case, "system-out").text = detail
+            else:
+                failure = ET.SubElement(case, "failure", message="; ".join(x.message for x in r.reasons),
+                                        type="rejected")
+                failure.text = "\n".join([*(x.message for x in r.reasons), detail])
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _escape_data(s: str) -> str:
+    # GitHub's workflow-command encoding (actions/toolkit command.ts): data escapes %, CR, LF ...
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_prop(s: str) -> str:
+    # ... and property values also escape ':' and ','.
+    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def to_github(results: list[GateResult]) -> list[str]:
+    out = []
+    for g in results:
+        for r in g.results:
+            c = r.claim
+            where = f"file={_escape_prop(c.path)},line={c.line}"
+            if r.accepted:
+                out.append(f"::notice {where},title={_escape_prop('claim accepted: ' + c.name)}::"
+                           f"{_escape_data(fmt_measured(r.measured) + '; ' + fmt_claimed(r))}")
+            else:
+                out.append(f"::error {where},title={_escape_prop('claim rejected: ' + c.name)}::"
+                           f"{_escape_data(chr(10).join(x.message for x in r.reasons))}")
+    return out
