@@ -1,0 +1,171 @@
+"""The shared team store: one PostgreSQL database, the same tables as the DuckDB file.
+
+Writes go through psycopg 3, one transaction per receipt, bulk frames by COPY. Reads run the very same
+sql/*.sql through DuckDB's postgres extension (ATTACH ... READ_ONLY), so every analysis gives identical
+answers on both backends.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import duckdb
+import polars as pl
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from receipts.duck import connect
+from receipts.errors import StoreError
+from receipts.schema.tables import metadata
+from receipts.store.base import Store
+from receipts.store.migrations import PostgresTarget, ensure_schema
+
+URL_PREFIXES = ("postgresql+psycopg://", "postgresql://", "postgres://")
+
+
+def libpq_dsn(url: str) -> str:
+    """`postgresql+psycopg://…` (SQLAlchemy spelling) or a libpq URI -> a key=value libpq string.
+
+    Both psycopg and DuckDB's postgres extension link libpq, so one string serves both; key=value form
+    quotes passwords with odd characters safely."""
+    if url.startswith("postgresql+psycopg://"):
+        url = "postgresql://" + url[len("postgresql+psycopg://"):]
+    try:
+        return make_conninfo(**conninfo_to_dict(url))
+    except psycopg.ProgrammingError as exc:
+        raise StoreError(redact_url(url), f"not a PostgreSQL URL: {exc}") from exc
+
+
+def redact_url(url: str) -> str:
+    """The URL as printed in errors and status lines: never with its password."""
+    try:
+        params = conninfo_to_dict(url.replace("postgresql+psycopg://", "postgresql://", 1))
+    except psycopg.ProgrammingError:
+        return "postgresql://…"
+    user = params.get("user", "")
+    host = params.get("host", "")
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"postgresql://{user + '@' if user else ''}{host}{port}/{params.get('dbname', '')}"
+
+
+class PostgresStore(Store):
+    def __init__(self, url: str, *, read_only: bool = False):
+        self.dsn = libpq_dsn(url)
+        self.url = redact_url(url)
+        self.read_only = read_only
+        self._duck: duckdb.DuckDBPyConnection | None = None
+        try:
+            # autocommit: every write opens its own explicit transaction (conn.transaction()).
+            self.conn = psycopg.connect(self.dsn, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise StoreError(self.url, f"cannot connect: {str(exc).strip()}") from exc
+        if read_only:
+            # The dashboard role should hold SELECT only; this makes a read-only store safe even when it does not.
+            self.conn.execute("SET default_transaction_read_only = on")
+        ensure_schema(PostgresTarget(self.conn, self.url), create=not read_only)
+
+    def close(self) -> None:
+        if self._duck is not None:
+            self._duck.close()
+            self._duck = None
+        self.conn.close()
+
+    # ---- reads: the sql/ queries, run by DuckDB over the attached database -----------------------
+    def _reader(self) -> duckdb.DuckDBPyConnection:
+        if self._duck is None:
+            con = connect(extensions=("postgres_scanner",))
+            quoted = self.dsn.replace("'", "''")
+            # A string literal, not a parameter: ATTACH takes no prepared parameters (duckdb 1.4.4).
+            con.execute(f"ATTACH '{quoted}' AS pg (TYPE postgres, READ_ONLY)")
+            con.execute("USE pg.public")
+            self._duck = con
+        return self._duck
+
+    def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
+        con = self._reader()
+        try:
+            return con.execute(query, params or {}).pl()
+        except duckdb.CatalogException:
+            # The extension caches the catalog (tables, columns) per attach, though each query reads rows
+            # in a fresh snapshot; a table or column created since the attach (db upgrade, another
+            # process's init) is only seen after clearing that cache. Retry once.
+            con.execute("CALL pg_clear_cache()")
+            return con.execute(query, params or {}).pl()
+
+    # ---- writes ----------------------------------------------------------------------------------
+    def _write(self, *, content_sha256, small, bulk, attach=None) -> bool:
+        if self.read_only:
+            raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
+        small = dict(small)
+        try:
+            with self.conn.transaction():
+                # The guard row goes first: its UNIQUE/PK constraint decides races between writers. A
+                # concurrent writer of the same content waits on the index entry until the first commits
+                # (then DO NOTHING) or aborts (then it inserts). Never read-then-write.
+                if content_sha256 is not None:
+                    guard_table, conflict = "receipts", ("content_sha256",)
+                else:
+                    guard_table, conflict = "anatomy_sources", ("receipt_id", "source_sha256")
+                guard_rows = small.pop(guard_table)
+                if not _insert_guard(self.conn, guard_table, guard_rows[0], conflict):
+                    raise psycopg.Rollback()
+                if guard_rows[1:]:
+                    _insert_rows(self.conn, guard_table, guard_rows[1:])
+                for table, rows in small.items():
+                    if rows:
+                        _insert_rows(self.conn, table, rows)
+                for table, frame in bulk.items():
+                    if frame.height:
+                        _copy_frame(self.conn, table, frame)
+                return True
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            raise StoreError(self.url, "this role may not write (read-only); use a writer role to ingest") from exc
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StoreError(self.url, f"permission denied: {str(exc).strip()}") from exc
+        # psycopg.Rollback exits the transaction block quietly: the content was already there.
+        return False
+
+
+def _columns(table: str) -> list[str]:
+    return [c.name for c in metadata.tables[table].columns]
+
+
+def _insert_guard(conn: psycopg.Connection, table: str, row: dict[str, Any], conflict: tuple[str, ...]) -> bool:
+    columns = _columns(table)
+    statement = pgsql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO NOTHING RETURNING 1").format(
+        pgsql.Identifier(table), pgsql.SQL(", ").join(map(pgsql.Identifier, columns)),
+        pgsql.SQL(", ").join(pgsql.Placeholder() * len(columns)),
+        pgsql.SQL(", ").join(map(pgsql.Identifier, conflict)))
+    return conn.execute(statement, [row.get(c) for c in columns]).fetchone() is not None
+
+
+def _insert_rows(conn: psycopg.Connection, table: str, rows: list[dict[str, Any]]) -> None:
+    columns = _columns(table)
+    statement = pgsql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        pgsql.Identifier(table), pgsql.SQL(", ").join(map(pgsql.Identifier, columns)),
+        pgsql.SQL(", ").join(pgsql.Placeholder() * len(columns)))
+    with conn.cursor() as cur:
+        cur.executemany(statement, [[row.get(c) for c in columns] for row in rows])
+
+
+def _copy_frame(conn: psycopg.Connection, table: str, frame: pl.DataFrame) -> None:
+    """COPY ... FROM STDIN (CSV) from polars' writer: no per-row Python work.
+
+    CSV conventions that make the round trip exact: nulls are unquoted empty fields and every string is
+    quoted (so '' stays an empty string, not NULL); polars writes floats in shortest round-trip form and
+    NaN/inf spellings PostgreSQL's float8 input accepts."""
+    known = set(_columns(table))
+    unknown = [c for c in frame.columns if c not in known]
+    if unknown:
+        raise StoreError(table, f"bulk frame has columns the table lacks: {unknown}")
+    buffer = io.BytesIO()
+    frame.write_csv(buffer, include_header=False, null_value="", quote_style="non_numeric")
+    statement = pgsql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+        pgsql.Identifier(table), pgsql.SQL(", ").join(map(pgsql.Identifier, frame.columns)))
+    view = buffer.getbuffer()
+    chunk = 1 << 20
+    with conn.cursor().copy(statement) as copy:
+        for start in range(0, len(view), chunk):
+            copy.write(view[start:start + chunk])
