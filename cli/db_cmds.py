@@ -1,0 +1,99 @@
+"""`receipts db init | upgrade | status` and `receipts push --to postgresql://…`."""
+
+from __future__ import annotations
+
+import typer
+
+from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.store import migrations, open_store
+from receipts.store.sync import push as push_receipts
+
+db_app = typer.Typer(help="Create, upgrade and inspect a store's schema (DuckDB file or PostgreSQL).",
+                     no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(db_app, name="db")
+    app.command("push")(push)
+
+
+@db_app.command("init")
+@handle_errors
+def init(ctx: typer.Context) -> None:
+    """Create the receipts tables in an empty database (a no-op when they exist).
+
+    Example: receipts --db postgresql://receipts@db.internal/receipts db init
+    """
+    cfg = settings(ctx)
+    with migrations.open_target(cfg.db, create=True) as target:
+        created = migrations.init(target)
+        st = migrations.status(target)
+    verb = "created" if created else "already initialised:"
+    console.print(f"{verb} {st.backend} store {st.url} at schema version {st.schema_version} ({st.state})")
+
+
+@db_app.command("upgrade")
+@handle_errors
+def upgrade(ctx: typer.Context) -> None:
+    """Apply the schema migrations this build needs, one transaction each.
+
+    Example: receipts --db postgresql://receipts@db.internal/receipts db upgrade
+    """
+    cfg = settings(ctx)
+    with migrations.open_target(cfg.db) as target:
+        applied = migrations.upgrade(target)
+        st = migrations.status(target)
+    if applied:
+        console.print(f"upgraded {st.backend} store {st.url} to schema version {st.schema_version} "
+                      f"(applied {', '.join(map(str, applied))})")
+    else:
+        console.print(f"{st.backend} store {st.url} is at schema version {st.schema_version} ({st.state})")
+
+
+@db_app.command("status")
+@handle_errors
+def status(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Backend, schema version (stored vs this build's) and receipt count.
+
+    Example: receipts --db receipts.duckdb db status --json
+    """
+    cfg = settings(ctx)
+    with migrations.open_target(cfg.db) as target:
+        st = migrations.status(target)
+    if as_json:
+        print_json({"backend": st.backend, "url": st.url, "schema_version": st.schema_version,
+                    "code_version": st.code_version, "head_version": st.head_version, "state": st.state,
+                    "receipts": st.receipts})
+        return
+    console.print(f"backend: {st.backend}")
+    console.print(f"store: {st.url}")
+    console.print(f"schema version: {st.schema_version if st.schema_version is not None else '-'} "
+                  f"(this build: {st.code_version}; {st.state})")
+    console.print(f"receipts: {st.receipts if st.receipts is not None else '-'}")
+
+
+@handle_errors
+def push(
+    ctx: typer.Context,
+    to: str = typer.Option(..., "--to", help="Target store, usually the team's postgresql://user@host/db."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Copy receipts (and attached anatomy) from --db to the shared store; ones already there are skipped.
+
+    Example: receipts --db node17.duckdb push --to postgresql://receipts@db.internal/receipts
+    """
+    cfg = settings(ctx)
+    with open_store(cfg.db, read_only=True) as source, open_store(to) as target:
+        result = push_receipts(source, target)
+        target_url = target.url
+    if as_json:
+        print_json({"to": target_url, "receipts_copied": result.receipts_copied,
+                    "receipts_skipped": result.receipts_skipped, "anatomy_copied": result.anatomy_copied,
+                    "anatomy_skipped": result.anatomy_skipped, "copied_ids": result.copied_ids})
+        return
+    console.print(f"pushed to {target_url}: {result.receipts_copied} receipts copied, "
+                  f"{result.receipts_skipped} skipped (already there); "
+                  f"{result.anatomy_copied} anatomy exports copied, {result.anatomy_skipped} skipped")

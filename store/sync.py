@@ -1,0 +1,97 @@
+"""Copy receipts from one store to another (`receipts push`): an air-gapped node ingests into its own
+DuckDB file, then pushes to the team's PostgreSQL store when it can reach it.
+
+Rows are copied as stored (ids, ingested_at, warm-up flags), not re-derived, so both stores answer
+every sql/ query the same. Each receipt goes in its own transaction through the target's `_write`,
+whose unique constraints decide what is already there: pushing twice, or from two nodes at once,
+copies each receipt exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from receipts.schema.tables import BULK_TABLES, metadata
+from receipts.store.base import Store
+
+# Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export).
+RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_sources")
+ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx")
+
+
+@dataclass
+class PushResult:
+    receipts_copied: int = 0
+    receipts_skipped: int = 0          # same content hash already in the target
+    anatomy_copied: int = 0            # profiler exports attached after the receipt was pushed
+    anatomy_skipped: int = 0
+    copied_ids: list[str] = field(default_factory=list)
+
+
+def _select(source: Store, table: str, where: str, params: dict[str, Any]) -> pl.DataFrame:
+    columns = ", ".join(f'"{c.name}"' for c in metadata.tables[table].columns)
+    # Table and column names come from schema/tables.py, never from input; values are parameters.
+    return source.sql(f"SELECT {columns} FROM {table} WHERE {where}", params)
+
+
+def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    return frame.to_dicts()
+
+
+def _anatomy_payload(source: Store, receipt_id: str, source_sha256: str | None):
+    """anatomy_sources rows and the three anatomy frames of one receipt (one export when sha given)."""
+    where = "receipt_id = $id" + (" AND source_sha256 = $sha" if source_sha256 else "")
+    params = {"id": receipt_id, **({"sha": source_sha256} if source_sha256 else {})}
+    small = {"anatomy_sources": _rows(_select(source, "anatomy_sources", where, params))}
+    bulk = {table: _select(source, table, where, params) for table in ANATOMY_TABLES}
+    return small, bulk
+
+
+def push(source: Store, target: Store) -> PushResult:
+    """Copy every receipt (and every attached export) of `source` that `target` lacks."""
+    result = PushResult()
+    present = set(target.sql("SELECT content_sha256 FROM receipts")["content_sha256"].to_list())
+    attached = {tuple(r) for r in target.sql("SELECT receipt_id, source_sha256 FROM anatomy_sources").iter_rows()}
+    local = source.sql("SELECT id, content_sha256 FROM receipts ORDER BY ingested_at, id")
+    for receipt_id, content_sha256 in local.iter_rows():
+        if content_sha256 not in present and _copy_receipt(source, target, receipt_id, content_sha256):
+            result.receipts_copied += 1
+            result.copied_ids.append(receipt_id)
+            continue
+        result.receipts_skipped += 1
+        # The receipt was there already; exports attached to it locally since then still travel.
+        exports = source.sql("SELECT source_sha256 FROM anatomy_sources WHERE receipt_id = $id ORDER BY source_sha256",
+                             {"id": receipt_id})["source_sha256"].to_list()
+        for sha in exports:
+            if (receipt_id, sha) in attached or not _copy_attachment(source, target, receipt_id, sha):
+                result.anatomy_skipped += 1
+            else:
+                result.anatomy_copied += 1
+    return result
+
+
+def _copy_receipt(source: Store, target: Store, receipt_id: str, content_sha256: str) -> bool:
+    params = {"id": receipt_id}
+    small = {"receipts": _rows(_select(source, "receipts", "id = $id", params))}
+    bulk: dict[str, pl.DataFrame] = {}
+    for table in RECEIPT_TABLES:
+        frame = _select(source, table, "receipt_id = $id", params)
+        if table in BULK_TABLES:
+            bulk[table] = frame
+        else:
+            small[table] = _rows(frame)
+    anatomy_small, anatomy_bulk = _anatomy_payload(source, receipt_id, None)
+    small.update(anatomy_small)
+    bulk.update(anatomy_bulk)
+    return target._write(content_sha256=content_sha256, small=small, bulk=bulk)
+
+
+def _copy_attachment(source: Store, target: Store, receipt_id: str, source_sha256: str) -> bool:
+    small, bulk = _anatomy_payload(source, receipt_id, source_sha256)
+    # The target's anatomy_sources primary key (receipt_id, source_sha256) decides the race (attach=).
+    small["receipt_sources"] = _rows(_select(source, "receipt_sources", "receipt_id = $id AND sha256 = $sha",
+                                             {"id": receipt_id, "sha": source_sha256}))
+    return target._write(content_sha256=None, small=small, bulk=bulk, attach=(receipt_id, source_sha256))
