@@ -1,0 +1,216 @@
+"""Megatron-LM, NeMo (Megatron core) and Megatron-DeepSpeed training logs.
+
+Evidence read (everything else in the log is left alone):
+  iteration   ` [2024-04-06 02:55:45] iteration        2/     100 | consumed samples: 256 | elapsed time per
+              iteration (ms): 5630.1 | throughput per GPU (TFLOP/s/GPU): 231.9 | ... | lm loss: 2.02E+00 | ...`
+              Megatron-DeepSpeed adds `consumed tokens:` and has no timestamp. The elapsed time is the MEAN
+              over the last `log_interval` iterations (training_log divides the interval timer by it), so
+              step_ms on a row stands for the whole interval ending at that iteration, not one step.
+  memory      `[Rank 1] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved:
+              ... | max reserved: ...` (torch.cuda.memory_allocated / max_memory_allocated / memory_reserved /
+              max_memory_reserved, MB = 2**20 bytes), printed by ranks with data-parallel rank 0.
+  arguments   `------------------------ arguments ------------------------` then `  name ..... value` lines
+              until `-------------------- end of arguments ---------------------`. Other processes' output is
+              interleaved into the dump in real logs (a value can carry a stray suffix), so only values that
+              parse cleanly become features.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from receipts.errors import InputError
+from receipts.ingest.textlog import LogText, cut_short_note
+from receipts.schema.model import IdentityClaim, MemoryPeak, ParsedRun, steps_frame
+
+FORMAT = "megatron"
+ITERATION = r"iteration\s+([0-9]+)/\s*([0-9]+) \|"
+MEMORY = (r"\[Rank ([0-9]+)\] \(after ([0-9]+) iterations\) memory \(MB\) \| allocated: ([0-9.]+) \| "
+          r"max allocated: ([0-9.]+) \| reserved: ([0-9.]+) \| max reserved: ([0-9.]+)")
+ARGS_BEGIN = r"^-+ arguments -+\s*$"
+ARGS_END = r"^-+ end of arguments -+\s*$"
+ARG_LINE = r"([A-Za-z_][A-Za-z0-9_]*) \.{2,} (.*?)\s*$"
+_DETECT = re.compile(ITERATION + "|" + ARGS_BEGIN + r"|\[Rank [0-9]+\] \(after [0-9]+ iterations\) memory \(MB\)")
+_MB = 1024 * 1024
+_NUM = r"([-+0-9.eE]+|nan|inf)"
+
+# Arguments that shape the model or the batch: the recipe side of a receipt's feature bundle.
+FEATURE_ARGS = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+    "seq_length", "max_position_embeddings", "padded_vocab_size", "num_experts", "moe_router_topk",
+    "moe_ffn_hidden_size", "micro_batch_size", "global_batch_size", "train_iters", "log_interval",
+    "bf16", "fp16", "fp8", "sequence_parallel", "recompute_granularity", "recompute_method",
+    "use_flash_attn", "transformer_impl", "zero_stage", "params_dtype", "swiglu", "position_embedding_type",
+)
+# Parallel degrees in the order the regime hint prints them; first name found wins.
+DEGREES = (
+    ("tp", ("tensor_model_parallel_size",)),
+    ("pp", ("pipeline_model_parallel_size",)),
+    ("cp", ("context_parallel_size",)),
+    ("ep", ("expert_model_parallel_size", "moe_expert_parallel_size")),
+    ("dp", ("data_parallel_size",)),
+)
+
+
+def detect(head: list[str]) -> bool:
+    return any(_DETECT.search(line) for line in head)
+
+
+def _num(rx: str) -> pl.Expr:
+    return pl.col("text").str.extract(rx, 1).cast(pl.Float64, strict=False)
+
+
+def parse(log: LogText) -> ParsedRun:
+    frame = log.frame()
+    last_line_parsed = True
+    if log.unterminated_last:
+        # Every complete iteration line ends with '|'; a killed writer's prefix of one (or of a memory
+        # line) may still parse, with wrong numbers, so it is not read.
+        last_line_parsed = frame["text"][-1].rstrip().endswith("|")
+        if not last_line_parsed:
+            frame = frame.head(frame.height - 1)
+
+    iters = (
+        frame.filter(pl.col("text").str.contains("iteration", literal=True))
+        .with_columns(pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False).alias("step"))
+        .filter(pl.col("step").is_not_null())
+        .with_columns(
+            _num(r"elapsed time per iteration \(ms\): ([0-9.]+)").alias("step_ms"),
+            _num(r"\| lm loss: " + _NUM).alias("loss"),
+            _num(r"consumed samples:\s+([0-9]+)").alias("samples"),
+            _num(r"consumed tokens:\s+([0-9]+)").alias("tokens"),
+            pl.col("text").str.extract(r"tokens per (?:sec|second): ([0-9.,]+)", 1).str.replace_all(",", "")
+            .cast(pl.Float64, strict=False).alias("tokens_per_s"),
+            pl.col("text").str.extract(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]", 1).alias("at"),
+        )
+    )
+    if iters.height == 0:
+        raise InputError(log.path, "no Megatron iteration lines found; expected ` iteration N/ M | consumed "
+                                   "samples: ... | elapsed time per iteration (ms): ... |`")
+    args = _arguments(frame)
+    iters = iters.with_columns(_derived_tokens_per_s(args.get("seq_length")))
+
+    memory_rows = (
+        frame.filter(pl.col("text").str.contains("memory (MB)", literal=True))
+        .select(pl.col("text").str.extract_groups(MEMORY).alias("m")).unnest("m")
+        .drop_nulls()
+        .select(pl.col("1").cast(pl.Int32).alias("rank"), pl.col("2").cast(pl.Int64).alias("step"),
+                *[(pl.col(c).cast(pl.Float64) * _MB).cast(pl.Int64).alias(n)
+                  for c, n in (("3", "allocated"), ("4", "max_allocated"), ("5", "reserved"), ("6", "max_reserved"))])
+    )
+    memory = tuple(
+        MemoryPeak(rank, max_alloc, max_res)
+        for rank, max_alloc, max_res in memory_rows.group_by("rank").agg(
+            pl.col("max_allocated").max(), pl.col("max_reserved").max()).sort("rank").iter_rows()
+    )
+    # The per-step columns take the current allocated/reserved of the worst reporting rank at that
+    # iteration (the max_* values are cumulative since start, so they are peaks, not per-step values).
+    per_step = memory_rows.group_by("step").agg(pl.col("allocated").max().alias("allocated_bytes"),
+                                                pl.col("reserved").max().alias("reserved_bytes"))
+    steps = iters.join(per_step, on="step", how="left")
+
+    world = _int(args.get("world_size")) or _world_from_banner(frame)
+    deepspeed = args.get("deepspeed") is True or "deepspeed_config" in args
+    return ParsedRun(
+        source_format=FORMAT,
+        format_version="megatron-deepspeed" if deepspeed else None,
+        steps=steps_frame(steps.select("step", "step_ms", "tokens_per_s", "loss", "allocated_bytes",
+                                       "reserved_bytes", "line")),
+        claim=IdentityClaim(regime=_regime(args, deepspeed)),
+        memory=memory,
+        features={k: args[k] for k in FEATURE_ARGS if k in args and args[k] is not None},
+        world_size=world,
+        ended_early=cut_short_note(log, last_line_parsed) or _crash_after(frame, iters),
+        started_at=_iso(iters["at"].drop_nulls().head(1).to_list()),
+        provenance={"train_iters": _int(args.get("train_iters")) or int(iters["text"].str.extract(ITERATION, 2)[0])},
+    )
+
+
+def _arguments(frame: pl.DataFrame) -> dict:
+    begin = frame.filter(pl.col("text").str.contains(ARGS_BEGIN))
+    if begin.height == 0:
+        return {}
+    first = begin["line"][0]
+    end = frame.filter((pl.col("line") > first) & pl.col("text").str.contains(ARGS_END))
+    last = end["line"][0] if end.height else first + 2000  # a dump cut by a crash: read what is there
+    block = frame.filter((pl.col("line") > first) & (pl.col("line") < last))
+    pairs = block.select(pl.col("text").str.extract_groups(ARG_LINE).alias("a")).unnest("a").drop_nulls()
+    args: dict = {}
+    for name, raw in pairs.iter_rows():
+        args.setdefault(name, _value(raw))  # the first print of a name is the dump's; later ones are noise
+    return args
+
+
+def _value(raw: str):
+    text = raw.strip()
+    if text in ("True", "False"):
+        return text == "True"
+    if text == "None":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if m := re.fullmatch(r"\[(\d+)\]", text):  # Megatron-DeepSpeed prints num_experts as a list: [1]
+        return int(m.group(1))
+    return text
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _derived_tokens_per_s(seq_length) -> pl.Expr:
+    """Tokens per second over the interval: printed when the version prints it; else from the growth of
+    `consumed tokens` (Megatron-DeepSpeed) or `consumed samples` x seq_length, divided by the interval time."""
+    d_iter = pl.col("step").diff()
+    per_iter = pl.col("tokens").diff() / d_iter
+    if isinstance(seq_length, int):
+        per_iter = per_iter.fill_null(pl.col("samples").diff() / d_iter * seq_length)
+    derived = per_iter / (pl.col("step_ms") / 1000.0)
+    return pl.coalesce(pl.col("tokens_per_s"), derived).alias("tokens_per_s")
+
+
+def _regime(args: dict, deepspeed: bool) -> str | None:
+    words = []
+    for short, names in DEGREES:
+        value = next((_int(args[n]) for n in names if _int(args.get(n)) is not None), None)
+        if value is not None:
+            words.append(f"{short}{value}")
+    if args.get("sequence_parallel") is True:
+        words.append("sp")
+    if not words:
+        return None
+    return " ".join(["megatron-deepspeed" if deepspeed else "megatron", *words])
+
+
+def _world_from_banner(frame: pl.DataFrame) -> int | None:
+    # `using world size: 8, data-parallel-size: 8, tensor-model-parallel size: 1, ...` (printed by rank 0
+    # before the arguments dump in every Megatron flavour)
+    hit = frame.filter(pl.col("text").str.contains("using world size: ", literal=True)).head(1)
+    if hit.height == 0:
+        return None
+    m = re.search(r"using world size: (\d+)", hit["text"][0])
+    return int(m.group(1)) if m else None
+
+
+def _crash_after(frame: pl.DataFrame, iters: pl.DataFrame) -> str | None:
+    """A traceback or kill after the last iteration line means the run stopped before its last iteration."""
+    last_line, last_step = iters["line"][-1], iters["step"][-1]
+    total = iters["text"].str.extract(ITERATION, 2).cast(pl.Int64)[-1]
+    if last_step >= total:
+        return None
+    crash = frame.filter((pl.col("line") > last_line) & pl.col("text").str.contains(
+        r"Traceback \(most recent call last\)|KeyboardInterrupt|CUDA out of memory|Killing subprocess|SIGTERM|SIGKILL"))
+    if crash.height == 0:
+        return None
+    line, text = crash.row(0)
+    return (f"line {line}: {text.strip()[:80]!r} after the last iteration line {last_line} "
+            f"(iteration {last_step} of {total})")
+
+
+def _iso(values: list[str]) -> str | None:
+    return values[0].replace(" ", "T") if values else None
