@@ -41,10 +41,16 @@ if TYPE_CHECKING:
 # Rule `warmup-in-window-v1`. Warm-up lies inside the steady window when
 #   1. the stored window starts at or before the last warm-up step (window_first_step <= warmup_last_step), or
 #   2. a compile / warm-up phase marker overlaps [window_first_step, window_last_step], or
-#   3. a steady-window step takes more than SPIKE_FACTOR x the window median: a recompile or a warm-up the
-#      window rule missed (3x: real steady steps jitter by percents, compile steps by multiples).
+#   3. isolated steady-window steps take more than SPIKE_FACTOR x the window median: a recompile or a warm-up
+#      the window rule missed (3x: steady steps jitter by percents, compile steps by multiples). "Isolated"
+#      means at most SPIKE_MAX_SHARE of the window: steps that slow and that *regular* are the run's own
+#      periodic work (SOAP's preconditioner update every 10th step in the 2024-10-09 modded-nanogpt record
+#      is 5x the median on 10% of steps), which the noise rule (max_cv) judges instead. The 2025-09-10
+#      Yarn record shows the case this rule is for: 7 steps of 1670 at 3.5-4.8x, one at each
+#      attention-window change, i.e. torch.compile recompiling inside the steady window.
 WARMUP_RULE = "warmup-in-window-v1"
 SPIKE_FACTOR = 3.0
+SPIKE_MAX_SHARE = 0.02
 _MAX_LISTED = 3  # drift differences quoted per reason; the rest are counted
 
 
@@ -197,7 +203,7 @@ def warmup_problems(e: Evidence, *, spike_factor: float = SPIKE_FACTOR) -> list[
     if x.size:
         median = float(np.median(x))
         slow = x[x > spike_factor * median]
-        if median > 0 and slow.size:
+        if median > 0 and 0 < slow.size <= max(1, int(SPIKE_MAX_SHARE * x.size)):
             out.append(f"{slow.size} steady-window step(s) take over {spike_factor:g}x the window median "
                        f"{median:.2f} ms (slowest {slow.max() / median:.1f}x): compile/warm-up inside the window")
     return out

@@ -1,0 +1,242 @@
+"""The CI gate: every rejection reason, and true claims accepted, on receipts ingested through the real CLI.
+
+Two layers. Native RECEIPT logs written here cover each rule in isolation (edge cases the real logs do
+not have, e.g. an env knob that differs). The real logs in ../shared/realdata/logs are the point: the
+real-data tests at the bottom run each reason on receipts ingested from them, and compute the numbers
+they expect straight from the log text (a regex over the log lines), never from the gate's own output.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_helpers import cli
+from receipts.analysis.claims import parse_claims, parse_size
+from receipts.errors import InputError, UnsupportedVersion
+
+GIB = 2**30
+HOST, PRESET, REGIME = "h200-usw1c-bench-01", "nam52_h200_dense_ref_v1", "fsdp2/regional-compile"
+
+
+def native_log(path: Path, step_ms, *, preset: str | None = PRESET, regime: str = REGIME, env=None, software=None,
+               features=None, peaks=(40 * GIB, 48 * GIB)) -> Path:
+    identity = {k: v for k, v in (("host_lineage", HOST), ("preset", preset), ("regime", regime)) if v}
+    header = {"v": 1, "kind": "header", "identity": identity, "hostname": HOST, "gpu_model": "NVIDIA H200",
+              "gpu_count": 8, "world_size": 8, "env": env or {}, "software": software or {}, "features": features or {}}
+    lines = ["RECEIPT " + json.dumps(header)]
+    lines += ["RECEIPT " + json.dumps({"v": 1, "kind": "step", "step": i, "rank": 0, "step_ms": float(ms),
+                                       "tokens_per_s": 1e6 / ms}) for i, ms in enumerate(step_ms, start=1)]
+    lines.append("RECEIPT " + json.dumps({"v": 1, "kind": "footer", "rank": 0, "peak_allocated_bytes": peaks[0],
+                                          "peak_reserved_bytes": peaks[1]}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def steps(n: int, mean: float, seed: int, cv: float = 0.01) -> list[float]:
+    return list(np.random.default_rng(seed).normal(mean, mean * cv, n))
+
+
+def claims_yaml(tmp_path: Path, *claims: dict, defaults: dict | None = None, name: str = "claims.yaml") -> Path:
+    doc = {"version": 1, "claims": list(claims)} | ({"defaults": defaults} if defaults else {})
+    path = tmp_path / name
+    path.write_text(json.dumps(doc, indent=2))  # JSON is YAML; line numbers still come from yaml.compose
+    return path
+
+
+def claim(name="c", baseline="run_a", candidate="run_b", metric="step_time", **kw) -> dict:
+    return {"name": name, "baseline": baseline, "candidate": candidate, "metric": metric,
+            **({"speedup": 1.0} if metric in ("step_time", "tokens_per_s") and "speedup" not in kw else {}), **kw}
+
+
+def gate(db: str, path: Path, *extra: str):
+    """(exit code, claims by name) from `receipts gate --json`."""
+    result = cli(db, "gate", str(path), "--json", *extra)
+    out = json.loads(result.stdout)
+    return result.exit_code, {c["name"]: c for c in out["claims"]}
+
+
+def ingest(db: str, *paths: Path, flags: tuple[str, ...] = ()) -> None:
+    result = cli(db, "ingest", *map(str, paths), *flags)
+    assert result.exit_code == 0, result.stdout + result.stderr
+
+
+def codes(c: dict) -> set[str]:
+    return set(c["reason_codes"])
+
+
+@pytest.fixture
+def pair(tmp_path, db):
+    """run_a 200 ms, run_b 170 ms: a true speedup of 200/170 = 1.176x, same lane, no drift."""
+    ingest(db, native_log(tmp_path / "run_a.log", steps(80, 200, 1)), native_log(tmp_path / "run_b.log", steps(80, 170, 2)))
+    return db
+
+
+# ------------------------------------------------------------------------- claims file validation
+@pytest.mark.parametrize("text, line, words", [
+    ("version: 1\nclaims:\n  - name: a\n    baseline: x\n    metric: step_time\n    speedup: 1.1\n", 3, "missing key 'candidate'"),
+    ("version: 1\nclaims:\n  - name: a\n    baseline: x\n    candidate: y\n    metric: flops\n    speedup: 1\n", 6, "unknown metric"),
+    ("version: 1\nclaims:\n  - name: a\n    baseline: x\n    candidate: y\n    metric: peak_reserved\n    change: -6Gb\n", 7, "bad unit"),
+    ("version: 1\nclaims:\n  - name: a\n    baseline: x\n    candidate: y\n    metric: peak_reserved\n    change: -6\n", 7, "needs a unit"),
+    ("version: 1\nclaims:\n  - name: a\n    baseline: x\n    candidate: y\n    metric: peak_reserved\n"
+     "    change: 1GiB\n    speedup: 2\n", 3, "both 'speedup' and 'change'"),
+    ("version: 1\nclaims:\n  - name: a\n    baseline: x\n    candidate: y\n    metric: step_time\n    speedup: 2\n"
+     "    tolerence: 0.1\n", 8, "unknown key 'tolerence'"),
+    ("version: 1\nclaims:\n  - name: a\n    baseline: x\n    candidate: y\n    metric: step_time\n    speedup: 2\n"
+     "    declared_drift: [recipe]\n", 8, "recipe drift cannot be declared"),
+    ("version: 1\nclaims: []\n", 2, "non-empty list"),
+    ("version: 1\nclaims: [\n", 3, "not valid YAML"),
+])
+def test_malformed_claims_name_file_and_line(text, line, words):
+    with pytest.raises(InputError) as err:
+        parse_claims(text, "claims.yaml")
+    assert err.value.line == line and words in str(err.value) and str(err.value).startswith(f"claims.yaml:{line}:")
+
+
+def test_unknown_version_is_refused_and_ids_stay_text():
+    with pytest.raises(UnsupportedVersion, match="claims file c.yaml:1 version '2'"):
+        parse_claims("version: 2\nclaims: []\n", "c.yaml")
+    # 1234e567 would be a float to YAML; as a receipt id prefix it must stay the text the user wrote
+    parsed = parse_claims("version: 1\nclaims:\n- {name: a, baseline: 1234e567, candidate: '0x1f', metric: step_time, speedup: 1}\n")
+    assert (parsed.claims[0].baseline, parsed.claims[0].candidate) == ("1234e567", "0x1f")
+    assert parse_size("-6GiB") == -6 * GIB and parse_size("512MB") == 512 * 10**6
+
+
+def test_cli_exits_2_on_malformed_file_naming_file_and_line(tmp_path, pair):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nclaims:\n  - name: a\n    baseline: run_a\n    candidate: run_b\n    metric: mfu\n    speedup: 1\n")
+    result = cli(pair, "gate", str(bad))
+    assert result.exit_code == 2 and f"{bad}:6" in result.stderr and "unknown metric 'mfu'" in result.stderr
+
+
+# ------------------------------------------------------------------------- each rule in isolation (native logs)
+def test_true_claims_are_accepted_with_measured_ci(tmp_path, pair):
+    path = claims_yaml(tmp_path, claim("time", speedup=1.18), claim("tokens", metric="tokens_per_s", speedup=1.18))
+    code, out = gate(pair, path)
+    assert code == 0
+    for c in out.values():
+        m = c["measured"]
+        assert c["accepted"] and c["reasons"] == [] and m["unit"] == "x"
+        assert m["ci_low"] <= 200 / 170 * 1.02 and m["ci_high"] >= 200 / 170 * 0.98 and m["ci_low"] <= m["value"] <= m["ci_high"]
+
+
+def test_effect_outside_tolerance_is_rejected(tmp_path, pair):
+    code, out = gate(pair, claims_yaml(tmp_path, claim("too good", speedup=1.5)))
+    assert code == 1 and codes(out["too good"]) == {"effect_mismatch"}
+    assert out["too good"]["reasons"][0].startswith("too good: measured speedup")
+
+
+def test_faster_claim_needs_significance(tmp_path, db):
+    # Same mean, 3% noise: the CI straddles 1.0, so "2% faster" is not supported even inside a wide tolerance.
+    ingest(db, native_log(tmp_path / "run_a.log", steps(60, 200, 3, cv=0.03)),
+           native_log(tmp_path / "run_b.log", steps(60, 200, 4, cv=0.03)))
+    code, out = gate(db, claims_yaml(tmp_path, claim("faster", speedup=1.02, tolerance=0.1), claim("same", speedup=1.0)))
+    assert code == 1 and codes(out["faster"]) == {"not_significant"} and "includes no change" in out["faster"]["reasons"][0]
+    assert out["same"]["accepted"]
+
+
+def test_unknown_receipt(tmp_path, pair):
+    code, out = gate(pair, claims_yaml(tmp_path, claim("ghost", candidate="run_zz")))
+    assert code == 1 and codes(out["ghost"]) == {"unknown_receipt"} and "run_zz" in out["ghost"]["reasons"][0]
+
+
+def test_rumor_and_identity_difference(tmp_path, db):
+    ingest(db, native_log(tmp_path / "run_a.log", steps(40, 200, 1)),
+           native_log(tmp_path / "rumor.log", steps(40, 170, 2), preset=None),
+           native_log(tmp_path / "other.log", steps(40, 170, 3), regime="fsdp2/full-compile"))
+    code, out = gate(db, claims_yaml(tmp_path, claim("r", candidate="rumor"), claim("i", candidate="other")))
+    assert code == 1 and codes(out["r"]) == {"rumor"} and "preset_family" in out["r"]["reasons"][0]
+    assert codes(out["i"]) == {"identity"} and "launch_regime" in out["i"]["reasons"][0]
+
+
+def test_drift_must_be_declared_and_recipe_drift_never_passes(tmp_path, db):
+    base = native_log(tmp_path / "run_a.log", steps(40, 200, 1), env={"NCCL_ALGO": None})
+    ingest(db, base, native_log(tmp_path / "env.log", steps(40, 170, 2), env={"NCCL_ALGO": "Ring"}),
+           native_log(tmp_path / "drv.log", steps(40, 170, 3), env={"NCCL_ALGO": None},
+                      software={"driver_version": "570.86"}),
+           native_log(tmp_path / "mhc.log", steps(40, 170, 4), env={"NCCL_ALGO": None}, features={"mhc": False}))
+    path = claims_yaml(tmp_path, claim("env", candidate="env", speedup=1.18),
+                       claim("env declared", candidate="env", speedup=1.18, declared_drift=["runtime"]),
+                       claim("driver", candidate="drv", speedup=1.18),
+                       claim("driver declared", candidate="drv", speedup=1.18, declared_drift=["infrastructure"]),
+                       claim("recipe", candidate="mhc", speedup=1.18, declared_drift=["runtime", "infrastructure"]))
+    code, out = gate(db, path)
+    assert code == 1
+    assert codes(out["env"]) == {"undeclared_drift"} and "env.NCCL_ALGO" in out["env"]["reasons"][0]
+    assert codes(out["driver"]) == {"undeclared_drift"} and "infrastructure" in out["driver"]["reasons"][0]
+    assert out["env declared"]["accepted"] and out["driver declared"]["accepted"]
+    assert codes(out["recipe"]) == {"recipe_drift"} and "features.mhc" in out["recipe"]["reasons"][0]
+
+
+def test_too_few_steps_noise_and_warmup_in_window(tmp_path, db):
+    spiky = steps(100, 170, 5)
+    spiky[60] = 170 * 4.5  # one recompile-sized step in the middle of the steady window
+    ingest(db, native_log(tmp_path / "run_a.log", steps(100, 200, 1)),
+           native_log(tmp_path / "short.log", steps(12, 170, 2)),
+           native_log(tmp_path / "noisy.log", steps(100, 170, 3, cv=0.12)),
+           native_log(tmp_path / "spiky.log", spiky))
+    path = claims_yaml(tmp_path, claim("short", candidate="short", speedup=1.18),
+                       claim("noisy", candidate="noisy", speedup=1.18),
+                       claim("spiky", candidate="spiky", speedup=1.18))
+    code, out = gate(db, path)
+    assert code == 1
+    assert "too_few_steps" in codes(out["short"]) and "11 steady-state steps" in out["short"]["reasons"][0]
+    assert codes(out["noisy"]) == {"noise"}
+    # the spike also inflates the CV: both reasons are true and both are reported
+    assert codes(out["spiky"]) == {"warmup_in_window", "noise"} and "4.5x" in out["spiky"]["reasons"][0]
+
+
+def test_memory_claims(tmp_path, db):
+    ingest(db, native_log(tmp_path / "run_a.log", steps(40, 200, 1), peaks=(40 * GIB, 48 * GIB)),
+           native_log(tmp_path / "run_b.log", steps(40, 200, 2), peaks=(38 * GIB, 42 * GIB)))
+    path = claims_yaml(tmp_path, claim("overlay", metric="peak_reserved", change="-6GiB"),
+                       claim("alloc", metric="peak_allocated", change="-3GiB"),
+                       claim("alloc abs", metric="peak_allocated", change="-3GiB", tolerance_bytes="1GiB"),
+                       claim("wrong sign", metric="peak_allocated", change="+2GiB"))
+    code, out = gate(db, path)
+    assert code == 1 and out["overlay"]["accepted"] and out["alloc abs"]["accepted"]
+    m = out["overlay"]["measured"]
+    assert m["value"] == -6 * GIB and m["ci_low"] is None and "no CI" in m["note"]
+    assert codes(out["alloc"]) == {"effect_mismatch"}                 # -2 GiB is not -3 GiB +- 3%
+    assert codes(out["wrong sign"]) == {"effect_mismatch", "not_significant"}
+
+
+def test_junit_and_github_outputs(tmp_path, pair):
+    path = claims_yaml(tmp_path, claim("ok", speedup=1.18), claim("bad, really: 100%", speedup=2.0))
+    xml_path = tmp_path / "gate.xml"
+    result = cli(pair, "gate", str(path), "--junit", str(xml_path), "--github")
+    assert result.exit_code == 1
+    cases = {c.get("name"): c for c in ET.parse(xml_path).getroot().iter("testcase")}
+    assert cases["ok"].find("failure") is None
+    assert "effect_mismatch" not in cases["bad, really: 100%"].find("failure").get("message")
+    assert "excludes the claimed 2.000x" in cases["bad, really: 100%"].find("failure").get("message")
+    lines = [line for line in result.stdout.splitlines() if line.startswith("::")]
+    assert lines[0].startswith(f"::notice file={path},line=") and "title=claim accepted%3A ok::speedup" in lines[0]
+    assert lines[1].startswith("::error ") and "title=claim rejected%3A bad%2C really%3A 100%25::" in lines[1]
+    assert "ACCEPTED ok" in result.stdout and "REJECTED bad, really" in result.stdout
+
+
+# ------------------------------------------------------------------------- real logs
+from receipts.ingest import sniff  # noqa: E402
+
+LOGS = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "logs"
+SOAP = "track_1_short_2024-10-09_SOAP__5bdc3988-496c-4232-b4ef-53764cb81c92.txt"
+YARN = "track_1_short_2025-09-10_Yarn__ef66c943-e262-400f-822f-068d397a1dc9.txt"
+SFT = "sft_run_gtx1660.log"
+MEGATRON = "megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-baseline.log"
+SAME_LANE = ("--host-lineage", HOST, "--preset", PRESET, "--regime", "ddp/full-compile")
+
+
+def real(name: str, parser: str) -> Path:
+    path = LOGS / name
+    if not path.exists():
+        pytest.skip(f"real data not present: {path}")
+    try:
+        sniff.log_parser(parser)
+    except ModuleNotFoundError:
+        pytest.skip(f"parser receipts.ingest.{parser} not written yet")
+    return path
