@@ -1,0 +1,119 @@
+"""modded-nanogpt speedrun logs (KellerJordan/modded-nanogpt records/*.txt).
+
+A record log is the training script's own source, a `nvidia-smi` table, then lines such as
+  step:0/1670 val_loss:10.8258 train_time:0ms step_avg:0.02ms
+  step:1/1670 train_time:435ms step_avg:434.72ms                  (2025 records)
+  step:13/6000 train_loss:9.8811 train_time:2049ms step_avg:682.95ms   (2024 records)
+and at the end `peak memory allocated: 32712 MiB reserved: 48456 MiB` (2024: `peak memory consumption:
+X MiB`, allocated only; both are torch max_memory_* // 2**20, so bytes are exact to within 1 MiB).
+
+train_time is a clock that stops during validation and checkpointing, and by design leaves out the
+warm-up: 2024 records zero it when the loop reaches step 10 (so train_time drops at step:11 and steps
+1-10 hold compile time), 2025 records run their warm-up steps before the clock starts and never log
+them. step_ms is the growth of train_time between consecutive step lines over the steps between them
+(validation lines serve as clock readings); where the clock was zeroed, the new reading itself is the
+time since the reset, and the steps before it are reported as a 'warmup' phase.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from receipts.errors import InputError
+from receipts.ingest.textlog import LogText, cut_short_note
+from receipts.schema.model import MemoryPeak, ParsedRun, steps_frame
+
+FORMAT = "modded-nanogpt"
+STEP = r"^step:([0-9]+)/([0-9]+) (?:val_loss:([^ ]+) |train_loss:([^ ]+) )?train_time:([0-9.]+)ms"
+# The script's own source opens the log, so its print statement is the earliest sign of the format.
+_DETECT = re.compile(r"^step:[0-9]+/[0-9]+ .*train_time:[0-9.]+ms|step:\{[^}]*\}/\{[^}]*\}.*train_time:\{")
+GPU_ROW = r"^\|\s+([0-9]+)\s+([A-Za-z][^|]*?)\s+(?:On|Off)\s+\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+PEAK = r"^peak memory (?:allocated|consumption): ([0-9]+) MiB(?:\s+reserved: ([0-9]+) MiB)?"
+_MIB = 1024 * 1024
+
+
+def detect(head: list[str]) -> bool:
+    return any(_DETECT.search(line) for line in head)
+
+
+def parse(log: LogText) -> ParsedRun:
+    frame = log.frame()
+    last_line_parsed = True
+    if log.unterminated_last:
+        # complete step lines end in 'ms' and memory lines in 'MiB'; a prefix of either may parse wrongly
+        last_line_parsed = frame["text"][-1].rstrip().endswith(("ms", "MiB"))
+        if not last_line_parsed:
+            frame = frame.head(frame.height - 1)
+
+    lines = (
+        frame.filter(pl.col("text").str.starts_with("step:"))
+        .with_columns(pl.col("text").str.extract_groups(STEP).alias("g")).unnest("g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "line",
+            pl.col("1").cast(pl.Int64).alias("step"),
+            pl.col("2").cast(pl.Int64).alias("total"),
+            pl.col("3").is_not_null().alias("is_val"),
+            pl.col("4").cast(pl.Float64, strict=False).alias("loss"),
+            pl.col("5").cast(pl.Float64).alias("train_ms"),
+        )
+    )
+    if lines.filter(~pl.col("is_val")).height == 0:
+        raise InputError(log.path, "no modded-nanogpt step lines found; expected `step:N/M train_time:Tms "
+                                   "step_avg:Sms` (with val_loss: or train_loss: on some lines)")
+    # The clock starts at 0 before the first step, so the first reading is measured from (step 0, 0 ms).
+    d_ms = pl.col("train_ms") - pl.col("train_ms").shift(1, fill_value=0.0)
+    d_step = pl.col("step") - pl.col("step").shift(1, fill_value=0)
+    lines = lines.with_columns(
+        (d_ms < 0).alias("reset"),
+        pl.when(d_step <= 0).then(None)
+        .when(d_ms < 0).then(pl.col("train_ms") / d_step)
+        .otherwise(d_ms / d_step).alias("step_ms"),
+    )
+    steps = lines.filter(~pl.col("is_val"))
+    resets = steps.filter(pl.col("reset"))
+    phases: tuple = ()
+    if resets.height:
+        phases = (("warmup", steps["step"][0], resets["step"][0] - 1),)
+
+    header = _header(frame)
+    return ParsedRun(
+        source_format=FORMAT,
+        format_version=None,
+        steps=steps_frame(steps.select("step", "step_ms", "loss", "line")),
+        phases=phases,
+        memory=header.pop("memory", ()),
+        software=header.pop("software", {}),
+        gpu_model=header.get("gpu_model"),
+        gpu_count=header.get("gpu_count"),
+        ended_early=cut_short_note(log, last_line_parsed) or _short_of_total(lines),
+        provenance={"total_steps": lines["total"][-1]},
+    )
+
+
+def _short_of_total(lines: pl.DataFrame) -> str | None:
+    last = lines.row(lines.height - 1, named=True)
+    if last["step"] < last["total"]:
+        return f"last step line (line {last['line']}) is step {last['step']} of {last['total']}"
+    return None
+
+
+def _header(frame: pl.DataFrame) -> dict:
+    facts: dict = {"software": {}}
+    gpus = frame.filter(pl.col("text").str.starts_with("|")).select(
+        pl.col("text").str.extract_groups(GPU_ROW).alias("g")).unnest("g").drop_nulls()
+    if gpus.height:
+        facts["gpu_model"] = gpus["2"][0]
+        facts["gpu_count"] = gpus["1"].n_unique()
+    info = frame.filter(pl.col("text").str.contains(r"Driver Version:|^Running [Pp]y[Tt]orch |^peak memory "))
+    for text in info["text"].to_list():
+        if m := re.search(r"Driver Version: ([0-9.]+)", text):
+            facts["software"].setdefault("nvidia_driver", m.group(1))
+        elif m := re.search(r"^Running [Pp]y[Tt]orch (\S+) compiled for CUDA (\S+)", text):
+            facts["software"].update(torch=m.group(1), cuda=m.group(2))
+        elif m := re.search(PEAK, text):
+            reserved = int(m.group(2)) * _MIB if m.group(2) else None
+            facts["memory"] = (MemoryPeak(None, int(m.group(1)) * _MIB, reserved),)
+    return facts
