@@ -1,0 +1,174 @@
+"""MLPerf Training result logs: `:::MLLOG {json}` records (mlcommons/logging), among other output.
+
+Each record has key, value, time_ms (epoch ms), event_type and metadata. What a receipt takes:
+  system    submission_platform `<nodes>x<system>` (NVIDIA's systems end in `x<gpus per node><gpu>`, e.g.
+            1xE9680x8H100-SXM-80GB); NVIDIA's launch script also prints `Run vars: ... gpus N`
+  recipe    scalar POINT_IN_TIME hyperparameters (global_batch_size, opt_*, ...) become features
+  outcome   run_start / run_stop (metadata.status: success | aborted), time to train
+  steps     MLPerf has no per-iteration record, so the series is, finest first:
+              epoch   epoch_start/epoch_stop pairs by metadata.epoch_num (ResNet): step = epoch,
+                      step_ms = the epoch's time (evaluation is outside it)
+              block   block_start/block_stop pairs by metadata.first_epoch_num: step = first epoch of
+                      the block, step_ms = the block's time (includes its evaluation)
+              segment tracked_stats records (BERT): step = metadata.epoch_num as the benchmark numbers
+                      its progress (samples for BERT), step_ms = time since the previous boundary
+                      (run/block/epoch start, eval_stop or tracked_stats), so evaluation is outside it
+            tracked_stats throughput is samples/s, not tokens/s, so tokens_per_s stays empty.
+Records repeated by several ranks are kept once (first occurrence).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+
+import polars as pl
+
+from receipts.errors import InputError
+from receipts.ingest.textlog import LogText, cut_short_note
+from receipts.schema.model import ParsedRun, steps_frame
+
+FORMAT = "mllog"
+RECORD = r":::MLLOG (\{.*)$"
+_DETECT = re.compile(r":::MLLOG \{")
+_PATHS = {
+    "key": "$.key", "time_ms": "$.time_ms", "event_type": "$.event_type", "value": "$.value",
+    "epoch_num": "$.metadata.epoch_num", "first_epoch_num": "$.metadata.first_epoch_num",
+    "status": "$.metadata.status",
+}
+_NOT_FEATURES = {"cache_clear", "seed", "data_file", "weights_initialization", "eval_accuracy", "tracked_stats",
+                 "train_samples", "eval_samples", "init_start", "init_stop", "run_start", "run_stop"}
+_BOUNDARIES = ("run_start", "block_start", "epoch_start", "eval_stop", "tracked_stats")
+
+
+def detect(head: list[str]) -> bool:
+    return any(_DETECT.search(line) for line in head)
+
+
+def parse(log: LogText) -> ParsedRun:
+    records = (
+        log.frame()
+        .filter(pl.col("text").str.contains(":::MLLOG", literal=True))
+        .with_columns(pl.col("text").str.extract(RECORD, 1).alias("payload"))
+        .filter(pl.col("payload").is_not_null())
+    )
+    last_line_parsed = not log.unterminated_last
+    if log.unterminated_last and records.height and records["line"][-1] == log.n_lines:
+        last_line_parsed = _loads(records["payload"][-1]) is not None
+        if not last_line_parsed:
+            records = records.head(records.height - 1)  # a killed writer's half record
+    if records.height == 0:
+        raise InputError(log.path, "no `:::MLLOG {json}` records found; expected MLPerf logging output")
+    events = records.select(
+        "line", *[pl.col("payload").str.json_path_match(p).alias(name) for name, p in _PATHS.items()]
+    )
+    bad = events.filter(pl.col("key").is_null() | pl.col("time_ms").is_null())
+    if bad.height:
+        line = bad["line"][0]
+        raise InputError(log.path, "malformed :::MLLOG record; expected one JSON object with 'key' and "
+                                   "'time_ms'", line=line)
+    events = events.with_columns(pl.col("time_ms").cast(pl.Float64).cast(pl.Int64),
+                                 pl.col("epoch_num").cast(pl.Int64, strict=False),
+                                 pl.col("first_epoch_num").cast(pl.Int64, strict=False))
+    first = {k: v for k, v in events.group_by("key", maintain_order=True).first()
+             .select("key", "value").iter_rows()}
+    steps, unit = _step_series(events)
+
+    run_start = events.filter(pl.col("key") == "run_start").head(1)
+    run_stop = events.filter(pl.col("key") == "run_stop").head(1)
+    provenance: dict = {f"mlperf_{k}": first[f"submission_{k}"] for k in
+                        ("benchmark", "org", "division", "status", "platform") if first.get(f"submission_{k}")}
+    provenance["step_unit"] = unit
+    ended_early = cut_short_note(log, last_line_parsed)
+    if run_stop.height == 0:
+        ended_early = ended_early or (f"no run_stop record: the run ended before MLPerf's end marker "
+                                      f"(last record at line {events['line'][-1]})")
+    else:
+        status = run_stop["status"][0]
+        provenance["run_status"] = status
+        if status and status != "success":
+            ended_early = ended_early or f"run_stop at line {run_stop['line'][0]} has status {status!r}"
+        if run_start.height:
+            provenance["time_to_train_ms"] = run_stop["time_ms"][0] - run_start["time_ms"][0]
+    nodes, per_node, model = _platform(first.get("submission_platform"), log)
+    return ParsedRun(
+        source_format=FORMAT,
+        format_version=None,
+        steps=steps_frame(steps),
+        features=_features(events),
+        provenance=provenance,
+        gpu_model=model,
+        gpu_count=nodes * per_node if nodes and per_node else None,
+        topology={"nodes": nodes, "gpus_per_node": per_node} if nodes else {},
+        ended_early=ended_early,
+        started_at=(datetime.fromtimestamp(run_start["time_ms"][0] / 1000, tz=timezone.utc).isoformat()
+                    if run_start.height else None),
+    )
+
+
+def _loads(payload: str):
+    try:
+        return json.loads(payload)
+    except json.JSONDecodeError:
+        return None
+
+
+def _pairs(events: pl.DataFrame, start: str, stop: str, by: str) -> pl.DataFrame:
+    begin = events.filter(pl.col("key") == start).unique(by, keep="first").select(by, pl.col("time_ms").alias("t0"))
+    end = events.filter(pl.col("key") == stop).unique(by, keep="first").select(by, "time_ms", "line")
+    return (end.join(begin, on=by).drop_nulls(by)
+            .select(pl.col(by).alias("step"), (pl.col("time_ms") - pl.col("t0")).cast(pl.Float64).alias("step_ms"),
+                    "line").sort("step"))
+
+
+def _step_series(events: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    epochs = _pairs(events, "epoch_start", "epoch_stop", "epoch_num")
+    if epochs.height >= 2:
+        return epochs, "epoch"
+    blocks = _pairs(events, "block_start", "block_stop", "first_epoch_num")
+    if blocks.height >= 2:
+        return blocks, "block"
+    stop_line = events.filter(pl.col("key") == "run_stop")["line"].min()
+    timeline = events.filter(pl.col("key").is_in(_BOUNDARIES))
+    if stop_line is not None:
+        timeline = timeline.filter(pl.col("line") < stop_line)  # the closing summary is not a segment
+    segments = (
+        timeline.with_columns(pl.col("time_ms").shift(1).alias("since"))
+        .filter((pl.col("key") == "tracked_stats") & pl.col("epoch_num").is_not_null())
+        .unique("epoch_num", keep="first", maintain_order=True)
+        .select(pl.col("epoch_num").alias("step"), (pl.col("time_ms") - pl.col("since")).cast(pl.Float64)
+                .alias("step_ms"), "line")
+    )
+    if segments.height:
+        return segments, "segment"
+    return (epochs if epochs.height else blocks), ("epoch" if epochs.height else "block")
+
+
+def _features(events: pl.DataFrame) -> dict:
+    points = (events.filter((pl.col("event_type") == "POINT_IN_TIME") & ~pl.col("key").is_in(_NOT_FEATURES)
+                            & ~pl.col("key").str.starts_with("submission_"))
+              .unique("key", keep="first", maintain_order=True))
+    features = {}
+    for key, raw in points.select("key", "value").iter_rows():
+        value = _loads(raw) if raw is not None else None
+        if value is None and raw is not None:
+            value = raw  # json_path_match gives strings unquoted
+        if isinstance(value, (int, float, str, bool)):
+            features[key] = value
+    return features
+
+
+def _platform(platform: str | None, log: LogText) -> tuple[int | None, int | None, str | None]:
+    nodes = per_node = model = None
+    if platform and (m := re.match(r"^(\d+)x(.+)$", platform)):
+        nodes = int(m.group(1))
+        if g := re.search(r"(\d+)x?((?:NVIDIA-)?(?:[ABHLV]|GB|MI)\d{2,3}[A-Z]?(?:-[A-Za-z0-9]+)*)$", m.group(2)):
+            per_node, model = int(g.group(1)), g.group(2)
+    if per_node is None:
+        # NVIDIA's run_and_time.sh echoes `Run vars: id <job> gpus <n> mparams ...` and its bind script
+        # `num_gpus=<n> num_sockets = 2 num_nodes=2 ...` (there num_nodes counts NUMA nodes, not hosts)
+        hit = log.frame().filter(pl.col("text").str.contains(r"^Run vars: .*\bgpus [0-9]+|^num_gpus=[0-9]+")).head(1)
+        if hit.height and (m := re.search(r"\bgpus (\d+)\b|^num_gpus=(\d+)", hit["text"][0])):
+            per_node = int(m.group(1) or m.group(2))
+    return nodes, per_node, model
