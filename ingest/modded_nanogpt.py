@@ -10,9 +10,11 @@ X MiB`, allocated only; both are torch max_memory_* // 2**20, so bytes are exact
 train_time is a clock that stops during validation and checkpointing, and by design leaves out the
 warm-up: 2024 records zero it when the loop reaches step 10 (so train_time drops at step:11 and steps
 1-10 hold compile time), 2025 records run their warm-up steps before the clock starts and never log
-them. step_ms is the growth of train_time between consecutive step lines over the steps between them
-(validation lines serve as clock readings); where the clock was zeroed, the new reading itself is the
-time since the reset, and the steps before it are reported as a 'warmup' phase.
+them. step_ms is the growth of train_time between consecutive train lines over the steps between them;
+where the clock was zeroed, the new reading itself is the time since the reset, and the steps before it are reported as a 'warmup' phase. Only train lines are
+differenced: their reading (approx_time) is taken without a device sync while the validation line's comes
+after one, so anchoring on validation lines would drop the queued GPU work of the step before each
+validation from the series; train-to-train deltas telescope to the final train reading instead.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def parse(log: LogText) -> ParsedRun:
     if lines.filter(~pl.col("is_val")).height == 0:
         raise InputError(log.path, "no modded-nanogpt step lines found; expected `step:N/M train_time:Tms "
                                    "step_avg:Sms` (with val_loss: or train_loss: on some lines)")
+    last = lines.row(lines.height - 1, named=True)
+    lines = lines.filter(~pl.col("is_val"))
     # The clock starts at 0 before the first step, so the first reading is measured from (step 0, 0 ms).
     d_ms = pl.col("train_ms") - pl.col("train_ms").shift(1, fill_value=0.0)
     d_step = pl.col("step") - pl.col("step").shift(1, fill_value=0)
@@ -72,7 +76,7 @@ def parse(log: LogText) -> ParsedRun:
         .when(d_ms < 0).then(pl.col("train_ms") / d_step)
         .otherwise(d_ms / d_step).alias("step_ms"),
     )
-    steps = lines.filter(~pl.col("is_val"))
+    steps = lines
     resets = steps.filter(pl.col("reset"))
     phases: tuple = ()
     if resets.height:
@@ -88,13 +92,12 @@ def parse(log: LogText) -> ParsedRun:
         software=header.pop("software", {}),
         gpu_model=header.get("gpu_model"),
         gpu_count=header.get("gpu_count"),
-        ended_early=cut_short_note(log, last_line_parsed) or _short_of_total(lines),
-        provenance={"total_steps": lines["total"][-1]},
+        ended_early=cut_short_note(log, last_line_parsed) or _short_of_total(last),
+        provenance={"total_steps": last["total"]},
     )
 
 
-def _short_of_total(lines: pl.DataFrame) -> str | None:
-    last = lines.row(lines.height - 1, named=True)
+def _short_of_total(last: dict) -> str | None:
     if last["step"] < last["total"]:
         return f"last step line (line {last['line']}) is step {last['step']} of {last['total']}"
     return None
