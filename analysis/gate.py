@@ -252,8 +252,12 @@ def _speed(claim: Claim, c: Comparison, baseline: Evidence, candidate: Evidence,
     verdict = verdict_for(ratio, claim.min_effect)
     wanted = "faster" if s > 1 else "slower" if s < 1 else None
     if wanted and verdict != wanted:
-        why = ("the CI includes no change (1.0)" if low <= 1.0 <= high
-               else f"the effect {abs(value - 1):.2%} is below min_effect {claim.min_effect:.1%}")
+        if low <= 1.0 <= high:
+            why = "the CI includes no change (1.0)"
+        elif verdict in ("faster", "slower"):
+            why = f"the measurement says {verdict}"
+        else:
+            why = f"the effect {abs(value - 1):.2%} is below min_effect {claim.min_effect:.1%}"
         out.append(reason("not_significant", f"claims {wanted} ({s:.3f}x) but {why}: measured {ci}, "
                                              f"verdict '{verdict}'"))
     return measured, out

@@ -240,3 +240,95 @@ def real(name: str, parser: str) -> Path:
     except ModuleNotFoundError:
         pytest.skip(f"parser receipts.ingest.{parser} not written yet")
     return path
+
+
+def split_steps(src: Path, dest: Path, keep, step_rx: str = r"^step (\d+) ") -> Path:
+    """A real log with only some of its step lines (every other line kept where it was): how one real run
+    becomes two receipts when no second real run exists for a case. Written to tmp_path, never committed."""
+    import re
+    rx = re.compile(step_rx)
+    lines = [line for line in src.read_text(encoding="utf-8").splitlines()
+             if not (m := rx.match(line)) or keep(int(m.group(1)))]
+    dest.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return dest
+
+
+def log_values(path: Path, rx: str, lo: int = 0, hi: int = 10**9) -> np.ndarray:
+    """Hand count from the log text: (step, value) pairs by regex, steps in [lo, hi]."""
+    import re
+    pairs = [(int(m.group(1)), float(m.group(2))) for m in re.finditer(rx, path.read_text(encoding="utf-8"), re.M)]
+    return np.array([v for s, v in pairs if lo <= s <= hi])
+
+
+SFT_DT = r"^step (\d+) .*?\| dt: ([\d.]+)ms"
+
+
+def test_real_sft_halves_true_claim_accepted_false_claims_rejected(tmp_path, db):
+    # One real run (nanochat SFT, GTX 1660) split into its first and second half: the same code on the
+    # same box, so "no change" is the true claim and "10% faster" a false one.
+    src = real(SFT, "nanochat")
+    a = split_steps(src, tmp_path / "sft_first.log", lambda s: s <= 66)
+    b = split_steps(src, tmp_path / "sft_second.log", lambda s: s > 66)
+    ingest(db, a, b, flags=SAME_LANE)
+    # independent expectation: medians of the dt column, past the 1.1 s first step
+    expected = np.median(log_values(src, SFT_DT, 8, 66)) / np.median(log_values(src, SFT_DT, 67, 133))
+    assert abs(expected - 1) < 0.03
+    path = claims_yaml(tmp_path, claim("hand count", "sft_first", "sft_second", speedup=round(float(expected), 3)),
+                       claim("tokens no change", "sft_first", "sft_second", metric="tokens_per_s", speedup=1.0),
+                       claim("ten percent faster", "sft_first", "sft_second", speedup=1.10),
+                       claim("slower", "sft_first", "sft_second", speedup=0.98, tolerance=0.05))
+    code, out = gate(db, path)
+    assert code == 1
+    assert out["hand count"]["accepted"] and out["tokens no change"]["accepted"]
+    m = out["hand count"]["measured"]
+    assert m["ci_low"] <= expected <= m["ci_high"]
+    assert codes(out["ten percent faster"]) == {"effect_mismatch"}
+    # 0.98x +- 5% overlaps the CI, but the second half is measurably faster, not slower
+    assert codes(out["slower"]) == {"not_significant"} and "says faster" in out["slower"]["reasons"][0]
+
+
+def test_real_sft_cut_short_has_too_few_steps(tmp_path, db):
+    src = real(SFT, "nanochat")
+    short = split_steps(src, tmp_path / "sft_short.log", lambda s: s <= 24)  # the run's first 24 steps only
+    ingest(db, src, short, flags=SAME_LANE)
+    code, out = gate(db, claims_yaml(tmp_path, claim("short", "sft_run_gtx1660", "sft_short")))
+    assert code == 1 and codes(out["short"]) == {"too_few_steps"}
+    assert "candidate sft_short has" in out["short"]["reasons"][0]
+
+
+def test_real_identity_rumor_and_unknown(tmp_path, db):
+    src = real(SFT, "nanochat")
+    a = split_steps(src, tmp_path / "sft_first.log", lambda s: s <= 66)
+    b = split_steps(src, tmp_path / "sft_second.log", lambda s: s > 66)
+    c = split_steps(src, tmp_path / "sft_rumor.log", lambda s: s > 60)
+    ingest(db, a, flags=SAME_LANE)
+    ingest(db, b, flags=("--host-lineage", HOST, "--preset", PRESET, "--regime", "ddp/no-compile"))
+    ingest(db, c, flags=("--host-lineage", HOST, "--regime", "ddp/full-compile"))  # no preset: a rumor
+    path = claims_yaml(tmp_path, claim("regime", "sft_first", "sft_second"), claim("rumor", "sft_first", "sft_rumor"),
+                       claim("ghost", "sft_first", "nanochat_pr147_a100_mfu"))
+    code, out = gate(db, path)
+    assert code == 1
+    assert codes(out["regime"]) == {"identity"} and "launch_regime 'ddp/full-compile' != 'ddp/no-compile'" in out["regime"]["reasons"][0]
+    assert codes(out["rumor"]) == {"rumor"} and "sft_rumor" in out["rumor"]["reasons"][0]
+    assert codes(out["ghost"]) == {"unknown_receipt"}
+
+
+def test_real_megatron_noise_and_recipe_drift(tmp_path, db):
+    meg = real(MEGATRON, "megatron")
+    sft = real(SFT, "nanochat")
+    ingest(db, meg, sft, flags=SAME_LANE)  # same flags: comparable by identity, but not the same experiment
+    ref = meg.stem
+    path = claims_yaml(tmp_path, claim("self", ref, ref),
+                       claim("apples", "sft_run_gtx1660", ref, declared_drift=["runtime", "infrastructure"]),
+                       claim("mem", ref, ref, metric="peak_reserved", change="0B"))
+    code, out = gate(db, path)
+    assert code == 1
+    # independent: CV of "elapsed time per iteration" over the steady window the receipt states
+    first, last = (int(x) for x in out["self"]["windows"][0].split("steady steps ")[1].split(" ")[0].split(".."))
+    ms = log_values(meg, r"iteration\s+(\d+)/.*?elapsed time per iteration \(ms\): ([\d.]+)", first, last)
+    cv = ms.std(ddof=1) / ms.mean()
+    assert cv > 0.05 and codes(out["self"]) == {"noise"} and f"{cv:.1%}" in out["self"]["reasons"][0]
+    assert "recipe_drift" in codes(out["apples"]) and "undeclared_drift" not in codes(out["apples"])
+    # the log's "max reserved: 8774.0" (MB, i.e. MiB in Megatron's report) compared with itself
+    assert out["mem"]["accepted"] and out["mem"]["measured"]["value"] == 0
+    assert str(8774 * 2**20 / 2**30)[:5] in out["mem"]["measured"]["note"]
