@@ -1,1 +1,2 @@
-"""Streamlit views over the store; read-only."""
+"""Streamlit dashboard over a receipts store, read-only: `receipts dashboard` or
+`streamlit run dashboards/app.py -- --db PATH`. Views present; sql/ and analysis/ compute."""

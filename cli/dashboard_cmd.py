@@ -1,0 +1,41 @@
+"""`receipts dashboard`: the Streamlit dashboard over a store, read-only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from receipts.cli.context import handle_errors, settings
+from receipts.errors import UsageError
+
+APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("dashboard")(dashboard)
+
+
+@handle_errors
+def dashboard(
+    ctx: typer.Context,
+    db: Optional[str] = typer.Option(None, "--db", help="Store to show (default: the global --db / RECEIPTS_DB)."),
+    port: int = typer.Option(8501, "--port", help="Port to serve on."),
+    headless: bool = typer.Option(True, "--headless/--open-browser", help="Serve without opening a browser."),
+) -> None:
+    """Serve the Streamlit dashboard: lanes, receipt, anatomy, compare, lane history.
+
+    Example: receipts dashboard --db runs.duckdb --port 8501
+    """
+    url = db or settings(ctx).db
+    if not url.startswith("postgres") and not Path(url).exists():
+        raise UsageError(f"store {url} does not exist (ingest something first: `receipts ingest run.log`)")
+    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
+           "--server.headless", str(headless).lower(), "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none", "--", "--db", url]
+    # exec-like: Ctrl-C reaches streamlit, and its exit code becomes ours
+    raise typer.Exit(subprocess.call(cmd, env=os.environ.copy()))

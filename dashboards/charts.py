@@ -1,0 +1,199 @@
+"""Altair chart builders: pure functions, a frame in and a chart out. Units on every axis.
+
+Nothing here queries or decides: the frames come from sql/ and analysis/; these only draw them.
+Bytes are drawn in GiB (1 GiB = 2**30 bytes, as torch.cuda memory APIs and nvidia-smi's MiB count).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+from receipts.schema.categories import ALL_CATEGORIES
+
+GIB = float(1 << 30)
+# One colour per category everywhere, so a reader learns it once; idle grey, exposed comm black.
+_PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b", "#ff9da6", "#9d755d",
+            "#79706e", "#bab0ac", "#d67195", "#439894", "#8c6d31", "#c7c7c7", "#000000"]
+CATEGORY_SCALE = alt.Scale(domain=list(ALL_CATEGORIES), range=_PALETTE[: len(ALL_CATEGORIES)])
+WIDE = 720
+
+
+def lane_counts(lanes: pl.DataFrame) -> alt.Chart:
+    """Receipts per lane; rumors (incomplete identity) in red."""
+    return alt.Chart(lanes).mark_bar().encode(
+        y=alt.Y("lane:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
+        x=alt.X("n_receipts:Q", title="receipts (count)"),
+        color=alt.Color("rumor:N", title="rumor", scale=alt.Scale(domain=[False, True], range=["#4c78a8", "#e45756"])),
+        tooltip=["lane", "n_receipts", alt.Tooltip("median_step_ms:Q", title="median step (ms)", format=",.1f"),
+                 alt.Tooltip("last_run_at:T", title="last run")],
+    ).properties(width=WIDE, height=alt.Step(22), title="receipts per lane")
+
+
+def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerChart:
+    """Step time per step (slowest rank: a step ends when its last rank does), warm-up window shaded."""
+    timed = steps.filter(pl.col("step_ms").is_not_null())
+    x = alt.X("step:Q", title="step (iteration)")
+    line = alt.Chart(timed).mark_line(strokeWidth=1).encode(
+        x=x, y=alt.Y("max(step_ms):Q", title="step time (ms)"), tooltip=["step", "max(step_ms):Q"])
+    layers = []
+    if warmup_last_step is not None and timed.height:
+        band = pl.DataFrame({"start": [timed["step"].min()], "end": [warmup_last_step], "label": ["warm-up / compile"]})
+        layers.append(alt.Chart(band).mark_rect(opacity=0.18, color="#f58518").encode(
+            x="start:Q", x2="end:Q", tooltip=["label", "start", "end"]))
+    return alt.layer(*layers, line).properties(width=WIDE, height=240, title="step time (warm-up shaded, excluded)")
+
+
+def memory_series(mem: pl.DataFrame) -> alt.LayerChart:
+    """Allocated vs reserved per step; the shaded band between them is the allocator's gap."""
+    base = alt.Chart(mem).transform_calculate(
+        allocated_gib=f"datum.allocated_bytes / {GIB}", reserved_gib=f"datum.reserved_bytes / {GIB}")
+    x = alt.X("step:Q", title="step (iteration)")
+    gap = base.mark_area(opacity=0.25, color="#e45756").encode(
+        x=x, y=alt.Y("allocated_gib:Q", title="memory (GiB)"), y2="reserved_gib:Q")
+    lines = base.transform_fold(["allocated_gib", "reserved_gib"], as_=["kind", "gib"]).mark_line().encode(
+        x=x, y=alt.Y("gib:Q", title="memory (GiB)"),
+        color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=["allocated_gib", "reserved_gib"],
+                                                              range=["#4c78a8", "#e45756"])))
+    return alt.layer(gap, lines).properties(width=WIDE, height=220, title="allocated vs reserved (gap shaded)")
+
+
+def memory_peaks(per_rank: pl.DataFrame) -> alt.Chart:
+    """Per-rank peaks when the log printed no per-step memory."""
+    frame = per_rank.with_columns(pl.col("rank").cast(pl.Utf8).fill_null("logging rank"))
+    return alt.Chart(frame).transform_fold(["peak_allocated_bytes", "peak_reserved_bytes"], as_=["kind", "bytes"]) \
+        .transform_calculate(gib=f"datum.bytes / {GIB}").mark_bar().encode(
+        y=alt.Y("rank:N", title="rank"), x=alt.X("gib:Q", title="peak memory (GiB)"),
+        yOffset=alt.YOffset("kind:N"), color=alt.Color("kind:N", title=None),
+        tooltip=["rank:N", "kind:N", alt.Tooltip("gib:Q", format=",.2f")],
+    ).properties(width=WIDE, title="peak allocated vs reserved per rank")
+
+
+def topology(cells: pl.DataFrame) -> alt.LayerChart:
+    """The connection matrix; GPU pairs off NVLink in red."""
+    frame = cells.with_columns(
+        pl.when(pl.col("unhealthy")).then(pl.lit("GPU pair off NVLink"))
+        .when(pl.col("cell") == "X").then(pl.lit("self"))
+        .when(pl.col("cell").str.starts_with("NV")).then(pl.lit("NVLink"))
+        .otherwise(pl.lit("PCIe / CPU path")).alias("link"))
+    base = alt.Chart(frame).encode(x=alt.X("col_device:N", title="to device", sort=None),
+                                   y=alt.Y("row_device:N", title="from device", sort=None))
+    rect = base.mark_rect(stroke="white").encode(color=alt.Color("link:N", title="link", scale=alt.Scale(
+        domain=["NVLink", "GPU pair off NVLink", "PCIe / CPU path", "self"],
+        range=["#54a24b", "#e45756", "#bab0ac", "#eeeeee"])), tooltip=["row_device", "col_device", "cell", "link"])
+    text = base.mark_text(fontSize=11).encode(text="cell:N")
+    return alt.layer(rect, text).properties(width=alt.Step(44), height=alt.Step(26), title="topology (nvidia-smi topo -m)")
+
+
+def anatomy_by_step(rows: pl.DataFrame) -> alt.FacetChart:
+    """Stacked time per category per step and rank; exposed communication as a black tick on top."""
+    frame = rows.with_columns(pl.col("step").cast(pl.Utf8).fill_null("window").alias("step_label"),
+                              pl.col("rank").cast(pl.Utf8).fill_null("?").alias("rank_label"))
+    x = alt.X("step_label:N", title="step", sort=None)
+    bars = alt.Chart().transform_filter("datum.category != 'exposed_comm'").mark_bar().encode(
+        x=x, y=alt.Y("sum(time_ms):Q", title="time per step (ms)"),
+        color=alt.Color("category:N", scale=CATEGORY_SCALE, title="category"),
+        opacity=alt.condition("datum.warmup", alt.value(0.45), alt.value(1.0)),
+        tooltip=["step_label", "category", alt.Tooltip("time_ms:Q", format=",.3f"), "warmup"])
+    exposed = alt.Chart().transform_filter("datum.category == 'exposed_comm'").mark_tick(
+        color="black", thickness=3, size=18).encode(x=x, y="time_ms:Q", tooltip=["step_label", "time_ms"])
+    return alt.layer(bars, exposed, data=frame).properties(width=360, height=240).facet(
+        column=alt.Column("rank_label:N", title="rank")).properties(
+        title="per step and rank (faded = warm-up; black tick = exposed communication, ms)")
+
+
+def anatomy_by_rank(window: pl.DataFrame) -> alt.Chart:
+    """Steady-state ms per step per rank, stacked by category (idle and exposed comm included)."""
+    frame = window.with_columns(pl.col("rank").cast(pl.Utf8).fill_null("?"))
+    return alt.Chart(frame).mark_bar().encode(
+        y=alt.Y("rank:N", title="rank"), x=alt.X("per_step_ms:Q", title="time per step (ms)"),
+        color=alt.Color("category:N", scale=CATEGORY_SCALE, title="category"),
+        tooltip=["rank", "category", alt.Tooltip("per_step_ms:Q", format=",.3f")],
+    ).properties(width=WIDE, height=alt.Step(28), title="per rank")
+
+
+def anatomy_phases(window: pl.DataFrame) -> alt.Chart:
+    """Warm-up beside steady state, ms per step by category (mean over ranks)."""
+    return alt.Chart(window).mark_bar().encode(
+        x=alt.X("category:N", title="category"), xOffset="phase:N",
+        y=alt.Y("mean(per_step_ms):Q", title="time per step (ms, mean over ranks)"),
+        color=alt.Color("phase:N", title="phase", scale=alt.Scale(domain=["warmup", "steady", "window"],
+                                                                  range=["#f58518", "#4c78a8", "#72b7b2"])),
+        tooltip=["phase", "category", alt.Tooltip("mean(per_step_ms):Q", format=",.3f")],
+    ).properties(width=WIDE, height=240, title="warm-up vs steady")
+
+
+def nvtx_families(families: pl.DataFrame) -> alt.Chart:
+    """NVTX range families by total time; block families (ablock/eblock/mblock/rblock) highlighted."""
+    frame = families.with_columns(pl.col("rank").cast(pl.Utf8).fill_null("?"))
+    return alt.Chart(frame).mark_bar().encode(
+        y=alt.Y("family:N", sort="-x", title=None, axis=alt.Axis(labelLimit=300)),
+        x=alt.X("sum(total_ms):Q", title="range time, summed over ranks (ms)"),
+        color=alt.Color("block_family:N", title="block family",
+                        scale=alt.Scale(domain=[True, False], range=["#f58518", "#4c78a8"])),
+        tooltip=["family", "rank", "count", alt.Tooltip("total_ms:Q", format=",.3f")],
+    ).properties(width=WIDE, height=alt.Step(18), title="NVTX ranges")
+
+
+def ratio_ci(value: float, low: float, high: float, confidence: float) -> alt.LayerChart:
+    """B/A median step time with its CI against the no-change line at 1."""
+    frame = pl.DataFrame({"label": ["B / A step time"], "value": [value], "low": [low], "high": [high]})
+    title = f"ratio of median step times B/A ({confidence:.0%} CI; < 1 = B faster)"
+    x = alt.X("value:Q", title=title, scale=alt.Scale(zero=False, padding=20))
+    rule = alt.Chart(pl.DataFrame({"one": [1.0]})).mark_rule(strokeDash=[4, 4], color="grey").encode(x="one:Q")
+    bar = alt.Chart(frame).mark_errorbar(thickness=2).encode(x=alt.X("low:Q", title=title), x2="high:Q", y="label:N")
+    point = alt.Chart(frame).mark_point(filled=True, size=120, color="black").encode(
+        x=x, y=alt.Y("label:N", title=None), tooltip=["value", "low", "high"])
+    return alt.layer(rule, bar, point).properties(width=WIDE, height=60)
+
+
+def anatomy_side_by_side(diff: pl.DataFrame, a_name: str, b_name: str) -> alt.HConcatChart:
+    """A and B per category, and B minus A (positive = B spends more there)."""
+    both = diff.unpivot(index="category", on=["a_ms_per_step", "b_ms_per_step"], variable_name="run",
+                        value_name="ms").with_columns(
+        pl.col("run").replace({"a_ms_per_step": f"A {a_name}", "b_ms_per_step": f"B {b_name}"}))
+    pair = alt.Chart(both).mark_bar().encode(
+        y=alt.Y("category:N", title=None), yOffset="run:N", x=alt.X("ms:Q", title="time per step (ms)"),
+        color=alt.Color("run:N", title=None), tooltip=["run", "category", alt.Tooltip("ms:Q", format=",.3f")],
+    ).properties(width=360, height=alt.Step(12), title="steady state, per category")
+    delta = alt.Chart(diff).mark_bar().encode(
+        y=alt.Y("category:N", title=None), x=alt.X("diff_ms_per_step:Q", title="B − A (ms per step)"),
+        color=alt.condition("datum.diff_ms_per_step > 0", alt.value("#e45756"), alt.value("#54a24b")),
+        tooltip=["category", alt.Tooltip("diff_ms_per_step:Q", format="+,.3f")],
+    ).properties(width=300, height=alt.Step(24), title="difference")
+    return alt.hconcat(pair, delta)
+
+
+def _history_x(by: str) -> alt.X:
+    if by == "git_rev":
+        return alt.X("git_rev:N", title="source revision", sort=None)
+    return alt.X("run_at:T", title="run date (UTC)")
+
+
+def history_step_time(history: pl.DataFrame, by: str = "run_at") -> alt.LayerChart:
+    """Steady-state median per receipt with its p10-p90 band; regressions as red triangles."""
+    frame = history.filter(pl.col("median_step_ms").is_not_null())
+    if by == "git_rev":
+        frame = frame.with_columns(pl.col("git_rev").fill_null("(unrecorded)"))
+    x = _history_x(by)
+    tip = ["run_name", "receipt_id", "run_at", "git_rev", alt.Tooltip("median_step_ms:Q", format=",.2f"),
+           alt.Tooltip("step_ratio:Q", format=".3f"), "verdict"]
+    band = alt.Chart(frame).mark_rule(opacity=0.5).encode(x=x, y="p10_step_ms:Q", y2="p90_step_ms:Q")
+    line = alt.Chart(frame).mark_line(point=True).encode(
+        x=x, y=alt.Y("median_step_ms:Q", title="steady-state median step time (ms)", scale=alt.Scale(zero=False)),
+        tooltip=tip)
+    marks = alt.Chart(frame).transform_filter("datum.regression").mark_point(
+        shape="triangle-up", size=220, filled=True, color="#e45756").encode(x=x, y="median_step_ms:Q", tooltip=tip)
+    return alt.layer(band, line, marks).properties(width=WIDE, height=260,
+                                                   title="step time (bar: p10-p90; red triangle: regression)")
+
+
+def history_memory(history: pl.DataFrame, by: str = "run_at") -> alt.Chart:
+    frame = history.filter(pl.col("peak_reserved_bytes").is_not_null() | pl.col("peak_allocated_bytes").is_not_null())
+    if by == "git_rev":
+        frame = frame.with_columns(pl.col("git_rev").fill_null("(unrecorded)"))
+    return alt.Chart(frame).transform_fold(["peak_allocated_bytes", "peak_reserved_bytes"], as_=["kind", "bytes"]) \
+        .transform_calculate(gib=f"datum.bytes / {GIB}").mark_line(point=True).encode(
+        x=_history_x(by), y=alt.Y("gib:Q", title="peak memory (GiB)"), color=alt.Color("kind:N", title=None),
+        tooltip=["run_name:N", "kind:N", alt.Tooltip("gib:Q", format=",.2f")],
+    ).properties(width=WIDE, height=200, title="peak memory")

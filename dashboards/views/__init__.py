@@ -1,0 +1,1 @@
+"""One module per dashboard view, each with render(data: Data)."""

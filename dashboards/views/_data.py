@@ -1,0 +1,103 @@
+"""The views' only way to the store: queries by name, cached per (store url, store version).
+
+Store.version() changes whenever something is ingested, so a cached result is never stale and a
+10k-receipt store is queried once per version, not once per click. A read-only connection is opened
+per script run and closed after it: a DuckDB file held open by the dashboard would block `receipts ingest`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+import streamlit as st
+
+from receipts.analysis.anatomy import anatomy_report
+from receipts.analysis.compare import Comparison, compare
+from receipts.analysis.lanes import mark_regressions
+from receipts.analysis.record import load
+from receipts.analysis.report import receipt_report
+from receipts.store import Store, open_store
+
+_TTL_S = 3600  # entries of older versions age out; the key already makes them unreachable
+
+
+class Data:
+    def __init__(self, url: str):
+        self.url = url
+        self._store: Store | None = open_store(url, read_only=True)
+        self.version = self._store.version()
+
+    @property
+    def store(self) -> Store:
+        assert self._store is not None, "Data used after close()"
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def query(self, name: str, **params: Any) -> pl.DataFrame:
+        return _query(self.url, self.version, name, _key(params), self)
+
+    def report(self, receipt_id: str) -> dict[str, Any]:
+        return _report(self.url, self.version, receipt_id, self)
+
+    def anatomy(self, receipt_id: str, source_sha256: str | None = None) -> dict[str, Any]:
+        return _anatomy(self.url, self.version, receipt_id, source_sha256, self)
+
+    def compare(self, a_id: str, b_id: str) -> Comparison:
+        return _compare(self.url, self.version, a_id, b_id, self)
+
+    def lane_history(self, host_lineage: str, preset_family: str, launch_regime: str) -> pl.DataFrame:
+        return _history(self.url, self.version, (host_lineage, preset_family, launch_regime), self)
+
+
+def _key(params: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
+
+
+# `_data` is not hashed (leading underscore): the url and version are the key.
+@st.cache_data(ttl=_TTL_S, max_entries=512, show_spinner=False)
+def _query(url: str, version: str, name: str, params: tuple, _data: Data) -> pl.DataFrame:
+    return _data.store.query(name, {k: list(v) if isinstance(v, tuple) else v for k, v in params})
+
+
+@st.cache_data(ttl=_TTL_S, max_entries=128, show_spinner=False)
+def _report(url: str, version: str, receipt_id: str, _data: Data) -> dict[str, Any]:
+    return receipt_report(_data.store, receipt_id)
+
+
+@st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
+def _anatomy(url: str, version: str, receipt_id: str, source_sha256: str | None, _data: Data) -> dict[str, Any]:
+    return anatomy_report(_data.store, receipt_id, source_sha256=source_sha256)
+
+
+@st.cache_data(ttl=_TTL_S, max_entries=128, show_spinner=False)
+def _compare(url: str, version: str, a_id: str, b_id: str, _data: Data) -> Comparison:
+    return compare(load(_data.store, a_id), load(_data.store, b_id))
+
+
+@st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
+def _history(url: str, version: str, lane: tuple[str, str, str], _data: Data) -> pl.DataFrame:
+    history = _data.store.query("lane_history", dict(zip(("host_lineage", "preset_family", "launch_regime"), lane)))
+    return mark_regressions(_data.store, history)
+
+
+def receipt_label(row: dict[str, Any]) -> str:
+    """How a receipt is named in pickers: run name, short id, and a rumor mark."""
+    mark = " ⚠ rumor" if row.get("rumor") else ""
+    return f"{row['run_name']} · {row['id'][:12]}{mark}"
+
+
+def seed_from_url(key: str, param: str, options: list, default_index: int = 0) -> None:
+    """Give the widget `key` its first value from the URL (?param=...), once per session.
+
+    Widgets keep their own state after that; passing a URL-derived `index` instead would change the
+    widget's identity on every choice and throw the user's click away.
+    """
+    if key in st.session_state and st.session_state[key] in options:
+        return
+    wanted = st.query_params.get(param)
+    st.session_state[key] = wanted if wanted in options else options[min(default_index, len(options) - 1)]

@@ -1,0 +1,88 @@
+"""Compare: two receipts. Refused when not the same lane (the refusal is the page), else ratio + CI + drift."""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from receipts.analysis.compare import Comparison
+from receipts.dashboards import charts
+from receipts.dashboards.views._data import Data
+from receipts.dashboards.views.receipt import pick_receipt
+
+
+def _fmt(v) -> str:
+    return "—" if v is None else str(v)
+
+
+def _refusal(c: Comparison) -> None:
+    st.title("Refused: not comparable")
+    st.error(c.reason)
+    st.markdown(f"**A** {c.a.run_name} ({c.a.id}) and **B** {c.b.run_name} ({c.b.id}) do not share a lane. "
+                "A comparison needs both receipts to carry the full identity and the canonical triples to match.")
+    st.markdown("#### Differing fields")
+    st.dataframe(pl.DataFrame({"field": [d.field for d in c.differences], "A": [_fmt(d.a) for d in c.differences],
+                               "B": [_fmt(d.b) for d in c.differences], "why": [d.note for d in c.differences]},
+                              schema={"field": pl.Utf8, "A": pl.Utf8, "B": pl.Utf8, "why": pl.Utf8}),
+                 hide_index=True, width="stretch")
+    st.markdown("#### Alias resolution that led here")
+    for note in c.resolution or ["(no notes: values used as claimed)"]:
+        st.markdown(f"- {note}")
+
+
+def _summary_table(c: Comparison) -> pl.DataFrame:
+    def col(s):
+        st_ = s.step_ms
+        return [_fmt(st_ and round(st_.median, 3)), _fmt(st_ and round(st_.p10, 3)), _fmt(st_ and round(st_.p90, 3)),
+                _fmt(st_ and f"{st_.cv:.2%}"), _fmt(st_ and st_.n), f"{s.first_step}–{s.last_step}",
+                f"{s.warmup_steps} ({s.window_rule})"]
+    return pl.DataFrame({"": ["median step (ms)", "p10 (ms)", "p90 (ms)", "noise (cv)", "steady steps",
+                              "window (steps)", "warm-up excluded"], f"A {c.a.run_name}": col(c.a),
+                         f"B {c.b.run_name}": col(c.b)})
+
+
+def _drift(c: Comparison) -> None:
+    st.markdown("#### Drift")
+    cols = st.columns(3)
+    for col, kind in zip(cols, ("recipe", "runtime", "infrastructure")):
+        diffs = (c.drift or {}).get(kind, ())
+        col.markdown(f"**{kind}** ({len(diffs)})")
+        if diffs:
+            col.dataframe(pl.DataFrame({"field": [d.field for d in diffs], "A": [_fmt(d.a) for d in diffs],
+                                        "B": [_fmt(d.b) for d in diffs]}), hide_index=True, width="stretch")
+        else:
+            col.caption("none")
+
+
+def render(data: Data) -> None:
+    st.header("Compare")
+    left, right = st.columns(2)
+    with left:
+        a = pick_receipt(data, "A (baseline)", "a", 0)
+    with right:
+        b = pick_receipt(data, "B (candidate)", "b", 1)
+    if a is None or b is None:
+        return
+    c = data.compare(a, b)
+    if not c.comparable:
+        _refusal(c)
+        return
+    verdict = c.verdict or "inconclusive"
+    (st.success if verdict == "faster" else st.error if verdict == "slower" else st.info)(
+        f"Same lane. B is **{verdict}**: {c.reason}")
+    if c.ratio is not None:
+        st.altair_chart(charts.ratio_ci(c.ratio.value, c.ratio.ci_low, c.ratio.ci_high, c.ratio.confidence))
+        st.caption(f"CI: {c.ratio.method}.")
+    if c.tokens_ratio is not None:
+        st.caption(f"tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
+    st.dataframe(_summary_table(c), hide_index=True)
+    st.markdown("#### Anatomy, side by side")
+    diff = data.query("dash_anatomy_diff", a_id=a, b_id=b)
+    if diff.height == 0:
+        st.caption("Neither receipt has a profiler export attached.")
+    else:
+        missing = [n for n, col in (("A", "a_ms_per_step"), ("B", "b_ms_per_step")) if diff[col].is_null().all()]
+        if missing:
+            st.caption(f"{' and '.join(missing)} has no profiler export attached: no difference to draw.")
+        st.altair_chart(charts.anatomy_side_by_side(diff, c.a.run_name, c.b.run_name))
+    _drift(c)

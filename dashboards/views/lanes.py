@@ -1,0 +1,86 @@
+"""Lanes: receipts grouped by identity (host lineage · preset family · launch regime), rumors marked."""
+
+from __future__ import annotations
+
+from datetime import date
+from urllib.parse import urlencode
+
+import polars as pl
+import streamlit as st
+
+from receipts.analysis.lanes import lane_summary
+from receipts.dashboards import charts
+from receipts.dashboards.views._data import Data
+
+GIB = float(1 << 30)
+
+
+def _options(opts: pl.DataFrame, kind: str) -> list[str]:
+    return opts.filter(pl.col("kind") == kind)["value"].to_list()
+
+
+def _filters(data: Data) -> dict:
+    opts = data.query("dash_filter_options")
+    cols = st.columns([3, 3, 3, 2])
+    hosts = cols[0].multiselect("host lineage", _options(opts, "host_lineage"))
+    presets = cols[1].multiselect("preset family", _options(opts, "preset_family"))
+    regimes = cols[2].multiselect("launch regime", _options(opts, "launch_regime"))
+    tag = cols[3].selectbox("lineage tag", [None, *_options(opts, "tag")], format_func=lambda t: t or "any")
+    cols = st.columns([3, 5])
+    days = [date.fromisoformat(d) for d in _options(opts, "date")]
+    since = until = None
+    if days:
+        picked = cols[0].date_input("run date", value=(min(days), max(days)))
+        if isinstance(picked, (tuple, list)) and len(picked) == 2:
+            since, until = (d.isoformat() for d in picked)
+    search = cols[1].text_input("search (run name, id, hostname, raw identity)").strip() or None
+    return {"hosts": hosts or None, "presets": presets or None, "regimes": regimes or None, "tag": tag,
+            "since": since, "until": until, "search": search}
+
+
+def render(data: Data) -> None:
+    st.header("Lanes")
+    st.caption("A lane is every receipt sharing one identity: host lineage · preset family · launch regime. "
+               "A receipt missing any of the three is a **rumor**: listed, never compared.")
+    frame = data.query("dash_lanes", **_filters(data))
+    lanes = lane_summary(frame)
+    n_rumors = int(frame["rumor"].sum()) if frame.height else 0
+    c = st.columns(3)
+    c[0].metric("receipts", f"{frame.height:,}")
+    c[1].metric("lanes", f"{lanes.filter(~pl.col('rumor')).height:,}")
+    c[2].metric("rumors (incomplete identity)", f"{n_rumors:,}")
+    if frame.height == 0:
+        st.info("No receipt matches these filters.")
+        return
+    st.altair_chart(charts.lane_counts(lanes))
+
+    st.subheader("Lanes")
+    st.dataframe(
+        lanes.with_columns(
+            pl.struct("host_lineage", "preset_family", "launch_regime", "rumor").map_elements(
+                lambda r: None if r["rumor"] else "?" + urlencode(
+                    {"view": "history", "host": r["host_lineage"], "preset": r["preset_family"],
+                     "regime": r["launch_regime"]}), return_dtype=pl.Utf8).alias("history"))
+        .select("lane", "n_receipts", "median_step_ms", "last_run_at", "history"),
+        hide_index=True, width="stretch",
+        column_config={"n_receipts": st.column_config.NumberColumn("receipts"),
+                       "median_step_ms": st.column_config.NumberColumn("median step (ms)", format="%.1f"),
+                       "last_run_at": st.column_config.DatetimeColumn("last run (UTC)"),
+                       "history": st.column_config.LinkColumn("history", display_text="lane history")})
+
+    st.subheader("Receipts")
+    table = frame.with_columns(
+        ("?view=receipt&id=" + pl.col("id")).alias("open"),
+        pl.when(pl.col("rumor")).then("⚠ rumor: missing " + pl.col("missing")).otherwise(pl.lit("✓ complete"))
+        .alias("identity"),
+        (pl.col("peak_reserved_bytes") / GIB).alias("peak_reserved_gib"),
+        pl.col("tags").list.join(", ").alias("tags"),
+    ).select("open", "run_name", "identity", "lane", "run_at", "tags", "n_steady_steps", "median_step_ms",
+             "peak_reserved_gib", "ended_early")
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "open": st.column_config.LinkColumn("receipt", display_text=r"id=(.{12})"),
+        "run_at": st.column_config.DatetimeColumn("run (UTC)"),
+        "n_steady_steps": st.column_config.NumberColumn("steady steps"),
+        "median_step_ms": st.column_config.NumberColumn("median step (ms)", format="%.1f"),
+        "peak_reserved_gib": st.column_config.NumberColumn("peak reserved (GiB)", format="%.1f"),
+        "ended_early": st.column_config.TextColumn("cut short")})

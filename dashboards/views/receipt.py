@@ -1,0 +1,144 @@
+"""Receipt: identity with alias resolution, provenance, software, env overlay, topology, steps, memory."""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from receipts.dashboards import charts
+from receipts.dashboards.views._data import Data, receipt_label, seed_from_url
+
+GIB = float(1 << 30)
+
+
+def pick_receipt(data: Data, label: str, param: str, default_index: int = 0) -> str | None:
+    """A receipt picker whose choice lives in the URL (?param=id) so every page can be linked."""
+    rows = data.query("dash_lanes", hosts=None, presets=None, regimes=None, tag=None, since=None, until=None,
+                      search=None).select("id", "run_name", "rumor")
+    if rows.height == 0:
+        st.info("The store holds no receipts yet: `receipts ingest run.log`.")
+        return None
+    ids = rows["id"].to_list()
+    labels = {r["id"]: receipt_label(r) for r in rows.iter_rows(named=True)}
+    seed_from_url(f"pick_{param}", param, ids, default_index)
+    chosen = st.selectbox(label, ids, format_func=labels.__getitem__, key=f"pick_{param}")
+    st.query_params[param] = chosen
+    return chosen
+
+
+def _kv(d: dict) -> pl.DataFrame:
+    return pl.DataFrame({"field": list(map(str, d)), "value": [str(v) for v in d.values()]},
+                        schema={"field": pl.Utf8, "value": pl.Utf8})
+
+
+def _identity(rep: dict) -> None:
+    ident = rep["identity"]
+    if ident["complete"]:
+        st.success("Identity complete: this receipt belongs to a lane and can be compared within it.")
+    else:
+        missing = [f for f in ("host_lineage", "preset_family", "launch_regime") if not ident[f]]
+        st.warning(f"⚠ Rumor: missing {', '.join(missing)}. It is shown but never compared.")
+    st.dataframe(pl.DataFrame({
+        "field": ["host lineage", "preset family", "launch regime"],
+        "canonical": [ident["host_lineage"], ident["preset_family"], ident["launch_regime"]],
+        "as claimed": [ident["raw"]["host_lineage"], ident["raw"]["preset"], ident["raw"]["regime"]],
+    }), hide_index=True)
+    st.markdown("**Alias resolution**")
+    for note in ident["resolution"] or ["(no notes: values used as claimed)"]:
+        st.markdown(f"- {note}")
+    st.caption(f"hostname {ident['hostname']} · regime {ident['regime']} · tags {', '.join(rep['tags']) or 'none'}")
+
+
+def _env(data: Data, receipt_id: str) -> None:
+    env = data.query("receipt_env", receipt_id=receipt_id)
+    if env.height == 0:
+        st.caption("No env overlay recorded.")
+        return
+    st.dataframe(env.with_columns(
+        pl.when(pl.col("redacted")).then(pl.lit("🔒 redacted"))
+        .when(~pl.col("is_set")).then(pl.lit("∅ explicitly unset"))
+        .otherwise(pl.lit("set")).alias("state")).select("name", "state", "value"),
+        hide_index=True, width="stretch")
+
+
+def _topology(data: Data, receipt_id: str) -> None:
+    cells = data.query("dash_topology", receipt_id=receipt_id)
+    if cells.height == 0:
+        st.caption("No topology recorded (attach `nvidia-smi topo -m` output).")
+        return
+    bad = cells.filter(pl.col("unhealthy") & (pl.col("row_device") < pl.col("col_device")))
+    if bad.height:
+        pairs = ", ".join(f"{r['row_device']}–{r['col_device']} {r['cell']}" for r in bad.iter_rows(named=True))
+        st.error(f"GPU pairs off NVLink (NV# expected): {pairs}")
+    st.altair_chart(charts.topology(cells))
+
+
+def _steps(data: Data, rep: dict) -> None:
+    ss = rep["steady_state"]
+    steps = data.query("step_series", receipt_id=rep["id"])
+    c = st.columns(4)
+    c[0].metric("median step (ms)", "—" if ss["median_step_ms"] is None else f"{ss['median_step_ms']:,.2f}")
+    c[1].metric("p10–p90 (ms)", "—" if ss["p10_step_ms"] is None else f"{ss['p10_step_ms']:,.1f}–{ss['p90_step_ms']:,.1f}")
+    c[2].metric("steady steps", f"{ss['n_steps']:,}")
+    c[3].metric("warm-up steps excluded", f"{ss['warmup_steps']:,}")
+    st.caption(f"Steady-state window: steps {ss['first_step']}–{ss['last_step']}; warm-up through step "
+               f"{ss['warmup_last_step']} excluded (rule: {ss['window_rule']}).")
+    if steps.filter(pl.col("step_ms").is_not_null()).height:
+        st.altair_chart(charts.step_series(steps, ss["warmup_last_step"]))
+
+
+def _memory(data: Data, rep: dict) -> None:
+    mem = data.query("dash_memory_steps", receipt_id=rep["id"])
+    if mem.height:
+        drift = data.query("dash_memory_drift", receipt_id=rep["id"]).row(0, named=True)
+        if drift["drift"]:
+            st.error(f"Fragmentation drift: the reserved − allocated gap grew by "
+                     f"{drift['gap_growth_bytes'] / GIB:,.2f} GiB over the steady window while allocated memory "
+                     f"stayed flat ({drift['allocated_first_bytes'] / GIB:,.2f} → "
+                     f"{drift['allocated_last_bytes'] / GIB:,.2f} GiB).")
+        elif drift["drift"] is None:
+            st.caption("Too few steady steps with memory to judge drift.")
+        else:
+            st.caption("No fragmentation drift: the reserved − allocated gap did not grow while allocated stayed flat.")
+        st.altair_chart(charts.memory_series(mem))
+        return
+    m = rep["memory"]
+    if m["peak_allocated_bytes"] is None and m["peak_reserved_bytes"] is None:
+        st.caption("No memory recorded.")
+        return
+    gap = (m["peak_reserved_bytes"] or 0) - (m["peak_allocated_bytes"] or 0)
+    st.caption(f"Per-step memory not logged; peaks only. Fragmentation gap at peak: {gap / GIB:,.2f} GiB "
+               "(reserved − allocated).")
+    st.altair_chart(charts.memory_peaks(pl.DataFrame(m["per_rank"])))
+
+
+def render(data: Data) -> None:
+    st.header("Receipt")
+    receipt_id = pick_receipt(data, "receipt", "id")
+    if receipt_id is None:
+        return
+    rep = data.report(receipt_id)
+    st.subheader(f"{rep['run_name']} · {rep['id']}")
+    st.caption(f"{rep['source_format']} · {rep['machine']['machine_class'] or 'machine unknown'} · "
+               f"started {rep['started_at'] or 'unknown'} · ingested {rep['ingested_at']}")
+    if rep["ended_early"]:
+        st.warning(f"Cut short: {rep['ended_early']}")
+    left, right = st.columns(2)
+    with left:
+        st.markdown("#### Identity")
+        _identity(rep)
+        st.markdown("#### Provenance")
+        st.dataframe(_kv(rep["provenance"]), hide_index=True, width="stretch")
+        st.dataframe(pl.DataFrame(rep["sources"]).select("path", "format", "role", "sha256"),
+                     hide_index=True, width="stretch")
+    with right:
+        st.markdown("#### Software stack")
+        st.dataframe(_kv(rep["software"]), hide_index=True, width="stretch")
+        st.markdown("#### Env overlay")
+        _env(data, receipt_id)
+        st.markdown("#### Topology")
+        _topology(data, receipt_id)
+    st.markdown("#### Step time")
+    _steps(data, rep)
+    st.markdown("#### Memory")
+    _memory(data, rep)

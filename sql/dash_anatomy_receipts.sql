@@ -1,0 +1,10 @@
+-- Receipts that carry step-time anatomy (a profiler export attached), newest first.
+-- Reads: anatomy_sources, receipts.
+-- Columns: id, run_name, lane (text: 'host · preset · regime' or 'rumor'), n_exports (count).
+SELECT r.id, r.run_name,
+       CASE WHEN r.identity_complete THEN concat_ws(' · ', r.host_lineage, r.preset_family, r.launch_regime)
+            ELSE 'rumor' END AS lane,
+       count(*) AS n_exports
+FROM anatomy_sources a JOIN receipts r ON r.id = a.receipt_id
+GROUP BY ALL
+ORDER BY max(r.ingested_at) DESC, r.id

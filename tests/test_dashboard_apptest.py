@@ -1,0 +1,327 @@
+"""Every dashboard view, driven headlessly with Streamlit's AppTest over a store of real ingested data.
+
+The store holds the two modded-nanogpt track_1_short speedrun logs (same identity flags: comparable),
+a real log under another host lineage (refused against them), a rumor (no launch regime), and the
+nsys export mfu_2gpu_before.sqlite attached to the first log for the anatomy view. When the real
+parsers (ingest/modded_nanogpt.py, ingest/nsys.py) are not importable yet, the same step times are
+read from the real logs into RECEIPT-format logs and the anatomy is built by ingest.intervals.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
+SOAP = REALDATA / "logs" / "track_1_short_2024-10-09_SOAP__5bdc3988-496c-4232-b4ef-53764cb81c92.txt"
+YARN = REALDATA / "logs" / "track_1_short_2025-09-10_Yarn__ef66c943-e262-400f-822f-068d397a1dc9.txt"
+NANOCHAT = REALDATA / "logs" / "sft_run_gtx1660.log"
+NSYS = REALDATA / "nsys" / "mfu_2gpu_before.sqlite"
+TOPO = REALDATA / "sysinfo" / "modded-nanogpt__track_1_short_2024-10-09_SOAP__nvidia-smi.txt"
+
+HOST, PRESET, REGIME = "modded-nanogpt-h100x8", "gpt2-124m-speedrun", "ddp/full-compile"
+OTHER_HOST = "gtx1660-desk"
+
+
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _speedrun_steps(path: Path) -> list[tuple[int, float]]:
+    """(step, step_ms) from modded-nanogpt's cumulative `train_time:` (the clock starts after step 10)."""
+    rx = re.compile(r"^step:(\d+)/\d+ (?:train_loss:\S+ )?train_time:(\d+)ms")
+    out, prev = [], None
+    for line in path.read_text(errors="replace").splitlines():
+        m = rx.match(line)
+        if m:
+            step, t = int(m.group(1)), float(m.group(2))
+            if prev is not None and t > prev:
+                out.append((step, t - prev))
+            prev = t
+    return out
+
+
+def _peak_memory(path: Path) -> tuple[int, int]:
+    """(allocated, reserved) bytes from the log's own `peak memory allocated: X MiB reserved: Y MiB` line."""
+    m = re.search(r"^peak memory allocated: (\d+) MiB reserved: (\d+) MiB", path.read_text(errors="replace"), re.M)
+    return (int(m.group(1)) << 20, int(m.group(2)) << 20) if m else (36 << 30, 41 << 30)
+
+
+def _native_log(path: Path, steps: list[tuple[int, float]], *, host: str | None, preset: str | None,
+                regime: str | None, run_name: str, extra_header: dict | None = None,
+                memory: list[tuple[int, int]] | None = None, peak: tuple[int, int] | None = None) -> Path:
+    header = {"v": 1, "kind": "header", "run_name": run_name, "hostname": host,
+              "identity": {k: v for k, v in (("host_lineage", host), ("preset", preset), ("regime", regime)) if v},
+              "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "world_size": 8, **(extra_header or {})}
+    lines = ["RECEIPT " + json.dumps(header)]
+    for i, (step, ms) in enumerate(steps):
+        rec = {"v": 1, "kind": "step", "step": step, "rank": 0, "step_ms": ms, "tokens_per_s": 393216 / ms * 1e3}
+        if memory:
+            rec["allocated_bytes"], rec["reserved_bytes"] = memory[i]
+        lines.append("RECEIPT " + json.dumps(rec))
+    peak = max(memory) if memory else peak or (36 << 30, 41 << 30)
+    lines.append("RECEIPT " + json.dumps({"v": 1, "kind": "footer", "rank": 0, "peak_allocated_bytes": peak[0],
+                                          "peak_reserved_bytes": peak[1]}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _fallback_anatomy():
+    """Until ingest/nsys.py lands: two ranks, eight steps of GEMM/attention/NCCL intervals (ns)."""
+    from receipts.ingest.intervals import anatomy_rows
+    from receipts.schema.model import Anatomy
+
+    events, spans = [], []
+    for rank in (0, 1):
+        for step in range(8):
+            t0 = step * 100_000_000
+            slow = 3 if step < 2 else 1  # the first two steps are compile warm-up
+            spans.append({"rank": rank, "step": step, "span_start_ns": t0, "span_end_ns": t0 + 90_000_000 * slow})
+            events += [
+                {"rank": rank, "step": step, "category": "gemm", "start_ns": t0, "end_ns": t0 + 40_000_000 * slow},
+                {"rank": rank, "step": step, "category": "attention", "start_ns": t0 + 40_000_000 * slow,
+                 "end_ns": t0 + 55_000_000 * slow},
+                {"rank": rank, "step": step, "category": "nccl_all_reduce", "start_ns": t0 + 50_000_000 * slow,
+                 "end_ns": t0 + (65_000_000 + rank * 5_000_000) * slow},
+                {"rank": rank, "step": step, "category": "memcpy_h2d", "start_ns": t0 + 66_000_000 * slow,
+                 "end_ns": t0 + 68_000_000 * slow},
+            ]
+    rows, per_step = anatomy_rows(pl.DataFrame(events), pl.DataFrame(spans))
+    sp = pl.DataFrame(spans)
+    steps = per_step.join(sp.select(pl.col("rank").cast(pl.Int32), "step", "span_start_ns", "span_end_ns"),
+                          on=["rank", "step"]).with_columns(
+        pl.col("span_start_ns").alias("start_ns"),
+        ((pl.col("span_end_ns") - pl.col("span_start_ns")) / 1e6).alias("wall_ms"),
+        (pl.col("step") < 2).alias("warmup"))
+    nvtx = pl.DataFrame({"rank": [0, 0, 0, 0, 1], "range_name": ["ablock", "eblock", "mblock", "rblock", "ablock"],
+                         "count": [48, 96, 48, 8, 48], "total_ms": [210.0, 180.0, 95.0, 12.0, 205.0],
+                         "gpu_ms": [None] * 5})
+    return Anatomy("nsys", "interim", rows, steps, nvtx, step_marker="NVTX ranges 'step N' (interim)",
+                   attribution="correlation ids (interim)")
+
+
+def build_store(db: Path, work: Path) -> dict[str, str]:
+    """Ingest the real data into a fresh DuckDB store; returns receipt ids by role."""
+    from receipts.pipeline import ingest_paths
+    from receipts.schema.model import IdentityClaim, SourceFile, sha256_file
+    from receipts.schema.registry import load_registry
+    from receipts.store import open_store
+
+    if not SOAP.exists():
+        pytest.skip(f"real data not present: {SOAP}")
+    work.mkdir(parents=True, exist_ok=True)
+    registry = load_registry(None)
+    claim = IdentityClaim(HOST, PRESET, REGIME)
+    ids: dict[str, str] = {}
+    with open_store(db) as store:
+        def one(paths, **kw) -> str:
+            return ingest_paths(store, list(paths), registry=registry, **kw)[0].receipt_id
+
+        if _have("receipts.ingest.modded_nanogpt"):
+            ids["a"] = one([SOAP], identity=claim, run_name="soap", tags=("v24",))
+            ids["b"] = one([YARN], identity=claim, run_name="yarn", tags=("v25",))
+        else:
+            for role, src, name, tag, day in (("a", SOAP, "soap", "v24", "2024-10-09"),
+                                              ("b", YARN, "yarn", "v25", "2025-09-10")):
+                log = _native_log(work / f"{name}.log", _speedrun_steps(src), host=HOST, preset=PRESET, regime=REGIME,
+                                  run_name=name, peak=_peak_memory(src), extra_header={"started_at": day})
+                ids[role] = one([log], run_name=name, tags=(tag,))
+        if _have("receipts.ingest.nanochat"):
+            ids["other"] = one([NANOCHAT], identity=IdentityClaim(OTHER_HOST, PRESET, REGIME), run_name="gtx1660")
+        else:
+            log = _native_log(work / "other.log", [(s, ms * 1.7) for s, ms in _speedrun_steps(YARN)], host=OTHER_HOST,
+                              preset=PRESET, regime=REGIME, run_name="gtx1660", extra_header={"started_at": "2025-09-12"})
+            ids["other"] = one([log], run_name="gtx1660")
+        # A rumor: no launch regime claimed. Memory per step with a reserved-allocated gap that grows while
+        # allocated stays flat (allocator fragmentation), and a topology with one GPU pair on SYS.
+        soap = _speedrun_steps(SOAP)[:400]
+        mem = [(30 << 30, (32 << 30) + i * (16 << 20)) for i in range(len(soap))]
+        gpus = [f"GPU{i}" for i in range(4)]
+        matrix = {a: {b: "X" if a == b else ("SYS" if {a, b} == {"GPU0", "GPU3"} else "NV18") for b in gpus}
+                  for a in gpus}
+        extra = {"env": {"NCCL_ALGO": "Ring", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                         "NCCL_P2P_DISABLE": None, "CUDA_DEVICE_MAX_CONNECTIONS": None},
+                 "software": {"torch": "2.6.0+cu126", "cuda": "12.6", "nccl": "2.21.5"},
+                 "topology": {"devices": gpus, "matrix": matrix},
+                 "started_at": "2025-10-01", "git_rev": "074a19767e46", "command": "torchrun --nproc_per_node=8 train.py"}
+        ids["rumor"] = one([_native_log(work / "rumor.log", soap, host=HOST, preset=PRESET, regime=None,
+                                        run_name="rumor-fragmenting", extra_header=extra, memory=mem)],
+                           run_name="rumor-fragmenting")
+        if _have("receipts.ingest.nsys"):
+            ingest_paths(store, [NSYS], registry=registry, attach=ids["a"])
+        else:
+            store.attach_anatomy(ids["a"], _fallback_anatomy(),
+                                 SourceFile(str(NSYS), sha256_file(NSYS), NSYS.stat().st_size, "nsys", "nsys"))
+    return ids
+
+
+@pytest.fixture(scope="module")
+def store_ids(tmp_path_factory) -> tuple[str, dict[str, str]]:
+    root = tmp_path_factory.mktemp("dash")
+    db = root / "receipts.duckdb"
+    return str(db), build_store(db, root / "logs")
+
+
+def _app(db: str, monkeypatch, **query):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("RECEIPTS_DB", db)
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    for k, v in query.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def _texts(at) -> str:
+    parts = [e.value for e in at.markdown] + [e.value for e in at.caption] + [e.value for e in at.title]
+    parts += [e.value for e in at.header] + [e.value for e in at.subheader]
+    parts += [e.value for e in at.error] + [e.value for e in at.warning] + [e.value for e in at.info]
+    parts += [e.value for e in at.success]
+    return "\n".join(map(str, parts))
+
+
+def _charts(at) -> list:
+    return at.get("vega_lite_chart")
+
+
+def _no_exception(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_lanes_view_groups_by_identity_and_marks_rumors(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch)
+    _no_exception(at)
+    assert at.sidebar.radio[0].value == "lanes"
+    assert "Lanes" in _texts(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["receipts"] == "4" and metrics["rumors (incomplete identity)"] == "1"
+    assert metrics["lanes"] == "2"  # the speedrun lane (2 receipts) and the other host's lane
+    assert len(_charts(at)) == 1
+    receipts = at.dataframe[1].value
+    assert set(receipts["run_name"]) == {"soap", "yarn", "gtx1660", "rumor-fragmenting"}
+    rumor = receipts[receipts["run_name"] == "rumor-fragmenting"].iloc[0]
+    assert rumor["identity"] == "⚠ rumor: missing launch_regime"
+    lanes = at.dataframe[0].value
+    speedrun = lanes[lanes["lane"] == f"{HOST} · {PRESET} · {REGIME}"].iloc[0]
+    assert speedrun["n_receipts"] == 2
+
+
+def test_lanes_filters_and_search_go_through_sql_params(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch)
+    at.multiselect[0].set_value([OTHER_HOST]).run()
+    _no_exception(at)
+    assert {m.label: m.value for m in at.metric}["receipts"] == "1"
+    at.multiselect[0].set_value([]).run()
+    at.text_input[0].set_value("soap").run()
+    assert list(at.dataframe[1].value["run_name"]) == ["soap"]
+    at.text_input[0].set_value("").run()
+    at.selectbox[0].set_value("v25").run()  # lineage tag
+    assert list(at.dataframe[1].value["run_name"]) == ["yarn"]
+
+
+def test_receipt_view_shows_identity_env_topology_steps_and_memory_drift(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="receipt", id=ids["rumor"])
+    _no_exception(at)
+    text = _texts(at)
+    assert "Rumor: missing launch_regime" in text
+    assert "GPU pairs off NVLink (NV# expected): GPU0–GPU3 SYS" in text
+    assert "Fragmentation drift" in text
+    env = next(d.value for d in at.dataframe if "state" in d.value.columns)
+    assert set(env[env["state"] == "∅ explicitly unset"]["name"]) == {"NCCL_P2P_DISABLE", "CUDA_DEVICE_MAX_CONNECTIONS"}
+    assert len(_charts(at)) == 3  # topology, step time, memory per step
+    assert "warm-up through step" in text
+
+
+def test_receipt_view_of_a_real_log_shows_window_and_peak_gap(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="receipt", id=ids["b"])  # yarn: its log prints peak allocated/reserved
+    _no_exception(at)
+    text = _texts(at)
+    assert "Identity complete" in text and "Steady-state window: steps" in text
+    assert "No topology recorded" in text
+    assert "Fragmentation gap at peak" in text
+    assert len(_charts(at)) == 2  # step time with warm-up band, per-rank peaks
+
+
+def test_anatomy_view_draws_categories_ranks_phases_and_nvtx(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="anatomy")
+    _no_exception(at)
+    text = _texts(at)
+    assert "mfu_2gpu_before.sqlite" in text
+    assert len(_charts(at)) == 4  # per step x rank, per rank, warm-up vs steady, NVTX
+    spec = json.dumps([c.proto.spec for c in _charts(at)])
+    assert "exposed_comm" in spec and "idle" in spec
+
+
+def test_compare_view_comparable_pair_shows_ratio_anatomy_and_drift(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="compare", a=ids["a"], b=ids["b"])
+    _no_exception(at)
+    text = _texts(at)
+    assert "Refused" not in text
+    assert "Same lane. B is" in text and "CI" in text
+    for kind in ("recipe", "runtime", "infrastructure"):
+        assert f"**{kind}**" in text
+    assert len(_charts(at)) == 2  # ratio with CI, anatomy side by side
+
+
+def test_compare_view_refusal_is_the_page(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="compare", a=ids["a"], b=ids["other"])
+    _no_exception(at)
+    assert at.title[0].value == "Refused: not comparable"
+    assert "not the same lane: host_lineage" in at.error[0].value
+    diffs = next(d.value for d in at.dataframe if "why" in d.value.columns)
+    assert list(diffs["field"]) == ["host_lineage"]
+    assert list(diffs["B"]) == [OTHER_HOST]
+    assert not _charts(at)  # nothing else competes with the refusal
+
+
+def test_compare_view_refuses_a_rumor(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="compare", a=ids["a"], b=ids["rumor"])
+    _no_exception(at)
+    assert at.title[0].value == "Refused: not comparable"
+    assert "rumor" in at.error[0].value
+
+
+def test_lane_history_view_marks_regressions(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="history", host=HOST, preset=PRESET, regime=REGIME)
+    _no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["receipts in lane"] == "2"
+    # yarn (2025) is faster than soap (2024): an improvement, not a regression
+    assert metrics["regressions"] == "0"
+    assert len(_charts(at)) == 2
+    at.radio(key="history_x").set_value("git_rev").run()
+    _no_exception(at)
+    assert len(_charts(at)) == 2
+
+
+def test_sidebar_switches_views(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch)
+    for view in ("receipt", "anatomy", "compare", "history", "lanes"):
+        at.sidebar.radio[0].set_value(view).run()
+        _no_exception(at)
+        assert at.query_params["view"] == [view] or at.query_params["view"] == view
+
+
+def test_missing_store_is_one_plain_error(tmp_path, monkeypatch):
+    at = _app(str(tmp_path / "absent.duckdb"), monkeypatch)
+    _no_exception(at)
+    assert "Cannot open the store" in at.error[0].value
