@@ -4,8 +4,9 @@ Markers first: a native `phase` record named compile / warmup / warm-up marks it
 Without markers, the documented rule `leading-slow-steps-v1`:
   1. the first logged step is always warm-up when there are >= 4 steps (first-step allocation,
      lazy init, cuDNN autotune and torch.compile all land there);
-  2. the warm-up then extends through the last step within the first half of the log whose time is
-     above 1.25 x the median of the second half (compile and recompiles settle early);
+  2. the warm-up then lasts until the first run of SETTLE_RUN consecutive steps that are all within
+     1.25 x the median of the second half (compile and autotuning settle early; an isolated slow step
+     later - a log flush, a periodic eval sync - is steady-state noise, not warm-up), capped at half the log;
   3. steps with no step time never count as steady state.
 The rule is stored on the receipt (window_rule) and always shown beside the numbers.
 """
@@ -18,7 +19,8 @@ from receipts.schema.model import StepWindow
 
 WARMUP_PHASES = ("compile", "warmup", "warm-up", "warm_up")
 SLOW_FACTOR = 1.25
-RULE_NAME = "leading-slow-steps-v1"
+SETTLE_RUN = 5
+RULE_NAME = "leading-slow-steps-v2"
 
 
 def _step_times(steps: pl.DataFrame) -> pl.DataFrame:
@@ -54,12 +56,10 @@ def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int 
         ms = times["step_ms"].to_list()
         n = len(ms)
         if n >= 4:
-            warmup_last = step_list[0]
             half = n // 2
-            reference = float(pl.Series(ms[half:]).median())
-            for i in range(1, half):
-                if ms[i] > SLOW_FACTOR * reference:
-                    warmup_last = step_list[i]
+            limit = SLOW_FACTOR * float(pl.Series(ms[half:]).median())
+            settled = next((i for i in range(1, half + 1) if all(v <= limit for v in ms[i:i + SETTLE_RUN])), half)
+            warmup_last = step_list[settled - 1]
     steady = [s for s in step_list if warmup_last is None or s > warmup_last]
     n_warm = len(step_list) - len(steady)
     return StepWindow(

@@ -53,8 +53,14 @@ def test_summary_percentiles():
 def test_window_rule_excludes_leading_slow_steps():
     ms = [9000, 1500, 400, 210, 200, 205, 198, 202, 201, 199, 200, 203]
     window = choose_window(steps_frame({"step": list(range(1, 13)), "step_ms": ms}), ())
-    assert window.rule == "leading-slow-steps-v1"
+    assert window.rule == "leading-slow-steps-v2"
     assert window.warmup_last_step == 3 and window.first_step == 4 and window.n_steady == 9
+
+
+def test_an_isolated_slow_step_after_settling_is_not_warmup():
+    ms = [9000, 300] + [200] * 10 + [1500] + [200] * 20
+    window = choose_window(steps_frame({"step": list(range(1, 34)), "step_ms": ms}), ())
+    assert window.warmup_last_step == 2 and window.n_steady == 31
 
 
 def test_window_markers_win_over_the_rule():
