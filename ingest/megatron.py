@@ -66,9 +66,9 @@ def parse(log: LogText) -> ParsedRun:
     frame = log.frame()
     last_line_parsed = True
     if log.unterminated_last:
-        # Every complete iteration line ends with '|'; a killed writer's prefix of one (or of a memory
-        # line) may still parse, with wrong numbers, so it is not read.
-        last_line_parsed = frame["text"][-1].rstrip().endswith("|")
+        # A killed writer's prefix of an iteration (or memory) line may still parse, with wrong numbers.
+        # A complete iteration line ends with '|' and has as many fields as the iteration line before it.
+        last_line_parsed = _complete_iteration(frame)
         if not last_line_parsed:
             frame = frame.head(frame.height - 1)
 
@@ -126,6 +126,14 @@ def parse(log: LogText) -> ParsedRun:
         started_at=_iso(iters["at"].drop_nulls().head(1).to_list()),
         provenance={"train_iters": _int(args.get("train_iters")) or int(iters["text"].str.extract(ITERATION, 2)[0])},
     )
+
+
+def _complete_iteration(frame: pl.DataFrame) -> bool:
+    last = frame["text"][-1].rstrip()
+    if not (re.search(ITERATION, last) and last.endswith("|")):
+        return False
+    before = frame.head(frame.height - 1).filter(pl.col("text").str.contains(ITERATION)).tail(1)
+    return before.height == 0 or last.count("|") >= before["text"][0].count("|")
 
 
 def _arguments(frame: pl.DataFrame) -> dict:
