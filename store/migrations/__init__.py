@@ -24,9 +24,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
-
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements
 
@@ -96,6 +93,10 @@ class _Collector:
 
 def render(revision: Revision) -> list[str]:
     """The revision's SQL, rendered with the PostgreSQL dialect (which DuckDB accepts)."""
+    # Imported here: alembic's package import costs over a second, and every CLI call opens a store.
+    from alembic.migration import MigrationContext
+    from alembic.operations import Operations
+
     collector = _Collector()
     context = MigrationContext.configure(dialect_name="postgresql",
                                          opts={"as_sql": True, "output_buffer": collector, "literal_binds": True})

@@ -1,0 +1,357 @@
+"""The shared PostgreSQL store against a real local server: races, crashes, migrations, and the same
+answers as the DuckDB file over the bundled real data.
+
+Needs a server: RECEIPTS_TEST_PG (a URL whose role may CREATE DATABASE; .ci/postgres_setup.sh prints
+one). Skipped when none is reachable, unless RECEIPTS_REQUIRE_POSTGRES is set (CI), then it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from receipts.errors import InputError, StoreError
+from receipts.pipeline import ingest_paths
+from receipts.schema.registry import load_registry
+from receipts.schema.tables import SCHEMA_VERSION
+from receipts.store import migrations, open_store
+from receipts.store.sync import push
+
+pytestmark = pytest.mark.postgres
+
+HERE = Path(__file__).resolve()
+REALDATA = HERE.parents[2] / "shared" / "realdata"
+DEFAULT_PG = "postgresql://receipts:receipts@127.0.0.1:5432/receipts_test"
+DEFAULT_READER = ("receipts_reader", "receipts_reader")
+CLI = [sys.executable, "-m", "receipts.cli.main"]
+
+sys.path.insert(0, str(HERE.parent))
+from conftest import write_native_log  # noqa: E402  (tests/ is not a package under importlib mode)
+
+
+# ---- fixtures: one fresh database per test, created through the server named by RECEIPTS_TEST_PG --
+@pytest.fixture(scope="session")
+def pg_server():
+    psycopg = pytest.importorskip("psycopg")
+
+    url = os.environ.get("RECEIPTS_TEST_PG", DEFAULT_PG)
+    try:
+        admin = psycopg.connect(url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        reason = (f"no PostgreSQL server reachable at RECEIPTS_TEST_PG={url!r} ({str(exc).strip()[:200]}); "
+                  "run .ci/postgres_setup.sh and export the URL it prints")
+        if os.environ.get("RECEIPTS_REQUIRE_POSTGRES"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    prefix = f"receipts_t_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    made: list[str] = []
+
+    def fresh_database() -> str:
+        name = f"{prefix}_{len(made)}"
+        admin.execute(f'CREATE DATABASE "{name}"')
+        made.append(name)
+        return _url_for(url, name)
+
+    yield {"admin": admin, "fresh": fresh_database, "url": url}
+    for name in made:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+def _url_for(url: str, dbname: str, *, user: str | None = None, password: str | None = None) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    p = {**conninfo_to_dict(url), **({"user": user, "password": password} if user else {})}
+    auth = p.get("user", "") + (f":{p['password']}" if p.get("password") else "")
+    host = p.get("host", "127.0.0.1") + (f":{p['port']}" if p.get("port") else "")
+    return f"postgresql://{auth}@{host}/{dbname}"
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    return pg_server["fresh"]()
+
+
+def _psql(url: str, query: str, params=()):
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
+    if check and done.returncode not in (0, 3):
+        raise AssertionError(f"receipts {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def _logs(folder: Path, n: int, *, steps: int = 8) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    # Distinct step times make distinct content hashes, hence distinct receipts.
+    return [write_native_log(folder / f"run_{i:04d}.log", [100.0 + i * 0.001 + s for s in range(steps)], warmup_steps=1)
+            for i in range(n)]
+
+
+# ---- races ---------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_16_concurrent_ingesters_store_every_receipt_exactly_once(pg_url, tmp_path):
+    paths = _logs(tmp_path / "logs", 800)
+    # No `db init` first: the first ingesters also race to create the schema in the empty database.
+    procs = [subprocess.Popen([*CLI, "--db", pg_url, "ingest", *map(str, paths[i::16])],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(16)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 16, [e for _, e in outs if e][:2]
+    assert _psql(pg_url, "SELECT count(*), count(DISTINCT content_sha256) FROM receipts") == [(800, 800)]
+    assert _psql(pg_url, "SELECT count(*) FROM receipt_steps") == [(800 * 8,)]
+    assert _psql(pg_url, "SELECT count(*) FROM (SELECT receipt_id FROM receipt_steps GROUP BY receipt_id "
+                         "HAVING count(*) <> 8) odd") == [(0,)]
+
+
+def test_same_file_by_8_processes_is_one_receipt(pg_url, tmp_path):
+    (path,) = _logs(tmp_path, 1, steps=2000)
+    procs = [subprocess.Popen([*CLI, "--db", pg_url, "ingest", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8
+    assert sum(o.startswith("ingested") for o in outs) == 1
+    assert sum(o.startswith("unchanged") for o in outs) == 7
+    assert _psql(pg_url, "SELECT count(*) FROM receipts") == [(1,)]
+    assert _psql(pg_url, "SELECT count(*) FROM receipt_steps") == [(2000,)]
+
+
+def test_writer_killed_mid_copy_leaves_nothing_and_next_ingest_succeeds(pg_url, tmp_path):
+    big = write_native_log(tmp_path / "big.log", [100.0 + (i % 97) * 0.01 for i in range(400_000)], warmup_steps=5)
+    _cli("--db", pg_url, "db", "init")
+    dbname = _psql(pg_url, "SELECT current_database()")[0][0]
+    writer = subprocess.Popen([*CLI, "--db", pg_url, "ingest", str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen_copy = False
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and writer.poll() is None:
+        active = _psql(pg_url, "SELECT query FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
+                               "AND state = 'active' AND query LIKE 'COPY%%'", (dbname,))
+        if active:
+            seen_copy = True
+            writer.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    writer.wait(timeout=60)
+    assert seen_copy, "the writer finished before its COPY was seen; make the log bigger"
+    assert writer.returncode == -signal.SIGKILL
+    # The server aborts the dead client's transaction once it notices the closed socket.
+    for _ in range(500):
+        if not _psql(pg_url, "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
+                             "AND backend_type = 'client backend'", (dbname,)):
+            break
+        time.sleep(0.02)
+    assert _psql(pg_url, "SELECT (SELECT count(*) FROM receipts), (SELECT count(*) FROM receipt_steps), "
+                         "(SELECT count(*) FROM receipt_sources)") == [(0, 0, 0)]
+    done = _cli("--db", pg_url, "ingest", str(big))
+    assert done.stdout.startswith("ingested")
+    assert _psql(pg_url, "SELECT (SELECT count(*) FROM receipts), (SELECT count(*) FROM receipt_steps)") == [(1, 400_000)]
+
+
+# ---- reads see writes; read-only stores never write ---------------------------------------------
+def test_reader_sees_commits_made_after_it_attached(pg_url, tmp_path):
+    a, b = _logs(tmp_path, 2)
+    registry = load_registry(None)
+    with open_store(pg_url) as reader, open_store(pg_url) as writer:
+        ingest_paths(writer, [a], registry=registry)
+        first = reader.version()
+        assert reader.query("list_receipts").height == 1
+        ingest_paths(writer, [b], registry=registry)
+        assert reader.query("list_receipts").height == 2          # rows: a fresh snapshot per query
+        assert reader.version() != first
+        # The extension caches the catalog: a column added since the attach must still be found.
+        _psql(pg_url, "ALTER TABLE receipts ADD COLUMN probe_note TEXT")
+        assert reader.sql("SELECT count(probe_note) AS n FROM receipts")["n"][0] == 0
+
+
+def test_read_only_store_never_writes(pg_url, tmp_path, pg_server):
+    (path,) = _logs(tmp_path, 1)
+    with pytest.raises(StoreError, match="no receipts schema"):
+        open_store(pg_url, read_only=True)                       # an empty database is not created read-only
+    _cli("--db", pg_url, "db", "init")
+    with open_store(pg_url, read_only=True) as store:
+        with pytest.raises(StoreError, match="read-only"):
+            ingest_paths(store, [path], registry=load_registry(None))
+        assert store.query("list_receipts").height == 0
+    # The dashboard's role, as docs/teams.md sets it up: SELECT only.
+    import psycopg
+
+    user, password = DEFAULT_READER
+    if not _psql(pg_url, "SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)):
+        if os.environ.get("RECEIPTS_REQUIRE_POSTGRES"):
+            pytest.fail(f"role {user} absent: run .ci/postgres_setup.sh")
+        pytest.skip(f"role {user} absent (created by .ci/postgres_setup.sh)")
+    _psql(pg_url, f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {user}")
+    _cli("--db", pg_url, "ingest", str(path))
+    reader_url = _url_for(pg_url, _psql(pg_url, "SELECT current_database()")[0][0], user=user, password=password)
+    with open_store(reader_url, read_only=True) as store:
+        assert store.query("list_receipts").height == 1
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _psql(reader_url, "DELETE FROM receipts")
+    done = _cli("--db", reader_url, "ingest", str(tmp_path / "run_0000.log"), check=False)
+    assert done.returncode == 2 and "permission denied" in done.stderr
+
+
+# ---- migrations on both backends ---------------------------------------------------------------
+def _schema_shape(target) -> dict:
+    columns = target.execute("SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns "
+                             "WHERE table_schema = current_schema() ORDER BY table_name, column_name")
+    if target.backend == "duckdb":
+        indexes = target.execute("SELECT index_name FROM duckdb_indexes() ORDER BY 1")
+    else:
+        indexes = target.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                                 "AND indexname LIKE 'ix_%' ORDER BY 1")
+    return {"columns": [tuple(map(str, c)) for c in columns], "indexes": [i[0] for i in indexes]}
+
+
+@pytest.mark.parametrize("backend", ["duckdb", "postgresql"])
+def test_upgrade_from_first_release(backend, pg_server, tmp_path):
+    old_url = pg_server["fresh"]() if backend == "postgresql" else str(tmp_path / "old.duckdb")
+    new_url = pg_server["fresh"]() if backend == "postgresql" else str(tmp_path / "new.duckdb")
+    with migrations.open_target(old_url, create=True) as target:
+        assert migrations.init(target, version=1)
+        target.execute("INSERT INTO receipts (id, content_sha256, run_name, source_format, ingested_at, "
+                       "identity_complete, warmup_steps, window_rule, tags_json, features_json, software_json, "
+                       "topology_json, provenance_json, phases_json, warnings_json, model_version) VALUES "
+                       "('r1', 'sha-r1', 'old_run', 'native', '2026-01-01T00:00:00+00:00', true, 0, 'all', "
+                       "'[]', '{}', '{}', '{}', '{}', '[]', '[]', 1)")
+        assert migrations.status(target).schema_version == 1
+        assert migrations.upgrade(target, to=migrations.head_version()) == list(range(2, migrations.head_version() + 1))
+        assert migrations.upgrade(target, to=migrations.head_version()) == []      # idempotent
+        st = migrations.status(target)
+        assert (st.schema_version, st.receipts) == (migrations.head_version(), 1)
+        assert {"ix_receipts_run_name", "ix_receipts_ingested_at"} <= set(_schema_shape(target)["indexes"])
+    # Upgrading to the version this build speaks gives exactly the schema a fresh store gets.
+    with migrations.open_target(old_url) as old, migrations.open_target(new_url, create=True) as new:
+        migrations.init(new)
+        if SCHEMA_VERSION == migrations.head_version():
+            assert _schema_shape(old) == _schema_shape(new)
+    if SCHEMA_VERSION == migrations.head_version():
+        with open_store(old_url) as store:
+            assert store.resolve("old_run") == "r1"
+
+
+def test_tables_py_matches_migration_head():
+    if SCHEMA_VERSION < migrations.head_version():
+        pytest.xfail(f"schema/tables.py is at {SCHEMA_VERSION}; migration {migrations.head_version()} "
+                     "awaits its Index lines and SCHEMA_VERSION bump")
+    assert SCHEMA_VERSION == migrations.head_version()
+
+
+def test_db_status_on_both_backends(pg_url, tmp_path):
+    for url in (pg_url, str(tmp_path / "s.duckdb")):
+        _cli("--db", url, "db", "init")
+        out = json.loads(_cli("--db", url, "db", "status", "--json").stdout)
+        assert (out["schema_version"], out["receipts"], out["state"]) == (SCHEMA_VERSION, 0, "up to date")
+        assert "password" not in out["url"] and ":receipts@" not in out["url"]
+
+
+# ---- the same answers on both stores, over the real data ----------------------------------------
+def _ingest_real(store, registry) -> list[str]:
+    logs = sorted((REALDATA / "logs").glob("*"))
+    if not logs:
+        pytest.skip(f"real data not present: {REALDATA / 'logs'}")
+    ids = []
+    for path in logs:
+        try:
+            ids += [o.receipt_id for o in ingest_paths(store, [path], registry=registry,
+                                                       run_name=path.stem[:40])]
+        except InputError:
+            continue            # a format no parser reads yet; the DuckDB side skips it the same way
+    exports = sorted((REALDATA / "nsys").glob("*.sqlite"))
+    if ids and exports and (HERE.parents[1] / "ingest" / "nsys.py").exists():
+        for export in exports:
+            try:
+                ingest_paths(store, [export], registry=registry, attach=ids[0])
+            except InputError:
+                continue
+    return ids
+
+
+def _normal(value, drop=("ingested_at",)):
+    """Drop ingestion times (each store stamps its own) and round floats to 12 significant digits: DuckDB
+    may sum in a different order when it scans PostgreSQL in parallel."""
+    if isinstance(value, dict):
+        return {k: _normal(v, drop) for k, v in value.items() if k not in drop}
+    if isinstance(value, list):
+        return [_normal(v, drop) for v in value]
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    return value
+
+
+def _every_query(store, ids: list[str]) -> dict:
+    """Every sql/*.sql, with parameters taken from the receipts at hand (the dashboard's queries too)."""
+    first = store.query("receipt", {"receipt_id": ids[0]}).to_dicts()[0] if "receipt" in _sql_params() else {}
+    values = {"receipt_id": ids[0], "a_id": ids[0], "b_id": ids[-1], "source_sha256": None, "source_sha": None,
+              "host_lineage": first.get("host_lineage"), "preset_family": first.get("preset_family"),
+              "launch_regime": first.get("launch_regime"), "ref": ids[0], "prefix": ids[0][:4] + "%"}
+    out = {}
+    for name, params in sorted(_sql_params().items()):
+        try:
+            frame = store.query(name, {p: values.get(p) for p in params})
+        except Exception as exc:  # the same failure on both stores is the same answer
+            out[name] = f"error {type(exc).__name__}"
+            continue
+        out[name] = sorted(_normal(frame.to_dicts()), key=repr)
+    return out
+
+
+def _sql_params() -> dict[str, set[str]]:
+    import re
+
+    return {p.stem: set(re.findall(r"\$([a-z_]+)", p.read_text())) for p in (HERE.parents[1] / "sql").glob("*.sql")}
+
+
+def _answers(url: str, ids: list[str]) -> dict:
+    out = {"list": sorted(json.loads(_cli("--db", url, "list", "--json").stdout), key=lambda r: r["id"])}
+    with open_store(url, read_only=True) as store:
+        out["queries"] = _every_query(store, ids)
+    for rid in ids:
+        out[f"show {rid}"] = json.loads(_cli("--db", url, "show", rid, "--json").stdout)
+        anatomy = _cli("--db", url, "anatomy", rid, "--json", check=False)
+        out[f"anatomy {rid}"] = json.loads(anatomy.stdout) if anatomy.returncode == 0 else anatomy.returncode
+    for a, b in zip(ids, ids[1:]):
+        out[f"compare {a} {b}"] = json.loads(_cli("--db", url, "compare", a, b, "--json").stdout)
+    return _normal(out)
+
+
+@pytest.mark.slow
+def test_same_answers_on_duckdb_and_postgres_over_real_data(pg_url, tmp_path):
+    registry = load_registry(None)
+    duck_url = str(tmp_path / "real.duckdb")
+    with open_store(duck_url) as duck, open_store(pg_url) as pg:
+        duck_ids, pg_ids = _ingest_real(duck, registry), _ingest_real(pg, registry)
+    assert duck_ids == pg_ids and len(duck_ids) >= 2
+    assert _answers(duck_url, duck_ids) == _answers(pg_url, pg_ids)
+
+
+@pytest.mark.slow
+def test_push_copies_everything_once_and_answers_match(pg_url, tmp_path):
+    registry = load_registry(None)
+    duck_url = str(tmp_path / "node.duckdb")
+    with open_store(duck_url) as duck:
+        ids = _ingest_real(duck, registry)
+    first = json.loads(_cli("--db", duck_url, "push", "--to", pg_url, "--json").stdout)
+    assert (first["receipts_copied"], first["receipts_skipped"]) == (len(ids), 0)
+    again = json.loads(_cli("--db", duck_url, "push", "--to", pg_url, "--json").stdout)
+    assert (again["receipts_copied"], again["receipts_skipped"]) == (0, len(ids))
+    # Pushed rows are copied as stored, ingested_at included, so even it matches.
+    with open_store(duck_url, read_only=True) as duck, open_store(pg_url, read_only=True) as pg:
+        for table in ("receipts", "receipt_steps", "receipt_env", "receipt_memory", "receipt_sources",
+                      "anatomy_sources", "anatomy_rows", "anatomy_steps", "anatomy_nvtx"):
+            query = f"SELECT * FROM {table}"
+            left, right = duck.sql(query), pg.sql(query)
+            assert left.sort(left.columns, nulls_last=True).equals(right.sort(right.columns, nulls_last=True)), table
