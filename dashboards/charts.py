@@ -23,7 +23,7 @@ def lane_counts(lanes: pl.DataFrame) -> alt.Chart:
     """Receipts per lane; rumors (incomplete identity) in red."""
     return alt.Chart(lanes).mark_bar().encode(
         y=alt.Y("lane:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
-        x=alt.X("n_receipts:Q", title="receipts (count)"),
+        x=alt.X("n_receipts:Q", title="receipts (count)", axis=alt.Axis(format="d", tickMinStep=1)),
         color=alt.Color("rumor:N", title="rumor", scale=alt.Scale(domain=[False, True], range=["#4c78a8", "#e45756"])),
         tooltip=["lane", "n_receipts", alt.Tooltip("median_step_ms:Q", title="median step (ms)", format=",.1f"),
                  alt.Tooltip("last_run_at:T", title="last run")],
@@ -107,20 +107,22 @@ def anatomy_by_rank(window: pl.DataFrame) -> alt.Chart:
     frame = window.with_columns(pl.col("rank").cast(pl.Utf8).fill_null("?"))
     return alt.Chart(frame).mark_bar().encode(
         y=alt.Y("rank:N", title="rank"), x=alt.X("per_step_ms:Q", title="time per step (ms)"),
-        color=alt.Color("category:N", scale=CATEGORY_SCALE, title="category"),
+        color=alt.Color("category:N", scale=CATEGORY_SCALE, title="category",
+                        legend=alt.Legend(orient="bottom", columns=6)),
         tooltip=["rank", "category", alt.Tooltip("per_step_ms:Q", format=",.3f")],
     ).properties(width=WIDE, height=alt.Step(28), title="per rank")
 
 
 def anatomy_phases(window: pl.DataFrame) -> alt.Chart:
-    """Warm-up beside steady state, ms per step by category (mean over ranks)."""
+    """Warm-up beside steady state, ms per step by category (mean over ranks). Horizontal: category
+    names stay readable, and Streamlit's fit-to-container cannot squeeze rotated labels into the plot."""
     return alt.Chart(window).mark_bar().encode(
-        x=alt.X("category:N", title="category"), xOffset="phase:N",
-        y=alt.Y("mean(per_step_ms):Q", title="time per step (ms, mean over ranks)"),
+        y=alt.Y("category:N", title=None), yOffset=alt.YOffset("phase:N"),
+        x=alt.X("mean(per_step_ms):Q", title="time per step (ms, mean over ranks)"),
         color=alt.Color("phase:N", title="phase", scale=alt.Scale(domain=["warmup", "steady", "window"],
                                                                   range=["#f58518", "#4c78a8", "#72b7b2"])),
-        tooltip=["phase", "category", alt.Tooltip("mean(per_step_ms):Q", format=",.3f")],
-    ).properties(width=WIDE, height=240, title="warm-up vs steady")
+        tooltip=["phase:N", "category:N", alt.Tooltip("mean(per_step_ms):Q", format=",.3f")],
+    ).properties(width=WIDE, height=alt.Step(22), title="warm-up vs steady")
 
 
 def nvtx_families(families: pl.DataFrame) -> alt.Chart:

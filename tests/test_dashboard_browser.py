@@ -1,0 +1,148 @@
+"""End to end in a real headless Chromium (Debian's, never a downloaded one): `receipts dashboard` on a store
+of real ingested data, every view visited, charts checked as painted by vega-embed, no exception shown.
+Screenshots of each view land in docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHOTS = REPO / "docs" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHARTS = ".vega-embed canvas, .vega-embed svg.marks"
+
+pytestmark = pytest.mark.browser
+
+
+def _apptest_module():
+    """The store builder lives beside the AppTest tests; load it by path (tests are not a package)."""
+    spec = importlib.util.spec_from_file_location("dash_apptest", REPO / "tests" / "test_dashboard_apptest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_dashboard(db: str, port: int, timeout_s: float = 60.0):
+    """`receipts dashboard` as a user starts it; yields the base URL once /_stcore/health answers."""
+    exe = Path(sys.executable).with_name("receipts")
+    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "receipts.cli.main"]),
+           "dashboard", "--db", db, "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"dashboard exited {proc.returncode}: {proc.stdout.read().decode()[-2000:]}")
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(base + "/_stcore/health", timeout=1).read() == b"ok":
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError("dashboard did not answer /_stcore/health")
+            time.sleep(0.2)
+        yield base
+    finally:
+        os.killpg(proc.pid, 15)  # the streamlit child too: it runs in our own new session
+        proc.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def chromium_page(profile_dir: Path, width: int = 1500, height: int = 2600):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(profile_dir), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": width, "height": height})
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def wait_for_view(page, n_charts: int, timeout_ms: int = 30_000) -> None:
+    """Charts painted, the script run finished, no exception on the page.
+
+    Streamlit scrolls inside its own container, so a full-page screenshot is only as tall as the viewport:
+    the viewport is made tall enough for every view instead."""
+    page.wait_for_function(
+        """([sel, n]) => {
+            const charts = [...document.querySelectorAll(sel)].filter(e => e.getBoundingClientRect().width > 0);
+            const running = document.querySelector('[data-testid="stStatusWidget"]')?.innerText?.includes('Running');
+            return charts.length >= n && !running;
+        }""", arg=[CHARTS, n_charts], timeout=timeout_ms)
+    page.wait_for_timeout(300)  # let vega finish its last paint before a screenshot
+    assert page.locator('[data-testid="stException"]').count() == 0, page.locator('[data-testid="stException"]').first.inner_text()
+    body = page.inner_text("body")
+    assert "Traceback" not in body and "Cannot open the store" not in body
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("Debian chromium missing: run .ci/browser_setup.sh")
+        pytest.skip("Debian chromium not installed (.ci/browser_setup.sh)")
+    root = tmp_path_factory.mktemp("browser")
+    db = root / "receipts.duckdb"
+    ids = _apptest_module().build_store(db, root / "logs")
+    with serve_dashboard(str(db), free_port()) as base:
+        yield base, ids, root
+
+
+def test_every_view_renders_charts_in_chromium(dashboard):
+    base, ids, root = dashboard
+    mod = _apptest_module()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    views = [
+        ("lanes", {}, 1, "Lanes"),
+        ("receipt", {"id": ids["rumor"]}, 3, "Fragmentation drift"),
+        ("anatomy", {"id": ids["a"]}, 4, "mfu_2gpu_before.sqlite"),
+        ("compare", {"a": ids["a"], "b": ids["b"]}, 2, "Same lane"),
+        ("history", {"host": mod.HOST, "preset": mod.PRESET, "regime": mod.REGIME}, 2, "Lane history"),
+    ]
+    with chromium_page(root / "profile") as page:
+        for view, params, n_charts, expect in views:
+            page.goto(f"{base}/?{urlencode({'view': view, **params})}")
+            wait_for_view(page, n_charts)
+            assert expect in page.inner_text("body"), view
+            page.screenshot(path=str(SHOTS / f"{view}.png"), full_page=True)
+
+        # the refusal is the page: no chart, the differing field named
+        page.goto(f"{base}/?{urlencode({'view': 'compare', 'a': ids['a'], 'b': ids['other']})}")
+        page.get_by_text("Refused: not comparable").wait_for(timeout=30_000)
+        page.wait_for_timeout(500)
+        assert "host_lineage" in page.inner_text("body")
+        assert page.locator(CHARTS).count() == 0
+        page.screenshot(path=str(SHOTS / "compare_refused.png"), full_page=True)
+
+        # moving through views with the sidebar, as a person does
+        page.goto(base + "/")
+        wait_for_view(page, 1)
+        page.locator('[data-testid="stSidebar"]').get_by_text("Receipt", exact=True).click()
+        page.get_by_text("Steady-state window").wait_for(timeout=30_000)
+        page.locator('[data-testid="stSidebar"]').get_by_text("Anatomy", exact=True).click()
+        wait_for_view(page, 4)
+        assert "view=anatomy" in page.url
