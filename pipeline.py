@@ -6,6 +6,9 @@ Parsers stay pure; this module resolves identity and hands complete receipts to 
 
 from __future__ import annotations
 
+import gzip
+import shutil
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +27,7 @@ from receipts.schema.registry import Registry
 from receipts.store import Store
 
 SIDECAR_NAME = "receipt.toml"
-PROFILE_KINDS = ("nsys", "nsys-rep", "kineto", "kineto-dir")
+PROFILE_KINDS = ("nsys", "nsys-gz", "nsys-rep", "kineto", "kineto-dir")
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,16 @@ def parse_log(path: Path, fmt: str | None = None) -> ParsedRun:
 
 
 def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool) -> Anatomy:
+    if kind == "nsys-gz":
+        with tempfile.TemporaryDirectory(prefix="receipts-nsys-") as tmp:
+            plain = Path(tmp) / path.name.removesuffix(".gz")
+            try:
+                with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            except (OSError, EOFError) as exc:
+                raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped nsys "
+                                       "SQLite export") from exc
+            return parse_profile(plain, "nsys", rules, keep_raw)
     if kind in ("nsys", "nsys-rep"):
         from receipts.ingest import nsys
 

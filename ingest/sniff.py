@@ -30,7 +30,7 @@ def log_parser(name: str) -> ModuleType:
 
 
 def sniff_kind(path: Path) -> str:
-    """'log' | 'nsys' | 'nsys-rep' | 'kineto' | 'kineto-dir' | 'sysinfo', decided from content, not names."""
+    """'log' | 'nsys' | 'nsys-gz' | 'nsys-rep' | 'kineto' | 'kineto-dir', decided from content, not names."""
     path = Path(path)
     if path.is_dir():
         if any(p.name.endswith((".json", ".json.gz")) for p in path.iterdir() if p.is_file()):
@@ -53,6 +53,8 @@ def sniff_kind(path: Path) -> str:
         except (OSError, EOFError) as exc:
             raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped "
                                    "PyTorch profiler trace (.pt.trace.json.gz)") from exc
+        if inner.startswith(SQLITE_MAGIC):
+            return "nsys-gz"  # exports are gzipped to travel; SQLite needs a real file
         return "kineto" if inner.lstrip().startswith(b"{") else "log"
     if head.lstrip().startswith(b"{") and (b'"traceEvents"' in head or b'"schemaVersion"' in head
                                            or b'"deviceProperties"' in head or b'"distributedInfo"' in head):
