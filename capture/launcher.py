@@ -1,0 +1,248 @@
+"""The engine of `receipts run`: header before the child starts, tee, signal forwarding, footer,
+then ingest of the run directory.
+
+Order matters (seed 003, "what the wrapper owns"): the provenance header is in run.log before
+the child's first Python import, so a run that dies in `import torch` still has a receipt of what
+was launched where. The child runs in its own session so a terminal's Ctrl-C reaches it exactly
+once — through us — and the footer is written whatever the child does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
+
+from receipts.capture import provenance
+from receipts.capture.recorder import ENV_LAUNCHER, RECORD_VERSION
+from receipts.errors import ReceiptsError, UsageError
+from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redact, secret_values_in
+
+LOG_NAME = "run.log"
+ENV_RUN_DIR = "RECEIPTS_RUN_DIR"   # the child may write traces here; they are ingested with the log
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int                    # the child's; 128+N when a signal N ended it (shell convention)
+    run_dir: Path
+    log_path: Path
+    signal_name: str | None = None    # set when the child died of a signal
+    ingested: tuple = ()              # receipts.pipeline.IngestOutcome, when ingest ran
+    ingest_error: str | None = None   # ingest failed: the log is kept, the store left unchanged
+
+
+def default_run_dir(*, base: Path, run_name: str | None, command: list[str]) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    name = run_name or f"{stamp}-{Path(command[0]).name}"
+    return base / re.sub(r"[^A-Za-z0-9_.\-]+", "_", name)
+
+
+def resolve_command(command: list[str], *, environ: Mapping[str, str]) -> str:
+    """The executable that will run, or UsageError naming the word that is not one."""
+    if not command:
+        raise UsageError("no command given: put it after `--`, e.g. `receipts run -- python train.py`")
+    word = command[0]
+    if os.sep in word:
+        if os.path.isfile(word) and os.access(word, os.X_OK):
+            return word
+        raise UsageError(f"command not found or not executable: {word}")
+    found = shutil.which(word, path=environ.get("PATH", os.defpath))
+    if found is None:
+        raise UsageError(f"command not found: {word} (not on PATH)")
+    return found
+
+
+def _nproc(command: list[str]) -> int | None:
+    text = " ".join(command)
+    m = re.search(r"--nproc[_-]per[_-]node[= ](\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+def build_header(*, command: list[str], environ: Mapping[str, str], cwd: Path, rules: EnvRules,
+                 host_lineage: str | None, preset: str | None, regime: str | None, run_name: str,
+                 tags: tuple[str, ...]) -> dict:
+    """Every launcher-side fact, redacted. Pure apart from the probes in capture.provenance."""
+    from receipts.ingest.topology import parse_text as parse_topology, rank_map
+
+    gpus = provenance.nvidia_smi_gpus()
+    interpreter = provenance.child_interpreter(command)
+    software = provenance.software_stack(interpreter=interpreter)
+    software["software_source"] = interpreter or f"{sys.executable} (the launcher's: command is not Python)"
+    for key in ("driver", "driver_cuda"):
+        if gpus.get(key):
+            software[key] = gpus[key]
+    topo_text = provenance.topology_text()
+    topology: dict = {"numa_balancing": provenance.numa_balancing(), "gpus": gpus.get("gpus", [])}
+    if topo_text:
+        topology["nvidia_smi_topo_m"] = topo_text
+        try:
+            parsed = parse_topology(topo_text)
+        except ReceiptsError as exc:
+            topology["topo_error"] = str(exc)
+        else:
+            topology.update(parsed.to_dict())
+            topology["rank_map"] = rank_map(parsed, local_ranks=_nproc(command) or len(parsed.gpus),
+                                            visible_devices=environ.get("CUDA_VISIBLE_DEVICES"))
+    header = {
+        "v": RECORD_VERSION,
+        "kind": "header",
+        "writer": "receipts run",
+        "identity": {"host_lineage": host_lineage, "preset": preset, "regime": regime},
+        "run_name": run_name,
+        "hostname": provenance.host_facts()["hostname"],
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "command": shlex.join(command),
+        "cwd": str(cwd),
+        **provenance.git_provenance(cwd=cwd),
+        "gpu_model": gpus.get("gpu_model"),
+        "gpu_count": gpus.get("gpu_count"),
+        "env": env_overlay(environ, rules=rules),
+        "software": software,
+        "topology": topology,
+        "provenance": {
+            "alloc_conf": provenance.resolve_alloc_conf(dict(environ), torch_version=software.get("torch")),
+            "cpu_count": provenance.host_facts()["cpu_count"],
+            "gpu_probe": gpus.get("gpu_probe"),
+        },
+        "tags": list(tags),
+    }
+    return redact(header, rules=rules, known_values=secret_values_in(environ, rules=rules))
+
+
+def _line(record: dict) -> bytes:
+    return ("RECEIPT " + json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def _tee(source: IO[bytes], *, log: IO[bytes], echo: IO[bytes] | None, rules: EnvRules,
+         known: tuple[str, ...]) -> None:
+    """Copy the child's merged stdout+stderr line by line, redacted, into run.log and `echo`.
+    Whole lines only: a secret split across two reads would slip past a chunk-wise filter."""
+    for raw in iter(source.readline, b""):
+        text = raw.decode("utf-8", errors="surrogateescape")
+        clean = redact(text, rules=rules, known_values=known).encode("utf-8", errors="surrogateescape")
+        log.write(clean)
+        log.flush()
+        if echo is not None:
+            try:
+                echo.write(clean)
+                echo.flush()
+            except (OSError, ValueError):
+                echo = None  # our own stdout went away (closed pipe): keep logging regardless
+
+
+def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | None = None,
+        preset: str | None = None, regime: str | None = None, run_name: str | None = None,
+        tags: tuple[str, ...] = (), ingest: bool = True, db_url: str | None = None,
+        registry_path: Path | None = None, env_rules_path: Path | None = None,
+        environ: Mapping[str, str] | None = None, cwd: Path | None = None,
+        echo: IO[bytes] | None = None) -> RunResult:
+    """Launch `command` with a RECEIPT header/footer around its output in run_dir/run.log.
+
+    Returns the child's exit code (128+N if signal N ended it). With `ingest`, the run directory
+    (log plus *.sqlite / *.nsys-rep / *.pt.trace.json[.gz] found there) goes into the store at
+    `db_url`; an ingest failure is reported in the result, never raised over the child's code."""
+    environ = dict(os.environ if environ is None else environ)
+    cwd = Path(cwd or Path.cwd())
+    rules = load_env_rules(env_rules_path)
+    executable = resolve_command(command, environ=environ)
+    run_dir = Path(run_dir) if run_dir else default_run_dir(base=cwd / "runs", run_name=run_name, command=command)
+    run_name = run_name or run_dir.name
+    log_path = run_dir / LOG_NAME
+    if log_path.exists() and log_path.stat().st_size:
+        raise UsageError(f"{log_path} already exists: give a new --run-dir or --run-name")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    known = secret_values_in(environ, rules=rules)
+
+    header = build_header(command=command, environ=environ, cwd=cwd, rules=rules, host_lineage=host_lineage,
+                          preset=preset, regime=regime, run_name=run_name, tags=tuple(tags))
+    t0 = time.monotonic()
+    child_env = {**environ, ENV_LAUNCHER: "1", ENV_RUN_DIR: str(run_dir.resolve())}
+    with open(log_path, "ab", buffering=0) as log:
+        log.write(_line(header))
+        proc = subprocess.Popen([executable, *command[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=child_env, cwd=cwd, start_new_session=True)
+        tee = threading.Thread(target=_tee, kwargs=dict(source=proc.stdout, log=log, echo=echo, rules=rules,
+                                                        known=known), daemon=True)
+        tee.start()
+        restore = _forward_signals(proc)
+        try:
+            returncode = proc.wait()
+        finally:
+            restore()
+        # A descendant that outlives the child (a daemonised worker) may hold the pipe open:
+        # wait a bounded time for the remaining output, then write the footer regardless.
+        tee.join(timeout=30)
+        sig_name = None
+        exit_code = returncode
+        if returncode < 0:
+            sig_name = signal.Signals(-returncode).name
+            exit_code = 128 - returncode
+        footer = {"v": RECORD_VERSION, "kind": "footer", "writer": "receipts run", "rank": None,
+                  "exit_code": exit_code, "signal": sig_name,
+                  "ended_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                  "wall_s": round(time.monotonic() - t0, 3), "output_still_open": tee.is_alive()}
+        log.write(_line(footer))
+
+    ingested: tuple = ()
+    ingest_error = None
+    if ingest:
+        try:
+            ingested = tuple(_ingest(run_dir=run_dir, db_url=db_url, registry_path=registry_path,
+                                     host_lineage=host_lineage, preset=preset, regime=regime,
+                                     run_name=run_name, tags=tuple(tags)))
+        except ReceiptsError as exc:
+            ingest_error = str(exc)
+    return RunResult(exit_code, run_dir, log_path, sig_name, ingested, ingest_error)
+
+
+def _forward_signals(proc: subprocess.Popen):
+    """SIGINT/SIGTERM to us go to the child (which then decides how to stop); returns a restorer.
+    Handlers can only be set from the main thread; elsewhere the child is on its own."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {}
+
+    def forward(signum, _frame):
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    for sig in _FORWARDED:
+        previous[sig] = signal.signal(sig, forward)
+
+    def restore():
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
+def _ingest(*, run_dir: Path, db_url: str | None, registry_path: Path | None, host_lineage: str | None,
+            preset: str | None, regime: str | None, run_name: str, tags: tuple[str, ...]) -> list:
+    # Imported here: the store and polars are not needed to launch (the GPU box may lack them).
+    from receipts.pipeline import ingest_paths
+    from receipts.schema.model import IdentityClaim
+    from receipts.schema.registry import load_registry
+    from receipts.store import open_store
+
+    store = open_store(db_url)
+    try:
+        return ingest_paths(store, [run_dir], identity=IdentityClaim(host_lineage, preset, regime),
+                            run_name=run_name, registry=load_registry(registry_path), tags=tags)
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()

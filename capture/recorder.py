@@ -1,0 +1,382 @@
+"""The in-training recorder: NVTX `step N` ranges, CUDA-event step times, memory readback,
+RECEIPT lines (format v1, ingest/native.py) written whole by each rank.
+
+Where it synchronises, and why
+------------------------------
+- Never per step. `step()` records a CUDA event on the current stream at entry and exit
+  (cudaEventRecord: asynchronous) and reads the allocator's host-side counters
+  (memory_allocated / memory_reserved: no device round trip). A loss given as a CUDA tensor is
+  copied into pinned host memory with non_blocking=True *before* the exit event, so once that
+  event has completed the value is readable without another sync.
+- Every 8 steps it *polls* earlier steps' exit events with `Event.query()` (cudaEventQuery:
+  non-blocking) and queues the records of the steps the GPU has finished. Queued lines are
+  written in batches of whole lines (under 3.5 KB, one os.write). Lines therefore appear some
+  steps after the step ran, in step order; a hard kill loses at most one batch (~12 steps), and
+  the missing footer then marks the receipt as ended early.
+- It blocks (Event.synchronize on the oldest pending step) only when more than
+  `max_pending_steps` steps are still unfinished on the GPU — the CPU cannot normally run that
+  far ahead, so this bounds memory rather than timing anything.
+- `close()` (the footer) synchronises the remaining exit events once, then reads
+  max_memory_allocated / max_memory_reserved.
+
+Timing labels: with CUDA, `step_ms` is the exit-minus-entry event time on the current stream
+(`timing: "cuda_event"`); `host_ms` (perf_counter around the `with` body) is always recorded too.
+Without CUDA there is no GPU time to measure: `step_ms` is the host time and every record says
+`timing: "host"`, and the header says `gpu_count: 0` — numbers are labelled, never faked.
+
+Rank safety: every record carries `rank`, and each batch is one `os.write()` of complete lines
+of at most 3.5 KB. On a pipe (torchrun's inherited stdout) writes up to PIPE_BUF (4096 bytes) are
+atomic; on a file the recorder opens it with O_APPEND, whose writes land whole at the end. So 8
+ranks sharing one stdout or one file never interleave mid-line.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import math
+import os
+import socket
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+RECORD_VERSION = 1
+# Step lines are written in batches: one os.write() of whole lines, kept under PIPE_BUF (4096 on
+# Linux) so a batch on a shared pipe is as atomic as a single line. Measured on the H200 box, a
+# write() per step cost more than everything else the recorder does on a launch-bound loop.
+_BATCH_BYTES = 3584
+_POLL_EVERY_STEPS = 8   # query finished steps' events every this many steps, not every step
+ENV_LAUNCHER = "RECEIPTS_LAUNCHER"  # set by `receipts run` in the child: the header is already written
+
+
+@dataclass
+class StepHandle:
+    """What `with rec.step(n) as s:` yields: set `s.loss` (float or tensor) and `s.tokens`."""
+
+    step: int
+    loss: Any = None
+    tokens: int | None = None
+
+
+@dataclass
+class _Pending:
+    handle: StepHandle
+    host_ms: float
+    start: Any = None            # torch.cuda.Event
+    end: Any = None
+    loss_buf: Any = None         # pinned CPU tensor filled by a non_blocking copy
+    allocated_bytes: int | None = None
+    reserved_bytes: int | None = None
+
+
+@dataclass
+class _Phase:
+    name: str
+    t0: float
+    first_step: int | None = None
+    last_step: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Recorder:
+    """`rec = Recorder()`; `with rec.step(n) as s: ...`; `with rec.phase("compile"): ...`; `rec.close()`.
+
+    log: None (stdout), a path (opened O_APPEND: several ranks may share it), or an open stream.
+    rank / world_size: None reads RANK / WORLD_SIZE (torchrun sets them); LOCAL_RANK likewise.
+    use_cuda: None = when torch is importable and CUDA is available.
+    """
+
+    def __init__(self, log: str | Path | IO[str] | None = None, *, rank: int | None = None,
+                 world_size: int | None = None, use_cuda: bool | None = None, max_pending_steps: int = 64,
+                 tokens_per_step: int | None = None, memory_every_steps: int = 1,
+                 header_facts: dict | None = None) -> None:
+        self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else int(world_size)
+        self.local_rank = int(os.environ.get("LOCAL_RANK", str(self.rank)))
+        self.max_pending_steps = max_pending_steps
+        self.tokens_per_step = tokens_per_step
+        self.memory_every_steps = memory_every_steps  # 0 = never read memory per step (footer still does)
+        self._free_events: list = []
+        self._loss_ring = None
+        self._buf: list[bytes] = []
+        self._buf_bytes = 0
+        self._loss_slot = 0
+        self._torch = _optional_torch()
+        cuda_ok = bool(self._torch is not None and self._torch.cuda.is_available())
+        self.use_cuda = cuda_ok if use_cuda is None else (use_cuda and cuda_ok)
+        self._nvtx_push, self._nvtx_pop = _nvtx_functions(self._torch)
+        self._fd, self._stream, self._owned_fd = _open_log(log)
+        self._pending: deque[_Pending] = deque()
+        self._phases: list[_Phase] = []
+        self._last_step: int | None = None
+        self._current_step: int | None = None
+        self._closed = False
+        self._write_header(header_facts or {})
+        atexit.register(self._close_at_exit)
+
+    # ----------------------------------------------------------------- records
+    def _emit(self, record: dict, *, flush: bool = True) -> None:
+        """Queue one whole line; write the queue when `flush`, or when one more line could push
+        a single write past PIPE_BUF (then the queue goes first, so each write stays atomic)."""
+        data = ("RECEIPT " + json.dumps(_finite(record), separators=(",", ":")) + "\n").encode("utf-8")
+        if self._buf_bytes + len(data) > _BATCH_BYTES:
+            self._flush()
+        self._buf.append(data)
+        self._buf_bytes += len(data)
+        if flush:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buf:
+            return
+        data = b"".join(self._buf)
+        self._buf.clear()
+        self._buf_bytes = 0
+        if self._fd is None:
+            self._stream.write(data.decode("utf-8"))
+            self._stream.flush()
+            return
+        if self._stream is not None:
+            self._stream.flush()  # the script's own prints, buffered before these lines, go first
+        while data:
+            written = os.write(self._fd, data)  # one call for whole lines: see module docstring
+            data = data[written:]
+
+    def _write_header(self, facts: dict) -> None:
+        rec: dict = {"v": RECORD_VERSION, "kind": "header", "rank": self.rank, "local_rank": self.local_rank,
+                     "world_size": self.world_size, "writer": "receipts.capture",
+                     "timing": "cuda_event" if self.use_cuda else "host"}
+        torch = self._torch
+        if self.use_cuda:
+            dev = torch.cuda.current_device()
+            props = torch.cuda.get_device_properties(dev)
+            rec["gpu_model"] = props.name
+            rec["rank_device"] = {"rank": self.rank, "local_rank": self.local_rank, "cuda_index": dev,
+                                  "name": props.name, "total_memory_bytes": int(props.total_memory),
+                                  "pci_bus_id": _pci_bus_id(props)}
+        if not os.environ.get(ENV_LAUNCHER):
+            # Standalone use: no launcher header precedes this one, so carry the machine facts.
+            # (Under `receipts run` these keys are left out so the launcher's header is not overwritten.)
+            rec["hostname"] = socket.gethostname()
+            rec["started_at"] = _now()
+            has_cuda = torch is not None and torch.cuda.is_available()
+            rec["gpu_count"] = torch.cuda.device_count() if has_cuda else 0
+            if torch is not None:
+                rec["software"] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
+        rec.update(facts)
+        self._emit(rec)
+
+    # ------------------------------------------------------------------- steps
+    @contextlib.contextmanager
+    def step(self, n: int, *, tokens: int | None = None):
+        handle = StepHandle(int(n), tokens=tokens if tokens is not None else self.tokens_per_step)
+        label = f"step {handle.step}"
+        self._nvtx_push(label)
+        pending = _Pending(handle, 0.0)
+        if self.use_cuda:
+            pending.start, pending.end = self._event(), self._event()
+            pending.start.record()
+        self._current_step = handle.step
+        for ph in self._phases:
+            ph.first_step = handle.step if ph.first_step is None else ph.first_step
+        t0 = time.perf_counter()
+        try:
+            yield handle
+        finally:
+            pending.host_ms = (time.perf_counter() - t0) * 1000.0
+            if self.use_cuda:
+                pending.loss_buf = self._stage_loss(handle.loss)
+                pending.end.record()
+                if self.memory_every_steps and handle.step % self.memory_every_steps == 0:
+                    pending.allocated_bytes, pending.reserved_bytes = self._memory_now()
+            self._nvtx_pop()
+            self._current_step = None
+            self._last_step = handle.step
+            for ph in self._phases:
+                ph.last_step = handle.step
+            self._pending.append(pending)
+            if len(self._pending) >= _POLL_EVERY_STEPS:
+                self._drain(block=False)
+
+    def _event(self):
+        # Recycled: creating a CUDA event per step costs a driver call each time.
+        return self._free_events.pop() if self._free_events else self._torch.cuda.Event(enable_timing=True)
+
+    def _memory_now(self) -> tuple[int, int]:
+        """Current allocated/reserved bytes from the caching allocator's host-side counters.
+        memory_stats_as_nested_dict is one call; torch.cuda.memory_allocated() and
+        memory_reserved() each build and flatten the whole stats dict (~70 us apiece on
+        torch 2.11, measured on the H200 box), which a CPU-bound loop would feel."""
+        stats = self._torch.cuda.memory_stats_as_nested_dict()
+        return int(stats["allocated_bytes"]["all"]["current"]), int(stats["reserved_bytes"]["all"]["current"])
+
+    def _stage_loss(self, loss: Any) -> Any:
+        """Queue a device->pinned-host copy of a CUDA loss; returns the slot to read later.
+        Slots come from one pinned ring allocated once (a pinned allocation per step goes through
+        the host caching allocator's event bookkeeping); a slot is reused only after its step
+        has been drained, which `max_pending_steps` guarantees."""
+        torch = self._torch
+        if loss is None or not isinstance(loss, torch.Tensor) or not loss.is_cuda:
+            return None
+        if self._loss_ring is None:
+            self._loss_ring = torch.zeros(self.max_pending_steps + 2, dtype=torch.float32, pin_memory=True)
+        slot = self._loss_ring[self._loss_slot]
+        self._loss_slot = (self._loss_slot + 1) % len(self._loss_ring)
+        slot.copy_(loss.detach().reshape(()), non_blocking=True)
+        return slot
+
+    def _drain(self, *, block: bool) -> None:
+        while self._pending:
+            p = self._pending[0]
+            if p.end is not None:
+                must_wait = block or len(self._pending) > self.max_pending_steps
+                if not p.end.query():
+                    if not must_wait:
+                        return
+                    p.end.synchronize()
+            self._pending.popleft()
+            self._emit(self._step_record(p), flush=False)
+            if p.end is not None:
+                self._free_events += (p.start, p.end)
+
+    def _step_record(self, p: _Pending) -> dict:
+        h = p.handle
+        if p.end is not None:
+            step_ms, timing = float(p.start.elapsed_time(p.end)), "cuda_event"
+        else:
+            step_ms, timing = p.host_ms, "host"
+        loss = h.loss
+        if p.loss_buf is not None:
+            loss = float(p.loss_buf.item())  # CPU tensor, filled before `end` completed: no sync
+        elif loss is not None and not isinstance(loss, (int, float)):
+            loss = float(loss)  # a CPU tensor or numpy scalar
+        rec = {"v": RECORD_VERSION, "kind": "step", "step": h.step, "rank": self.rank, "step_ms": step_ms,
+               "host_ms": p.host_ms, "timing": timing, "loss": loss,
+               "tokens_per_s": (h.tokens / (step_ms / 1000.0)) if h.tokens and step_ms > 0 else None,
+               "allocated_bytes": p.allocated_bytes, "reserved_bytes": p.reserved_bytes}
+        return rec
+
+    # ------------------------------------------------------------ phases, NVTX
+    @contextlib.contextmanager
+    def phase(self, name: str, **extra: Any):
+        """Badput outside steady-state steps: compile, warmup, checkpoint, eval. Recorded as one
+        `phase` record with first_step/last_step = the steps that ran inside it (the enclosing
+        step when used inside one; null when none did) and duration_ms (host clock)."""
+        ph = _Phase(name, time.perf_counter(), first_step=self._current_step, last_step=self._current_step,
+                    extra=extra)
+        self._phases.append(ph)
+        self._nvtx_push(name)
+        try:
+            yield
+        finally:
+            self._nvtx_pop()
+            self._phases.remove(ph)
+            self._drain(block=False)  # steps that ran inside the phase go out before its record
+            self._emit({"v": RECORD_VERSION, "kind": "phase", "phase": name, "rank": self.rank,
+                        "first_step": ph.first_step, "last_step": ph.last_step,
+                        "duration_ms": (time.perf_counter() - ph.t0) * 1000.0, "timing": "host", **ph.extra})
+
+    @contextlib.contextmanager
+    def block(self, name: str):
+        """An NVTX range for a block family (ablock / eblock / mblock / rblock); no RECEIPT line."""
+        self._nvtx_push(name)
+        try:
+            yield
+        finally:
+            self._nvtx_pop()
+
+    # ------------------------------------------------------------------ footer
+    def close(self, *, exit_code: int | None = None) -> dict:
+        """Flush pending steps (the one synchronisation) and write this rank's footer."""
+        if self._closed:
+            return {}
+        self._drain(block=True)
+        rec: dict = {"v": RECORD_VERSION, "kind": "footer", "rank": self.rank, "ended_at": _now(),
+                     "peak_allocated_bytes": None, "peak_reserved_bytes": None, "writer": "receipts.capture"}
+        if self.use_cuda:
+            cuda = self._torch.cuda
+            rec["peak_allocated_bytes"] = int(cuda.max_memory_allocated())
+            rec["peak_reserved_bytes"] = int(cuda.max_memory_reserved())
+        else:
+            rec["gpu_count"] = 0
+        if exit_code is not None:
+            rec["exit_code"] = exit_code
+        self._emit(rec)
+        self._closed = True
+        if self._owned_fd is not None:
+            os.close(self._owned_fd)
+        return rec
+
+    def _close_at_exit(self) -> None:
+        if not self._closed:
+            with contextlib.suppress(Exception):
+                self.close()
+
+    def __enter__(self) -> "Recorder":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+
+def _optional_torch():
+    try:
+        import torch  # optional: pip install receipts[capture]
+    except ImportError:
+        return None
+    return torch
+
+
+def _nvtx_functions(torch):
+    """nvtx (the NVIDIA package) when installed, else torch.cuda.nvtx, else no-ops. Both write
+    to NVTX's default domain, so nsys shows the range text exactly as given ('step 12')."""
+    try:
+        import nvtx  # optional
+
+        return (lambda msg: nvtx.push_range(message=msg)), (lambda: nvtx.pop_range())
+    except ImportError:
+        pass
+    if torch is not None and torch.cuda.is_available():
+        return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    return (lambda msg: None), (lambda: None)
+
+
+def _open_log(log) -> tuple[int | None, Any, int | None]:
+    """(fd for os.write or None, stream to flush or write to, fd we own and must close)."""
+    if log is None:
+        log = sys.stdout
+    if isinstance(log, (str, Path)):
+        fd = os.open(str(log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return fd, None, fd
+    try:
+        return log.fileno(), log, None
+    except (AttributeError, OSError, ValueError):
+        return None, log, None  # e.g. io.StringIO or pytest's capture: plain write()
+
+
+def _pci_bus_id(props) -> str | None:
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is None:
+        return None
+    return f"{getattr(props, 'pci_domain_id', 0):08X}:{bus:02X}:{getattr(props, 'pci_device_id', 0):02X}.0"
+
+
+def _finite(obj: Any) -> Any:
+    """NaN/inf are not JSON: a diverged loss is recorded as null rather than breaking the line."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

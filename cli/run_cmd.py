@@ -1,0 +1,50 @@
+"""`receipts run`: launch a training command with a RECEIPT header/footer, then ingest the run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from receipts.capture.launcher import run as launch
+from receipts.cli.context import console, err_console, handle_errors, settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", context_settings={"allow_interspersed_args": False})(run)
+
+
+@handle_errors
+def run(
+    ctx: typer.Context,
+    command: List[str] = typer.Argument(..., metavar="-- COMMAND...", help="The command to launch, after `--`."),
+    host_lineage: Optional[str] = typer.Option(None, "--host-lineage", help="Host lineage (registry name or alias)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="Preset name or alias."),
+    regime: Optional[str] = typer.Option(None, "--regime", help='Launch regime, e.g. "fsdp2/no-compile".'),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Receipt name (default: the run directory's name)."),
+    tag: List[str] = typer.Option([], "--tag", help="Lineage tag (repeatable). A tag, never identity."),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where run.log goes (default ./runs/<name>)."),
+    no_ingest: bool = typer.Option(False, "--no-ingest", help="Only write run.log; do not ingest it."),
+    quiet: bool = typer.Option(False, "--quiet", help="Do not echo the child's output (run.log still gets it)."),
+) -> None:
+    """Run COMMAND with provenance, env overlay and topology written to run.log before it starts;
+    tee its output; forward SIGINT/SIGTERM; exit with its exit code.
+
+    Example: receipts run --host-lineage h200-device-x2 --preset toy_fsdp2_v1 --regime "fsdp2/no-compile" -- torchrun --standalone --nproc_per_node=2 train.py
+    """
+    cfg = settings(ctx)
+    echo = None if quiet else sys.stdout.buffer
+    result = launch(command=list(command), run_dir=run_dir, host_lineage=host_lineage, preset=preset,
+                    regime=regime, run_name=run_name, tags=tuple(tag), ingest=not no_ingest, db_url=cfg.db,
+                    registry_path=cfg.registry_path, echo=echo)
+    how = f"signal {result.signal_name}" if result.signal_name else f"exit code {result.exit_code}"
+    err_console.print(f"run finished ({how}); log: {result.log_path}")
+    for o in result.ingested:
+        state = "ingested" if o.created else "unchanged"
+        console.print(f"{state}: {o.path} -> {o.kind} {o.receipt_id} ({o.run_name})")
+    if result.ingest_error:
+        err_console.print(f"[bold red]Error:[/] ingest failed, the store is unchanged: {result.ingest_error}")
+        raise typer.Exit(result.exit_code or 2)
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,125 @@
+"""A small FSDP2 (fully_shard) bf16 transformer loop instrumented with receipts.capture.
+
+Run on the GPU machine (see tests/gpu/device_run.sh), under `receipts run` and torchrun:
+    torchrun --standalone --nproc_per_node=2 tests/gpu/train_fsdp2.py --steps 20 [--profile-dir DIR]
+
+Prints one `TORCH_PEAKS {json}` line per rank with torch's own max_memory_allocated /
+max_memory_reserved, read after the loop, so a test can check the receipt's footer equals them.
+`--profile-dir` writes torch.profiler traces (one .pt.trace.json.gz per rank) for a few steps; it
+is kept out of the nsys-profiled run because Kineto and nsys both subscribe to CUPTI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from receipts.capture import Recorder
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, need_weights=False, is_causal=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+class Toy(nn.Module):
+    def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.layers = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, tokens: torch.Tensor, rec: Recorder) -> torch.Tensor:
+        x = self.embed(tokens)
+        for layer in self.layers:
+            with rec.block("ablock"):
+                x = layer(x)
+        return self.head(x)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup-steps", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--d-model", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--profile-dir", default=None)
+    args = ap.parse_args()
+
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank)
+    torch.manual_seed(0)
+
+    model = Toy(args.vocab, args.d_model, 16, args.layers).cuda()
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model.layers:
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    loss_fn = nn.CrossEntropyLoss()
+
+    rec = Recorder(tokens_per_step=args.batch * args.seq)  # log=None: stdout, teed by `receipts run`
+    gen = torch.Generator(device="cuda").manual_seed(rank)
+    data = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device="cuda", generator=gen)
+
+    prof = None
+    if args.profile_dir:
+        prof = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+            schedule=torch.profiler.schedule(wait=args.steps - 6, warmup=2, active=3, repeat=1),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(args.profile_dir, worker_name=f"rank{rank}",
+                                                                    use_gzip=True),
+        )
+        prof.start()
+
+    def train_step(n: int) -> None:
+        with rec.step(n) as s:
+            logits = model(data[:, :-1], rec)
+            loss = loss_fn(logits.float().view(-1, args.vocab), data[:, 1:].reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            s.loss = loss  # a CUDA tensor: the recorder copies it without a sync
+        if prof is not None:
+            prof.step()
+
+    with rec.phase("warmup"):
+        for n in range(args.warmup_steps):
+            train_step(n)
+    for n in range(args.warmup_steps, args.steps):
+        train_step(n)
+    with rec.phase("eval"), torch.no_grad():
+        model(data[:, :-1], rec)
+    if prof is not None:
+        prof.stop()
+
+    torch.cuda.synchronize()
+    peaks = {"rank": rank, "world_size": world, "max_memory_allocated": torch.cuda.max_memory_allocated(),
+             "max_memory_reserved": torch.cuda.max_memory_reserved()}
+    print("TORCH_PEAKS " + json.dumps(peaks), flush=True)
+    rec.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
