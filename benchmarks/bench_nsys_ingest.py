@@ -1,0 +1,120 @@
+"""nsys ingest throughput: parse() on an export scaled to >= 5M kernel rows, against DuckDB scanning
+the same kernel columns bare, in the same run.
+
+    .venv/bin/python benchmarks/bench_nsys_ingest.py [--kernels 5000000] [--source mfu_2gpu_after.sqlite]
+
+The scaled export is a real one (../shared/realdata/nsys) with its kernel, memcpy, memset and runtime
+rows replicated N times, timestamps shifted by the capture's span and correlation ids by their max,
+plus one `step i` NVTX range per copy and process (opened on a thread that launches nothing, so
+step attribution must go through the runtime correlation, any thread). Built once into the temp
+dir and reused. Each measurement runs in a fresh child process so its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "nsys"
+KERNEL_COLS = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName", "shortName")
+TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+          "CUPTI_ACTIVITY_KIND_RUNTIME")
+
+PARSE = """
+import json, resource, sys, time
+from pathlib import Path
+from receipts.ingest import nsys
+from receipts.schema.categories import load_category_rules
+t = time.perf_counter()
+a = nsys.parse(Path(sys.argv[1]), rules=load_category_rules())
+s = time.perf_counter() - t
+print(json.dumps({"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "steps": a.steps.height, "unattributed": a.unattributed, "activities": int(a.steps["kernels"].sum())}))
+"""
+SCAN = """
+import json, resource, sys, time
+from receipts import duck
+con = duck.connect(extensions=("sqlite_scanner",))
+t = time.perf_counter()
+row = con.execute("SELECT count(*), sum(\\"end\\" - start), max(deviceId), max(streamId), max(correlationId), "
+                  "max(globalPid), max(demangledName), max(shortName) "
+                  "FROM sqlite_scan(?, 'CUPTI_ACTIVITY_KIND_KERNEL')", [sys.argv[1]]).fetchone()
+s = time.perf_counter() - t
+print(json.dumps({"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "rows": row[0]}))
+"""
+
+
+def build(source: Path, kernels: int) -> Path:
+    with sqlite3.connect(source) as db:
+        base = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    copies = -(-kernels // base)
+    out = Path(tempfile.gettempdir()) / f"receipts-bench-{source.stem}-x{copies}.sqlite"
+    if out.is_file():
+        return out
+    part = out.with_suffix(".part")
+    part.unlink(missing_ok=True)
+    part.write_bytes(source.read_bytes())
+    part.chmod(0o644)
+    db = sqlite3.connect(part)
+    db.execute("PRAGMA journal_mode = OFF")
+    db.execute("PRAGMA synchronous = OFF")
+    # Runtime calls included: a launch precedes its kernel, and must fall inside its copy's step.
+    bounds = [db.execute(f'SELECT min(start), max("end") FROM {t}').fetchone() for t in TABLES]
+    lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
+    span = hi - lo + 1_000_000
+    corr = 1 + max(db.execute(f"SELECT max(correlationId) FROM {t}").fetchone()[0] or 0 for t in TABLES)
+    db.execute(f"CREATE TEMP TABLE n AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+               f"WHERE i < {copies - 1}) SELECT i FROM n")
+    for table in TABLES:
+        cols = [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+        shifted = {"start": f"start + n.i * {span}", "end": f'"end" + n.i * {span}',
+                   "correlationId": f"correlationId + n.i * {corr}"}
+        select = ", ".join(shifted.get(c, f'b."{c}"') for c in cols)
+        db.execute(f"CREATE TEMP TABLE b AS SELECT * FROM {table}")
+        db.execute(f'INSERT INTO {table} ({", ".join(chr(34) + c + chr(34) for c in cols)}) '
+                   f"SELECT {select} FROM b CROSS JOIN n")
+        db.execute("DROP TABLE b")
+    # One step range per copy and process, on a thread id no launch uses (pid | 0xABCDE).
+    db.execute("INSERT INTO n VALUES (0)")
+    db.execute(f"INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) "
+               f"SELECT {lo} + n.i * {span}, {hi} + 1 + n.i * {span}, 59, 'step ' || n.i, p.globalPid + 703710 "
+               "FROM n CROSS JOIN (SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL) AS p")
+    db.commit()
+    db.close()
+    part.rename(out)
+    return out
+
+
+def run(code: str, path: Path) -> dict:
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernels", type=int, default=5_000_000)
+    ap.add_argument("--source", default="mfu_2gpu_after.sqlite")
+    ap.add_argument("--repeat", type=int, default=2, help="best of N for each side")
+    args = ap.parse_args()
+    t = time.perf_counter()
+    path = build(REAL / args.source, args.kernels)
+    print(f"export: {path} ({path.stat().st_size / 2**30:.2f} GiB, ready in {time.perf_counter() - t:.1f} s)")
+    scan = min((run(SCAN, path) for _ in range(args.repeat)), key=lambda r: r["s"])
+    parsed = min((run(PARSE, path) for _ in range(args.repeat)), key=lambda r: r["s"])
+    rows = scan["rows"]
+    print(f"\n{'measurement':<40}{'seconds':>10}{'kernel rows/s':>16}{'peak RSS MiB':>14}")
+    print(f"{'duckdb sqlite_scan, kernel cols (ref)':<40}{scan['s']:>10.2f}{rows / scan['s']:>16,.0f}{scan['rss'] / 2**20:>14,.0f}")
+    print(f"{'receipts.ingest.nsys.parse':<40}{parsed['s']:>10.2f}{rows / parsed['s']:>16,.0f}{parsed['rss'] / 2**20:>14,.0f}")
+    print(f"\nkernel rows: {rows:,}; steps: {parsed['steps']:,}; activities in steps: {parsed['activities']:,}; "
+          f"unattributed: {parsed['unattributed']:,}")
+    print(f"parse / bare scan: {parsed['s'] / scan['s']:.2f}x (aim <= 2x)")
+
+
+if __name__ == "__main__":
+    main()
