@@ -269,3 +269,39 @@ def test_export_report_without_nsys_names_the_command(tmp_path, monkeypatch):
     monkeypatch.setattr(nsys.shutil, "which", lambda _: None)
     with pytest.raises(InputError, match=r"nsys export --type sqlite"):
         nsys.export_report(rep)
+
+
+# --- genuine FSDP2 exports from the GPU machine, against NVIDIA's own `nsys stats` CSVs -------------
+
+GPU_DATA = Path(__file__).resolve().parent / "data" / "gpu"
+
+
+def _stats(run: str, report: str) -> list[dict]:
+    with open(GPU_DATA / "stats" / f"{run}_{report}.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("run", ["fsdp2_1gpu_nsys", "fsdp2_2gpu_nsys"])
+def test_fsdp2_kernel_and_nvtx_totals_equal_nsys_stats(rules, run, tmp_path):
+    import gzip
+    src = GPU_DATA / f"{run}.sqlite.gz"
+    if not src.is_file() or not (GPU_DATA / "stats" / f"{run}_nvtx_sum.csv").is_file():
+        pytest.skip(f"{src.name} or its stats not present")
+    path = tmp_path / f"{run}.sqlite"
+    path.write_bytes(gzip.decompress(src.read_bytes()))
+    a = _parse(path, rules, keep_raw=True)
+    kernels = a.raw_events.filter(pl.col("short_name").is_not_null())
+    got = {r["name"]: (r["n"], r["ns"]) for r in kernels.group_by("name").agg(
+        pl.len().alias("n"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns")).iter_rows(named=True)}
+    want = {r["Name"]: (int(r["Instances"]), int(r["Total Time (ns)"])) for r in _stats(run, "cuda_gpu_kern_sum")}
+    assert got == want
+    # nvtx_sum (nsys 2025.3) names default-domain ranges ':text'; the receipt keeps the text alone.
+    nvtx = a.nvtx.group_by("range_name").agg(pl.col("count").sum(), pl.col("total_ms").sum())
+    got = {r["range_name"]: (r["count"], round(r["total_ms"] * 1e6)) for r in nvtx.iter_rows(named=True)}
+    want = {r["Range"].removeprefix(":"): (int(r["Instances"]), int(r["Total Time (ns)"]))
+            for r in _stats(run, "nvtx_sum")}
+    assert got == want
+    steps = a.steps.filter(pl.col("step").is_not_null())
+    assert steps.height == 20 * steps["rank"].n_unique() and a.step_marker.startswith("NVTX ranges")
+    assert steps.filter(pl.col("warmup"))["step"].unique().to_list() == [0]
+    assert (steps["kernels"] > 0).all()
