@@ -14,9 +14,6 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from receipts.analysis.compare import compare
-from receipts.analysis.record import load
-
 if TYPE_CHECKING:
     from receipts.store import Store
 
@@ -48,6 +45,9 @@ def mark_regressions(store: "Store", history: pl.DataFrame, *, factor: float = R
     """lane_history rows (oldest first) plus: prev_id, step_ratio (this / previous median, a fraction),
     ratio_ci_low, ratio_ci_high (bootstrap CI of the ratio, only where the factor was passed),
     verdict (compare's verdict, or null when the factor was not passed), regression (bool)."""
+    from receipts.analysis.compare import compare  # scipy: imported only when a history is drawn
+    from receipts.analysis.record import load
+
     timed = history.filter(pl.col("median_step_ms").is_not_null())
     prev_ids: list[str | None] = [None] + timed["receipt_id"].to_list()[:-1]
     prev_ms: list[float | None] = [None] + timed["median_step_ms"].to_list()[:-1]

@@ -7,17 +7,18 @@ per script run and closed after it: a DuckDB file held open by the dashboard wou
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import streamlit as st
 
-from receipts.analysis.anatomy import anatomy_report
-from receipts.analysis.compare import Comparison, compare
-from receipts.analysis.lanes import mark_regressions
-from receipts.analysis.record import load
-from receipts.analysis.report import receipt_report
 from receipts.store import Store, open_store
+
+if TYPE_CHECKING:
+    from receipts.analysis.compare import Comparison
+
+# The analysis imports below sit inside the cached functions: compare pulls in scipy, seconds of import on
+# a small box, and the lane view (the first paint) never needs it.
 
 _TTL_S = 3600  # entries of older versions age out; the key already makes them unreachable
 
@@ -47,7 +48,7 @@ class Data:
     def anatomy(self, receipt_id: str, source_sha256: str | None = None) -> dict[str, Any]:
         return _anatomy(self.url, self.version, receipt_id, source_sha256, self)
 
-    def compare(self, a_id: str, b_id: str) -> Comparison:
+    def compare(self, a_id: str, b_id: str) -> "Comparison":
         return _compare(self.url, self.version, a_id, b_id, self)
 
     def lane_history(self, host_lineage: str, preset_family: str, launch_regime: str) -> pl.DataFrame:
@@ -66,21 +67,30 @@ def _query(url: str, version: str, name: str, params: tuple, _data: Data) -> pl.
 
 @st.cache_data(ttl=_TTL_S, max_entries=128, show_spinner=False)
 def _report(url: str, version: str, receipt_id: str, _data: Data) -> dict[str, Any]:
+    from receipts.analysis.report import receipt_report
+
     return receipt_report(_data.store, receipt_id)
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
 def _anatomy(url: str, version: str, receipt_id: str, source_sha256: str | None, _data: Data) -> dict[str, Any]:
+    from receipts.analysis.anatomy import anatomy_report
+
     return anatomy_report(_data.store, receipt_id, source_sha256=source_sha256)
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=128, show_spinner=False)
-def _compare(url: str, version: str, a_id: str, b_id: str, _data: Data) -> Comparison:
+def _compare(url: str, version: str, a_id: str, b_id: str, _data: Data) -> "Comparison":
+    from receipts.analysis.compare import compare
+    from receipts.analysis.record import load
+
     return compare(load(_data.store, a_id), load(_data.store, b_id))
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
 def _history(url: str, version: str, lane: tuple[str, str, str], _data: Data) -> pl.DataFrame:
+    from receipts.analysis.lanes import mark_regressions
+
     history = _data.store.query("lane_history", dict(zip(("host_lineage", "preset_family", "launch_regime"), lane)))
     return mark_regressions(_data.store, history)
 

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 import streamlit as st
-
-from receipts.analysis.compare import Comparison
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 from receipts.dashboards.views.receipt import pick_receipt
+
+if TYPE_CHECKING:
+    from receipts.analysis.compare import Comparison
 
 
 def _fmt(v) -> str:
     return "—" if v is None else str(v)
 
 
-def _refusal(c: Comparison) -> None:
+def _refusal(c: "Comparison") -> None:
     st.title("Refused: not comparable")
     st.error(c.reason)
     st.markdown(f"**A** {c.a.run_name} ({c.a.id}) and **B** {c.b.run_name} ({c.b.id}) do not share a lane. "
@@ -30,7 +33,7 @@ def _refusal(c: Comparison) -> None:
         st.markdown(f"- {note}")
 
 
-def _summary_table(c: Comparison) -> pl.DataFrame:
+def _summary_table(c: "Comparison") -> pl.DataFrame:
     def col(s):
         st_ = s.step_ms
         return [_fmt(st_ and round(st_.median, 3)), _fmt(st_ and round(st_.p10, 3)), _fmt(st_ and round(st_.p90, 3)),
@@ -41,7 +44,7 @@ def _summary_table(c: Comparison) -> pl.DataFrame:
                          f"B {c.b.run_name}": col(c.b)})
 
 
-def _drift(c: Comparison) -> None:
+def _drift(c: "Comparison") -> None:
     st.markdown("#### Drift")
     cols = st.columns(3)
     for col, kind in zip(cols, ("recipe", "runtime", "infrastructure")):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from receipts.analysis.compare import MIN_EFFECT
 from receipts.analysis.lanes import REGRESSION_FACTOR, lane_summary
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 
 
 def render(data: Data) -> None:
+    from receipts.analysis.compare import MIN_EFFECT  # scipy: only when this view is drawn
+
     st.header("Lane history")
     everything = data.query("dash_lanes", hosts=None, presets=None, regimes=None, tag=None, since=None, until=None,
                             search=None)
