@@ -1,0 +1,510 @@
+"""PyTorch profiler (Kineto) Chrome traces, one file per rank, into step-time anatomy.
+
+Reading (FORMATS.md: traces of hundreds of MB; HTA #250 needed 950 GB for 200 GB in memory):
+the file is streamed in blocks, split into events at the separator the writer used between
+top-level events, and only events whose category the anatomy needs are JSON-decoded (GPU kernels,
+memcpy, memset; runtime/driver launches, for correlation; user annotations; ProfilerStep#N). A
+split that falls inside a string or nested object leaves a fragment that does not decode: it is
+joined to the next piece and retried, so odd layouts cost speed, never correctness.
+
+Time: `ts`/`dur` are float microseconds. With `baseTimeNanoseconds` (Kineto PRs #890/#919/#928)
+an event is at base + ts*1000 ns; without it `ts` is taken as the absolute clock. Each rank's time
+base is recorded and a warning is raised when they differ: ranks never silently share a clock.
+
+Steps (Anatomy.attribution): a GPU activity belongs to ProfilerStep#N when its launching runtime or
+driver call (same correlation id) starts inside that step's window on any thread of the launching
+process; otherwise when the activity itself starts inside a step window of its rank; otherwise it
+is unattributed (counted, kept in raw_events, left out of the rows).
+
+Idle is measured on the GPU timeline the way HTA's temporal breakdown measures it (HTA 0.5.0
+get_temporal_breakdown: span from the first GPU start to the last GPU end, minus the union of GPU
+work). Per step, the GPU window of step N runs from the end of step N-1's GPU work (the start of
+step N's own first activity for the first step) to the end of step N's own work: the gap the GPU
+spends waiting for step N's launches is charged to step N, and the windows tile HTA's span. The
+first profiled step per rank is marked warmup: it carries profiler start-up (CUPTI buffers, first
+allocations) and, in a kineto schedule, follows straight on the warmup phase.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from receipts.errors import InputError
+from receipts.ingest.intervals import anatomy_rows
+from receipts.schema.categories import CategoryRules
+from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, Anatomy,
+                                   IdentityClaim)
+
+try:  # optional: about 2x faster decoding of the kept events
+    import orjson
+
+    _loads = orjson.loads
+    _DecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, UnicodeDecodeError)
+except ImportError:  # pragma: no cover
+    _loads = json.loads
+    _DecodeError = (json.JSONDecodeError, UnicodeDecodeError)
+
+_BLOCK_BYTES = 8 << 20
+_MAX_JOINS = 256  # fragments re-joined before an undecodable event is called corrupt
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
+_CAT = re.compile(rb'"cat"\s*:\s*"([^"]*)"')
+# Launch-like runtime/driver calls whose correlation id reaches a GPU activity: cudaLaunchKernel,
+# cudaLaunchKernelExC (newer GPUs, HTA #61), cuLaunchKernel(Ex), hip(Ext)(Module)LaunchKernel,
+# cudaGraphLaunch, cudaLaunchCooperativeKernel, cudaMemcpy*/cudaMemset* (their gpu_memcpy/memset).
+_LAUNCH = re.compile(rb'"name"\s*:\s*"[^"]*(Launch|Memcpy|Memset|memcpy|memset)')
+_GPU_CATS = {b"kernel": "kernel", b"gpu_memcpy": "memcpy", b"gpu_memset": "memset",
+             b"Kernel": "kernel", b"Memcpy": "memcpy", b"Memset": "memset"}  # capitalised: Kineto ~2021
+_LAUNCH_CATS = {b"cuda_runtime", b"cuda_driver", b"Runtime"}
+_STEP_CATS = {b"cpu_op", b"user_annotation", b"Operator"}
+# Categories only Kineto writes; a Chrome trace without any of them (and without Kineto's top-level
+# keys) is another tool's trace and is refused rather than read as an empty profile.
+_KINETO_CATS = {b"cpu_op", b"user_annotation", b"gpu_user_annotation", b"cuda_runtime", b"cuda_driver",
+                b"kernel", b"gpu_memcpy", b"gpu_memset", b"python_function", b"ac2g", b"Operator",
+                b"Runtime", b"Kernel", b"Trace"}
+_KINETO_CAT = re.compile(rb'"cat"\s*:\s*"(' + b"|".join(sorted(_KINETO_CATS)) + rb')"')
+# Where an event the anatomy needs may be: its category, or a ProfilerStep name (cpu_op or annotation).
+_NEEDED = re.compile(rb'"cat"\s*:\s*"(kernel|gpu_memcpy|gpu_memset|Kernel|Memcpy|Memset|cuda_runtime|cuda_driver'
+                     rb'|Runtime|user_annotation)"|"name"\s*:\s*"ProfilerStep')
+_KINETO_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
+_STEP_NAME = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+_MEMCPY_KIND = {"HtoD": "memcpy_h2d", "DtoH": "memcpy_d2h", "DtoD": "memcpy_d2d", "PtoP": "memcpy_p2p"}
+_MEMCPY_NAME = re.compile(r"(HtoD|DtoH|DtoD|PtoP)")
+
+
+@dataclass
+class _Trace:
+    """What one file leaves after streaming: metadata and the kept events, column-wise."""
+
+    path: Path
+    meta: dict = field(default_factory=dict)
+    gpu: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("name", "kind", "ts", "dur", "device", "stream", "corr")})
+    launch: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("corr", "pid", "ts")})
+    step: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("step", "pid", "ts", "dur")})
+    note: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("name", "pid", "ts", "dur")})
+    kineto_events: int = 0
+
+
+def _open(path: Path):
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def _read(stream, path: Path) -> bytes:
+    try:
+        return stream.read(_BLOCK_BYTES)
+    except (EOFError, OSError, zlib.error) as exc:
+        raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a complete "
+                               "PyTorch profiler trace (.pt.trace.json.gz)") from exc
+
+
+def _json_object(text: bytes, path: Path, what: str) -> dict:
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"{what} is not valid JSON ({exc}); expected a Kineto Chrome trace") from exc
+    if not isinstance(obj, dict):
+        raise InputError(path, f"{what} is not a JSON object; expected a Kineto Chrome trace")
+    return obj
+
+
+def _take(trace: _Trace, ev: dict) -> None:
+    """Keep the fields the anatomy needs from one decoded event."""
+    args = ev.get("args") or {}
+    ts, dur, cat = ev.get("ts"), ev.get("dur"), str(ev.get("cat", "")).encode()
+    if ts is None or dur is None:
+        return
+    name = str(ev.get("name", ""))
+    kind = _GPU_CATS.get(cat)
+    if kind is not None:
+        g = trace.gpu
+        g["name"].append(name), g["kind"].append(kind), g["ts"].append(float(ts)), g["dur"].append(float(dur))
+        g["device"].append(args.get("device")), g["stream"].append(args.get("stream"))
+        g["corr"].append(args.get("correlation"))
+        return
+    step = _STEP_NAME.match(name)
+    if step is not None and cat in _STEP_CATS:
+        s = trace.step
+        s["step"].append(int(step.group(1))), s["pid"].append(str(ev.get("pid"))), s["ts"].append(float(ts))
+        s["dur"].append(float(dur))
+    elif cat == b"user_annotation":
+        n = trace.note
+        n["name"].append(name), n["pid"].append(str(ev.get("pid"))), n["ts"].append(float(ts)), n["dur"].append(float(dur))
+    elif cat in _LAUNCH_CATS and args.get("correlation") is not None:
+        la = trace.launch
+        la["corr"].append(args["correlation"]), la["pid"].append(str(ev.get("pid"))), la["ts"].append(float(ts))
+
+
+class _Layout(Exception):
+    """The fast scan met a piece that is not one whole event: redo the file with the healing scan."""
+
+
+def _scan_fast(trace: _Trace, region: bytes, sep: bytes) -> None:
+    """Find the needed events by regex over a block of whole events; decode only those."""
+    if not trace.kineto_events and _KINETO_CAT.search(region):
+        trace.kineto_events = 1
+    last = -1
+    for m in _NEEDED.finditer(region):
+        start = region.rfind(sep, 0, m.start())
+        start = 0 if start < 0 else start + len(sep)
+        if start == last:
+            continue  # a ProfilerStep user_annotation matches twice
+        last = start
+        end = region.find(sep, m.end())
+        piece = region[start:] if end < 0 else region[start:end]
+        if m.group(1) in _LAUNCH_CATS and _LAUNCH.search(piece) is None:
+            continue
+        try:
+            _take(trace, _loads(b"{" + piece + b"}"))
+        except _DecodeError as exc:
+            raise _Layout from exc
+
+
+def _keep(trace: _Trace, piece: bytes) -> bool:
+    """Healing scan: decode one piece if needed; False when it is not a whole event (join it to the next)."""
+    m = _CAT.search(piece)
+    if m is None:
+        return True  # metadata ('M') and instant events without a category: nothing to keep
+    cat = m.group(1)
+    if cat in _KINETO_CATS:
+        trace.kineto_events += 1
+    needed = (cat in _GPU_CATS or (cat in _LAUNCH_CATS and _LAUNCH.search(piece) is not None)
+              or cat == b"user_annotation" or (cat in _STEP_CATS and b"ProfilerStep" in piece))
+    if needed:
+        try:
+            _take(trace, _loads(b"{" + piece + b"}"))
+        except _DecodeError:
+            return False
+    return True
+
+
+def _stream(path: Path) -> _Trace:
+    """Stream one trace file; header/footer keys into meta, kept events into columns."""
+    try:
+        return _stream_once(path, fast=True)
+    except _Layout:
+        return _stream_once(path, fast=False)
+
+
+def _stream_once(path: Path, *, fast: bool) -> _Trace:
+    trace = _Trace(path)
+    try:
+        stream = _open(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    with stream:
+        buf, eof = b"", False
+        while (m := _EVENTS_KEY.search(buf)) is None:
+            block = _read(stream, path)
+            if not block:
+                raise InputError(path, "no \"traceEvents\" array: not a Chrome trace (expected a PyTorch "
+                                       "profiler export, *.pt.trace.json[.gz])")
+            buf += block
+        trace.meta = _json_object(buf[:m.start()] + b'"traceEvents": null}', path, "the header before traceEvents")
+        body = buf[m.end():]
+        while len(body) < 2 and not eof:
+            block = _read(stream, path)
+            eof = not block
+            body += block
+        if body.startswith(b"]"):
+            tail = body[1:] + b"".join(iter(lambda: _read(stream, path), b""))
+        else:
+            if not body.startswith(b"{"):
+                raise InputError(path, "traceEvents is not an array of event objects")
+            sep = _separator(body, path)
+            pending, carry, joins = body[1:], b"", 0
+            while True:
+                if fast:
+                    cut = pending.rfind(sep)
+                    if cut >= 0:
+                        _scan_fast(trace, pending[:cut], sep)
+                        pending = pending[cut + len(sep):]
+                else:
+                    pieces = pending.split(sep)
+                    pending = pieces.pop()
+                    for piece in pieces:
+                        piece = carry + piece
+                        carry, joins = (b"", 0) if _keep(trace, piece) else (piece + sep, joins + 1)
+                        if joins > _MAX_JOINS:  # not a split inside a string or nested object: corrupt
+                            raise InputError(path, "a trace event is not valid JSON: " + repr(carry[:120])[2:-1])
+                if eof:
+                    break
+                block = _read(stream, path)
+                eof = not block
+                pending += block
+            tail = _last_event(trace, carry + pending, path)
+    footer = tail.strip()
+    if footer.startswith(b","):
+        trace.meta.update(_json_object(b"{" + footer[1:], path, "the trailer after traceEvents"))
+    elif footer != b"}":
+        raise InputError(path, "unexpected text after the traceEvents array; expected the end of the trace object")
+    return trace
+
+
+def _separator(body: bytes, path: Path) -> bytes:
+    """The bytes between two top-level events as this writer lays them out ('},\\n  {' for Kineto)."""
+    text = body[: 1 << 20].decode("utf-8", "replace")
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"first trace event is not valid JSON ({exc.msg}); file cut short?") from exc
+    after = text[end:]
+    m = re.match(r"\s*,\s*\{", after)
+    return ("}" + m.group(0)).encode() if m else b"\x00no-separator\x00"
+
+
+def _last_event(trace: _Trace, rest: bytes, path: Path) -> bytes:
+    """Decode the final event and return what follows the array's closing bracket."""
+    text = rest.decode("utf-8", "replace")
+    try:
+        ev, end = json.JSONDecoder().raw_decode("{" + text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"trace ends inside traceEvents ({exc.msg}); the file looks cut short") from exc
+    if isinstance(ev, dict):
+        _take(trace, ev)
+        trace.kineto_events += str(ev.get("cat", "")).encode() in _KINETO_CATS
+    m = re.match(r"\s*\]", text[end - 1:])
+    if m is None:
+        raise InputError(path, "traceEvents array is not closed; the file looks cut short")
+    return text[end - 1 + m.end():].encode()
+
+
+def parse_dir(path: Path, *, rules: CategoryRules, keep_raw: bool = False) -> Anatomy:
+    """A folder of *.pt.trace.json(.gz) / *.json(.gz), one file per rank, is one run."""
+    path = Path(path)
+    if not path.is_dir():
+        raise InputError(path, "is not a directory of PyTorch profiler traces")
+    natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]  # noqa: E731
+    files = sorted((p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))), key=natural)
+    if not files:
+        raise InputError(path, "no PyTorch profiler traces (*.pt.trace.json[.gz] or *.json[.gz]) in this folder")
+    return parse_files(files, rules=rules, keep_raw=keep_raw)
+
+
+def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = False) -> Anatomy:
+    """One run: one Kineto trace per rank, in rank order when the traces do not say their rank."""
+    if not paths:
+        raise InputError(".", "no trace files given; expected one PyTorch profiler trace per rank")
+    traces = [_stream(Path(p)) for p in paths]
+    for t in traces:
+        if t.kineto_events == 0 and not any(k in t.meta for k in _KINETO_KEYS):
+            raise InputError(t.path, "a Chrome trace without PyTorch profiler (Kineto) markers: no schemaVersion, "
+                                     "deviceProperties or distributedInfo and no cpu_op/kernel/cuda_runtime events "
+                                     "(a trace from another tool?)")
+    warnings: list[str] = []
+    ranks = _ranks(traces, warnings)
+    world_size = _world_size(traces, warnings)
+    bases = {t.path.name: t.meta.get("baseTimeNanoseconds") for t in traces}
+    if len(set(bases.values())) > 1:
+        warnings.append("ranks do not share a time base (baseTimeNanoseconds: " + ", ".join(
+            f"{n}={b if b is not None else 'absent'}" for n, b in bases.items())
+            + "); each rank is put on its own base + ts clock and cross-rank alignment assumes those agree")
+    gpu, launch, steps, notes = (pl.concat(frames, how="vertical") for frames in zip(
+        *(_frames(t, r) for t, r in zip(traces, ranks))))
+    gpu = _categorise(gpu, rules)
+    gpu, counts = _attribute(gpu, launch, steps)
+    gpu_ranks = set(gpu["rank"].unique().to_list())
+    step_ranks = set(steps["rank"].unique().to_list())
+    for t, r in zip(traces, ranks):
+        if r not in gpu_ranks:
+            warnings.append(f"rank {r} ({t.path.name}): no GPU activity (CPU-only profile); no GPU anatomy for it")
+        if r not in step_ranks:
+            warnings.append(f"rank {r} ({t.path.name}): no ProfilerStep#N marker; its whole profiled window is one "
+                            "step (null) spanning its first to last GPU activity")
+    if counts["fallback"]:
+        warnings.append(f"{counts['fallback']} GPU activities had no launch inside a step window of their process and "
+                        "were attributed by their own GPU start time")
+    if counts["unattributed"]:
+        warnings.append(f"{counts['unattributed']} GPU activities fell outside every ProfilerStep window "
+                        "(unattributed: kept in raw events, not in the anatomy rows)")
+    events = gpu.filter(pl.col("step").is_not_null() | ~pl.col("rank").is_in(list(step_ranks)))
+    spans = _spans(events, steps)
+    rows, per_step = anatomy_rows(events.select("rank", "step", "category", "start_ns", "end_ns"), spans)
+    step_frame = _step_frame(steps, spans, per_step)
+    warm = step_frame.select("rank", "step", "warmup")
+    rows = rows.join(warm, on=["rank", "step"], how="left", nulls_equal=True).with_columns(pl.col("warmup").fill_null(False))
+    nvtx = (notes.group_by("rank", pl.col("name").alias("range_name"))
+            .agg(pl.len().alias("count"), (pl.col("dur_ns").sum() / 1e6).alias("total_ms"))
+            .with_columns(pl.lit(None, dtype=pl.Float64).alias("gpu_ms")).sort("rank", "range_name"))
+    models = [m for m in (_gpu_model(t) for t in traces) if m]
+    if len(set(models)) > 1:
+        warnings.append("ranks report different GPU models: " + ", ".join(sorted(set(models))))
+    software = {}
+    for key in ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "hip_runtime_version",
+                "hip_driver_version", "roctracer_version"):
+        if traces[0].meta.get(key) is not None:
+            software[key] = str(traces[0].meta[key])
+    dist = traces[0].meta.get("distributedInfo") or {}
+    for key in ("backend", "nccl_version"):
+        if isinstance(dist, dict) and dist.get(key) is not None:
+            software[f"distributed_{key}" if key == "backend" else key] = str(dist[key])
+    hostname = next((str(t.meta[k]) for t in traces for k in ("hostname", "host_name", "hostName") if t.meta.get(k)), None)
+    schema = traces[0].meta.get("schemaVersion")
+    return Anatomy(
+        source_format="kineto",
+        schema_version=None if schema is None else str(schema),
+        rows=_typed(rows, ANATOMY_ROW_SCHEMA),
+        steps=_typed(step_frame, ANATOMY_STEP_SCHEMA),
+        nvtx=_typed(nvtx, ANATOMY_NVTX_SCHEMA),
+        step_marker="ProfilerStep#N (Kineto cpu_op/user_annotation)" if step_ranks else
+                    "none: no ProfilerStep#N in the trace; the whole profiled window is one step (null)",
+        attribution="correlation id: the launching cuda_runtime/cuda_driver call inside ProfilerStep#N on any thread "
+                    "of its process; else the activity's own GPU start inside a step window; else unattributed",
+        unattributed=counts["unattributed"],
+        claim=IdentityClaim(hostname=hostname),
+        gpu_model=max(set(models), key=models.count) if models else None,
+        gpu_count=len(gpu_ranks) or None,
+        world_size=world_size,
+        software=software,
+        warnings=tuple(warnings),
+        raw_events=gpu.select("rank", "step", "category", "name", "start_ns", "end_ns", "device", "stream",
+                              pl.col("corr").alias("correlation"), "launch_ns", "attributed_by") if keep_raw else None,
+    )
+
+
+def _typed(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
+    return frame.select([pl.col(c).cast(t) if c in frame.columns else pl.lit(None, dtype=t).alias(c)
+                         for c, t in schema.items()])
+
+
+def _ranks(traces: list[_Trace], warnings: list[str]) -> list[int]:
+    """distributedInfo.rank; absent, the file's position in the run, said out loud (HTA PR #179)."""
+    ranks, seen = [], {}
+    for i, t in enumerate(traces):
+        dist = t.meta.get("distributedInfo")
+        rank = dist.get("rank") if isinstance(dist, dict) else None
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            rank = i
+            warnings.append(f"{t.path.name}: no distributedInfo.rank; rank {i} taken from the file's position "
+                            "in the run (not a default of 0)")
+        if rank in seen:
+            raise InputError(t.path, f"rank {rank} also comes from {seen[rank]}; a run takes one trace per rank")
+        seen[rank] = t.path.name
+        ranks.append(rank)
+    return ranks
+
+
+def _world_size(traces: list[_Trace], warnings: list[str]) -> int | None:
+    sizes = {d.get("world_size") for t in traces if isinstance(d := t.meta.get("distributedInfo"), dict)}
+    sizes = {s for s in sizes if isinstance(s, int)}
+    if len(sizes) > 1:
+        warnings.append(f"traces disagree on distributedInfo.world_size: {sorted(sizes)}")
+    if not sizes:
+        warnings.append("world size unknown: no distributedInfo.world_size in the traces")
+    return max(sizes) if sizes else None
+
+
+def _gpu_model(t: _Trace) -> str | None:
+    props = [p for p in t.meta.get("deviceProperties") or [] if isinstance(p, dict) and p.get("name")]
+    used = {d for d in t.gpu["device"] if d is not None}
+    for p in props:
+        if p.get("id") in used:
+            return str(p["name"])
+    return str(props[0]["name"]) if props else None
+
+
+def _ns(col: str, base: int) -> pl.Expr:
+    """Float microseconds -> integer ns; whole and fractional µs apart so 16-digit epoch µs keep their ns."""
+    whole = pl.col(col).floor()
+    return whole.cast(pl.Int64) * 1000 + ((pl.col(col) - whole) * 1000).round().cast(pl.Int64) + base
+
+
+def _frames(t: _Trace, rank: int) -> tuple[pl.DataFrame, ...]:
+    base = t.meta.get("baseTimeNanoseconds")
+    base = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
+    r = pl.lit(rank, dtype=pl.Int32).alias("rank")
+    dur_ns = (pl.col("dur") * 1000).round().cast(pl.Int64).clip(lower_bound=0)
+    gpu = (pl.DataFrame(t.gpu, schema={"name": pl.Utf8, "kind": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64,
+                                       "device": pl.Int64, "stream": pl.Int64, "corr": pl.Int64}, strict=False)
+           .select(r, "name", "kind", _ns("ts", base).alias("start_ns"), (_ns("ts", base) + dur_ns).alias("end_ns"),
+                   "device", "stream", "corr"))
+    launch = (pl.DataFrame(t.launch, schema={"corr": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64}, strict=False)
+              .select(r, "corr", pl.col("pid").alias("l_pid"), _ns("ts", base).alias("l_ns"))
+              .unique(["rank", "corr"], keep="first"))
+    steps = (pl.DataFrame(t.step, schema={"step": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64})
+             .select(r, "step", "pid", _ns("ts", base).alias("start_ns"), dur_ns.alias("dur_ns"))
+             .with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+             .sort("start_ns").unique(["rank", "step"], keep="first", maintain_order=True))
+    notes = (pl.DataFrame(t.note, schema={"name": pl.Utf8, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64})
+             .select(r, "name", "pid", _ns("ts", base).alias("start_ns"), dur_ns.alias("dur_ns")))
+    return gpu, launch, steps, notes
+
+
+def _categorise(gpu: pl.DataFrame, rules: CategoryRules) -> pl.DataFrame:
+    """Kernels by the category rules (NCCL kernels land in nccl_*); memcpy by direction; memset."""
+    mapping = {}
+    for name, kind in gpu.select("name", "kind").unique().iter_rows():
+        if kind == "kernel":
+            mapping[(name, kind)] = rules.classify(name)
+        elif kind == "memset":
+            mapping[(name, kind)] = "memset"
+        else:  # 'Memcpy HtoD (Pageable -> Device)'; HtoH and unknown directions have no category: other
+            m = _MEMCPY_NAME.search(name)
+            mapping[(name, kind)] = _MEMCPY_KIND[m.group(1)] if m else "other"
+    lookup = pl.DataFrame({"name": [k[0] for k in mapping], "kind": [k[1] for k in mapping],
+                           "category": list(mapping.values())}, schema={"name": pl.Utf8, "kind": pl.Utf8, "category": pl.Utf8})
+    return gpu.join(lookup, on=["name", "kind"], how="left")
+
+
+def _attribute(gpu: pl.DataFrame, launch: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Step of each GPU activity: by its launch's CPU time on the launching process, else its own start."""
+    g = gpu.with_row_index("_i").join(launch, on=["rank", "corr"], how="left")
+    by_launch = (
+        g.filter(pl.col("l_ns").is_not_null()).sort("l_ns")
+        .join_asof(steps.select("rank", pl.col("pid").alias("l_pid"), pl.col("start_ns").alias("_s"),
+                                pl.col("end_ns").alias("_e"), pl.col("step").alias("_by_launch")).sort("_s"),
+                   left_on="l_ns", right_on="_s", by=["rank", "l_pid"], strategy="backward", check_sortedness=False)
+        .filter(pl.col("l_ns") < pl.col("_e")).select("_i", "_by_launch"))
+    by_start = (
+        g.sort("start_ns")
+        .join_asof(steps.select("rank", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"),
+                                pl.col("step").alias("_by_start")).sort("_s"),
+                   left_on="start_ns", right_on="_s", by="rank", strategy="backward", check_sortedness=False)
+        .filter(pl.col("start_ns") < pl.col("_e")).select("_i", "_by_start"))
+    g = g.join(by_launch, on="_i", how="left").join(by_start, on="_i", how="left").sort("_i")
+    stepped = pl.col("rank").is_in(steps["rank"].unique().to_list())
+    counts = {
+        "fallback": g.filter(pl.col("_by_launch").is_null() & pl.col("_by_start").is_not_null()).height,
+        "unattributed": g.filter(stepped & pl.col("_by_launch").is_null() & pl.col("_by_start").is_null()).height,
+    }
+    g = g.with_columns(pl.coalesce("_by_launch", "_by_start").alias("step"),
+                       pl.when(pl.col("_by_launch").is_not_null()).then(pl.lit("launch"))
+                       .when(pl.col("_by_start").is_not_null()).then(pl.lit("gpu_start")).alias("attributed_by"))
+    return g.drop("_i", "_by_launch", "_by_start", "l_pid").rename({"l_ns": "launch_ns"}), counts
+
+
+def _spans(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """GPU window per (rank, step) for idle: from the end of the previous step's GPU work (its own first
+    activity for the first step) to the end of its own work, so the windows tile HTA's first-to-last span."""
+    own = events.group_by("rank", "step").agg(pl.col("start_ns").min().alias("_first"), pl.col("end_ns").max().alias("_last"))
+    busy_ranks = events["rank"].unique().to_list()
+    stepped = (
+        steps.filter(pl.col("rank").is_in(busy_ranks)).select("rank", "step", "start_ns")
+        .join(own, on=["rank", "step"], how="left").sort("rank", "start_ns")
+        .with_columns(pl.col("_last").cum_max().over("rank").alias("_end"))
+        .with_columns(pl.col("_end").forward_fill().over("rank"))
+        .with_columns(pl.col("_end").shift(1).over("rank").alias("_prev"))
+        .with_columns(pl.coalesce("_prev", "_first", "start_ns").alias("span_start_ns"))
+        .with_columns(pl.coalesce("_end", "span_start_ns").alias("span_end_ns")))
+    whole = (own.filter(pl.col("step").is_null() & ~pl.col("rank").is_in(steps["rank"].unique().to_list()))
+             .select("rank", "step", pl.col("_first").alias("span_start_ns"), pl.col("_last").alias("span_end_ns")))
+    return pl.concat([stepped.select("rank", "step", "span_start_ns", "span_end_ns"), whole])
+
+
+def _step_frame(steps: pl.DataFrame, spans: pl.DataFrame, per_step: pl.DataFrame) -> pl.DataFrame:
+    """ANATOMY_STEP rows: marker start and duration (ProfilerStep#N) or, without markers, the GPU window."""
+    marker = steps.select("rank", "step", "start_ns", (pl.col("dur_ns") / 1e6).alias("wall_ms"))
+    whole = spans.filter(pl.col("step").is_null()).select(
+        "rank", "step", pl.col("span_start_ns").alias("start_ns"),
+        ((pl.col("span_end_ns") - pl.col("span_start_ns")) / 1e6).alias("wall_ms"))
+    frame = pl.concat([marker, whole]).join(per_step, on=["rank", "step"], how="left", nulls_equal=True)
+    first = pl.col("start_ns").rank("ordinal").over("rank") == 1
+    return (frame.with_columns((first & pl.col("step").is_not_null()).alias("warmup"))
+            .sort("rank", "step", nulls_last=True))
