@@ -173,13 +173,17 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
     child_env = {**environ, ENV_LAUNCHER: "1", ENV_RUN_DIR: str(run_dir.resolve())}
     with open(log_path, "ab", buffering=0) as log:
         log.write(_line(header))
-        proc = subprocess.Popen([executable, *command[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=child_env, cwd=cwd, start_new_session=True)
-        tee = threading.Thread(target=_tee, kwargs=dict(source=proc.stdout, log=log, echo=echo, rules=rules,
-                                                        known=known), daemon=True)
-        tee.start()
-        restore = _forward_signals(proc)
+        # Handlers go in before the child exists: a signal that lands between spawn and handler
+        # installation would otherwise kill us and orphan the child without a footer.
+        forwarder = _SignalForwarder()
+        restore = forwarder.install()
         try:
+            proc = subprocess.Popen([executable, *command[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=child_env, cwd=cwd, start_new_session=True)
+            forwarder.attach(proc)
+            tee = threading.Thread(target=_tee, kwargs=dict(source=proc.stdout, log=log, echo=echo, rules=rules,
+                                                            known=known), daemon=True)
+            tee.start()
             returncode = proc.wait()
         finally:
             restore()
@@ -209,25 +213,37 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
     return RunResult(exit_code, run_dir, log_path, sig_name, ingested, ingest_error)
 
 
-def _forward_signals(proc: subprocess.Popen):
-    """SIGINT/SIGTERM to us go to the child (which then decides how to stop); returns a restorer.
-    Handlers can only be set from the main thread; elsewhere the child is on its own."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = {}
+class _SignalForwarder:
+    """SIGINT/SIGTERM to us go to the child (which then decides how to stop). Signals that arrive
+    before the child is spawned are held and delivered the moment it exists. Handlers can only be
+    set from the main thread; elsewhere the child is on its own."""
 
-    def forward(signum, _frame):
-        if proc.poll() is None:
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._held: list[int] = []
+
+    def _handle(self, signum, _frame) -> None:
+        if self._proc is None:
+            self._held.append(signum)
+        elif self._proc.poll() is None:
+            self._proc.send_signal(signum)
+
+    def attach(self, proc: subprocess.Popen) -> None:
+        self._proc = proc
+        for signum in self._held:
             proc.send_signal(signum)
+        self._held.clear()
 
-    for sig in _FORWARDED:
-        previous[sig] = signal.signal(sig, forward)
+    def install(self):
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.signal(sig, self._handle) for sig in _FORWARDED}
 
-    def restore():
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
-    return restore
+        return restore
 
 
 def _ingest(*, run_dir: Path, db_url: str | None, registry_path: Path | None, host_lineage: str | None,

@@ -42,6 +42,11 @@ try:
     if spec and spec.submodule_search_locations:
         import os
         text = open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")).read()
+        # version.py's __version__ carries the local build tag (2.11.0+cu130) that the wheel's
+        # metadata may lack (the PyPI cu130 wheel says 2.11.0): the runtime's view wins.
+        m = re.search(r"^__version__\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        if m:
+            out["torch_dist_version"], out["torch"] = out.get("torch"), m.group(1)
         m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
         if m: out["torch_cuda"] = m.group(1)
         m = re.search(r"^git_version\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
@@ -182,3 +187,47 @@ def resolve_alloc_conf(environ: dict, *, torch_version: str | None) -> dict:
         "conflict": new is not None and old is not None and new != old,
         "torch_reads_alloc_conf": knows_new,
     }
+
+
+_CACHE_PATH_VARS = ("HF_HOME", "TORCH_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def _on_root_volume(path: str) -> bool:
+    """Same filesystem device as '/'; a path not created yet is judged by its nearest existing parent."""
+    p = Path(path).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return os.stat(p).st_dev == os.stat("/").st_dev
+    except OSError:
+        return False
+
+
+def preflight_facts(*, environ: dict, regime: str | None, compile_window_s: float | None,
+                    expect_cuda: str | None, data_paths: tuple[str, ...] = (), python: str | None = None):
+    """Probe this machine for receipts.analysis.preflight's rules (they stay pure)."""
+    from receipts.analysis.preflight import PathFact, PreflightFacts
+    from receipts.errors import ReceiptsError
+    from receipts.ingest.topology import parse_text as parse_topology
+    from receipts.schema.secrets import env_overlay, load_env_rules
+
+    gpus = nvidia_smi_gpus()
+    links: tuple = ()
+    topo_ok = False
+    text = topology_text()
+    if text:
+        try:
+            links = tuple(parse_topology(text).gpu_pairs())
+            topo_ok = True
+        except ReceiptsError:
+            topo_ok = False
+    software = software_stack(interpreter=python)
+    paths = [PathFact(name, environ[name], _on_root_volume(environ[name]))
+             for name in _CACHE_PATH_VARS if environ.get(name)]
+    paths += [PathFact("data_path", p, _on_root_volume(p)) for p in data_paths]
+    return PreflightFacts(
+        gpu_model=gpus.get("gpu_model"), gpu_count=gpus.get("gpu_count"), gpu_links=links,
+        topology_available=topo_ok, numa_balancing=numa_balancing(),
+        env=env_overlay(environ, rules=load_env_rules()), regime=regime, compile_window_s=compile_window_s,
+        torch_version=software.get("torch"), expect_cuda=expect_cuda, paths=tuple(paths),
+    )

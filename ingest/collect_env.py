@@ -62,6 +62,12 @@ def parse_text(text: str, *, path: str | Path = "<collect_env>") -> CollectEnv:
         key, sep, value = line.partition(":")
         value = value.strip()
         if sep and key in _KEYS and value not in _NOT_KNOWN:
+            if value.startswith("Probably one of the following"):
+                # cuDNN found only as library files: the first one's soname carries the version
+                m = re.search(r"\.so\.(\d+(?:\.\d+)*)\s*$", lines[i + 1] if i + 1 < len(lines) else "")
+                if not m:
+                    continue
+                value = m.group(1)
             software[_KEYS[key]] = value
         elif key == "GPU models and configuration":
             if value.startswith("GPU "):
