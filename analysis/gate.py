@@ -1,8 +1,11 @@
 """The CI gate: each benchmark claim is accepted only when the receipts can actually support it.
 
 Claims in (analysis.claims), typed results out. `evaluate` and `evaluate_claim` are pure; the one
-reader, `collect_evidence`, fetches what they need from a Store. Statistics come from compare() and
-ratio_ci (analysis.compare / analysis.stats); nothing here re-derives them.
+reader, `collect_evidence`, fetches what they need from a Store. The refusal, drift and verdict rules are
+compare()'s own building blocks (identity_differences, drift, verdict_for in analysis.compare) and the
+statistics are ratio_ci / summarize (analysis.stats); nothing here re-derives them. compare() itself is
+not called because it bootstraps both step time and tokens/s, and a claim needs at most one of them
+(the bootstrap is most of a claim's cost: benchmarks/bench_gate.py).
 
 A claim is rejected, with one line per reason, when (in this order; docs/claims-format.md):
   unknown_receipt     a reference matches no receipt (or several)
@@ -29,9 +32,9 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from receipts.analysis.claims import Claim, ClaimsFile
-from receipts.analysis.compare import Comparison, Difference, compare, verdict_for
+from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, identity_differences, verdict_for
 from receipts.analysis.record import StoredReceipt, load
-from receipts.analysis.stats import RatioCI
+from receipts.analysis.stats import RatioCI, ratio_ci, summarize
 from receipts.analysis.window import WARMUP_PHASES
 from receipts.errors import ReceiptNotFound
 
@@ -145,32 +148,30 @@ def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evi
         ids = [None if isinstance(e, Unresolved) else e.receipt.id for e in (baseline, candidate)]
         return ClaimResult(claim, False, reasons, None, ids[0], ids[1])
     a, b = baseline.receipt, candidate.receipt
-    c = compare(a, b, min_effect=claim.min_effect)
-    if not c.comparable:
-        if not (a.complete and b.complete):
-            rumors = "; ".join(f"{role} {r.run_name} ({r.id[:12]}) lacks {', '.join(d.field for d in c.differences if getattr(r, d.field) is None)}"
-                               for role, r in (("baseline", a), ("candidate", b)) if not r.complete)
-            rs = (reason("rumor", f"incomplete identity (a rumor, not a comparison): {rumors}"),)
-        else:
-            rs = (reason("identity", "identities differ: " + "; ".join(f"{d.field} {d.a!r} != {d.b!r}" for d in c.differences)),)
+    # compare()'s refusal rules, in its order: a rumor first, then differing identity fields.
+    if not (a.complete and b.complete):
+        rumors = "; ".join(f"{role} {r.run_name} ({r.id[:12]}) lacks {', '.join(f for f in IDENTITY_FIELDS if not getattr(r, f))}"
+                           for role, r in (("baseline", a), ("candidate", b)) if not r.complete)
+        rs = (reason("rumor", f"incomplete identity (a rumor, not a comparison): {rumors}"),)
+        return ClaimResult(claim, False, rs, None, a.id, b.id)
+    differences = identity_differences(a, b)
+    if differences:
+        rs = (reason("identity", "identities differ: " + "; ".join(f"{d.field} {d.a!r} != {d.b!r}" for d in differences)),)
         return ClaimResult(claim, False, rs, None, a.id, b.id)
 
-    reasons = list(_drift_reasons(claim, c, reason))
+    reasons = list(_drift_reasons(claim, drift(a, b), reason))
     if claim.is_speed:
-        measured, more = _speed(claim, c, baseline, candidate, reason)
+        measured, more = _speed(claim, baseline, candidate, reason)
     else:
         measured, more = _memory(claim, a, b, reason)
     reasons += more
-    return ClaimResult(claim, not reasons, tuple(reasons), measured, a.id, b.id, _windows(c))
+    return ClaimResult(claim, not reasons, tuple(reasons), measured, a.id, b.id, _windows(a, b))
 
 
-def _windows(c: Comparison) -> tuple[str, ...]:
-    out = []
-    for role, s in (("baseline", c.a), ("candidate", c.b)):
-        n = s.step_ms.n if s.step_ms else 0
-        out.append(f"{role} {s.run_name} ({s.id[:12]}): steady steps {s.first_step}..{s.last_step} (n={n}), "
-                   f"{s.warmup_steps} warm-up excluded [{s.window_rule}]")
-    return tuple(out)
+def _windows(a: StoredReceipt, b: StoredReceipt) -> tuple[str, ...]:
+    return tuple(f"{role} {r.run_name} ({r.id[:12]}): steady steps {r.window_first_step}..{r.window_last_step} "
+                 f"(n={np.isfinite(r.steady_step_ms).sum()}), {r.warmup_steps} warm-up excluded [{r.window_rule}]"
+                 for role, r in (("baseline", a), ("candidate", b)))
 
 
 def _quote(diffs: tuple[Difference, ...]) -> str:
@@ -178,13 +179,12 @@ def _quote(diffs: tuple[Difference, ...]) -> str:
     return shown + (f" and {len(diffs) - _MAX_LISTED} more" if len(diffs) > _MAX_LISTED else "")
 
 
-def _drift_reasons(claim: Claim, c: Comparison, reason):
-    drift = c.drift or {}
-    if drift.get("recipe"):
-        yield reason("recipe_drift", f"recipe drift (never acceptable: a different experiment): {_quote(drift['recipe'])}")
+def _drift_reasons(claim: Claim, found: dict[str, tuple[Difference, ...]], reason):
+    if found.get("recipe"):
+        yield reason("recipe_drift", f"recipe drift (never acceptable: a different experiment): {_quote(found['recipe'])}")
     for kind in ("runtime", "infrastructure"):
-        if drift.get(kind) and kind not in claim.declared_drift:
-            yield reason("undeclared_drift", f"undeclared {kind} drift: {_quote(drift[kind])} "
+        if found.get(kind) and kind not in claim.declared_drift:
+            yield reason("undeclared_drift", f"undeclared {kind} drift: {_quote(found[kind])} "
                                              f"(add declared_drift: [{kind}] if the claim is about it)")
 
 
@@ -209,21 +209,26 @@ def warmup_problems(e: Evidence, *, spike_factor: float = SPIKE_FACTOR) -> list[
     return out
 
 
-def _as_time_ratio(claim: Claim, c: Comparison) -> RatioCI | None:
+def _series(claim: Claim, r: StoredReceipt) -> np.ndarray:
+    return r.steady_step_ms if claim.metric == "step_time" else r.steady_tokens_per_s
+
+
+def _as_time_ratio(claim: Claim, a: StoredReceipt, b: StoredReceipt) -> RatioCI | None:
     """The measurement as candidate/baseline *time* (lower is faster), so verdict_for applies to both metrics."""
     if claim.metric == "step_time":
-        return c.ratio
-    t = c.tokens_ratio  # candidate/baseline tokens per second: its inverse is a time ratio
+        return ratio_ci(a.steady_step_ms, b.steady_step_ms)
+    t = ratio_ci(a.steady_tokens_per_s, b.steady_tokens_per_s)  # tokens/s B/A: its inverse is a time ratio
     if t is None or t.value <= 0 or t.ci_low <= 0:
         return None
     return RatioCI(1.0 / t.value, 1.0 / t.ci_high, 1.0 / t.ci_low, t.confidence, t.method)
 
 
-def _speed(claim: Claim, c: Comparison, baseline: Evidence, candidate: Evidence, reason):
+def _speed(claim: Claim, baseline: Evidence, candidate: Evidence, reason):
     out = []
     label = "step time" if claim.metric == "step_time" else "tokens/s"
-    for role, s, e in (("baseline", c.a, baseline), ("candidate", c.b, candidate)):
-        summary = s.step_ms if claim.metric == "step_time" else s.tokens_per_s
+    for role, e in (("baseline", baseline), ("candidate", candidate)):
+        s = e.receipt
+        summary = summarize(_series(claim, s))
         n = summary.n if summary else 0
         if n < claim.min_steps:
             out.append(reason("too_few_steps", f"{role} {s.run_name} has {n} steady-state steps with {label} "
@@ -234,7 +239,7 @@ def _speed(claim: Claim, c: Comparison, baseline: Evidence, candidate: Evidence,
         if summary and summary.cv > claim.max_cv:
             out.append(reason("noise", f"{role} {s.run_name} is too noisy: CV of {label} {summary.cv:.1%} "
                                        f"> max_cv {claim.max_cv:.1%}"))
-    ratio = _as_time_ratio(claim, c)
+    ratio = _as_time_ratio(claim, baseline.receipt, candidate.receipt)
     if ratio is None:
         out.append(reason("no_measurement", f"no {label} ratio: a run has fewer than 2 steady-state steps with {label}"))
         return None, out

@@ -289,11 +289,13 @@ def test_real_sft_halves_true_claim_accepted_false_claims_rejected(tmp_path, db)
 
 def test_real_sft_cut_short_has_too_few_steps(tmp_path, db):
     src = real(SFT, "nanochat")
-    short = split_steps(src, tmp_path / "sft_short.log", lambda s: s <= 24)  # the run's first 24 steps only
+    short = split_steps(src, tmp_path / "sft_short.log", lambda s: s <= 16)  # the run's first 16 steps only
     ingest(db, src, short, flags=SAME_LANE)
     code, out = gate(db, claims_yaml(tmp_path, claim("short", "sft_run_gtx1660", "sft_short")))
-    assert code == 1 and codes(out["short"]) == {"too_few_steps"}
-    assert "candidate sft_short has" in out["short"]["reasons"][0]
+    # the first steps of a run are also its noisiest, so "noise" may come with it; too_few_steps must
+    reason = next(r for r in out["short"]["reasons"] if "steady-state steps" in r)
+    assert code == 1 and "too_few_steps" in codes(out["short"]) and "candidate sft_short has" in reason
+    assert int(reason.split(" has ")[1].split(" ")[0]) < 16  # 16 logged steps, the warm-up excluded
 
 
 def test_real_identity_rumor_and_unknown(tmp_path, db):
