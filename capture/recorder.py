@@ -57,7 +57,8 @@ ENV_LAUNCHER = "RECEIPTS_LAUNCHER"  # set by `receipts run` in the child: the he
 
 @dataclass
 class StepHandle:
-    """What `with rec.step(n) as s:` yields: set `s.loss` (float or tensor) and `s.tokens`."""
+    """What `with rec.step(n) as s:` yields: set `s.loss` (float or tensor) and `s.tokens`
+    (tokens THIS rank processed in the step: `tokens_per_s` is per rank, the store sums ranks)."""
 
     step: int
     loss: Any = None
