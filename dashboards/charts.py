@@ -146,7 +146,8 @@ def ratio_ci(value: float, low: float, high: float, confidence: float) -> alt.La
     bar = alt.Chart(frame).mark_errorbar(thickness=2).encode(x=alt.X("low:Q", title=title), x2="high:Q", y="label:N")
     point = alt.Chart(frame).mark_point(filled=True, size=120, color="black").encode(
         x=x, y=alt.Y("label:N", title=None), tooltip=["value", "low", "high"])
-    return alt.layer(rule, bar, point).properties(width=WIDE, height=60)
+    # a discrete (step) height: a fixed one is squeezed to nothing by Streamlit's fit-to-container
+    return alt.layer(rule, bar, point).properties(width=WIDE, height=alt.Step(40), title="step time ratio with its CI")
 
 
 def anatomy_side_by_side(diff: pl.DataFrame, a_name: str, b_name: str) -> alt.HConcatChart:

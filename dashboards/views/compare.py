@@ -87,5 +87,6 @@ def render(data: Data) -> None:
         missing = [n for n, col in (("A", "a_ms_per_step"), ("B", "b_ms_per_step")) if diff[col].is_null().all()]
         if missing:
             st.caption(f"{' and '.join(missing)} has no profiler export attached: no difference to draw.")
-        st.altair_chart(charts.anatomy_side_by_side(diff, c.a.run_name, c.b.run_name))
+        else:
+            st.altair_chart(charts.anatomy_side_by_side(diff, c.a.run_name, c.b.run_name))
     _drift(c)
