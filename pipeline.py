@@ -139,6 +139,9 @@ def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
 
 def _profile_paths_in(run_dir: Path) -> list[Path]:
     found = [p for p in sorted(run_dir.iterdir()) if p.is_file() and p.suffix in (".sqlite", ".nsys-rep")]
+    # A report and its own export are one profile: attach the export, not both.
+    exported = {p.stem for p in found if p.suffix == ".sqlite"}
+    found = [p for p in found if not (p.suffix == ".nsys-rep" and p.stem in exported)]
     traces = [p for p in sorted(run_dir.rglob("*")) if p.is_file() and (p.name.endswith(".json.gz") or p.name.endswith(".json"))
               and ".pt.trace" in p.name]
     if traces:

@@ -23,7 +23,9 @@ from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, 
 
 FORMAT = "receipt"
 SUPPORTED_VERSIONS = (1,)
-RECEIPT_LINE = r"^(?:\[[^\]]*\]:?\s*)?RECEIPT (\{.*)$"
+# Anywhere in the line: launchers prefix ranks ("[rank3]: "), and another process writing half a line
+# into the same pipe can put text before a record; the JSON object itself is what must be whole.
+RECEIPT_LINE = r"RECEIPT (\{.*)$"
 _KINDS = ("header", "step", "phase", "footer")
 
 _STEP_DTYPE = pl.Struct({
@@ -35,7 +37,7 @@ _STEP_DTYPE = pl.Struct({
 
 def detect(head: list[str]) -> bool:
     rx = re.compile(RECEIPT_LINE)
-    return any(rx.match(line) for line in head)
+    return any(rx.search(line) for line in head)
 
 
 def _loads(log: LogText, line_no: int, payload: str) -> dict:
@@ -115,8 +117,9 @@ def parse(log: LogText) -> ParsedRun:
                redacted=isinstance(value, str) and value.startswith("<redacted"))
         for name, value in sorted((header.get("env") or {}).items())
     )
-    memory = tuple(
+    memory = tuple(  # the launcher's rankless footer carries the exit code, not peaks: no empty row for it
         MemoryPeak(f.get("rank"), f.get("peak_allocated_bytes"), f.get("peak_reserved_bytes")) for f in footers
+        if f.get("rank") is not None or f.get("peak_allocated_bytes") is not None or f.get("peak_reserved_bytes") is not None
     )
     exit_codes = [f.get("exit_code") for f in footers if f.get("exit_code") not in (None, 0)]
     warnings = tuple(f"footer reports exit code {c}" for c in exit_codes)
