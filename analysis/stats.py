@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
@@ -59,6 +58,8 @@ def ratio_ci(a: np.ndarray, b: np.ndarray, *, confidence: float = CONFIDENCE,
     if a.size < 2 or b.size < 2:
         return None
     value = float(np.median(b) / np.median(a))
+    from scipy import stats  # imported here: scipy costs seconds of start-up every command would pay
+
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         return RatioCI(value, value, value, confidence, "exact (no variation in either run)")
     res = stats.bootstrap((a, b), _median_ratio, n_resamples=n_resamples, confidence_level=confidence,
