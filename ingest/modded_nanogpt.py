@@ -11,10 +11,11 @@ train_time is a clock that stops during validation and checkpointing, and by des
 warm-up: 2024 records zero it when the loop reaches step 10 (so train_time drops at step:11 and steps
 1-10 hold compile time), 2025 records run their warm-up steps before the clock starts and never log
 them. step_ms is the growth of train_time between consecutive train lines over the steps between them;
-where the clock was zeroed, the new reading itself is the time since the reset, and the steps before it are reported as a 'warmup' phase. Only train lines are
-differenced: their reading (approx_time) is taken without a device sync while the validation line's comes
-after one, so anchoring on validation lines would drop the queued GPU work of the step before each
-validation from the series; train-to-train deltas telescope to the final train reading instead.
+where the clock was zeroed, the new reading itself is the time since the reset, and the steps before
+it are reported as a 'warmup' phase. Only train lines are differenced: their reading (approx_time) is
+taken without a device sync while the validation line's comes after one, so anchoring on validation
+lines would drop the queued GPU work of the step before each validation from the series;
+train-to-train deltas telescope to the final train reading instead.
 """
 
 from __future__ import annotations
