@@ -95,6 +95,18 @@ def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
+def _run(*args: str) -> tuple[int, str]:
+    """The CLI in this process (no interpreter start-up): for the many read-only calls that compare answers."""
+    from typer.testing import CliRunner
+
+    from receipts.cli.main import app
+
+    result = CliRunner().invoke(app, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout
+
+
 def _logs(folder: Path, n: int, *, steps: int = 8) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     # Distinct step times make distinct content hashes, hence distinct receipts.
@@ -280,13 +292,20 @@ def _ingest_real(store, registry) -> list[str]:
     return ids
 
 
-def _normal(value, drop=("ingested_at",)):
-    """Drop ingestion times (each store stamps its own) and round floats to 12 significant digits: DuckDB
-    may sum in a different order when it scans PostgreSQL in parallel."""
+def _normal(value, drop=("ingested_at", "run_at")):
+    """What must match between the stores, and what may not:
+
+    - ingestion times differ (each store stamps its own; dashboards show them as run_at): dropped;
+    - floats: rounded to 12 significant digits, as DuckDB may sum in another order when it scans
+      PostgreSQL in parallel;
+    - rows tied on every ORDER BY key (e.g. two NVTX ranges with the same total_ms) come back in scan
+      order, which differs between a DuckDB table and a PostgreSQL one: lists of rows are compared
+      as sorted multisets."""
     if isinstance(value, dict):
         return {k: _normal(v, drop) for k, v in value.items() if k not in drop}
     if isinstance(value, list):
-        return [_normal(v, drop) for v in value]
+        items = [_normal(v, drop) for v in value]
+        return sorted(items, key=repr) if items and all(isinstance(v, dict) for v in items) else items
     if isinstance(value, float):
         return float(f"{value:.12g}")
     return value
@@ -295,7 +314,9 @@ def _normal(value, drop=("ingested_at",)):
 def _every_query(store, ids: list[str]) -> dict:
     """Every sql/*.sql, with parameters taken from the receipts at hand (the dashboard's queries too)."""
     first = store.query("receipt", {"receipt_id": ids[0]}).to_dicts()[0] if "receipt" in _sql_params() else {}
-    values = {"receipt_id": ids[0], "a_id": ids[0], "b_id": ids[-1], "source_sha256": None, "source_sha": None,
+    exports = store.sql("SELECT source_sha256 FROM anatomy_sources WHERE receipt_id = $id ORDER BY 1", {"id": ids[0]})
+    values = {"receipt_id": ids[0], "a_id": ids[0], "b_id": ids[-1],
+              "source_sha256": exports["source_sha256"][0] if exports.height else None,
               "host_lineage": first.get("host_lineage"), "preset_family": first.get("preset_family"),
               "launch_regime": first.get("launch_regime"), "ref": ids[0], "prefix": ids[0][:4] + "%"}
     out = {}
@@ -312,19 +333,27 @@ def _every_query(store, ids: list[str]) -> dict:
 def _sql_params() -> dict[str, set[str]]:
     import re
 
-    return {p.stem: set(re.findall(r"\$([a-z_]+)", p.read_text())) for p in (HERE.parents[1] / "sql").glob("*.sql")}
+    return {p.stem: set(re.findall(r"\$([a-z0-9_]+)", p.read_text())) for p in (HERE.parents[1] / "sql").glob("*.sql")}
 
 
 def _answers(url: str, ids: list[str]) -> dict:
-    out = {"list": sorted(json.loads(_cli("--db", url, "list", "--json").stdout), key=lambda r: r["id"])}
+    out = {"list": sorted(json.loads(_run("--db", url, "list", "--json")[1]), key=lambda r: r["id"])}
     with open_store(url, read_only=True) as store:
         out["queries"] = _every_query(store, ids)
     for rid in ids:
-        out[f"show {rid}"] = json.loads(_cli("--db", url, "show", rid, "--json").stdout)
-        anatomy = _cli("--db", url, "anatomy", rid, "--json", check=False)
-        out[f"anatomy {rid}"] = json.loads(anatomy.stdout) if anatomy.returncode == 0 else anatomy.returncode
+        out[f"show {rid}"] = json.loads(_run("--db", url, "show", rid, "--json")[1])
+        # Every export by its sha: without --source the newest is shown, and "newest" compares
+        # ingested_at stamps (1 s resolution) that each store makes on its own.
+        with open_store(url, read_only=True) as store:
+            exports = store.sql("SELECT source_sha256 FROM anatomy_sources WHERE receipt_id = $id ORDER BY 1",
+                                {"id": rid})["source_sha256"].to_list()
+        for sha in exports or [None]:
+            code, text = _run("--db", url, "anatomy", rid, "--json", *(("--source", sha) if sha else ()))
+            out[f"anatomy {rid} {sha}"] = json.loads(text) if code == 0 else {"exit": code}
     for a, b in zip(ids, ids[1:]):
-        out[f"compare {a} {b}"] = json.loads(_cli("--db", url, "compare", a, b, "--json").stdout)
+        code, text = _run("--db", url, "compare", a, b, "--json")
+        assert code in (0, 3), text
+        out[f"compare {a} {b}"] = json.loads(text)
     return _normal(out)
 
 
