@@ -25,7 +25,6 @@ Nothing here catches an exception and turns it into a verdict: only ReceiptNotFo
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from receipts.analysis.claims import Claim, ClaimsFile
 from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, identity_differences, verdict_for
-from receipts.analysis.record import StoredReceipt, load
+from receipts.analysis.record import StoredReceipt, load_many
 from receipts.analysis.stats import RatioCI, ratio_ci, summarize
 from receipts.analysis.window import WARMUP_PHASES
 from receipts.errors import ReceiptNotFound
@@ -111,19 +110,14 @@ class GateResult:
 # ---------------------------------------------------------------------------------------- reading
 def collect_evidence(store: "Store", refs: list[str]) -> dict[str, Evidence | Unresolved]:
     """Resolve each reference once and load its receipt; refs naming the same receipt share one load."""
+    resolved = store.resolve_many(refs)
+    loaded = load_many(store, [rid for rid in resolved.values() if isinstance(rid, str)])
     out: dict[str, Evidence | Unresolved] = {}
-    by_id: dict[str, Evidence] = {}
-    for ref in dict.fromkeys(refs):
-        try:
-            rid = store.resolve(ref)
-        except ReceiptNotFound as exc:  # an unknown receipt is a rejection reason, not an error
-            out[ref] = Unresolved(ref, str(exc))
-            continue
-        if rid not in by_id:
-            row = store.query("receipt", {"receipt_id": rid}).row(0, named=True)
-            phases = tuple((str(p[0]), p[1], p[2]) for p in json.loads(row["phases_json"] or "[]"))
-            by_id[rid] = Evidence(load(store, rid), phases)
-        out[ref] = by_id[rid]
+    for ref, rid in resolved.items():
+        if isinstance(rid, ReceiptNotFound):  # an unknown receipt is a rejection reason, not an error
+            out[ref] = Unresolved(ref, str(rid))
+        else:
+            out[ref] = Evidence(loaded[rid], loaded[rid].phases)
     return out
 
 

@@ -48,13 +48,39 @@ class StoredReceipt:
     steady_step_ms: np.ndarray = field(repr=False)
     steady_tokens_per_s: np.ndarray = field(repr=False)
     warnings: tuple[str, ...] = ()
+    phases: tuple[tuple[str, int | None, int | None], ...] = ()  # (phase, first_step, last_step)
 
 
 def load(store: "Store", receipt_id: str) -> StoredReceipt:
-    row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
-    env = {r["name"]: ("<redacted>" if r["redacted"] else r["value"]) if r["is_set"] else None
-           for r in store.query("receipt_env", {"receipt_id": receipt_id}).iter_rows(named=True)}
-    steps = store.query("steady_steps", {"receipt_id": receipt_id})
+    return load_many(store, [receipt_id])[receipt_id]
+
+
+def load_many(store: "Store", receipt_ids: list[str]) -> dict[str, StoredReceipt]:
+    """Several receipts in three queries, whatever their number (the gate loads hundreds)."""
+    ids = list(dict.fromkeys(receipt_ids))
+    rows = store.query("receipts_many", {"ids": ids})
+    env_rows = store.query("receipt_env_many", {"ids": ids})
+    steps = store.query("steady_steps_many", {"ids": ids})
+    envs: dict[str, dict[str, str | None]] = {i: {} for i in ids}
+    for r in env_rows.iter_rows(named=True):
+        envs[r["receipt_id"]][r["name"]] = ("<redacted>" if r["redacted"] else r["value"]) if r["is_set"] else None
+    series = {key[0]: frame for key, frame in steps.partition_by("receipt_id", as_dict=True).items()}
+    out = {}
+    for row in rows.iter_rows(named=True):
+        rid = row["id"]
+        own = series.get(rid)
+        step_ms = own["step_ms"].to_numpy() if own is not None else np.empty(0)
+        tokens = own["tokens_per_s"].drop_nulls().to_numpy() if own is not None else np.empty(0)
+        out[rid] = _from_row(row, envs.get(rid, {}), step_ms, tokens)
+    missing = [i for i in ids if i not in out]
+    if missing:
+        from receipts.errors import ReceiptNotFound
+
+        raise ReceiptNotFound(missing[0])
+    return out
+
+
+def _from_row(row: dict, env: dict, step_ms: np.ndarray, tokens: np.ndarray) -> StoredReceipt:
     return StoredReceipt(
         id=row["id"], run_name=row["run_name"],
         host_lineage=row["host_lineage"], preset_family=row["preset_family"], launch_regime=row["launch_regime"],
@@ -69,6 +95,7 @@ def load(store: "Store", receipt_id: str) -> StoredReceipt:
         warmup_steps=row["warmup_steps"], warmup_last_step=row["warmup_last_step"], window_rule=row["window_rule"],
         ended_early=row["ended_early"], peak_allocated_bytes=row["peak_allocated_bytes"],
         peak_reserved_bytes=row["peak_reserved_bytes"], started_at=row["started_at"], ingested_at=row["ingested_at"],
-        steady_step_ms=steps["step_ms"].to_numpy(), steady_tokens_per_s=steps["tokens_per_s"].drop_nulls().to_numpy(),
+        steady_step_ms=step_ms, steady_tokens_per_s=tokens,
         warnings=tuple(json.loads(row["warnings_json"])),
+        phases=tuple((str(p[0]), p[1], p[2]) for p in json.loads(row["phases_json"] or "[]")),
     )

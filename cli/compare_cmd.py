@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from receipts.analysis.compare import compare as compare_receipts
 from receipts.analysis.compare import to_json
@@ -51,7 +52,7 @@ def _render(c) -> None:
         if st:
             console.print(f"  {label} {s.run_name}: median {fmt_ms(st.median)} (p10 {fmt_ms(st.p10)}, p90 {fmt_ms(st.p90)}, "
                           f"CV {st.cv:.1%}, n={st.n}) steps {s.first_step}..{s.last_step}, "
-                          f"{s.warmup_steps} warm-up excluded [{s.window_rule}]; "
+                          f"{s.warmup_steps} warm-up excluded {escape('[' + s.window_rule + ']')}; "
                           f"peak alloc {fmt_bytes(s.peak_allocated_bytes)}, reserved {fmt_bytes(s.peak_reserved_bytes)}")
         else:
             console.print(f"  {label} {s.run_name}: no steady-state steps")

@@ -114,6 +114,29 @@ class Store(ABC):
             return by_prefix["id"][0]
         raise ReceiptNotFound(ref, tuple(by_prefix["id"].to_list()))
 
+    def resolve_many(self, refs: list[str]) -> dict[str, str | ReceiptNotFound]:
+        """Resolve many references with one read; each maps to an id or the ReceiptNotFound it would raise."""
+        rows = self.query("receipt_refs").rows()
+        ids = {r[0] for r in rows}
+        by_name: dict[str, list[str]] = {}
+        for rid, name, _ in rows:
+            by_name.setdefault(name, []).append(rid)
+        out: dict[str, str | ReceiptNotFound] = {}
+        for ref in dict.fromkeys(refs):
+            named = by_name.get(ref, [])
+            prefixed = [rid for rid, _, _ in rows if rid.startswith(ref.lower())] if ref else []
+            if ref in ids:
+                out[ref] = ref
+            elif len(named) == 1:
+                out[ref] = named[0]
+            elif named:
+                out[ref] = ReceiptNotFound(ref, tuple(f"{i} ({ref})" for i in named))
+            elif len(prefixed) == 1:
+                out[ref] = prefixed[0]
+            else:
+                out[ref] = ReceiptNotFound(ref, tuple(prefixed))
+        return out
+
     def close(self) -> None:  # pragma: no cover - backends override
         pass
 
