@@ -1,7 +1,12 @@
 """Small, pure statistics helpers for steady-state step times.
 
-The ratio CI is a percentile bootstrap (scipy.stats.bootstrap, independent resampling of both runs'
-steady-state steps) of median(B)/median(A), seeded so the same receipts always give the same answer.
+The ratio CI is a percentile bootstrap of median(B)/median(A): both runs' steady-state steps are
+resampled independently, seeded so the same receipts always give the same answer. The resample
+medians are drawn exactly from their bootstrap distribution through order statistics instead of
+materialising every resample: the median of n draws with replacement from sorted x is
+x[floor(n * U_(m))], with U_(m) the m-th order statistic of n uniforms ~ Beta(m, n - m + 1) (and for
+even n the next one, U_(m+1) = U_(m) + (1 - U_(m)) * Beta(1, n - m)). Same distribution as
+scipy.stats.bootstrap's percentile method, in O(n log n + resamples) instead of O(n * resamples).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 CONFIDENCE = 0.95
-N_RESAMPLES = 2000
+N_RESAMPLES = 4000
 SEED = 20260319  # fixed: a gate must give the same verdict on the same receipts
 
 
@@ -45,8 +50,18 @@ def summarize(values: np.ndarray) -> Summary | None:
     return Summary(int(x.size), float(med), float(p10), float(p90), mean, cv)
 
 
-def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.median(b, axis=axis) / np.median(a, axis=axis)
+def bootstrap_medians(x: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Medians of `n_resamples` bootstrap resamples of x, drawn through the uniform order statistics."""
+    xs = np.sort(x)
+    n = xs.size
+    m = (n + 1) // 2
+    lower = rng.beta(m, n - m + 1, n_resamples)
+    lo = xs[np.minimum((lower * n).astype(np.int64), n - 1)]
+    if n % 2:
+        return lo
+    upper = lower + (1.0 - lower) * rng.beta(1, n - m, n_resamples)
+    hi = xs[np.minimum((upper * n).astype(np.int64), n - 1)]
+    return (lo + hi) / 2.0
 
 
 def ratio_ci(a: np.ndarray, b: np.ndarray, *, confidence: float = CONFIDENCE,
@@ -58,12 +73,11 @@ def ratio_ci(a: np.ndarray, b: np.ndarray, *, confidence: float = CONFIDENCE,
     if a.size < 2 or b.size < 2:
         return None
     value = float(np.median(b) / np.median(a))
-    from scipy import stats  # imported here: scipy costs seconds of start-up every command would pay
-
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         return RatioCI(value, value, value, confidence, "exact (no variation in either run)")
-    res = stats.bootstrap((a, b), _median_ratio, n_resamples=n_resamples, confidence_level=confidence,
-                          method="percentile", vectorized=True, paired=False, rng=np.random.default_rng(seed))
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return RatioCI(value, min(low, value), max(high, value), confidence,
+    rng = np.random.default_rng(seed)
+    ratios = bootstrap_medians(b, n_resamples, rng) / bootstrap_medians(a, n_resamples, rng)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
+    return RatioCI(value, min(float(low), value), max(float(high), value), confidence,
                    f"percentile bootstrap of median(B)/median(A), {n_resamples} resamples, seed {seed}")

@@ -67,3 +67,16 @@ def test_window_markers_win_over_the_rule():
     ms = [9000, 200, 200, 200, 200, 200]
     window = choose_window(steps_frame({"step": list(range(1, 7)), "step_ms": ms}), (("compile", 1, 2),))
     assert window.rule == "marker:compile" and window.warmup_last_step == 2 and window.n_steady == 4
+
+
+def test_order_statistic_medians_match_brute_force_resampling():
+    # The shortcut must give the same bootstrap distribution as resampling every step.
+    from receipts.analysis.stats import bootstrap_medians
+
+    rng = np.random.default_rng(3)
+    for n in (9, 10):
+        x = rng.gamma(2.0, 50.0, n)
+        fast = bootstrap_medians(x, 200_000, np.random.default_rng(4))
+        brute = np.median(x[rng.integers(0, n, (200_000, n))], axis=1)
+        assert np.allclose(np.quantile(fast, [0.05, 0.25, 0.5, 0.75, 0.95]),
+                           np.quantile(brute, [0.05, 0.25, 0.5, 0.75, 0.95]), rtol=0.02)
