@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 # Bump with a migration (store/migrations) whenever a table changes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -167,6 +167,8 @@ Index("ix_receipt_memory_receipt", receipt_memory.c.receipt_id)
 Index("ix_anatomy_rows_receipt", anatomy_rows.c.receipt_id)
 Index("ix_anatomy_steps_receipt", anatomy_steps.c.receipt_id)
 Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)
+Index("ix_receipts_run_name", receipts.c.run_name)
+Index("ix_receipts_ingested_at", receipts.c.ingested_at)
 Index("ix_receipts_lane", receipts.c.host_lineage, receipts.c.preset_family, receipts.c.launch_regime)
 
 BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx")

@@ -4,4 +4,4 @@
 SELECT rank, range_name, count, total_ms, gpu_ms
 FROM anatomy_nvtx
 WHERE receipt_id = $receipt_id AND source_sha256 = $source_sha256
-ORDER BY rank NULLS FIRST, total_ms DESC
+ORDER BY rank NULLS FIRST, total_ms DESC, range_name

@@ -86,6 +86,12 @@ def check_version(con: duckdb.DuckDBPyConnection, url: str) -> None:
 def ensure_schema(con: duckdb.DuckDBPyConnection, url: str) -> None:
     tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     if "schema_meta" in tables:
+        row = con.execute("SELECT value FROM schema_meta WHERE key = 'schema_version'").fetchone()
+        if row is not None and int(row[0]) < SCHEMA_VERSION:
+            # A DuckDB file has one writer at a time: upgrading on open is safe (PostgreSQL upgrades explicitly).
+            from receipts.store import migrations
+
+            migrations.upgrade(migrations.DuckDBTarget(con, url))
         check_version(con, url)
         return
     if tables - set(metadata.tables):

@@ -9,6 +9,7 @@ import numpy as np
 
 from cli_helpers import cli, cli_json
 from conftest import write_native_log
+from receipts.schema.tables import SCHEMA_VERSION
 
 
 def _steps(n: int, mean: float, seed: int, warm: int = 0) -> list[float]:
@@ -192,5 +193,18 @@ def test_store_records_schema_version(tmp_path, db):
     write_native_log(tmp_path / "a.log", _steps(5, 100, 19))
     cli(db, "ingest", str(tmp_path / "a.log"))
     con = duckdb.connect(db, read_only=True)
-    assert con.execute("SELECT value FROM schema_meta WHERE key='schema_version'").fetchone() == ("1",)
+    assert con.execute("SELECT value FROM schema_meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
+    con.close()
+
+
+def test_a_first_release_duckdb_store_is_upgraded_on_open(tmp_path, db):
+    from receipts.store import migrations
+
+    con = duckdb.connect(db)
+    migrations.init(migrations.DuckDBTarget(con, db), version=1)
+    con.close()
+    write_native_log(tmp_path / "a.log", _steps(5, 100, 20))
+    assert cli(db, "ingest", str(tmp_path / "a.log")).exit_code == 0
+    con = duckdb.connect(db, read_only=True)
+    assert con.execute("SELECT value FROM schema_meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     con.close()
