@@ -6,6 +6,7 @@ lines in native code (the throughput target is >= 1M lines/s on one core).
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,14 +51,23 @@ def read_log(path: Path) -> LogText:
     if b"\x00" in head:
         raise InputError(path, "looks binary (NUL bytes in the first 8 KiB); expected a text training log "
                                "(for an nsys report, export it: `nsys export --type sqlite`)")
-    text = data.decode("utf-8", errors="replace")
-    unterminated = not text.endswith("\n")
-    body = text[:-1] if not unterminated else text
+    unterminated = not data.endswith(b"\n")
+    lines = _split_lines(data)
     # \r\n logs from Windows tooling and \r progress bars both occur; keep the last \r segment.
-    lines = pl.Series("text", body.split("\n"), dtype=pl.Utf8)
-    if "\r" in text[:_SNIFF_BYTES * 4] or "\r" in text[-_SNIFF_BYTES:]:
+    if b"\r" in data:
         lines = lines.str.strip_chars_end("\r").str.replace(r"^.*\r", "")
     return LogText(path=path, lines=lines, unterminated_last=unterminated)
+
+
+def _split_lines(data: bytes) -> pl.Series:
+    """Lines as a Series, split in native code: polars' CSV reader with a separator that does not occur
+    and no quoting is a line splitter that keeps empty lines (about 2x Python's split + Series)."""
+    if b"\x1f" in data:  # the separator occurs: split in Python rather than lose text after it
+        text = data.decode("utf-8", errors="replace")
+        return pl.Series("text", (text[:-1] if text.endswith("\n") else text).split("\n"), dtype=pl.Utf8)
+    frame = pl.read_csv(io.BytesIO(data), has_header=False, separator="\x1f", quote_char=None, new_columns=["text"],
+                        encoding="utf8-lossy", infer_schema=False, truncate_ragged_lines=True)
+    return frame["text"].fill_null("")
 
 
 def cut_short_note(log: LogText, last_line_parsed: bool) -> str | None:

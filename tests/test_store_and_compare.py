@@ -208,3 +208,16 @@ def test_a_first_release_duckdb_store_is_upgraded_on_open(tmp_path, db):
     con = duckdb.connect(db, read_only=True)
     assert con.execute("SELECT value FROM schema_meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     con.close()
+
+
+def test_read_log_keeps_every_line_and_its_number(tmp_path):
+    from receipts.ingest.textlog import read_log
+
+    cases = {b"a\n\nb\n": ["a", "", "b"], b"\na\r\nb": ["", "a", "b"], b"x\x1fy\nz\n": ["x\x1fy", "z"],
+             b'"q\nbar 10%\rbar 100%\n': ['"q', "bar 100%"]}
+    for data, expected in cases.items():
+        path = tmp_path / "l.log"
+        path.write_bytes(data)
+        log = read_log(path)
+        assert log.lines.to_list() == expected, data
+        assert log.unterminated_last == (not data.endswith(b"\n"))
