@@ -79,6 +79,9 @@ def check_version(con: duckdb.DuckDBPyConnection, url: str) -> None:
         row = con.execute("SELECT value FROM schema_meta WHERE key = 'schema_version'").fetchone()
     except duckdb.CatalogException as exc:
         raise StoreError(url, "is not a receipts store (no schema_meta table)") from exc
+    if row is not None and int(row[0]) < SCHEMA_VERSION:
+        raise StoreError(url, f"schema version {row[0]} is older than this build's {SCHEMA_VERSION}: "
+                              f"run `receipts --db {url} db upgrade` (any write also upgrades it)")
     if row is None or int(row[0]) != SCHEMA_VERSION:
         raise UnsupportedVersion(f"store {url} schema", str(row[0] if row else None), str(SCHEMA_VERSION))
 
