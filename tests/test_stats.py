@@ -12,7 +12,7 @@ from receipts.analysis.window import choose_window
 from receipts.schema.model import steps_frame
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=6, deadline=None, derandomize=True)  # a CI test must not flake
 @given(mean_a=st.floats(50, 2000), true_ratio=st.floats(0.6, 1.4), noise=st.floats(0.005, 0.08),
        n=st.integers(25, 80), seed=st.integers(0, 2**31))
 def test_ci_covers_the_true_ratio_at_about_the_stated_rate(mean_a, true_ratio, noise, n, seed):
