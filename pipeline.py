@@ -17,7 +17,7 @@ import polars as pl
 
 from receipts.analysis.window import choose_window
 from receipts.errors import InputError
-from receipts.ingest import sniff
+from receipts.ingest import sniff, sysinfo
 from receipts.ingest.textlog import read_log
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
@@ -28,6 +28,7 @@ from receipts.store import Store
 
 SIDECAR_NAME = "receipt.toml"
 PROFILE_KINDS = ("nsys", "nsys-gz", "nsys-rep", "kineto", "kineto-dir")
+SYSINFO_KINDS = ("topology", "collect_env", "nccl_tests")
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,14 @@ def ingest_paths(store: Store, paths: list[Path], *, identity: IdentityClaim = I
             rules = rules or load_category_rules()
             outcomes.append(_ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
                                             attach=attach, tags=tags, rules=rules, keep_raw=keep_raw))
+            continue
+        if kind in SYSINFO_KINDS:
+            if attach is None:
+                raise InputError(path, f"is `{kind}` output: machine facts belong to a run; give --attach RUN")
+            section, facts = sysinfo.facts(path, kind)
+            receipt_id = store.resolve(attach)
+            created = store.attach_facts(receipt_id, section, facts, _source(path, kind, kind))
+            outcomes.append(IngestOutcome(str(path), receipt_id, attach, created, kind))
             continue
         if attach is not None:
             raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "

@@ -48,7 +48,7 @@ def ingest(
         print_json([o.__dict__ for o in outcomes])
         return
     for o in outcomes:
-        what = "anatomy attached to" if o.kind == "anatomy" else "receipt"
+        what = {"receipt": "receipt", "anatomy": "anatomy attached to"}.get(o.kind, f"{o.kind} facts attached to")
         if o.created:
             console.print(f"ingested {o.path} -> {what} {o.receipt_id} ({o.run_name})")
         else:

@@ -30,7 +30,8 @@ def log_parser(name: str) -> ModuleType:
 
 
 def sniff_kind(path: Path) -> str:
-    """'log' | 'nsys' | 'nsys-gz' | 'nsys-rep' | 'kineto' | 'kineto-dir', decided from content, not names."""
+    """'log' | 'nsys' | 'nsys-gz' | 'nsys-rep' | 'kineto' | 'kineto-dir' | 'topology' | 'collect_env' |
+    'nccl_tests', decided from content, not names."""
     path = Path(path)
     if path.is_dir():
         if any(p.name.endswith((".json", ".json.gz")) for p in path.iterdir() if p.is_file()):
@@ -56,6 +57,11 @@ def sniff_kind(path: Path) -> str:
         if inner.startswith(SQLITE_MAGIC):
             return "nsys-gz"  # exports are gzipped to travel; SQLite needs a real file
         return "kineto" if inner.lstrip().startswith(b"{") else "log"
+    from receipts.ingest import sysinfo
+
+    kind = sysinfo.detect(head.decode("utf-8", errors="replace"))
+    if kind is not None:
+        return kind
     if head.lstrip().startswith(b"{") and (b'"traceEvents"' in head or b'"schemaVersion"' in head
                                            or b'"deviceProperties"' in head or b'"distributedInfo"' in head):
         return "kineto"

@@ -3,6 +3,7 @@ hash; reads run the analysis SQL in sql/ through DuckDB (directly, or over Postg
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,20 @@ class Store(ABC):
         small: dict[str, list[dict[str, Any]]] = {"receipt_sources": R.source_rows(receipt_id, (source,), ingested_at)}
         self._add_anatomy(bulk, small, receipt_id, anatomy, source, ingested_at)
         return self._write(content_sha256=None, small=small, bulk=bulk, attach=(receipt_id, source.sha256))
+
+    def attach_facts(self, receipt_id: str, section: str, facts: dict[str, Any], source: SourceFile) -> bool:
+        """Merge machine facts (topology, software) into a receipt; False when that file is already attached."""
+        if section not in ("topology", "software"):
+            raise ValueError(section)
+        current = self.sql(f"SELECT {section}_json AS j FROM receipts WHERE id = $id", {"id": receipt_id}).row(0)[0]
+        merged = {**json.loads(current or "{}"), **facts}
+        return self._merge_json(receipt_id, f"{section}_json", R.dumps(merged),
+                                R.source_rows(receipt_id, (source,), R.now_iso()))
+
+    @abstractmethod
+    def _merge_json(self, receipt_id: str, column: str, value: str, source_rows: list[dict[str, Any]]) -> bool:
+        """In one transaction: insert the source row (its (receipt, sha256) key decides idempotency) and set
+        receipts.<column>. Returns False, changing nothing, when the source is already attached."""
 
     def _add_anatomy(self, bulk, small, receipt_id, anatomy, source, ingested_at) -> None:
         raw_path = self._write_raw_events(anatomy, source) if anatomy.raw_events is not None else None

@@ -38,6 +38,22 @@ class DuckDBStore(Store):
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
         return self.con.execute(query, params or {}).pl()
 
+    def _merge_json(self, receipt_id, column, value, source_rows) -> bool:
+        con = self.con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if con.execute("SELECT 1 FROM receipt_sources WHERE receipt_id = ? AND sha256 = ?",
+                           [receipt_id, source_rows[0]["sha256"]]).fetchone():
+                con.execute("ROLLBACK")
+                return False
+            insert_rows(con, "receipt_sources", source_rows)
+            con.execute(f"UPDATE receipts SET {column} = ? WHERE id = ?", [value, receipt_id])  # column: ours, never user text
+            con.execute("COMMIT")
+            return True
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
     def _write(self, *, content_sha256, small, bulk, attach=None) -> bool:
         con = self.con
         con.execute("BEGIN TRANSACTION")

@@ -95,6 +95,20 @@ class PostgresStore(Store):
             return con.execute(query, params or {}).pl()
 
     # ---- writes ----------------------------------------------------------------------------------
+    def _merge_json(self, receipt_id, column, value, source_rows) -> bool:
+        if self.read_only:
+            raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
+        try:
+            with self.conn.transaction():
+                if not _insert_guard(self.conn, "receipt_sources", source_rows[0], ("receipt_id", "sha256")):
+                    raise psycopg.Rollback()
+                # column names come from our own code (topology_json / software_json), never from input.
+                self.conn.execute(f"UPDATE receipts SET {column} = %s WHERE id = %s", (value, receipt_id))
+                return True
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StoreError(self.url, f"permission denied: {str(exc).strip()}") from exc
+        return False
+
     def _write(self, *, content_sha256, small, bulk, attach=None) -> bool:
         if self.read_only:
             raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
