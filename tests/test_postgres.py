@@ -396,3 +396,17 @@ def test_push_copies_everything_once_and_answers_match(pg_url, tmp_path):
             query = f"SELECT * FROM {table}"
             left, right = duck.sql(query), pg.sql(query)
             assert left.sort(left.columns, nulls_last=True).equals(right.sort(right.columns, nulls_last=True)), table
+
+
+@pytest.mark.postgres
+def test_machine_facts_attach_once_on_postgres(pg_url):
+    from cli_helpers import cli, cli_json
+    from conftest import GPU_DATA
+
+    assert cli(pg_url, "ingest", str(GPU_DATA / "fsdp2_2gpu_nsys" / "run.log")).exit_code == 0
+    topo = GPU_DATA / "sysinfo" / "nvidia-smi_topo_m.txt"
+    first = cli(pg_url, "ingest", str(topo), "--attach", "fsdp2_2gpu_nsys")
+    second = cli(pg_url, "ingest", str(topo), "--attach", "fsdp2_2gpu_nsys")
+    assert first.exit_code == second.exit_code == 0 and "unchanged" in second.stdout
+    code, shown = cli_json(pg_url, "show", "fsdp2_2gpu_nsys")
+    assert shown["topology"]["matrix"]["GPU0"]["GPU1"] == "NV18" and len(shown["sources"]) == 2
