@@ -15,7 +15,8 @@ from receipts.analysis.preflight import PathFact, PreflightFacts, run_preflight
 from receipts.errors import InputError
 from receipts.ingest import collect_env, nccl_tests, topology
 
-REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "sysinfo"
+from conftest import realdata
+
 GPU = Path(__file__).resolve().parent / "data" / "gpu"
 
 # A representative 8-GPU + 2-NIC table in nvidia-smi's layout (tabs, ' X ' self cells, double tab
@@ -65,8 +66,9 @@ def test_topology_nics_fallback_cells_and_rank_map():
 
 
 def test_topology_rejects_other_text():
+    smi_table = realdata("sysinfo", "modded-nanogpt__track_1_short_2024-10-09_SOAP__nvidia-smi.txt")
     with pytest.raises(InputError, match="nvidia-smi topo -m"):
-        topology.parse(REALDATA / "modded-nanogpt__track_1_short_2024-10-09_SOAP__nvidia-smi.txt")
+        topology.parse(smi_table)
 
 
 @pytest.mark.parametrize("name, torch, suffix, cuda, driver, n_gpus, model", [
@@ -76,7 +78,7 @@ def test_topology_rejects_other_text():
      "NVIDIA H100 80GB HBM3"),
 ])
 def test_collect_env_realdata(name, torch, suffix, cuda, driver, n_gpus, model):
-    env = collect_env.parse(REALDATA / name)
+    env = collect_env.parse(realdata("sysinfo", name))
     assert env.software["torch"] == torch and env.software["torch_cuda_suffix"] == suffix
     assert env.software["cuda"] == cuda and env.software["driver"] == driver
     assert env.gpu_count == n_gpus and env.gpu_model == model
@@ -93,7 +95,7 @@ def test_collect_env_from_the_h200_box():
 
 
 def test_nccl_tests_all_reduce_perf():
-    result = nccl_tests.parse(REALDATA / "a3mega_2x8xH100_all_reduce_perf.md")
+    result = nccl_tests.parse(realdata("sysinfo", "a3mega_2x8xH100_all_reduce_perf.md"))
     assert len(result.rows) == 31                      # 8 B .. 8 GiB, factor 2
     assert result.avg_busbw_gbps == pytest.approx(70.742)  # the tool's own summary line
     assert result.peak_busbw_gbps == pytest.approx(338.82)
