@@ -34,7 +34,8 @@ def dashboard(
     url = db or settings(ctx).db
     if not url.startswith("postgres") and not Path(url).exists():
         raise UsageError(f"store {url} does not exist (ingest something first: `receipts ingest run.log`)")
-    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
+    # serve = `streamlit run` with the views imported before the port opens (the first visit is not a cold import)
+    cmd = [sys.executable, "-m", "receipts.dashboards.serve", str(APP), "--server.port", str(port),
            "--server.headless", str(headless).lower(), "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none", "--", "--db", url]
     # exec-like: Ctrl-C reaches streamlit, and its exit code becomes ours
