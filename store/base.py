@@ -59,15 +59,18 @@ class Store(ABC):
         """Merge machine facts (topology, software) into a receipt; False when that file is already attached."""
         if section not in ("topology", "software"):
             raise ValueError(section)
-        current = self.sql(f"SELECT {section}_json AS j FROM receipts WHERE id = $id", {"id": receipt_id}).row(0)[0]
-        merged = {**json.loads(current or "{}"), **facts}
-        return self._merge_json(receipt_id, f"{section}_json", R.dumps(merged),
-                                R.source_rows(receipt_id, (source,), R.now_iso()))
+        return self._merge_json(receipt_id, f"{section}_json", facts, R.source_rows(receipt_id, (source,), R.now_iso()))
+
+    @staticmethod
+    def _merged(current: str | None, facts: dict[str, Any]) -> str:
+        return R.dumps({**json.loads(current or "{}"), **facts})
 
     @abstractmethod
-    def _merge_json(self, receipt_id: str, column: str, value: str, source_rows: list[dict[str, Any]]) -> bool:
-        """In one transaction: insert the source row (its (receipt, sha256) key decides idempotency) and set
-        receipts.<column>. Returns False, changing nothing, when the source is already attached."""
+    def _merge_json(self, receipt_id: str, column: str, facts: dict[str, Any], source_rows: list[dict[str, Any]]) -> bool:
+        """In one transaction: insert the source row (its (receipt, sha256) key decides idempotency), then read
+        receipts.<column>, merge `facts` into it and write it back, the row locked from read to write so two
+        attachments racing on one receipt both land. Returns False, changing nothing, when the source is
+        already attached."""
 
     def _add_anatomy(self, bulk, small, receipt_id, anatomy, source, ingested_at) -> None:
         raw_path = self._write_raw_events(anatomy, source) if anatomy.raw_events is not None else None

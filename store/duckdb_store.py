@@ -38,7 +38,8 @@ class DuckDBStore(Store):
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
         return self.con.execute(query, params or {}).pl()
 
-    def _merge_json(self, receipt_id, column, value, source_rows) -> bool:
+    def _merge_json(self, receipt_id, column, facts, source_rows) -> bool:
+        # One writer process per DuckDB file (its lock), and the read sits inside the write transaction.
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
@@ -47,7 +48,9 @@ class DuckDBStore(Store):
                 con.execute("ROLLBACK")
                 return False
             insert_rows(con, "receipt_sources", source_rows)
-            con.execute(f"UPDATE receipts SET {column} = ? WHERE id = ?", [value, receipt_id])  # column: ours, never user text
+            current = con.execute(f"SELECT {column} FROM receipts WHERE id = ?", [receipt_id]).fetchone()  # column: ours
+            con.execute(f"UPDATE receipts SET {column} = ? WHERE id = ?",
+                        [self._merged(current[0] if current else None, facts), receipt_id])
             con.execute("COMMIT")
             return True
         except BaseException:

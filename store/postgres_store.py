@@ -95,7 +95,7 @@ class PostgresStore(Store):
             return con.execute(query, params or {}).pl()
 
     # ---- writes ----------------------------------------------------------------------------------
-    def _merge_json(self, receipt_id, column, value, source_rows) -> bool:
+    def _merge_json(self, receipt_id, column, facts, source_rows) -> bool:
         if self.read_only:
             raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
         try:
@@ -103,7 +103,12 @@ class PostgresStore(Store):
                 if not _insert_guard(self.conn, "receipt_sources", source_rows[0], ("receipt_id", "sha256")):
                     raise psycopg.Rollback()
                 # column names come from our own code (topology_json / software_json), never from input.
-                self.conn.execute(f"UPDATE receipts SET {column} = %s WHERE id = %s", (value, receipt_id))
+                # FOR UPDATE: a concurrent attachment to this receipt waits here until we commit, then reads
+                # our merge instead of the value before it (read-merge-write without it loses one side).
+                current = self.conn.execute(f"SELECT {column} FROM receipts WHERE id = %s FOR UPDATE",
+                                            (receipt_id,)).fetchone()
+                self.conn.execute(f"UPDATE receipts SET {column} = %s WHERE id = %s",
+                                  (self._merged(current[0] if current else None, facts), receipt_id))
                 return True
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StoreError(self.url, f"permission denied: {str(exc).strip()}") from exc

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve()
 REALDATA = HERE.parents[2] / "shared" / "realdata"
 DEFAULT_PG = "postgresql://receipts:receipts@127.0.0.1:5432/receipts_test"
 DEFAULT_READER = ("receipts_reader", "receipts_reader")
+DEFAULT_WRITER = ("receipts_writer", "receipts_writer")
 CLI = [sys.executable, "-m", "receipts.cli.main"]
 
 sys.path.insert(0, str(HERE.parent))
@@ -410,3 +411,73 @@ def test_machine_facts_attach_once_on_postgres(pg_url):
     assert first.exit_code == second.exit_code == 0 and "unchanged" in second.stdout
     code, shown = cli_json(pg_url, "show", "fsdp2_2gpu_nsys")
     assert shown["topology"]["matrix"]["GPU0"]["GPU1"] == "NV18" and len(shown["sources"]) == 2
+
+
+@pytest.mark.postgres
+def test_concurrent_fact_attachments_to_one_receipt_all_land(pg_url, tmp_path):
+    """Each writer reads the receipt's topology JSON, merges its facts and writes it back: the row lock
+    makes the second writer read the first one's merge instead of overwriting it."""
+    import threading
+
+    from receipts.schema.model import SourceFile
+    from receipts.store import open_store
+
+    (path,) = _logs(tmp_path, 1)
+    assert _run("--db", pg_url, "ingest", str(path))[0] == 0
+    with open_store(pg_url) as store:
+        receipt_id = store.resolve(path.stem)
+    n = 12
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def attach(i: int) -> None:
+        try:
+            with open_store(pg_url) as store:
+                source = SourceFile(f"topo_{i}.txt", f"{i:064x}", 10, "topology", "topology")
+                barrier.wait(timeout=60)
+                assert store.attach_facts(receipt_id, "topology", {f"fact_{i}": i}, source)
+        except BaseException as exc:  # noqa: BLE001  (re-raised below, in the test's thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=attach, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[0]
+    (topology,) = _psql(pg_url, "SELECT topology_json FROM receipts WHERE id = %s", (receipt_id,))[0]
+    assert json.loads(topology) == {f"fact_{i}": i for i in range(n)}
+    assert _psql(pg_url, "SELECT count(*) FROM receipt_sources WHERE role = 'topology'") == [(n,)]
+
+
+@pytest.mark.postgres
+def test_writer_role_of_the_teams_doc_can_ingest_and_attach_but_not_delete(pg_url):
+    """The grants docs/teams.md gives receipts_writer, and nothing more, cover every ingest path."""
+    import psycopg
+
+    from conftest import GPU_DATA
+
+    user, password = DEFAULT_WRITER
+    if not _psql(pg_url, "SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)):
+        if os.environ.get("RECEIPTS_REQUIRE_POSTGRES"):
+            pytest.fail(f"role {user} absent: run .ci/postgres_setup.sh")
+        pytest.skip(f"role {user} absent (created by .ci/postgres_setup.sh)")
+    _cli("--db", pg_url, "db", "init")
+    for grant in (f"GRANT USAGE ON SCHEMA public TO {user}",
+                  f"GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO {user}",
+                  f"GRANT UPDATE (topology_json, software_json) ON receipts TO {user}"):
+        _psql(pg_url, grant)
+    writer_url = _url_for(pg_url, _psql(pg_url, "SELECT current_database()")[0][0], user=user, password=password)
+    run = GPU_DATA / "fsdp2_2gpu_nsys"
+    _cli("--db", writer_url, "ingest", str(run / "run.log"))
+    _cli("--db", writer_url, "ingest", str(GPU_DATA / "fsdp2_2gpu_nsys.sqlite.gz"), "--attach", "fsdp2_2gpu_nsys")
+    for facts in ("nvidia-smi_topo_m.txt", "collect_env.txt"):
+        _cli("--db", writer_url, "ingest", str(GPU_DATA / "sysinfo" / facts), "--attach", "fsdp2_2gpu_nsys")
+    assert _psql(pg_url, "SELECT count(*) FROM receipt_sources") == [(4,)]
+    assert _psql(pg_url, "SELECT count(DISTINCT source_sha256) FROM anatomy_rows") == [(1,)]
+    (topology, software), = _psql(pg_url, "SELECT topology_json, software_json FROM receipts")
+    assert json.loads(topology)["matrix"]["GPU0"]["GPU1"] == "NV18" and json.loads(software)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _psql(writer_url, "DELETE FROM receipts")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _psql(writer_url, "UPDATE receipts SET run_name = 'renamed'")
