@@ -92,8 +92,10 @@ def push(
     if as_json:
         print_json({"to": target_url, "receipts_copied": result.receipts_copied,
                     "receipts_skipped": result.receipts_skipped, "anatomy_copied": result.anatomy_copied,
-                    "anatomy_skipped": result.anatomy_skipped, "copied_ids": result.copied_ids})
+                    "anatomy_skipped": result.anatomy_skipped, "facts_copied": result.facts_copied,
+                    "copied_ids": result.copied_ids})
         return
     console.print(f"pushed to {target_url}: {result.receipts_copied} receipts copied, "
                   f"{result.receipts_skipped} skipped (already there); "
-                  f"{result.anatomy_copied} anatomy exports copied, {result.anatomy_skipped} skipped")
+                  f"{result.anatomy_copied} anatomy exports copied, {result.anatomy_skipped} skipped; "
+                  f"{result.facts_copied} machine-fact files copied")

@@ -9,6 +9,7 @@ copies each receipt exactly once.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,8 @@ from receipts.store.base import Store
 # Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export).
 RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_sources")
 ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx")
+# Machine-fact files (`ingest topo.txt --attach RUN`) and the receipt column their facts merge into.
+FACT_COLUMNS = {"topology": "topology_json", "nccl_tests": "topology_json", "collect_env": "software_json"}
 
 
 @dataclass
@@ -28,6 +31,7 @@ class PushResult:
     receipts_skipped: int = 0          # same content hash already in the target
     anatomy_copied: int = 0            # profiler exports attached after the receipt was pushed
     anatomy_skipped: int = 0
+    facts_copied: int = 0              # machine-fact files attached after the receipt was pushed
     copied_ids: list[str] = field(default_factory=list)
 
 
@@ -70,7 +74,26 @@ def push(source: Store, target: Store) -> PushResult:
                 result.anatomy_skipped += 1
             else:
                 result.anatomy_copied += 1
+        result.facts_copied += _copy_facts(source, target, receipt_id)
     return result
+
+
+def _copy_facts(source: Store, target: Store, receipt_id: str) -> int:
+    """Fact files attached locally that the target's copy of the receipt lacks: each merges the local
+    receipt's fact column into the target's (the same dict merge `attach_facts` does, under its row lock)."""
+    roles = sorted(FACT_COLUMNS)
+    local = _select(source, "receipt_sources", "receipt_id = $id AND list_contains($roles, role)",
+                    {"id": receipt_id, "roles": roles})
+    if local.height == 0:
+        return 0
+    there = set(target.sql("SELECT sha256 FROM receipt_sources WHERE receipt_id = $id",
+                           {"id": receipt_id})["sha256"].to_list())
+    merged = source.sql("SELECT topology_json, software_json FROM receipts WHERE id = $id", {"id": receipt_id}).row(0, named=True)
+    copied = 0
+    for row in _rows(local.filter(~pl.col("sha256").is_in(list(there)))):
+        column = FACT_COLUMNS[row["role"]]
+        copied += target._merge_json(receipt_id, column, json.loads(merged[column] or "{}"), [row])
+    return copied
 
 
 def _copy_receipt(source: Store, target: Store, receipt_id: str, content_sha256: str) -> bool:

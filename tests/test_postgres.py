@@ -481,3 +481,23 @@ def test_writer_role_of_the_teams_doc_can_ingest_and_attach_but_not_delete(pg_ur
         _psql(writer_url, "DELETE FROM receipts")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         _psql(writer_url, "UPDATE receipts SET run_name = 'renamed'")
+
+
+@pytest.mark.postgres
+def test_machine_facts_attached_after_a_push_travel_on_the_next_push(pg_url, tmp_path):
+    from conftest import GPU_DATA
+
+    duck_url = str(tmp_path / "node.duckdb")
+    _cli("--db", duck_url, "ingest", str(GPU_DATA / "fsdp2_2gpu_nsys" / "run.log"))
+    first = json.loads(_cli("--db", duck_url, "push", "--to", pg_url, "--json").stdout)
+    assert (first["receipts_copied"], first["facts_copied"]) == (1, 0)
+    for facts in ("nvidia-smi_topo_m.txt", "collect_env.txt"):
+        _cli("--db", duck_url, "ingest", str(GPU_DATA / "sysinfo" / facts), "--attach", "fsdp2_2gpu_nsys")
+    second = json.loads(_cli("--db", duck_url, "push", "--to", pg_url, "--json").stdout)
+    assert (second["receipts_copied"], second["receipts_skipped"], second["facts_copied"]) == (0, 1, 2)
+    third = json.loads(_cli("--db", duck_url, "push", "--to", pg_url, "--json").stdout)
+    assert third["facts_copied"] == 0
+    with open_store(duck_url, read_only=True) as duck, open_store(pg_url, read_only=True) as pg:
+        for query in ("SELECT id, topology_json, software_json FROM receipts",
+                      "SELECT receipt_id, sha256, role FROM receipt_sources ORDER BY sha256"):
+            assert duck.sql(query).equals(pg.sql(query)), query
