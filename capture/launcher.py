@@ -107,7 +107,7 @@ def build_header(*, command: list[str], environ: Mapping[str, str], cwd: Path, r
         "started_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "command": shlex.join(command),
         "cwd": str(cwd),
-        **provenance.git_provenance(cwd=cwd),
+        **provenance.git_provenance(cwd=cwd, environ=environ),
         "gpu_model": gpus.get("gpu_model"),
         "gpu_count": gpus.get("gpu_count"),
         "env": env_overlay(environ, rules=rules),

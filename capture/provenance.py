@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 _PROBE_TIMEOUT_S = 20
@@ -66,11 +67,22 @@ def _run(argv: list[str], *, timeout_s: float = _PROBE_TIMEOUT_S, cwd: Path | No
     return proc.stdout if proc.returncode == 0 else None
 
 
-def git_provenance(*, cwd: Path) -> dict:
-    """`git rev-parse HEAD` and a one-line summary of `git status --porcelain`."""
+# Where CI systems and schedulers put the commit they checked out, for trees copied without .git
+# (container images, rsync'd job folders): the first one set names the revision.
+CI_REV_VARIABLES = ("RECEIPTS_GIT_REV", "GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT",
+                    "CIRCLE_SHA1", "BITBUCKET_COMMIT")
+
+
+def git_provenance(*, cwd: Path, environ: Mapping[str, str] | None = None) -> dict:
+    """`git rev-parse HEAD` and a one-line summary of `git status --porcelain`; outside a checkout, the
+    revision a CI variable names (the status then says which variable, and that the tree is unchecked)."""
     rev = _run(["git", "rev-parse", "HEAD"], cwd=cwd)
     if rev is None:
-        return {"git_rev": None, "git_status": "not a git checkout"}
+        environ = os.environ if environ is None else environ
+        named = next((name for name in CI_REV_VARIABLES if environ.get(name, "").strip()), None)
+        if named is None:
+            return {"git_rev": None, "git_status": "not a git checkout"}
+        return {"git_rev": environ[named].strip(), "git_status": f"not a git checkout; revision from ${named}"}
     status = _run(["git", "status", "--porcelain", "--untracked-files=normal"], cwd=cwd) or ""
     counts: dict[str, int] = {}
     for line in status.splitlines():

@@ -207,3 +207,19 @@ def test_run_then_ingest_into_the_store(tmp_path):
     assert result.exit_code == 0 and result.ingest_error is None
     (outcome,) = result.ingested
     assert outcome.created and outcome.run_name == "cpu_smoke" and outcome.kind == "receipt"
+
+
+def test_git_revision_outside_a_checkout_comes_from_the_ci_variable(tmp_path):
+    from receipts.capture.provenance import git_provenance
+
+    copied_tree = tmp_path / "job"  # a tree copied without .git, as schedulers and containers do
+    copied_tree.mkdir()
+    assert git_provenance(cwd=copied_tree, environ={}) == {"git_rev": None, "git_status": "not a git checkout"}
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    found = git_provenance(cwd=copied_tree, environ={"GITHUB_SHA": sha, "GIT_COMMIT": "other"})
+    assert found == {"git_rev": sha, "git_status": "not a git checkout; revision from $GITHUB_SHA"}
+    # Inside a checkout, the checkout's own HEAD wins over any variable.
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / ".git").exists():
+        own = git_provenance(cwd=repo, environ={"GITHUB_SHA": sha})
+        assert own["git_rev"] != sha and len(own["git_rev"]) == 40
