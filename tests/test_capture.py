@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -147,6 +148,20 @@ def test_h200_receipt_peaks_equal_torchs_own(run, world):
     assert parsed.topology["gpu_links"] == ["NV18"] and parsed.topology["numa_balancing"] == 0
     assert [r["gpu"] for r in parsed.topology["rank_map"]] == ["GPU0", "GPU1"][:world]  # torchrun --nproc_per_node
     assert parsed.software["driver"] == "580.159.04" and parsed.software["torch_cuda"] == "13.0"
+
+
+def test_h200_header_from_a_tree_without_git_carries_the_ci_revision_and_cuda_suffix():
+    """A later 1×H200 run (same workload), launched with RECEIPTS_GIT_REV from a copy of the tree
+    without .git, after the torch build-suffix probe was fixed: both land in the receipt."""
+    log = GPU / "fsdp2_1gpu_rev" / "run.log"
+    parsed = native.parse(read_log(log))
+    assert re.fullmatch(r"[0-9a-f]{40}", parsed.provenance["git_rev"])
+    assert parsed.provenance["git_status"] == "not a git checkout; revision from $RECEIPTS_GIT_REV"
+    software = parsed.software
+    assert software["torch"] == "2.11.0+cu130" and software["torch_cuda_suffix"] == "cu130"
+    assert software["torch_cuda"] == "13.0" and software["driver_cuda"] == "13.0"
+    peaks = {m.rank: (m.peak_allocated_bytes, m.peak_reserved_bytes) for m in parsed.memory if m.rank is not None}
+    assert peaks == _torch_peaks(log)
 
 
 @pytest.mark.parametrize("run", ["fsdp2_2gpu_nsys", "fsdp2_1gpu_nsys"])
