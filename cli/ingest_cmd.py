@@ -8,9 +8,11 @@ from typing import List, Optional
 import typer
 
 from receipts.cli.context import console, err_console, handle_errors, print_json, settings
+from receipts.errors import UsageError
 from receipts.pipeline import ingest_paths
 from receipts.schema.categories import load_category_rules
 from receipts.schema.model import IdentityClaim
+from receipts.store import is_server_url
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +32,11 @@ def ingest(
     tag: List[str] = typer.Option([], "--tag", help="Lineage tag, e.g. v19c (repeatable). A tag, never identity."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Force a log format instead of sniffing it."),
     attach: Optional[str] = typer.Option(None, "--attach", help="Attach a profiler export to this receipt."),
-    keep_raw: bool = typer.Option(False, "--keep-raw", help="Keep raw profiler events as Parquet beside the store."),
+    keep_raw: bool = typer.Option(False, "--keep-raw", help="Keep raw profiler events as Parquet, named by the "
+                                                            "export's sha256 (beside a DuckDB store by default)."),
+    raw_dir: Optional[Path] = typer.Option(None, "--raw-dir", envvar="RECEIPTS_RAW_DIR",
+                                           help="Folder for --keep-raw Parquet; needed on a PostgreSQL store "
+                                                "(a shared folder its readers can reach)."),
     categories: Optional[Path] = typer.Option(None, "--categories", help="Extra kernel-category rules (TOML)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -41,7 +47,12 @@ def ingest(
     cfg = settings(ctx)
     claim = IdentityClaim(host_lineage, preset, regime, hostname)
     rules = load_category_rules(categories)
+    if keep_raw and raw_dir is None and is_server_url(cfg.db):
+        raise UsageError("--keep-raw on a PostgreSQL store needs --raw-dir DIR (or RECEIPTS_RAW_DIR): a server "
+                         "has no folder beside it, so name a shared one its readers can reach")
     with cfg.store() as store:
+        if raw_dir is not None:
+            store.raw_dir = raw_dir.resolve()
         outcomes = ingest_paths(store, list(paths), identity=claim, run_name=run_name, registry=cfg.registry(),
                                 attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw)
     if as_json:

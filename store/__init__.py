@@ -16,10 +16,14 @@ def default_url() -> str:
     return os.environ.get("RECEIPTS_DB") or DEFAULT_DB
 
 
+def is_server_url(url: str | Path) -> bool:
+    return str(url).startswith(("postgresql://", "postgres://", "postgresql+psycopg://"))
+
+
 def open_store(url: str | Path | None = None, *, read_only: bool = False) -> Store:
     """`postgresql://...` opens the shared server; anything else is a DuckDB file path."""
     url = str(url or default_url())
-    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+    if is_server_url(url):
         from receipts.store.postgres_store import PostgresStore
 
         return PostgresStore(url, read_only=read_only)

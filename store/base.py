@@ -93,8 +93,12 @@ class Store(ABC):
             tmp.replace(path)
         return str(path)
 
+    # Where --keep-raw Parquet goes when the caller names a folder (`ingest --raw-dir`); a server store has
+    # no folder of its own, a DuckDB file defaults to one beside it.
+    raw_dir: Path | None = None
+
     def raw_events_dir(self) -> Path | None:
-        return None
+        return self.raw_dir
 
     @abstractmethod
     def _write(self, *, content_sha256: str | None, small: dict[str, list[dict[str, Any]]],

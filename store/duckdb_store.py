@@ -30,7 +30,7 @@ class DuckDBStore(Store):
             check_version(self.con, self.url)
 
     def raw_events_dir(self) -> Path:
-        return self.path.parent / (self.path.name + ".raw")
+        return self.raw_dir or self.path.parent / (self.path.name + ".raw")
 
     def close(self) -> None:
         self.con.close()

@@ -501,3 +501,20 @@ def test_machine_facts_attached_after_a_push_travel_on_the_next_push(pg_url, tmp
         for query in ("SELECT id, topology_json, software_json FROM receipts",
                       "SELECT receipt_id, sha256, role FROM receipt_sources ORDER BY sha256"):
             assert duck.sql(query).equals(pg.sql(query)), query
+
+
+@pytest.mark.postgres
+def test_keep_raw_on_postgres_needs_a_named_folder(pg_url, tmp_path):
+    from cli_helpers import cli
+    from test_raw_events import EXPORT, RUN_LOG, _check_parquet, _raw_paths, _sha256
+
+    assert cli(pg_url, "ingest", str(RUN_LOG)).exit_code == 0
+    refused = cli(pg_url, "ingest", str(EXPORT), "--attach", "fsdp2_1gpu_nsys", "--keep-raw")
+    assert refused.exit_code == 2 and "--raw-dir" in refused.stderr
+    assert _raw_paths(pg_url) == []                                   # nothing attached
+    folder = tmp_path / "team_raw"
+    done = cli(pg_url, "ingest", str(EXPORT), "--attach", "fsdp2_1gpu_nsys", "--keep-raw", "--raw-dir", str(folder))
+    assert done.exit_code == 0, done.stdout + done.stderr
+    expected = folder / f"{_sha256(EXPORT)}.parquet"
+    assert _raw_paths(pg_url) == [str(expected)]
+    _check_parquet(expected)
