@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from receipts.errors import InputError
+from receipts.ingest.textlog import read_text
 
 FORMAT = "collect_env"
 _KEYS = {
@@ -94,8 +95,4 @@ def parse_text(text: str, *, path: str | Path = "<collect_env>") -> CollectEnv:
 
 
 def parse(path: Path) -> CollectEnv:
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
-    return parse_text(text, path=path)
+    return parse_text(read_text(path), path=path)

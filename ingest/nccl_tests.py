@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from receipts.errors import InputError
+from receipts.ingest.textlog import read_text
 
 FORMAT = "nccl_tests"
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(.*)$")
@@ -102,8 +103,4 @@ def parse_text(text: str, *, path: str | Path = "<nccl-tests>") -> NcclTestResul
 
 
 def parse(path: Path) -> NcclTestResult:
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
-    return parse_text(text, path=path)
+    return parse_text(read_text(path), path=path)

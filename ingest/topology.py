@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from receipts.errors import InputError
+from receipts.ingest.textlog import read_text
 
 FORMAT = "topology"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -113,11 +114,7 @@ def parse_text(text: str, *, path: str | Path = "<nvidia-smi topo -m>") -> Topol
 
 
 def parse(path: Path) -> Topology:
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
-    return parse_text(text, path=path)
+    return parse_text(read_text(path), path=path)
 
 
 def rank_map(topology: Topology, *, local_ranks: int, visible_devices: str | None) -> list[dict]:
