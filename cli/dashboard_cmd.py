@@ -12,6 +12,7 @@ import typer
 
 from receipts.cli.context import handle_errors, settings
 from receipts.errors import UsageError
+from receipts.store import is_server_url
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
 
@@ -32,7 +33,7 @@ def dashboard(
     Example: receipts dashboard --db runs.duckdb --port 8501
     """
     url = db or settings(ctx).db
-    if not url.startswith("postgres") and not Path(url).exists():
+    if not is_server_url(url) and not Path(url).exists():
         raise UsageError(f"store {url} does not exist (ingest something first: `receipts ingest run.log`)")
     # serve = `streamlit run` with the views imported before the port opens (the first visit is not a cold import)
     cmd = [sys.executable, "-m", "receipts.dashboards.serve", str(APP), "--server.port", str(port),

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements
+from receipts.store import is_server_url
 
 # In order; each module's VERSION is its position (1-based). Add new revisions at the end.
 REVISION_MODULES = ("v0001_initial", "v0002_lookup_indexes")
@@ -158,7 +159,7 @@ def open_target(url: str, *, create: bool = False) -> Iterator[DuckDBTarget | Po
     """A raw connection for `receipts db ...`: it must open stores of any version, even ones the
     stores themselves refuse."""
     url = str(url)
-    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+    if is_server_url(url):
         import psycopg
 
         from receipts.store.postgres_store import libpq_dsn, redact_url
