@@ -21,14 +21,13 @@ from receipts.ingest import sniff, sysinfo
 from receipts.ingest.textlog import read_log
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
-from receipts.schema.model import (Anatomy, IdentityClaim, ParsedRun, Receipt, SourceFile, sha256_file,
+from receipts.schema.model import (FACT_SECTIONS, Anatomy, IdentityClaim, ParsedRun, Receipt, SourceFile, sha256_file,
                                    steps_frame)
 from receipts.schema.registry import Registry
 from receipts.store import Store
 
 SIDECAR_NAME = "receipt.toml"
 PROFILE_KINDS = ("nsys", "nsys-gz", "nsys-rep", "kineto", "kineto-dir")
-SYSINFO_KINDS = ("topology", "collect_env", "nccl_tests")
 
 
 @dataclass(frozen=True)
@@ -176,7 +175,7 @@ def ingest_paths(store: Store, paths: list[Path], *, identity: IdentityClaim = I
             outcomes.append(_ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
                                             attach=attach, tags=tags, rules=rules, keep_raw=keep_raw))
             continue
-        if kind in SYSINFO_KINDS:
+        if kind in FACT_SECTIONS:
             if attach is None:
                 raise InputError(path, f"is `{kind}` output: machine facts belong to a run; give --attach RUN")
             section, facts = sysinfo.facts(path, kind)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts.ingest import collect_env, nccl_tests, topology
+from receipts.schema.model import FACT_SECTIONS
 
 _TOPO = re.compile(r"^\s*(\x1b\[[0-9;]*m)*\s*GPU0\s+GPU1|^\s*(\x1b\[[0-9;]*m)*\s*GPU0\s+X\b|^Legend:", re.M)
 _COLLECT_ENV = re.compile(r"^(PyTorch version:|Collecting environment information|Is debug build:)", re.M)
@@ -35,13 +36,13 @@ def facts(path: Path, kind: str) -> tuple[str, dict[str, Any]]:
         matrix: dict[str, dict[str, str]] = {}
         for (row, col), cell in topo.cells.items():
             matrix.setdefault(row, {})[col] = cell
-        return "topology", {"matrix": matrix, "devices": list(topo.devices), "affinity": topo.affinity,
+        return FACT_SECTIONS[kind], {"matrix": matrix, "devices": list(topo.devices), "affinity": topo.affinity,
                             "nic_names": topo.nic_names}
     if kind == "collect_env":
         env = collect_env.parse(path)
-        return "software", {**env.software, **({"gpu_models": list(env.gpus)} if env.gpus else {})}
+        return FACT_SECTIONS[kind], {**env.software, **({"gpu_models": list(env.gpus)} if env.gpus else {})}
     result = nccl_tests.parse(path)
-    return "topology", {"nccl_tests": {
+    return FACT_SECTIONS[kind], {"nccl_tests": {
         "avg_busbw_gbps": result.avg_busbw_gbps, "n_gpus_total": result.n_gpus_total,
         "max_busbw_gbps": max((r.oop_busbw_gbps or 0.0 for r in result.rows), default=None),
         "rows": [asdict(r) for r in result.rows],

@@ -127,6 +127,10 @@ class SourceFile:
     role: str = "log"  # log | nsys | kineto | topology | collect_env | nccl_tests
 
 
+# Machine-fact source roles (`ingest topo.txt --attach RUN`) and the receipt section their facts merge into.
+FACT_SECTIONS = {"topology": "topology", "collect_env": "software", "nccl_tests": "topology"}
+
+
 @dataclass(frozen=True)
 class MemoryPeak:
     rank: int | None

@@ -15,14 +15,13 @@ from typing import Any
 
 import polars as pl
 
+from receipts.schema.model import FACT_SECTIONS
 from receipts.schema.tables import BULK_TABLES, metadata
 from receipts.store.base import Store
 
 # Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export).
 RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_sources")
 ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx")
-# Machine-fact files (`ingest topo.txt --attach RUN`) and the receipt column their facts merge into.
-FACT_COLUMNS = {"topology": "topology_json", "nccl_tests": "topology_json", "collect_env": "software_json"}
 
 
 @dataclass
@@ -59,6 +58,12 @@ def push(source: Store, target: Store) -> PushResult:
     result = PushResult()
     present = set(target.sql("SELECT content_sha256 FROM receipts")["content_sha256"].to_list())
     attached = {tuple(r) for r in target.sql("SELECT receipt_id, source_sha256 FROM anatomy_sources").iter_rows()}
+    # Machine-fact files the target lacks, looked up once for the whole push.
+    target_sources = {tuple(r) for r in target.sql("SELECT receipt_id, sha256 FROM receipt_sources").iter_rows()}
+    missing_facts: dict[str, list[dict[str, Any]]] = {}
+    for row in _rows(_select(source, "receipt_sources", "list_contains($roles, role)", {"roles": sorted(FACT_SECTIONS)})):
+        if (row["receipt_id"], row["sha256"]) not in target_sources:
+            missing_facts.setdefault(row["receipt_id"], []).append(row)
     local = source.sql("SELECT id, content_sha256 FROM receipts ORDER BY ingested_at, id")
     for receipt_id, content_sha256 in local.iter_rows():
         if content_sha256 not in present and _copy_receipt(source, target, receipt_id, content_sha256):
@@ -74,24 +79,18 @@ def push(source: Store, target: Store) -> PushResult:
                 result.anatomy_skipped += 1
             else:
                 result.anatomy_copied += 1
-        result.facts_copied += _copy_facts(source, target, receipt_id)
+        if receipt_id in missing_facts:
+            result.facts_copied += _copy_facts(source, target, receipt_id, missing_facts[receipt_id])
     return result
 
 
-def _copy_facts(source: Store, target: Store, receipt_id: str) -> int:
+def _copy_facts(source: Store, target: Store, receipt_id: str, fact_sources: list[dict[str, Any]]) -> int:
     """Fact files attached locally that the target's copy of the receipt lacks: each merges the local
     receipt's fact column into the target's (the same dict merge `attach_facts` does, under its row lock)."""
-    roles = sorted(FACT_COLUMNS)
-    local = _select(source, "receipt_sources", "receipt_id = $id AND list_contains($roles, role)",
-                    {"id": receipt_id, "roles": roles})
-    if local.height == 0:
-        return 0
-    there = set(target.sql("SELECT sha256 FROM receipt_sources WHERE receipt_id = $id",
-                           {"id": receipt_id})["sha256"].to_list())
     merged = source.sql("SELECT topology_json, software_json FROM receipts WHERE id = $id", {"id": receipt_id}).row(0, named=True)
     copied = 0
-    for row in _rows(local.filter(~pl.col("sha256").is_in(list(there)))):
-        column = FACT_COLUMNS[row["role"]]
+    for row in fact_sources:
+        column = f"{FACT_SECTIONS[row['role']]}_json"
         copied += target._merge_json(receipt_id, column, json.loads(merged[column] or "{}"), [row])
     return copied
 
