@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from receipts.errors import InputError
-from receipts.ingest.textlog import read_text
+from receipts.ingest.plaintext import read_text
 
 FORMAT = "collect_env"
 _KEYS = {

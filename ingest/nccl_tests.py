@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from receipts.errors import InputError
-from receipts.ingest.textlog import read_text
+from receipts.ingest.plaintext import read_text
 
 FORMAT = "nccl_tests"
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(.*)$")

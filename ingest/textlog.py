@@ -59,15 +59,6 @@ def read_log(path: Path) -> LogText:
     return LogText(path=path, lines=lines, unterminated_last=unterminated)
 
 
-def read_text(path: Path) -> str:
-    """A small text file (tool output such as `nvidia-smi topo -m`), undecodable bytes replaced;
-    an unreadable file is one InputError naming it."""
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
-
-
 def _split_lines(data: bytes) -> pl.Series:
     """Lines as a Series, split in native code: polars' CSV reader with a separator that does not occur
     and no quoting is a line splitter that keeps empty lines (about 2x Python's split + Series)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from receipts.errors import InputError
-from receipts.ingest.textlog import read_text
+from receipts.ingest.plaintext import read_text
 
 FORMAT = "topology"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

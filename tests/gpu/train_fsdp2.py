@@ -62,6 +62,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--profile-dir", default=None)
+    # A planted slowdown for the noise experiment (tests/gpu/noise_runs.sh): K extra bf16 matmuls of
+    # size S x S inside every step, a known amount of extra GPU work with nothing else changed.
+    ap.add_argument("--extra-matmuls", type=int, default=0)
+    ap.add_argument("--extra-matmul-size", type=int, default=4096)
     args = ap.parse_args()
 
     dist.init_process_group("nccl")
@@ -82,6 +86,10 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(rank)
     data = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device="cuda", generator=gen)
 
+    extra = None
+    if args.extra_matmuls:
+        extra = torch.randn(args.extra_matmul_size, args.extra_matmul_size, device="cuda", dtype=torch.bfloat16)
+
     prof = None
     if args.profile_dir:
         prof = torch.profiler.profile(
@@ -97,6 +105,8 @@ def main() -> None:
             logits = model(data[:, :-1], rec)
             loss = loss_fn(logits.float().view(-1, args.vocab), data[:, 1:].reshape(-1))
             loss.backward()
+            for _ in range(args.extra_matmuls):
+                torch.mm(extra, extra)
             opt.step()
             opt.zero_grad(set_to_none=True)
             s.loss = loss  # a CUDA tensor: the recorder copies it without a sync
