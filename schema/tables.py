@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 # Bump with a migration (store/migrations) whenever a table changes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -63,6 +63,10 @@ receipts = Table(
     Column("phases_json", Text, nullable=False),
     Column("warnings_json", Text, nullable=False),
     Column("model_version", Integer, nullable=False),
+    # v3: the identity lifecycle. A receipt is current while superseded_by is null; a later ingest of the
+    # same run (a growing log, or a RECEIPT header with the same run key) sets it to the newer receipt's id.
+    Column("superseded_by", Text),
+    Column("run_key", Text),                              # the run a RECEIPT header names; null for other formats
     UniqueConstraint("content_sha256", name="uq_receipts_content"),
 )
 
@@ -108,7 +112,24 @@ receipt_sources = Table(
     Column("format", Text, nullable=False),
     Column("role", Text, nullable=False),
     Column("ingested_at", Text, nullable=False),
+    Column("forced", Text),                               # v3: the contradiction `--attach --force` overrode
     PrimaryKeyConstraint("receipt_id", "sha256"),
+)
+
+# v3, append-only: one row per change of a receipt's claimed identity (`receipts retag`), with the values
+# before and after, raw and canonical. Writers may INSERT here but never UPDATE or DELETE (docs/teams.md).
+IDENTITY_FIELDS = ("run_name", "tags_json", "raw_host_lineage", "host_lineage", "raw_preset", "preset_family",
+                   "raw_regime", "launch_regime", "identity_complete")
+identity_history = Table(
+    "identity_history", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),               # 1, 2, ... per receipt
+    Column("changed_at", Text, nullable=False),           # ISO-8601 UTC
+    Column("changed_by", Text, nullable=False),           # OS user (DuckDB) or current_user (PostgreSQL)
+    Column("why", Text, nullable=False),
+    *(Column(f"{age}_{name}", Boolean if name == "identity_complete" else Text)
+      for age in ("old", "new") for name in IDENTITY_FIELDS),
+    PrimaryKeyConstraint("receipt_id", "seq"),
 )
 
 anatomy_rows = Table(
@@ -170,6 +191,7 @@ Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)
 Index("ix_receipts_run_name", receipts.c.run_name)
 Index("ix_receipts_ingested_at", receipts.c.ingested_at)
 Index("ix_receipts_lane", receipts.c.host_lineage, receipts.c.preset_family, receipts.c.launch_regime)
+Index("ix_receipts_run_key", receipts.c.run_key)
 
 BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx")
 

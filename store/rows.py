@@ -64,7 +64,22 @@ def receipt_row(receipt: Receipt, ingested_at: str) -> dict[str, Any]:
         "phases_json": dumps([list(p) for p in parsed.phases]),
         "warnings_json": dumps(list(parsed.warnings)),
         "model_version": RECEIPT_MODEL_VERSION,
+        "superseded_by": None,
+        "run_key": run_key(receipt),
     }
+
+
+def run_key(receipt: Receipt) -> str | None:
+    """The run a RECEIPT header names: its `run_id`, else hostname@started_at (the launcher stamps
+    milliseconds). Two logs with one run key are one run seen twice (e.g. a log that kept growing)."""
+    parsed = receipt.parsed
+    if parsed.source_format != "receipt":
+        return None
+    if parsed.provenance.get("run_id"):
+        return str(parsed.provenance["run_id"])
+    if receipt.identity.hostname and parsed.started_at:
+        return f"{receipt.identity.hostname}@{parsed.started_at}"
+    return None
 
 
 def step_frame(receipt: Receipt) -> pl.DataFrame:
@@ -84,7 +99,7 @@ def memory_rows(receipt: Receipt) -> list[dict[str, Any]]:
 
 def source_rows(receipt_id: str, sources: tuple[SourceFile, ...], ingested_at: str) -> list[dict[str, Any]]:
     return [{"receipt_id": receipt_id, "sha256": s.sha256, "path": s.path, "size_bytes": s.size_bytes,
-             "format": s.format, "role": s.role, "ingested_at": ingested_at} for s in sources]
+             "format": s.format, "role": s.role, "ingested_at": ingested_at, "forced": None} for s in sources]
 
 
 def _typed(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:

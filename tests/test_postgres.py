@@ -450,6 +450,20 @@ def test_concurrent_fact_attachments_to_one_receipt_all_land(pg_url, tmp_path):
     assert _psql(pg_url, "SELECT count(*) FROM receipt_sources WHERE role = 'topology'") == [(n,)]
 
 
+def writer_url_for(pg_url: str, grants: list[str]) -> str:
+    """Initialise the store in pg_url as the owner, give receipts_writer exactly `grants` (statements naming
+    receipts_writer, e.g. those of docs/teams.md), and return a URL that connects as that role."""
+    user, password = DEFAULT_WRITER
+    if not _psql(pg_url, "SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)):
+        if os.environ.get("RECEIPTS_REQUIRE_POSTGRES"):
+            pytest.fail(f"role {user} absent: run .ci/postgres_setup.sh")
+        pytest.skip(f"role {user} absent (created by .ci/postgres_setup.sh)")
+    _cli("--db", pg_url, "db", "init")
+    for grant in grants:
+        _psql(pg_url, grant)
+    return _url_for(pg_url, _psql(pg_url, "SELECT current_database()")[0][0], user=user, password=password)
+
+
 @pytest.mark.postgres
 def test_writer_role_of_the_teams_doc_can_ingest_and_attach_but_not_delete(pg_url):
     """The grants docs/teams.md gives receipts_writer, and nothing more, cover every ingest path."""
@@ -457,17 +471,9 @@ def test_writer_role_of_the_teams_doc_can_ingest_and_attach_but_not_delete(pg_ur
 
     from conftest import GPU_DATA
 
-    user, password = DEFAULT_WRITER
-    if not _psql(pg_url, "SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)):
-        if os.environ.get("RECEIPTS_REQUIRE_POSTGRES"):
-            pytest.fail(f"role {user} absent: run .ci/postgres_setup.sh")
-        pytest.skip(f"role {user} absent (created by .ci/postgres_setup.sh)")
-    _cli("--db", pg_url, "db", "init")
-    for grant in (f"GRANT USAGE ON SCHEMA public TO {user}",
-                  f"GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO {user}",
-                  f"GRANT UPDATE (topology_json, software_json) ON receipts TO {user}"):
-        _psql(pg_url, grant)
-    writer_url = _url_for(pg_url, _psql(pg_url, "SELECT current_database()")[0][0], user=user, password=password)
+    from test_identity_lifecycle import writer_grants
+
+    writer_url = writer_url_for(pg_url, writer_grants())
     run = GPU_DATA / "fsdp2_2gpu_nsys"
     _cli("--db", writer_url, "ingest", str(run / "run.log"))
     _cli("--db", writer_url, "ingest", str(GPU_DATA / "fsdp2_2gpu_nsys.sqlite.gz"), "--attach", "fsdp2_2gpu_nsys")
@@ -480,7 +486,9 @@ def test_writer_role_of_the_teams_doc_can_ingest_and_attach_but_not_delete(pg_ur
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         _psql(writer_url, "DELETE FROM receipts")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        _psql(writer_url, "UPDATE receipts SET run_name = 'renamed'")
+        _psql(writer_url, "UPDATE receipts SET content_sha256 = 'rewritten'")    # identity columns only (retag)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _psql(writer_url, "UPDATE receipt_steps SET step_ms = 0")
 
 
 @pytest.mark.postgres
