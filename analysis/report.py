@@ -17,6 +17,7 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
     memory = store.query("receipt_memory", {"receipt_id": receipt_id}).to_dicts()
     sources = store.query("receipt_sources", {"receipt_id": receipt_id}).to_dicts()
     row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
+    history = store.query("identity_history", {"receipt_id": receipt_id}).to_dicts()
     return {
         "id": r.id,
         "run_name": r.run_name,
@@ -31,6 +32,8 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
                        "parallel": json.loads(row["parallel_json"] or "{}")},
         },
         "tags": list(r.tags),
+        "superseded_by": row["superseded_by"],
+        "identity_history": [_history_entry(h) for h in history],
         "machine": {"machine_class": r.machine_class, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count,
                     "world_size": r.world_size},
         "steady_state": {
@@ -54,3 +57,18 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         "started_at": r.started_at,
         "ingested_at": r.ingested_at,
     }
+
+
+_HISTORY_FIELDS = ("run_name", "tags", "raw_host_lineage", "host_lineage", "raw_preset", "preset_family",
+                   "raw_regime", "launch_regime", "identity_complete")
+
+
+def _history_entry(h: dict[str, Any]) -> dict[str, Any]:
+    """One retag: who, when, why, and the identity fields before and after (tags as lists)."""
+    def side(age: str) -> dict[str, Any]:
+        out = {f: h[f"{age}_{f}"] for f in _HISTORY_FIELDS if f != "tags"}
+        out["tags"] = json.loads(h[f"{age}_tags_json"] or "[]")
+        return out
+
+    return {"seq": h["seq"], "changed_at": h["changed_at"], "changed_by": h["changed_by"], "why": h["why"],
+            "old": side("old"), "new": side("new")}

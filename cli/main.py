@@ -22,7 +22,7 @@ app = typer.Typer(
 )
 
 # Command modules, each with register(app). Listed here so the layout shows every command.
-COMMAND_MODULES = ("ingest_cmd", "read_cmds", "compare_cmd", "anatomy_cmd", "gate_cmd", "run_cmd",
+COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "anatomy_cmd", "gate_cmd", "run_cmd",
                    "preflight_cmd", "dashboard_cmd", "db_cmds")
 
 

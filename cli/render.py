@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from receipts.cli.context import console
@@ -28,7 +29,14 @@ def render_report(r: dict[str, Any]) -> None:
         raw = ident["raw"][raw_key]
         console.print(f"  {key:14} {ident[key] or '-'}" + (f"   (given: {raw})" if raw and raw != ident[key] else ""))
     for note in ident["resolution"]:
-        console.print(f"    · {note}")
+        console.print(f"    · {escape(note)}")
+    if r.get("superseded_by"):
+        console.print(f"[yellow]superseded by {r['superseded_by']}[/] (a later ingest of the same run; "
+                      "kept for audit, hidden from list, lanes, compare defaults and the gate)")
+    for h in r.get("identity_history", []):
+        changed = [f"{k} {h['old'][k]!r} -> {h['new'][k]!r}" for k in h["old"] if h["old"][k] != h["new"][k]]
+        console.print(f"  retag #{h['seq']} {h['changed_at']} by {escape(h['changed_by'])}: "
+                      f"{escape('; '.join(changed) or 'no identity field changed')}  (why: {escape(h['why'])})")
     m = r["machine"]
     console.print(f"machine: {m['machine_class'] or '-'}  world size {m['world_size'] or '-'}  host {ident['hostname'] or '-'}")
     s = r["steady_state"]

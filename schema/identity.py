@@ -7,7 +7,10 @@ Raw values are kept beside canonical ones, and every resolution step leaves a no
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from receipts.schema.model import Identity, IdentityClaim, LaunchRegime
 from receipts.schema.registry import Registry
@@ -136,3 +139,90 @@ def resolve_identity(claim: IdentityClaim, registry: Registry) -> Identity:
         regime=regime,
         features=tuple(sorted(features.items())),
     )
+
+
+# ---- stored identity: the receipts columns an identity fills, and how a retag rewrites them -------------
+def _dumps(value: Any) -> str:
+    # The store's JSON spelling (store/rows.py): sorted keys, no spaces, so equal values are equal text.
+    return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def identity_columns(identity: Identity) -> dict[str, Any]:
+    """The receipts columns one resolved identity fills (hostname aside: that is evidence, not a claim)."""
+    regime = identity.regime
+    return {
+        "raw_host_lineage": identity.raw_host_lineage, "host_lineage": identity.host_lineage,
+        "raw_preset": identity.raw_preset, "preset_family": identity.preset_family,
+        "raw_regime": identity.raw_regime, "launch_regime": identity.launch_regime,
+        "engine": regime.engine if regime else None, "compile_mode": regime.compile_mode if regime else None,
+        "parallel_json": _dumps(dict(regime.parallel) if regime else {}),
+        "identity_complete": identity.complete,
+        "resolution_json": _dumps(list(identity.resolution)),
+    }
+
+
+@dataclass(frozen=True)
+class IdentityChange:
+    """What `receipts retag` asks for; None leaves a field as stored."""
+
+    host_lineage: str | None = None
+    preset: str | None = None
+    regime: str | None = None
+    run_name: str | None = None
+    add_tags: tuple[str, ...] = ()
+    remove_tags: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not any((self.host_lineage, self.preset, self.regime, self.run_name, self.add_tags, self.remove_tags))
+
+
+# Which resolution notes belong to which part of the identity (resolve_host / resolve_preset / parse_regime
+# start their notes with these words), so a retag replaces only the notes of what it changes.
+_NOTE_PREFIX = {"host": ("host lineage", "hostname"), "preset": ("preset",), "regime": ("regime",)}
+
+
+def retagged_columns(stored: dict[str, Any], change: IdentityChange, registry: Registry) -> dict[str, Any]:
+    """The identity columns of a stored receipt after `change`: each named part re-resolved from its new raw
+    value through the registry, the other parts left exactly as stored (a lineage matched from the
+    hostname stays matched). Returns only the columns whose value changes."""
+    new = {k: stored[k] for k in ("raw_host_lineage", "host_lineage", "raw_preset", "preset_family", "raw_regime",
+                                  "launch_regime", "engine", "compile_mode", "parallel_json", "features_json",
+                                  "run_name", "tags_json")}
+    old_notes = list(json.loads(stored.get("resolution_json") or "[]"))
+    notes: list[str] = []           # the notes of the parts re-resolved now
+    replaced: list[str] = []
+    if change.host_lineage:
+        lineage, host_notes = resolve_host(IdentityClaim(host_lineage=change.host_lineage), registry)
+        new.update(raw_host_lineage=change.host_lineage.strip(), host_lineage=lineage)
+        replaced.append("host")
+        notes += host_notes
+    if change.preset:
+        old_features = dict(registry.presets[stored["preset_family"]].features) \
+            if stored.get("preset_family") in registry.presets else {}
+        family, features, preset_notes = resolve_preset(change.preset, registry)
+        # Features equal to the old preset's bundle came from it; the rest is evidence from the log and stays.
+        kept = {k: v for k, v in json.loads(stored.get("features_json") or "{}").items() if old_features.get(k, object()) != v}
+        new.update(raw_preset=change.preset.strip(), preset_family=family, features_json=_dumps({**features, **kept}))
+        replaced.append("preset")
+        notes += preset_notes
+    if change.regime:
+        regime, regime_notes = parse_regime(change.regime, registry)
+        canonical = regime.canonical if regime else None
+        if regime and canonical != change.regime.strip():
+            regime_notes.append(f"regime {change.regime.strip()!r} -> {canonical!r}")
+        new.update(raw_regime=change.regime.strip(), launch_regime=canonical,
+                   engine=regime.engine if regime else None, compile_mode=regime.compile_mode if regime else None,
+                   parallel_json=_dumps(dict(regime.parallel) if regime else {}))
+        replaced.append("regime")
+        notes += regime_notes
+    prefixes = tuple(p for part in replaced for p in _NOTE_PREFIX[part])
+    notes = [n for n in old_notes if not (prefixes and n.startswith(prefixes))] + notes
+    if change.run_name:
+        new["run_name"] = change.run_name.strip()
+    if change.add_tags or change.remove_tags:
+        tags = (set(json.loads(stored.get("tags_json") or "[]")) | set(change.add_tags)) - set(change.remove_tags)
+        new["tags_json"] = _dumps(sorted(tags))
+    new["identity_complete"] = bool(new["host_lineage"] and new["preset_family"] and new["launch_regime"])
+    new["resolution_json"] = _dumps(notes)
+    return {k: v for k, v in new.items() if v != stored.get(k)}

@@ -11,10 +11,18 @@ from typing import Any
 
 import polars as pl
 
-from receipts.errors import ReceiptNotFound
+from receipts.errors import ReceiptNotFound, StoreError
 from receipts.schema.model import Anatomy, Receipt, SourceFile
+from receipts.schema.tables import IDENTITY_FIELDS
 from receipts.store import rows as R
 from receipts.sql import load_query
+
+
+# What `receipts retag` may rewrite on a receipt: the claimed identity, its resolution, the run name and tags
+# (docs/teams.md grants the writer role UPDATE on exactly these, plus the fact columns and superseded_by).
+RETAG_COLUMNS = ("run_name", "tags_json", "raw_host_lineage", "host_lineage", "raw_preset", "preset_family",
+                 "raw_regime", "launch_regime", "engine", "compile_mode", "parallel_json", "identity_complete",
+                 "resolution_json", "features_json")
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,16 @@ class WriteResult:
     receipt_id: str
     created: bool          # False: the same content was already stored (idempotent no-op)
     run_name: str
+
+
+def check_unchanged(url: str, receipt_id: str, columns: list[str], row, expected: dict) -> None:
+    """Inside a retag's transaction: the row still holds the values the change was computed from."""
+    if row is None:
+        raise StoreError(url, f"receipt {receipt_id} is gone")
+    moved = [c for c, v in zip(columns, row) if v != expected[c]]
+    if moved:
+        raise StoreError(url, f"receipt {receipt_id} was changed by someone else while retagging "
+                              f"({', '.join(moved)}); nothing written, run the retag again")
 
 
 class Store(ABC):
@@ -99,6 +117,28 @@ class Store(ABC):
 
     def raw_events_dir(self) -> Path | None:
         return self.raw_dir
+
+    def retag(self, receipt_id: str, *, expected: dict[str, Any], changes: dict[str, Any], why: str) -> int:
+        """Rewrite a receipt's identity columns and append the change to identity_history, in one transaction.
+
+        `expected` holds the stored values the change was computed from; if another retag changed them in
+        the meantime the write is refused (run it again) rather than silently undoing that one. Returns the
+        history row's seq (1 for a receipt's first retag)."""
+        unknown = set(changes) - set(RETAG_COLUMNS)
+        if unknown:
+            raise ValueError(f"not identity columns: {sorted(unknown)}")
+        after = {**expected, **changes}
+        history = {"receipt_id": receipt_id, "changed_at": R.now_iso(), "why": why,
+                   **{f"old_{k}": expected.get(k) for k in IDENTITY_FIELDS},
+                   **{f"new_{k}": after.get(k) for k in IDENTITY_FIELDS}}
+        return self._retag(receipt_id, expected, changes, history)
+
+    @abstractmethod
+    def _retag(self, receipt_id: str, expected: dict[str, Any], changes: dict[str, Any],
+               history: dict[str, Any]) -> int:
+        """In one transaction, the receipt's row locked: check the columns in `expected` still hold those
+        values (else StoreError), UPDATE `changes`, INSERT `history` with the next seq and changed_by (the
+        OS user on DuckDB, current_user on PostgreSQL). Returns the seq."""
 
     @abstractmethod
     def _write(self, *, content_sha256: str | None, small: dict[str, list[dict[str, Any]]],

@@ -11,7 +11,7 @@ import polars as pl
 from receipts.duck import connect
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
-from receipts.store.base import Store
+from receipts.store.base import Store, check_unchanged
 
 
 class DuckDBStore(Store):
@@ -57,6 +57,24 @@ class DuckDBStore(Store):
             con.execute("ROLLBACK")
             raise
 
+    def _retag(self, receipt_id, expected, changes, history) -> int:
+        con = self.con
+        columns = list(expected)        # names from RETAG_COLUMNS (ours), never from input
+        con.execute("BEGIN TRANSACTION")
+        try:
+            row = con.execute(f"SELECT {', '.join(columns)} FROM receipts WHERE id = ?", [receipt_id]).fetchone()
+            check_unchanged(self.url, receipt_id, columns, row, expected)
+            seq = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM identity_history WHERE receipt_id = ?",
+                              [receipt_id]).fetchone()[0]
+            con.execute(f"UPDATE receipts SET {', '.join(f'{c} = ?' for c in changes)} WHERE id = ?",
+                        [*changes.values(), receipt_id])
+            insert_rows(con, "identity_history", [{**history, "seq": seq, "changed_by": os_user()}])
+            con.execute("COMMIT")
+            return seq
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
     def _write(self, *, content_sha256, small, bulk, attach=None) -> bool:
         con = self.con
         con.execute("BEGIN TRANSACTION")
@@ -83,6 +101,18 @@ class DuckDBStore(Store):
         except BaseException:
             con.execute("ROLLBACK")
             raise
+
+
+def os_user() -> str:
+    """Who retagged, on a store without logins: the OS account running the command."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):          # no passwd entry (some containers) and no LOGNAME/USER
+        import os
+
+        return f"uid {os.getuid()}"
 
 
 def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:

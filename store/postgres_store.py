@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from receipts.duck import connect
 from receipts.errors import StoreError
 from receipts.schema.tables import metadata
-from receipts.store.base import Store
+from receipts.store.base import Store, check_unchanged
 from receipts.store.migrations import PostgresTarget, ensure_schema
 
 URL_PREFIXES = ("postgresql+psycopg://", "postgresql://", "postgres://")
@@ -113,6 +113,33 @@ class PostgresStore(Store):
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StoreError(self.url, f"permission denied: {str(exc).strip()}") from exc
         return False
+
+    def _retag(self, receipt_id, expected, changes, history) -> int:
+        if self.read_only:
+            raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
+        columns = list(expected)
+        try:
+            with self.conn.transaction():
+                # FOR UPDATE: two retags of one receipt serialise here; the second sees the first's values.
+                row = self.conn.execute(pgsql.SQL("SELECT {} FROM receipts WHERE id = %s FOR UPDATE").format(
+                    pgsql.SQL(", ").join(map(pgsql.Identifier, columns))), (receipt_id,)).fetchone()
+                check_unchanged(self.url, receipt_id, columns, row, expected)
+                seq = self.conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM identity_history WHERE receipt_id = %s",
+                                        (receipt_id,)).fetchone()[0]
+                self.conn.execute(pgsql.SQL("UPDATE receipts SET {} WHERE id = %s").format(
+                    pgsql.SQL(", ").join(pgsql.SQL("{} = %s").format(pgsql.Identifier(c)) for c in changes)),
+                    [*changes.values(), receipt_id])
+                names = [c for c in _columns("identity_history") if c != "changed_by"]
+                row = {**history, "seq": seq}
+                self.conn.execute(pgsql.SQL("INSERT INTO identity_history ({}, changed_by) VALUES ({}, current_user)").format(
+                    pgsql.SQL(", ").join(map(pgsql.Identifier, names)),
+                    pgsql.SQL(", ").join(pgsql.Placeholder() * len(names))), [row.get(c) for c in names])
+                return seq
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            raise StoreError(self.url, "this role may not write (read-only); use a writer role to retag") from exc
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StoreError(self.url, f"permission denied: {str(exc).strip()} (docs/teams.md lists the writer's "
+                                       "grants; after `db upgrade` to schema 3 the UPDATE grant is needed again)") from exc
 
     def _write(self, *, content_sha256, small, bulk, attach=None) -> bool:
         if self.read_only:

@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from receipts.analysis.window import mark_warmup
+from receipts.schema.identity import identity_columns
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, RECEIPT_MODEL_VERSION,
                                    Anatomy, Receipt, SourceFile)
 
@@ -23,7 +24,6 @@ def now_iso() -> str:
 
 def receipt_row(receipt: Receipt, ingested_at: str) -> dict[str, Any]:
     ident, parsed, window = receipt.identity, receipt.parsed, receipt.window
-    regime = ident.regime
     return {
         "id": receipt.id,
         "content_sha256": receipt.content_sha256,
@@ -33,17 +33,7 @@ def receipt_row(receipt: Receipt, ingested_at: str) -> dict[str, Any]:
         "ingested_at": ingested_at,
         "started_at": parsed.started_at,
         "hostname": ident.hostname,
-        "raw_host_lineage": ident.raw_host_lineage,
-        "host_lineage": ident.host_lineage,
-        "raw_preset": ident.raw_preset,
-        "preset_family": ident.preset_family,
-        "raw_regime": ident.raw_regime,
-        "launch_regime": ident.launch_regime,
-        "engine": regime.engine if regime else None,
-        "compile_mode": regime.compile_mode if regime else None,
-        "parallel_json": dumps(dict(regime.parallel) if regime else {}),
-        "identity_complete": ident.complete,
-        "resolution_json": dumps(list(ident.resolution)),
+        **identity_columns(ident),
         "machine_class": receipt.machine_class,
         "gpu_model": parsed.gpu_model,
         "gpu_count": parsed.gpu_count,

@@ -108,3 +108,98 @@ def test_writer_role_may_append_history_and_update_identity_but_not_rewrite_hist
 
 
 from test_postgres import pg_server, pg_url  # noqa: E402,F401  (fixtures shared with the PostgreSQL suite)
+
+
+# ---- retag -----------------------------------------------------------------------------------------
+from cli_helpers import cli, cli_json  # noqa: E402
+from conftest import GPU_DATA  # noqa: E402
+
+LANE_1GPU = ("--host-lineage", "h200-device-x1", "--preset", "toy_fsdp2_v1", "--regime", "fsdp2/no-compile")
+
+
+def test_a_rumor_retagged_to_complete_then_compares(db):
+    """The real 1-GPU toy profiled under nsys, ingested on its own (the export carries no identity), is a
+    rumor; retagged into the lane of the real unprofiled run of the same script, it compares."""
+    assert cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz")).exit_code == 0
+    assert cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_rev" / "run.log")).exit_code == 0
+    assert cli(db, "compare", "fsdp2_1gpu_rev", "fsdp2_1gpu_nsys").exit_code == 3
+    done = cli(db, "retag", "fsdp2_1gpu_nsys", *LANE_1GPU, "--why", "profiled toy run; the export has no identity")
+    assert done.exit_code == 0, done.output
+    assert "identity_complete: False -> True" in done.stdout
+    code, out = cli_json(db, "compare", "fsdp2_1gpu_rev", "fsdp2_1gpu_nsys")
+    assert code == 0 and out["comparable"] is True and out["ratio"]["value"] > 1
+    code, shown = cli_json(db, "show", "fsdp2_1gpu_nsys")
+    (entry,) = shown["identity_history"]
+    assert entry["seq"] == 1 and entry["why"] == "profiled toy run; the export has no identity" and entry["changed_by"]
+    assert entry["old"]["identity_complete"] is False and entry["old"]["preset_family"] is None
+    assert entry["new"]["launch_regime"] == "fsdp2/no-compile"
+    assert entry["new"]["identity_complete"] is True
+    # the hostname note of the old, unmatched lineage is gone; the notes of the new values are there
+    assert not any(n.startswith("hostname") for n in shown["identity"]["resolution"])
+    assert "retag #1" in cli(db, "show", "fsdp2_1gpu_nsys").stdout
+
+
+def test_retag_of_the_preset_swaps_its_feature_bundle_and_keeps_the_logs_own(tmp_path, db):
+    log = write_native_log(tmp_path / "run_a.log", [100.0 + i for i in range(10)], features={"seq_len": 4096})
+    cli(db, "ingest", str(log))
+    assert cli_json(db, "show", "run_a")[1]["features"]["mhc"] is True
+    assert cli(db, "retag", "run_a", "--preset", "nam52_h200_dense_no_mhc_recovery_v1", "--tag", "v19c",
+               "--why", "launched with the mHC-off recovery preset").exit_code == 0
+    shown = cli_json(db, "show", "run_a")[1]
+    assert shown["identity"]["preset_family"] == "nam52_h200_dense_no_mhc_recovery_v1"
+    assert shown["features"]["mhc"] is False and shown["features"]["seq_len"] == 4096
+    assert "mhc_n_streams" not in shown["features"]                # only the old preset implied it
+    assert shown["tags"] == ["v19c"]
+    assert cli(db, "retag", "run_a", "--untag", "v19c", "--run-name", "run_a2", "--why", "tag was wrong").exit_code == 0
+    shown = cli_json(db, "show", "run_a2")[1]
+    assert [h["seq"] for h in shown["identity_history"]] == [1, 2]
+    assert shown["identity_history"][1]["old"]["tags"] == ["v19c"] and shown["identity_history"][1]["new"]["tags"] == []
+    assert shown["identity_history"][1]["new"]["run_name"] == "run_a2"
+
+
+def test_retag_refuses_without_why_or_change(tmp_path, db):
+    cli(db, "ingest", str(write_native_log(tmp_path / "run_a.log", [100.0] * 5)))
+    assert cli(db, "retag", "run_a", "--preset", "x").exit_code == 2                       # --why is required
+    out = cli(db, "retag", "run_a", "--preset", "x", "--why", "  ")
+    assert out.exit_code == 2 and "--why" in out.output
+    out = cli(db, "retag", "run_a", "--why", "nothing")
+    assert out.exit_code == 2 and "something to change" in out.output
+    out = cli(db, "retag", "run_a", "--preset", "nam52_h200_dense_ref_v1", "--why", "same")
+    assert out.exit_code == 2 and "already has that identity" in out.output
+    with open_store(db) as store:
+        assert store.sql("SELECT count(*) FROM identity_history").item() == 0
+
+
+def test_a_retag_computed_from_stale_values_writes_nothing(tmp_path, db):
+    from receipts.errors import StoreError
+    from receipts.store.base import RETAG_COLUMNS
+
+    cli(db, "ingest", str(write_native_log(tmp_path / "run_a.log", [100.0] * 5)))
+    with open_store(db) as store:
+        rid = store.resolve("run_a")
+        stored = store.query("receipt", {"receipt_id": rid}).row(0, named=True)
+        stale = {k: stored[k] for k in RETAG_COLUMNS} | {"run_name": "someone_else_renamed_it"}
+        with pytest.raises(StoreError, match="changed by someone else"):
+            store.retag(rid, expected=stale, changes={"run_name": "mine"}, why="race")
+        assert store.sql("SELECT count(*) FROM identity_history").item() == 0
+        assert store.sql("SELECT run_name FROM receipts").item() == "run_a"
+
+
+@pytest.mark.postgres
+def test_retag_on_postgresql_as_the_writer_role_keeps_history_it_cannot_rewrite(pg_url):
+    import psycopg
+
+    from test_postgres import _psql, writer_url_for
+
+    writer_url = writer_url_for(pg_url, writer_grants())
+    assert cli(writer_url, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz")).exit_code == 0
+    assert cli(writer_url, "ingest", str(GPU_DATA / "fsdp2_1gpu_rev" / "run.log")).exit_code == 0
+    done = cli(writer_url, "retag", "fsdp2_1gpu_nsys", *LANE_1GPU, "--why", "the export has no identity")
+    assert done.exit_code == 0, done.output
+    assert cli(writer_url, "compare", "fsdp2_1gpu_rev", "fsdp2_1gpu_nsys").exit_code == 0
+    (entry,) = cli_json(writer_url, "show", "fsdp2_1gpu_nsys")[1]["identity_history"]
+    assert entry["changed_by"] == "receipts_writer" and entry["new"]["identity_complete"] is True
+    for statement in ("UPDATE identity_history SET why = 'nothing happened'", "DELETE FROM identity_history"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            _psql(writer_url, statement)
+    assert _psql(pg_url, "SELECT count(*) FROM identity_history") == [(1,)]
