@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from receipts.errors import ReceiptsError
 from receipts.schema.registry import Registry, load_registry
@@ -49,6 +50,6 @@ def handle_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except ReceiptsError as exc:
-            err_console.print(f"[bold red]Error:[/] {exc}", markup=True)
+            err_console.print(f"[bold red]Error:[/] {escape(str(exc))}")  # the message is text, never markup
             raise typer.Exit(exc.exit_code) from None
     return wrapper

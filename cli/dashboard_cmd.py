@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from receipts.errors import UsageError
 from receipts.store import is_server_url
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
+# The slim install (`pip install receipts`, what a CI gate needs) leaves these out: the [dashboard] extra.
+DASHBOARD_PACKAGES = ("streamlit", "altair")
 
 
 def register(app: typer.Typer) -> None:
@@ -32,6 +35,10 @@ def dashboard(
 
     Example: receipts dashboard --db runs.duckdb --port 8501
     """
+    missing = [name for name in DASHBOARD_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"the dashboard needs {' and '.join(missing)}, which the slim install leaves out: "
+                         "pip install 'receipts[dashboard]'")
     url = db or settings(ctx).db
     if not is_server_url(url) and not Path(url).exists():
         raise UsageError(f"store {url} does not exist (ingest something first: `receipts ingest run.log`)")

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
-.venv/bin/pip install --quiet -e .
+.venv/bin/pip install --quiet -e ".[dashboard]"
 
 export RECEIPTS_DB=${RECEIPTS_DB:-demo.duckdb}
 rm -f "$RECEIPTS_DB"

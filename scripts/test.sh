@@ -17,7 +17,7 @@ bash .ci/browser_setup.sh
 
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
-.venv/bin/pip install --quiet -e ".[test]"
+.venv/bin/pip install --quiet -e ".[test,dashboard]"
 
 .venv/bin/pytest -q -p no:cacheprovider
 # The gate over example claims: true ones must pass, false ones must be rejected.

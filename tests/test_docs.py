@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import typer.main
 
 from receipts.cli.main import COMMAND_MODULES, app
@@ -13,7 +14,9 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 def _commands():
     group = typer.main.get_command(app)
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # commands load lazily (cli/main.py): ask the group, not .commands
+        command = group.get_command(ctx, name)
         yield name, command
         for sub_name, sub in getattr(command, "commands", {}).items():
             yield f"{name} {sub_name}", sub

@@ -1,7 +1,10 @@
-"""The wheel installs one import package, `receipts`, with its data files, and the CLI starts."""
+"""The wheel installs one import package, `receipts`, with its data files, and the CLI starts; the slim
+install leaves the dashboard's packages out, and `receipts --help` imports none of the heavy libraries."""
 
 from __future__ import annotations
 
+import email.parser
+import re
 import subprocess
 import sys
 import sysconfig
@@ -13,14 +16,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
     # --no-isolation builds with this environment's setuptools (the [test] extra pins >=77,
     # which the SPDX `license = "MIT"` needs; a stock venv ships an older one).
-    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"),
+    out = tmp_path_factory.mktemp("dist")
+    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
                             str(REPO)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-4000:]
-    wheel = next((tmp_path / "dist").glob("receipts-*.whl"))
+    return next(out.glob("receipts-*.whl"))
+
+
+@pytest.mark.slow
+def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.startswith("receipts-")}
     assert top == {"receipts"}, top  # never generic top-level modules such as `schema`
@@ -43,3 +51,88 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path):
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import receipts.ingest, receipts.schema.model as m;"
                             "print(m.__file__)"], check=True, capture_output=True, text=True, cwd=tmp_path).stdout
     assert str(fresh_site) in where
+
+
+def _requires(wheel: Path) -> dict[str, set[str]]:
+    """The wheel's Requires-Dist, as {package name: the extras that pull it ('' = always)}."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        message = email.parser.Parser().parsestr(z.read(meta).decode())
+    out: dict[str, set[str]] = {}
+    for req in message.get_all("Requires-Dist") or []:
+        name = re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower()
+        extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", req)
+        out.setdefault(name, set()).add(extra.group(1) if extra else "")
+    return out
+
+
+@pytest.mark.slow
+def test_the_slim_install_leaves_the_dashboard_out(wheel):
+    requires = _requires(wheel)
+    for package in ("streamlit", "altair"):
+        assert requires.get(package) == {"dashboard"}, (package, requires.get(package))
+    for package in ("duckdb", "polars", "typer", "pyyaml", "scipy"):  # what the gate and check need
+        assert "" in requires.get(package, set()), package
+    assert "" not in requires.get("torch", {"capture"})
+
+
+HEAVY = ("polars", "duckdb", "streamlit", "altair", "scipy", "sqlalchemy", "numpy", "pyarrow")
+
+
+def _modules_after(code: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def test_importing_the_cli_imports_no_heavy_library():
+    loaded = _modules_after("import receipts.cli.main")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_import_no_heavy_library(flag):
+    loaded = _modules_after("import contextlib, io, sys\nfrom receipts.cli.main import main\n"
+                            f"sys.argv = ['receipts', '{flag}']\n"
+                            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+                            "    main()")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_a_command_loads_only_its_own_module():
+    loaded = _modules_after("import contextlib, io, sys\nfrom receipts.cli.main import main\n"
+                            "sys.argv = ['receipts', 'gate', '--help']\n"
+                            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+                            "    main()")
+    assert "receipts.cli.gate_cmd" in loaded
+    assert not {"receipts.cli.ingest_cmd", "receipts.cli.dashboard_cmd", "streamlit"} & loaded
+
+
+def test_the_lazy_help_summaries_match_each_commands_docstring():
+    import click
+    import typer.main
+
+    from receipts.cli.main import COMMAND_MODULES, COMMANDS, app
+
+    assert {module for module, _ in COMMANDS.values()} == set(COMMAND_MODULES), \
+        "every command module needs its commands in cli/main.py COMMANDS (the lazy --help reads them)"
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    for name, (_, summary) in COMMANDS.items():
+        real = group.get_command(ctx, name)
+        first_paragraph = " ".join((real.help or "").split("\n\n")[0].split())
+        assert summary == first_paragraph, f"cli/main.py COMMANDS[{name!r}] says {summary!r}; the command says " \
+                                           f"{first_paragraph!r}"
+    assert set(group.list_commands(ctx)) == set(COMMANDS)
+
+
+def test_dashboard_without_streamlit_says_how_to_install_it(tmp_path):
+    # sys.modules[name] = None is how Python spells "not installed" to importlib.util.find_spec.
+    code = ("import sys\nsys.modules['streamlit'] = None\nfrom receipts.cli.main import main\n"
+            f"sys.argv = ['receipts', 'dashboard', '--db', {str(tmp_path / 'x.duckdb')!r}]\nmain()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert "streamlit" in done.stderr and "pip install 'receipts[dashboard]'" in done.stderr
+    assert "Traceback" not in done.stderr
