@@ -65,7 +65,7 @@ class LazyGroup(TyperGroup):
             self._load_unlisted()
         elif cmd_name not in self.commands:
             if self._listing:
-                return click.Command(cmd_name, help=COMMANDS[cmd_name][1])
+                return click.Command(cmd_name, help=COMMANDS[cmd_name][1], short_help=COMMANDS[cmd_name][1])
             self._load(COMMANDS[cmd_name][0])
         return self.commands.get(cmd_name)
 
@@ -100,6 +100,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help for the command list: rendering it with rich doubles start-up
 )
 
 
