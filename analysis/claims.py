@@ -10,12 +10,19 @@ Format version 1 (docs/claims-format.md is the full specification):
 
 Every problem is one InputError naming the file and the line (from yaml.compose's node marks), so a
 reviewer can fix the file without reading this module. Unknown keys are refused rather than ignored:
-a misspelt `tolerence:` silently falling back to the default would loosen the gate unnoticed.
+a misspelt `tolerence:` silently falling back to the default would loosen the gate unnoticed. So are
+numbers that are not finite: `tolerance: .nan` compares false against every bound and would turn any
+claim into ACCEPTED. The file itself must be a regular UTF-8 file (a named pipe would block the gate
+forever), nested at most MAX_DEPTH levels (yaml.compose recurses) and use no tags beyond YAML's own
+scalars and collections.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,9 +49,23 @@ _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 _SIZE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d+)?|\.\d+)\s*([A-Za-z]+)\s*$")
 
 _TOP_KEYS = ("version", "defaults", "claims")
-_DEFAULT_KEYS = ("min_steps", "max_cv", "tolerance", "tolerance_bytes", "min_effect")
+_DEFAULT_KEYS = ("min_steps", "max_cv", "tolerance", "tolerance_bytes", "min_effect", "allow_ended_early")
 _CLAIM_KEYS = ("name", "baseline", "candidate", "metric", "speedup", "change", "tolerance", "tolerance_bytes",
-               "declared_drift", "min_steps", "max_cv", "min_effect")
+               "declared_drift", "min_steps", "max_cv", "min_effect", "allow_ended_early")
+
+# The range of each numeric setting (low inclusive, high exclusive); every value must also be finite.
+_BOUNDS: dict[str, dict[str, Any]] = {
+    "tolerance": {"low": 0.0, "high": 1.0},
+    "min_steps": {"low": 2, "integer": True},   # at least 2: the bootstrap needs two values per run
+    "max_cv": {"low": 0.0},
+    "min_effect": {"low": 0.0, "high": 1.0},
+}
+
+# A claims file is three levels deep (top, claims list, claim); 32 leaves room and keeps yaml.compose,
+# which recurses once per level, far from Python's recursion limit.
+MAX_DEPTH = 32
+# Tags a claims file may carry: YAML's own scalars and collections (`!!str 123` keeps an id as text).
+_ALLOWED_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")}
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,7 @@ class Claim:
     min_effect: float
     path: str
     line: int                        # 1-based line where the claim starts
+    allow_ended_early: bool = False  # accept runs whose logs look cut short (rejection code ended_early)
 
     @property
     def is_speed(self) -> bool:
@@ -82,25 +104,35 @@ def parse_size(text: str) -> int:
     if not m or m.group(3) not in _UNITS:
         raise ValueError(f"{text!r} is not a size with a unit ({', '.join(_UNITS)}), e.g. -6GiB or 512MiB")
     value = float(m.group(2)) * _UNITS[m.group(3)]
+    if not math.isfinite(value) or abs(value) >= 2**63:
+        raise ValueError(f"{text!r} is larger than any memory (at most 8 EiB)")
     return int(round(-value if m.group(1) == "-" else value))
 
 
 def load_claims(path: str | Path) -> ClaimsFile:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        # stat, not open: opening a named pipe blocks until a writer appears
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise InputError(path, "not a regular file (a folder, named pipe or device); a claims file is a YAML file")
+        data = path.read_bytes()
     except OSError as exc:
         raise InputError(path, f"cannot read claims file: {exc.strerror or exc}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text: byte 0x{data[exc.start]:02x} cannot be decoded; save the claims "
+                               "file as UTF-8", line=data.count(b"\n", 0, exc.start) + 1) from None
     return parse_claims(text, str(path))
 
 
 def parse_claims(text: str, path: str = "<claims>") -> ClaimsFile:
     try:
+        _check_events(text, path)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(path, f"not valid YAML: {getattr(exc, 'problem', None) or exc}",
-                         line=mark.line + 1 if mark else None) from exc
+        raise InputError(path, f"not valid YAML: {' '.join(str(getattr(exc, 'problem', None) or exc).split())}",
+                         line=_error_line(exc, text)) from None
     reader = _Reader(path)
     if root is None:
         raise InputError(path, "empty claims file; expected `version: 1` and a `claims:` list", line=1)
@@ -112,6 +144,7 @@ def parse_claims(text: str, path: str = "<claims>") -> ClaimsFile:
         raise UnsupportedVersion(f"claims file {path}:{_line(top['version'])}", str(version),
                                  ", ".join(map(str, SUPPORTED_VERSIONS)))
     defaults = reader.mapping(top["defaults"], "defaults", _DEFAULT_KEYS) if "defaults" in top else {}
+    reader.check_defaults(defaults)
     if "claims" not in top:
         raise InputError(path, "missing key 'claims' (a list of claims)", line=_line(root))
     items = top["claims"]
@@ -129,6 +162,31 @@ def parse_claims(text: str, path: str = "<claims>") -> ClaimsFile:
 
 def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
+
+
+def _check_events(text: str, path: str) -> None:
+    """Depth and tags, checked over the parser's event stream (iterative) before yaml.compose (recursive)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise InputError(path, f"nested more than {MAX_DEPTH} levels deep; a claims file needs 3 "
+                                       "(top level, the claims list, a claim)", line=event.start_mark.line + 1)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        tag = getattr(event, "tag", None)
+        if tag is not None and tag != "!" and tag not in _ALLOWED_TAGS:
+            raise InputError(path, f"unsupported YAML tag {tag!r}; a claims file holds plain values "
+                                   "(text, numbers, true/false, lists, mappings)", line=event.start_mark.line + 1)
+
+
+def _error_line(exc: yaml.YAMLError, text: str) -> int | None:
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return mark.line + 1
+    position = getattr(exc, "position", None)  # ReaderError: a character YAML does not allow (e.g. NUL)
+    return text.count("\n", 0, position) + 1 if isinstance(position, int) else None
 
 
 class _Reader:
@@ -166,12 +224,21 @@ class _Reader:
         return node.value.strip()
 
     def number(self, node: yaml.Node, key: str, *, low: float, high: float | None = None,
-               integer: bool = False) -> float:
+               integer: bool = False, low_open: bool = False, where: str = "") -> float:
         value = self.scalar(node)
         ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok_type or value < low or (high is not None and value >= high):
-            bound = f">= {low}" + (f" and < {high}" if high is not None else "")
-            raise self.fail(node, f"'{key}' must be {'an integer' if integer else 'a number'} {bound}, got {value!r}")
+        # NaN compares false against every bound, so finiteness is checked first, explicitly.
+        if (isinstance(value, bool) or not ok_type or not math.isfinite(value) or value < low
+                or (low_open and value == low) or (high is not None and value >= high)):
+            bound = f"{'>' if low_open else '>='} {low:g}" + (f" and < {high:g}" if high is not None else "")
+            kind = "an integer" if integer else "a finite number"
+            raise self.fail(node, f"{where}'{key}' must be {kind} {bound}, got {_shown(node, value)}")
+        return value
+
+    def flag(self, node: yaml.Node, key: str, *, where: str = "") -> bool:
+        value = self.scalar(node)
+        if not isinstance(value, bool):
+            raise self.fail(node, f"{where}'{key}' must be true or false, got {_shown(node, value)}")
         return value
 
     def size(self, node: yaml.Node, key: str, *, signed: bool) -> int:
@@ -188,13 +255,27 @@ class _Reader:
             raise self.fail(node, f"'{key}' must not be negative")
         return size
 
-    def setting(self, own: dict[str, yaml.Node], defaults: dict[str, yaml.Node], key: str, fallback, **kw):
+    def setting(self, own: dict[str, yaml.Node], defaults: dict[str, yaml.Node], key: str, fallback, *,
+                claim: str, **kw):
         node = own.get(key, defaults.get(key))
         if node is None:
             return fallback
+        where = f"claim {claim!r}: " if key in own else f"defaults (for claim {claim!r}): "
         if key == "tolerance_bytes":
             return self.size(node, key, signed=False)
-        return self.number(node, key, **kw)
+        if key == "allow_ended_early":
+            return self.flag(node, key, where=where)
+        return self.number(node, key, where=where, **kw)
+
+    def check_defaults(self, defaults: dict[str, yaml.Node]) -> None:
+        """Every default is checked where it is written, even one that every claim overrides."""
+        for key, node in defaults.items():
+            if key == "tolerance_bytes":
+                self.size(node, key, signed=False)
+            elif key == "allow_ended_early":
+                self.flag(node, key, where="defaults: ")
+            else:
+                self.number(node, key, where="defaults: ", **_BOUNDS[key])
 
     def claim(self, node: yaml.Node, defaults: dict[str, yaml.Node]) -> Claim:
         m = self.mapping(node, "a claim", _CLAIM_KEYS)
@@ -215,7 +296,7 @@ class _Reader:
                 raise self.fail(node, f"claim {name!r}: metric {metric} needs 'speedup' (baseline time / candidate time)")
             if "tolerance_bytes" in m:
                 raise self.fail(m["tolerance_bytes"], f"claim {name!r}: 'tolerance_bytes' is for memory metrics")
-            speedup = float(self.number(m["speedup"], "speedup", low=1e-9))
+            speedup = float(self.number(m["speedup"], "speedup", low=0.0, low_open=True, where=f"claim {name!r}: "))
         else:
             if "speedup" in m:
                 raise self.fail(m["speedup"], f"claim {name!r}: metric {metric} takes 'change' (e.g. -6GiB), not 'speedup'")
@@ -236,15 +317,22 @@ class _Reader:
                 if kind not in DECLARABLE_DRIFT:
                     raise self.fail(k, f"claim {name!r}: unknown drift kind {kind!r}; expected {', '.join(DECLARABLE_DRIFT)}")
                 drift += (kind,)
-        tolerance_bytes = None if metric in SPEED_METRICS else self.setting(m, defaults, "tolerance_bytes", None)
+        tolerance_bytes = (None if metric in SPEED_METRICS
+                           else self.setting(m, defaults, "tolerance_bytes", None, claim=name))
         return Claim(
             name=name, baseline=self.text(m["baseline"], "baseline"), candidate=self.text(m["candidate"], "candidate"),
             metric=metric, speedup=speedup, change_bytes=change,
-            tolerance=float(self.setting(m, defaults, "tolerance", DEFAULT_TOLERANCE, low=0.0, high=1.0)),
+            tolerance=float(self.setting(m, defaults, "tolerance", DEFAULT_TOLERANCE, claim=name, **_BOUNDS["tolerance"])),
             tolerance_bytes=tolerance_bytes, declared_drift=tuple(sorted(set(drift))),
-            # At least 2: the bootstrap needs two values per run; 20 is the documented default.
-            min_steps=int(self.setting(m, defaults, "min_steps", DEFAULT_MIN_STEPS, low=2, integer=True)),
-            max_cv=float(self.setting(m, defaults, "max_cv", DEFAULT_MAX_CV, low=0.0)),
-            min_effect=float(self.setting(m, defaults, "min_effect", DEFAULT_MIN_EFFECT, low=0.0, high=1.0)),
+            min_steps=int(self.setting(m, defaults, "min_steps", DEFAULT_MIN_STEPS, claim=name, **_BOUNDS["min_steps"])),
+            max_cv=float(self.setting(m, defaults, "max_cv", DEFAULT_MAX_CV, claim=name, **_BOUNDS["max_cv"])),
+            min_effect=float(self.setting(m, defaults, "min_effect", DEFAULT_MIN_EFFECT, claim=name,
+                                          **_BOUNDS["min_effect"])),
             path=self.path, line=_line(node),
+            allow_ended_early=self.setting(m, defaults, "allow_ended_early", False, claim=name),
         )
+
+
+def _shown(node: yaml.Node, value: Any) -> str:
+    """The value as written in the file (`.nan`, `1e999`), not Python's repr of what YAML made of it."""
+    return repr(node.value) if isinstance(node, yaml.ScalarNode) else repr(value)

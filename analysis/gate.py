@@ -13,6 +13,7 @@ A claim is rejected, with one line per reason, when (in this order; docs/claims-
   identity            the canonical identities differ (each field named)
   recipe_drift        feature bundle / model shape differ: never acceptable
   undeclared_drift    runtime or infrastructure drift present but not in declared_drift
+  ended_early         a run's log looks cut short (crash, kill, truncated copy), unless allow_ended_early
   too_few_steps       fewer steady-state steps than min_steps (speed claims)
   warmup_in_window    warm-up lies inside the steady window (rule WARMUP_RULE below; speed claims)
   noise               a run's CV of the claimed metric is above max_cv (speed claims)
@@ -154,6 +155,7 @@ def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evi
         return ClaimResult(claim, False, rs, None, a.id, b.id)
 
     reasons = list(_drift_reasons(claim, drift(a, b), reason))
+    reasons += _ended_early_reasons(claim, a, b, reason)
     if claim.is_speed:
         measured, more = _speed(claim, baseline, candidate, reason)
     else:
@@ -180,6 +182,16 @@ def _drift_reasons(claim: Claim, found: dict[str, tuple[Difference, ...]], reaso
         if found.get(kind) and kind not in claim.declared_drift:
             yield reason("undeclared_drift", f"undeclared {kind} drift: {_quote(found[kind])} "
                                              f"(add declared_drift: [{kind}] if the claim is about it)")
+
+
+def _ended_early_reasons(claim: Claim, a: StoredReceipt, b: StoredReceipt, reason) -> list[Reason]:
+    # A crashed run's steps are real, but its window stops wherever the crash fell (often in a slow
+    # phase: a checkpoint, a recompile) and its memory peak may be missing: evidence only on purpose.
+    if claim.allow_ended_early:
+        return []
+    return [reason("ended_early", f"{role} {r.run_name} ended early: {r.ended_early} "
+                                  "(add allow_ended_early: true if the claim may rest on a cut-short run)")
+            for role, r in (("baseline", a), ("candidate", b)) if r.ended_early]
 
 
 def warmup_problems(e: Evidence, *, spike_factor: float = SPIKE_FACTOR) -> list[str]:
