@@ -1,22 +1,28 @@
-"""Compare two receipts: refuse unless they are the same lane; otherwise a ratio with its CI, and drift.
+"""Compare two receipts: refuse unless they are the same lane; otherwise a verdict, the ratio with its
+interval (run-to-run noise included), each run's own interval, the lane's noise floor, and drift.
 
 Refusal is a result (Comparison.comparable = False with the differing fields), never an exception.
+The verdict is analysis.verdict.decide's, the one rule every command uses. `compare` is pure (the floor
+is passed in; without one the default floor applies); `compare_in_store` reads both receipts and their
+lane's floor.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from receipts.analysis.lanes import lane_floors, lane_of
+from receipts.analysis.noise import NoiseFloor, default_floor
 from receipts.analysis.record import StoredReceipt
-from receipts.analysis.stats import RatioCI, Summary, ratio_ci, summarize
+from receipts.analysis.stats import RatioCI, RunInterval, Summary, median_interval, summarize
+from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
+
+if TYPE_CHECKING:
+    from receipts.store import Store
 
 IDENTITY_FIELDS = ("host_lineage", "preset_family", "launch_regime")
 RAW_FIELD = {"host_lineage": "raw_host_lineage", "preset_family": "raw_preset", "launch_regime": "raw_regime"}
-# A ratio outside [1 - MIN_EFFECT, 1 + MIN_EFFECT] is needed, besides a CI that excludes 1, for a verdict.
-MIN_EFFECT = 0.01
 # Software facts that belong to the node image rather than the training stack.
 INFRA_SOFTWARE = ("driver", "driver_version", "nvidia_driver", "numa_balancing", "kernel")
 
@@ -42,6 +48,8 @@ class RunSummary:
     peak_allocated_bytes: int | None
     peak_reserved_bytes: int | None
     ended_early: str | None
+    interval: RunInterval | None = None         # steady-state median step time, moving-block bootstrap
+    tokens_interval: RunInterval | None = None  # the same for tokens/s
 
 
 @dataclass(frozen=True)
@@ -52,16 +60,20 @@ class Comparison:
     reason: str                         # one line: why refused, or the verdict
     differences: tuple[Difference, ...]  # identity fields that stop the comparison
     resolution: tuple[str, ...]          # alias resolution notes of both receipts
-    ratio: RatioCI | None = None         # step time B/A
-    tokens_ratio: RatioCI | None = None  # tokens/s B/A
-    verdict: str | None = None           # 'faster' | 'slower' | 'no significant change' | 'inconclusive'
+    ratio: RatioCI | None = None         # step time B/A, run-to-run noise included
+    tokens_ratio: RatioCI | None = None  # tokens/s B/A, the same
+    verdict: Verdict | None = None       # 'faster' | 'slower' | 'no change' | 'inconclusive' (analysis.verdict)
     drift: dict[str, tuple[Difference, ...]] | None = None
+    noise_floor: NoiseFloor | None = None
+    detail: VerdictResult | None = None  # the step-time verdict with its why and runs_needed
 
 
-def _summary(r: StoredReceipt) -> RunSummary:
+def _summary(r: StoredReceipt, *, intervals: bool = False) -> RunSummary:
     return RunSummary(r.id, r.run_name, summarize(r.steady_step_ms), summarize(r.steady_tokens_per_s),
                       r.window_first_step, r.window_last_step, r.warmup_steps, r.window_rule,
-                      r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early)
+                      r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early,
+                      median_interval(r.steady_step_ms) if intervals else None,
+                      median_interval(r.steady_tokens_per_s) if intervals else None)
 
 
 def identity_differences(a: StoredReceipt, b: StoredReceipt) -> tuple[Difference, ...]:
@@ -101,39 +113,65 @@ def drift(a: StoredReceipt, b: StoredReceipt) -> dict[str, tuple[Difference, ...
     }
 
 
-def verdict_for(ratio: RatioCI | None, min_effect: float = MIN_EFFECT) -> str:
-    """For step time: B faster when the whole CI is below 1 and the effect is at least min_effect."""
-    if ratio is None:
-        return "inconclusive"
-    if ratio.ci_high < 1.0 and ratio.value <= 1.0 - min_effect:
-        return "faster"
-    if ratio.ci_low > 1.0 and ratio.value >= 1.0 + min_effect:
-        return "slower"
-    return "no significant change"
+def _ratio(v: VerdictResult | None) -> RatioCI | None:
+    return None if v is None else RatioCI(v.ratio, v.ci_low, v.ci_high, v.confidence, v.method)
 
 
-def compare(a: StoredReceipt, b: StoredReceipt, *, min_effect: float = MIN_EFFECT) -> Comparison:
-    sa, sb = _summary(a), _summary(b)
+def compare(a: StoredReceipt, b: StoredReceipt, *, floor: NoiseFloor | None = None,
+            min_effect: float = MIN_EFFECT) -> Comparison:
+    """B against A. `floor`: the lane's noise floor (analysis.lanes.lane_floors); None = the default floor."""
     resolution = tuple(f"A: {n}" for n in a.resolution) + tuple(f"B: {n}" for n in b.resolution)
     if not a.complete or not b.complete:
         rumors = [r for r in (a, b) if not r.complete]
         names = ", ".join(f"{r.run_name} ({r.id[:12]}) lacks {', '.join(f for f in IDENTITY_FIELDS if not getattr(r, f))}"
                           for r in rumors)
-        return Comparison(sa, sb, False, f"refused: incomplete identity (a rumor): {names}",
+        return Comparison(_summary(a), _summary(b), False, f"refused: incomplete identity (a rumor): {names}",
                           identity_differences(a, b), resolution)
     diffs = identity_differences(a, b)
     if diffs:
         fields = "; ".join(f"{d.field} {d.a!r} != {d.b!r}" for d in diffs)
-        return Comparison(sa, sb, False, f"refused: not the same lane: {fields}", diffs, resolution)
-    ratio = ratio_ci(a.steady_step_ms, b.steady_step_ms)
-    tokens = ratio_ci(a.steady_tokens_per_s, b.steady_tokens_per_s)
-    verdict = verdict_for(ratio, min_effect)
-    if ratio is None:
+        return Comparison(_summary(a), _summary(b), False, f"refused: not the same lane: {fields}", diffs, resolution)
+    floor = floor or default_floor()
+    sa, sb = _summary(a, intervals=True), _summary(b, intervals=True)
+    detail = decide([sa.interval], [sb.interval], floor, min_effect=min_effect) if sa.interval and sb.interval else None
+    tokens = (decide([sa.tokens_interval], [sb.tokens_interval], floor, min_effect=min_effect, lower_is_better=False)
+              if sa.tokens_interval and sb.tokens_interval else None)
+    if detail is None:
+        verdict: Verdict = "inconclusive"
         reason = "comparable, but a run has fewer than 2 steady-state steps: inconclusive"
     else:
-        reason = (f"B/A median step time {ratio.value:.4f} "
-                  f"[{ratio.ci_low:.4f}, {ratio.ci_high:.4f}] ({ratio.confidence:.0%} CI): {verdict}")
-    return Comparison(sa, sb, True, reason, (), resolution, ratio, tokens, verdict, drift(a, b))
+        verdict = detail.verdict
+        reason = (f"B/A median step time {detail.ratio:.4f} [{detail.ci_low:.4f}, {detail.ci_high:.4f}] "
+                  f"({detail.confidence:.0%}, run-to-run noise included): {verdict}: {detail.why}")
+    return Comparison(sa, sb, True, reason, (), resolution, _ratio(detail), _ratio(tokens), verdict, drift(a, b),
+                      floor, detail)
+
+
+def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float = MIN_EFFECT) -> Comparison:
+    """Load both receipts and their lane's noise floor (current runs, most recent FLOOR_WINDOW), then compare."""
+    from receipts.analysis.record import load_many
+
+    loaded = load_many(store, [a_id, b_id])
+    a, b = loaded[a_id], loaded[b_id]
+    lane = lane_of(a)
+    floor = lane_floors(store, [lane])[lane] if lane is not None and lane == lane_of(b) else None
+    return compare(a, b, floor=floor, min_effect=min_effect)
+
+
+def floor_json(f: NoiseFloor | None) -> dict[str, Any] | None:
+    """A noise floor as `--json` shows it everywhere (compare, history, check)."""
+    if f is None:
+        return None
+    out = asdict(f)
+    out["run_ids"] = list(f.run_ids)
+    out["runs_to_measure"] = f.runs_to_measure
+    return out
+
+
+def interval_json(i: RunInterval | None) -> dict[str, Any] | None:
+    return None if i is None else {"median": i.median, "ci_low": i.ci_low, "ci_high": i.ci_high,
+                                   "confidence": i.confidence, "n_steps": i.n, "block_length": i.block_length,
+                                   "method": i.method}
 
 
 def to_json(c: Comparison) -> dict[str, Any]:
@@ -148,6 +186,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
                 "first_step": s.first_step, "last_step": s.last_step, "warmup_steps": s.warmup_steps,
                 "window_rule": s.window_rule,
                 "median_tokens_per_s": s.tokens_per_s.median if s.tokens_per_s else None,
+                "interval": interval_json(s.interval),
             },
             "memory": {"peak_allocated_bytes": s.peak_allocated_bytes, "peak_reserved_bytes": s.peak_reserved_bytes},
             "ended_early": s.ended_early,
@@ -168,5 +207,8 @@ def to_json(c: Comparison) -> dict[str, Any]:
         out["ratio"] = ci(c.ratio, "step_time")
         out["tokens_per_s_ratio"] = ci(c.tokens_ratio, "tokens_per_s")
         out["verdict"] = c.verdict
+        out["why"] = c.detail.why if c.detail else c.reason
+        out["runs_needed"] = c.detail.runs_needed if c.detail else None
+        out["noise_floor"] = floor_json(c.noise_floor)
         out["drift"] = {k: [{"field": d.field, "a": d.a, "b": d.b} for d in v] for k, v in (c.drift or {}).items()}
     return out

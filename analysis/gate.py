@@ -1,11 +1,13 @@
 """The CI gate: each benchmark claim is accepted only when the receipts can actually support it.
 
 Claims in (analysis.claims), typed results out. `evaluate` and `evaluate_claim` are pure; the one
-reader, `collect_evidence`, fetches what they need from a Store. The refusal, drift and verdict rules are
-compare()'s own building blocks (identity_differences, drift, verdict_for in analysis.compare) and the
-statistics are ratio_ci / summarize (analysis.stats); nothing here re-derives them. compare() itself is
-not called because it bootstraps both step time and tokens/s, and a claim needs at most one of them
-(the bootstrap is most of a claim's cost: benchmarks/bench_gate.py).
+reader, `collect_evidence`, fetches what they need from a Store. The refusal and drift rules are
+compare()'s own building blocks (identity_differences, drift in analysis.compare); the verdict is
+analysis.verdict.decide, the one rule compare, check and the dashboard use, over each run's moving-block
+bootstrap interval (analysis.stats.median_interval) and the lane's noise floor (analysis.lanes.lane_floors,
+read once for all the claims' lanes); nothing here re-derives them. compare() itself is not called because
+it bootstraps both step time and tokens/s, and a claim needs at most one of them (the bootstrap is most of
+a claim's cost: benchmarks/bench_gate.py).
 
 A claim is rejected, with one line per reason, when (in this order; docs/claims-format.md):
   unknown_receipt     a reference matches no receipt (or several)
@@ -32,9 +34,12 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from receipts.analysis.claims import Claim, ClaimsFile
-from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, identity_differences, verdict_for
+from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, identity_differences
+from receipts.analysis.lanes import Lane, lane_floors, lane_of
+from receipts.analysis.noise import NoiseFloor, default_floor
 from receipts.analysis.record import StoredReceipt, load_many
-from receipts.analysis.stats import RatioCI, ratio_ci, summarize
+from receipts.analysis.stats import median_interval, summarize
+from receipts.analysis.verdict import VerdictResult, decide
 from receipts.analysis.window import WARMUP_PHASES
 from receipts.errors import ReceiptNotFound
 
@@ -122,18 +127,35 @@ def collect_evidence(store: "Store", refs: list[str]) -> dict[str, Evidence | Un
     return out
 
 
+def claim_floors(store: "Store", evidence: Mapping[str, Evidence | Unresolved]) -> dict[Lane, NoiseFloor]:
+    """The noise floor of every lane a loaded receipt belongs to, in one query."""
+    lanes = {lane_of(e.receipt) for e in evidence.values() if isinstance(e, Evidence)} - {None}
+    return lane_floors(store, sorted(lanes, key=str))
+
+
 def run_gate(store: "Store", claims_file: ClaimsFile) -> GateResult:
     refs = [ref for c in claims_file.claims for ref in (c.baseline, c.candidate)]
-    return evaluate(claims_file, collect_evidence(store, refs))
+    evidence = collect_evidence(store, refs)
+    return evaluate(claims_file, evidence, claim_floors(store, evidence))
 
 
 # ---------------------------------------------------------------------------------------- pure
-def evaluate(claims_file: ClaimsFile, evidence: Mapping[str, Evidence | Unresolved]) -> GateResult:
-    return GateResult(claims_file.path, tuple(evaluate_claim(c, evidence[c.baseline], evidence[c.candidate])
+def evaluate(claims_file: ClaimsFile, evidence: Mapping[str, Evidence | Unresolved],
+             floors: Mapping[Lane, NoiseFloor] | None = None) -> GateResult:
+    """`floors`: lane noise floors (claim_floors); a lane without one is judged against the default floor."""
+    floors = floors or {}
+
+    def floor_of(e: Evidence | Unresolved) -> NoiseFloor | None:
+        lane = lane_of(e.receipt) if isinstance(e, Evidence) else None
+        return floors.get(lane) if lane is not None else None
+
+    return GateResult(claims_file.path, tuple(evaluate_claim(c, evidence[c.baseline], evidence[c.candidate],
+                                                             floor_of(evidence[c.baseline]))
                                               for c in claims_file.claims))
 
 
-def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evidence | Unresolved) -> ClaimResult:
+def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evidence | Unresolved,
+                   floor: NoiseFloor | None = None) -> ClaimResult:
     def reason(code: str, text: str) -> Reason:
         return Reason(code, f"{claim.name}: {text}")
 
@@ -157,7 +179,7 @@ def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evi
     reasons = list(_drift_reasons(claim, drift(a, b), reason))
     reasons += _ended_early_reasons(claim, a, b, reason)
     if claim.is_speed:
-        measured, more = _speed(claim, baseline, candidate, reason)
+        measured, more = _speed(claim, baseline, candidate, reason, floor or default_floor())
     else:
         measured, more = _memory(claim, a, b, reason)
     reasons += more
@@ -219,17 +241,15 @@ def _series(claim: Claim, r: StoredReceipt) -> np.ndarray:
     return r.steady_step_ms if claim.metric == "step_time" else r.steady_tokens_per_s
 
 
-def _as_time_ratio(claim: Claim, a: StoredReceipt, b: StoredReceipt) -> RatioCI | None:
-    """The measurement as candidate/baseline *time* (lower is faster), so verdict_for applies to both metrics."""
-    if claim.metric == "step_time":
-        return ratio_ci(a.steady_step_ms, b.steady_step_ms)
-    t = ratio_ci(a.steady_tokens_per_s, b.steady_tokens_per_s)  # tokens/s B/A: its inverse is a time ratio
-    if t is None or t.value <= 0 or t.ci_low <= 0:
+def _verdict(claim: Claim, a: StoredReceipt, b: StoredReceipt, floor: NoiseFloor) -> VerdictResult | None:
+    """analysis.verdict.decide on the claimed metric: one run each side, the lane's noise floor."""
+    ia, ib = median_interval(_series(claim, a)), median_interval(_series(claim, b))
+    if ia is None or ib is None:
         return None
-    return RatioCI(1.0 / t.value, 1.0 / t.ci_high, 1.0 / t.ci_low, t.confidence, t.method)
+    return decide([ia], [ib], floor, min_effect=claim.min_effect, lower_is_better=claim.metric == "step_time")
 
 
-def _speed(claim: Claim, baseline: Evidence, candidate: Evidence, reason):
+def _speed(claim: Claim, baseline: Evidence, candidate: Evidence, reason, floor: NoiseFloor):
     out = []
     label = "step time" if claim.metric == "step_time" else "tokens/s"
     for role, e in (("baseline", baseline), ("candidate", candidate)):
@@ -245,22 +265,26 @@ def _speed(claim: Claim, baseline: Evidence, candidate: Evidence, reason):
         if summary and summary.cv > claim.max_cv:
             out.append(reason("noise", f"{role} {s.run_name} is too noisy: CV of {label} {summary.cv:.1%} "
                                        f"> max_cv {claim.max_cv:.1%}"))
-    ratio = _as_time_ratio(claim, baseline.receipt, candidate.receipt)
-    if ratio is None:
+    v = _verdict(claim, baseline.receipt, candidate.receipt, floor)
+    if v is None:
         out.append(reason("no_measurement", f"no {label} ratio: a run has fewer than 2 steady-state steps with {label}"))
         return None, out
-    value, low, high = 1.0 / ratio.value, 1.0 / ratio.ci_high, 1.0 / ratio.ci_low
-    measured = Measured(claim.metric, "x", value, low, high, ratio.confidence,
+    if claim.metric == "step_time":  # speedup = baseline time / candidate time
+        value, low, high = 1.0 / v.ratio, 1.0 / v.ci_high, 1.0 / v.ci_low
+    else:                            # speedup = candidate tokens/s / baseline tokens/s
+        value, low, high = v.ratio, v.ci_low, v.ci_high
+    measured = Measured(claim.metric, "x", value, low, high, v.confidence,
                         f"speedup = baseline/candidate median {label if claim.metric == 'step_time' else 'time per token'}; "
-                        f"{ratio.method}")
+                        f"{v.method}; noise floor {v.floor.note}")
     s = claim.speedup
     lo_ok, hi_ok = s * (1 - claim.tolerance), s * (1 + claim.tolerance)
-    ci = f"{value:.3f}x [{low:.3f}, {high:.3f}] ({ratio.confidence:.0%} CI)"
+    ci = f"{value:.3f}x [{low:.3f}, {high:.3f}] ({v.confidence:.0%} CI, run-to-run noise included)"
     if high < lo_ok or low > hi_ok:
         out.append(reason("effect_mismatch", f"measured speedup {ci} excludes the claimed {s:.3f}x "
                                              f"+- {claim.tolerance:.1%} [{lo_ok:.3f}, {hi_ok:.3f}]"))
-    # asv: a claimed effect needs BOTH a CI that excludes no-change AND at least min_effect (verdict_for).
-    verdict = verdict_for(ratio, claim.min_effect)
+    # asv: a claimed effect needs BOTH an interval that excludes no change AND at least min_effect; the
+    # interval carries the lane's run-to-run noise (analysis.verdict.decide).
+    verdict = v.verdict
     wanted = "faster" if s > 1 else "slower" if s < 1 else None
     if wanted and verdict != wanted:
         if low <= 1.0 <= high:
@@ -270,7 +294,7 @@ def _speed(claim: Claim, baseline: Evidence, candidate: Evidence, reason):
         else:
             why = f"the effect {abs(value - 1):.2%} is below min_effect {claim.min_effect:.1%}"
         out.append(reason("not_significant", f"claims {wanted} ({s:.3f}x) but {why}: measured {ci}, "
-                                             f"verdict '{verdict}'"))
+                                             f"verdict '{verdict}' ({v.why})"))
     return measured, out
 
 

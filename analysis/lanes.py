@@ -1,25 +1,67 @@
-"""Lanes as the dashboard shows them: counts per identity, and regressions along a lane's history.
+"""Lanes: counts per identity for the dashboard, and a lane's current runs with their noise floor.
 
-A regression (asv's rule: a size factor AND a significance test, both explicit):
-  1. the receipt's steady-state median step time exceeds its lane predecessor's by more than
-     REGRESSION_FACTOR, and
-  2. analysis.compare of (predecessor, receipt) says 'slower': the bootstrap CI of the ratio of medians
-     lies wholly above 1 (and the ratio passes compare's own minimum effect).
-A jump without a significant comparison is marked 'inconclusive', never a regression.
+`lane_runs` and `lane_floor` are the one way anything (compare, the gate, `check`, `history`, the
+dashboard) reads a lane's runs: current receipts only (superseded_by IS NULL), optionally one lineage
+tag, optionally the most recent N (sql/lane_runs.sql).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
 
 import polars as pl
+
+from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor, noise_floor
 
 if TYPE_CHECKING:
     from receipts.store import Store
 
-# Step time up by more than 5% against the lane's previous receipt: below this, run-to-run noise on one
-# node routinely moves medians (seed notes: warm-up and compile settle; steady medians wobble 1-3%).
-REGRESSION_FACTOR = 1.05
+
+@dataclass(frozen=True)
+class Lane:
+    host_lineage: str
+    preset_family: str
+    launch_regime: str
+
+    def __str__(self) -> str:
+        return f"{self.host_lineage} · {self.preset_family} · {self.launch_regime}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"host_lineage": self.host_lineage, "preset_family": self.preset_family,
+                "launch_regime": self.launch_regime}
+
+
+def lane_of(receipt) -> Lane | None:
+    """The lane of a receipt (anything with the three canonical identity attributes); None for a rumor."""
+    parts = (receipt.host_lineage, receipt.preset_family, receipt.launch_regime)
+    return Lane(*parts) if all(parts) else None
+
+
+def lane_runs(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, last: int | None = None) -> pl.DataFrame:
+    """Current runs of the lanes in run order (columns: sql/lane_runs.sql), one query for all of them."""
+    lanes = list(dict.fromkeys(lanes))
+    return store.query("lane_runs", {"hosts": [l.host_lineage for l in lanes], "presets": [l.preset_family for l in lanes],
+                                     "regimes": [l.launch_regime for l in lanes], "tag": tag, "last": last})
+
+
+def floors_from_runs(runs: pl.DataFrame, lanes: Iterable[Lane]) -> dict[Lane, NoiseFloor]:
+    """The noise floor of each lane from lane_runs rows (a lane without rows gets the default floor)."""
+    by_lane: dict[Lane, list[tuple[str, float]]] = {lane: [] for lane in lanes}
+    for r in runs.iter_rows(named=True):
+        lane = Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])
+        if lane in by_lane:
+            by_lane[lane].append((r["receipt_id"], r["median_step_ms"]))
+    return {lane: noise_floor(rows) for lane, rows in by_lane.items()}
+
+
+def lane_floors(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None,
+                last: int | None = FLOOR_WINDOW) -> dict[Lane, NoiseFloor]:
+    """Each lane's noise floor from its most recent `last` current runs (optionally carrying `tag`)."""
+    lanes = list(dict.fromkeys(lanes))
+    if not lanes:
+        return {}
+    return floors_from_runs(lane_runs(store, lanes, tag=tag, last=last), lanes)
 
 
 def lane_summary(receipts: pl.DataFrame) -> pl.DataFrame:
@@ -41,11 +83,16 @@ def lane_summary(receipts: pl.DataFrame) -> pl.DataFrame:
             .sort(["rumor", "n_receipts", "lane"], descending=[False, True, False]))
 
 
+# Step time up by more than 5% against the lane's previous receipt (the dashboard's history view, until it
+# moves to analysis.history's change points).
+REGRESSION_FACTOR = 1.05
+
+
 def mark_regressions(store: "Store", history: pl.DataFrame, *, factor: float = REGRESSION_FACTOR) -> pl.DataFrame:
     """lane_history rows (oldest first) plus: prev_id, step_ratio (this / previous median, a fraction),
     ratio_ci_low, ratio_ci_high (bootstrap CI of the ratio, only where the factor was passed),
     verdict (compare's verdict, or null when the factor was not passed), regression (bool)."""
-    from receipts.analysis.compare import compare  # scipy: imported only when a history is drawn
+    from receipts.analysis.compare import compare  # until the history view moves to analysis.history
     from receipts.analysis.record import load
 
     timed = history.filter(pl.col("median_step_ms").is_not_null())

@@ -1,13 +1,12 @@
-"""`receipts compare A B`: a ratio with its CI, or a refusal that names each differing field."""
+"""`receipts compare A B`: a verdict with the ratio, its interval and the lane's noise floor, or a refusal
+that names each differing field."""
 
 from __future__ import annotations
 
 import typer
 from rich.markup import escape
 
-from receipts.analysis.compare import compare as compare_receipts
-from receipts.analysis.compare import to_json
-from receipts.analysis.record import load
+from receipts.analysis.compare import compare_in_store, to_json
 from receipts.cli.context import EXIT_REFUSED, console, handle_errors, print_json, settings
 from receipts.cli.render import fmt_bytes, fmt_ms
 
@@ -23,12 +22,13 @@ def compare(
     b: str = typer.Argument(..., help="Candidate receipt."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Compare B against A. Exit 3 when refused (identity incomplete or not the same lane).
+    """Compare B against A: faster / slower / no change / inconclusive against the lane's noise floor.
+    Exit 3 when refused (identity incomplete or not the same lane).
 
     Example: receipts compare run_a run_b
     """
     with settings(ctx).store() as store:
-        result = compare_receipts(load(store, store.resolve(a)), load(store, store.resolve(b)))
+        result = compare_in_store(store, store.resolve(a), store.resolve(b))
     if as_json:
         print_json(to_json(result))
     else:
@@ -56,9 +56,10 @@ def _render(c) -> None:
                           f"peak alloc {fmt_bytes(s.peak_allocated_bytes)}, reserved {fmt_bytes(s.peak_reserved_bytes)}")
         else:
             console.print(f"  {label} {s.run_name}: no steady-state steps")
-    console.print(f"  {c.reason}")
-    if c.ratio:
-        console.print(f"  ({c.ratio.method})")
+        if s.interval:
+            console.print(f"    median {s.interval.median:,.3f} ms [{s.interval.ci_low:,.3f}, {s.interval.ci_high:,.3f}] "
+                          f"({s.interval.confidence:.0%}, moving blocks of {s.interval.block_length} steps)")
+    _render_verdict(c)
     if c.tokens_ratio:
         console.print(f"  tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
     for kind, diffs in (c.drift or {}).items():
@@ -68,3 +69,19 @@ def _render(c) -> None:
                 console.print(f"    {d.field}: {d.a!r} -> {d.b!r}")
         else:
             console.print(f"  {kind} drift: none")
+
+
+_VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "no change": "bold", "inconclusive": "bold yellow"}
+
+
+def _render_verdict(c) -> None:
+    if c.noise_floor is not None:
+        console.print(f"  noise floor: {escape(c.noise_floor.note)}")
+    d = c.detail
+    if d is None:
+        console.print(f"  verdict: [{_VERDICT_STYLE['inconclusive']}]inconclusive[/]: {escape(c.reason)}")
+        return
+    console.print(f"  B/A median step time {d.ratio:.4f} [{d.ci_low:.4f}, {d.ci_high:.4f}] "
+                  f"({d.confidence:.0%}, run-to-run noise included)")
+    console.print(f"  verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]: {escape(d.why)}")
+    console.print(f"  ({escape(d.method)})")

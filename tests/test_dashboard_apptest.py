@@ -274,7 +274,8 @@ def test_compare_view_comparable_pair_shows_ratio_anatomy_and_drift(store_ids, m
     _no_exception(at)
     text = _texts(at)
     assert "Refused" not in text
-    assert "Same lane. B is" in text and "CI" in text
+    assert "Same lane. Verdict:" in text and "Interval:" in text and "Noise floor:" in text
+    assert any(m.label == "lane noise floor" for m in at.metric)
     for kind in ("recipe", "runtime", "infrastructure"):
         assert f"**{kind}**" in text
     assert len(_charts(at)) == 2  # ratio with CI, anatomy side by side

@@ -366,7 +366,9 @@ SFT_DT = r"^step (\d+) .*?\| dt: ([\d.]+)ms"
 
 def test_real_sft_halves_true_claim_accepted_false_claims_rejected(tmp_path, db):
     # One real run (nanochat SFT, GTX 1660) split into its first and second half: the same code on the
-    # same box, so "no change" is the true claim and "10% faster" a false one.
+    # same box, so "no change" is the true claim and "10% faster" a false one. The halves differ by ~1.6%:
+    # inside run-to-run noise (two runs, so the lane has the default floor), so claiming that 1.6% as a
+    # speedup is not supported either (issue 12: the old step-level bootstrap called such gaps significant).
     src = real(SFT, "nanochat")
     a = split_steps(src, tmp_path / "sft_first.log", lambda s: s <= 66)
     b = split_steps(src, tmp_path / "sft_second.log", lambda s: s > 66)
@@ -374,18 +376,20 @@ def test_real_sft_halves_true_claim_accepted_false_claims_rejected(tmp_path, db)
     # independent expectation: medians of the dt column, past the 1.1 s first step
     expected = np.median(log_values(src, SFT_DT, 8, 66)) / np.median(log_values(src, SFT_DT, 67, 133))
     assert abs(expected - 1) < 0.03
-    path = claims_yaml(tmp_path, claim("hand count", "sft_first", "sft_second", speedup=round(float(expected), 3)),
-                       claim("tokens no change", "sft_first", "sft_second", metric="tokens_per_s", speedup=1.0),
+    path = claims_yaml(tmp_path, claim("no change", "sft_first", "sft_second", speedup=1.0, tolerance=0.05),
+                       claim("tokens no change", "sft_first", "sft_second", metric="tokens_per_s", speedup=1.0,
+                             tolerance=0.05),
+                       claim("hand count", "sft_first", "sft_second", speedup=round(float(expected), 3)),
                        claim("ten percent faster", "sft_first", "sft_second", speedup=1.10),
                        claim("slower", "sft_first", "sft_second", speedup=0.98, tolerance=0.05))
     code, out = gate(db, path)
     assert code == 1
-    assert out["hand count"]["accepted"] and out["tokens no change"]["accepted"]
-    m = out["hand count"]["measured"]
-    assert m["ci_low"] <= expected <= m["ci_high"]
-    assert codes(out["ten percent faster"]) == {"effect_mismatch"}
-    # 0.98x +- 5% overlaps the CI, but the second half is measurably faster, not slower
-    assert codes(out["slower"]) == {"not_significant"} and "says faster" in out["slower"]["reasons"][0]
+    assert out["no change"]["accepted"] and out["tokens no change"]["accepted"]
+    m = out["no change"]["measured"]
+    assert m["ci_low"] <= expected <= m["ci_high"] and abs(m["value"] - expected) < 1e-9
+    assert codes(out["hand count"]) == {"not_significant"} and "within the noise" in out["hand count"]["reasons"][0]
+    assert "effect_mismatch" in codes(out["ten percent faster"])
+    assert codes(out["slower"]) == {"not_significant"} and "includes no change" in out["slower"]["reasons"][0]
 
 
 def test_real_sft_cut_short_has_too_few_steps(tmp_path, db):

@@ -81,10 +81,9 @@ def _anatomy(url: str, version: str, receipt_id: str, source_sha256: str | None,
 
 @st.cache_data(ttl=_TTL_S, max_entries=128, show_spinner=False)
 def _compare(url: str, version: str, a_id: str, b_id: str, _data: Data) -> "Comparison":
-    from receipts.analysis.compare import compare
-    from receipts.analysis.record import load
+    from receipts.analysis.compare import compare_in_store
 
-    return compare(load(_data.store, a_id), load(_data.store, b_id))
+    return compare_in_store(_data.store, a_id, b_id)
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)

@@ -1,4 +1,6 @@
-"""Compare: two receipts. Refused when not the same lane (the refusal is the page), else ratio + CI + drift."""
+"""Compare: two receipts. Refused when not the same lane (the refusal is the page), else the verdict
+(faster / slower / no change / inconclusive) against the lane's noise floor, the ratio with its interval,
+each run's own interval, and drift."""
 
 from __future__ import annotations
 
@@ -37,9 +39,12 @@ def _summary_table(c: "Comparison") -> pl.DataFrame:
     def col(s):
         st_ = s.step_ms
         return [_fmt(st_ and round(st_.median, 3)), _fmt(st_ and round(st_.p10, 3)), _fmt(st_ and round(st_.p90, 3)),
+                _fmt(s.interval and f"[{s.interval.ci_low:.3f}, {s.interval.ci_high:.3f}]"),
+                _fmt(s.interval and s.interval.block_length),
                 _fmt(st_ and f"{st_.cv:.2%}"), _fmt(st_ and st_.n), f"{s.first_step}–{s.last_step}",
                 f"{s.warmup_steps} ({s.window_rule})"]
-    return pl.DataFrame({"": ["median step (ms)", "p10 (ms)", "p90 (ms)", "noise (cv)", "steady steps",
+    return pl.DataFrame({"": ["median step (ms)", "p10 (ms)", "p90 (ms)", "median's 95% interval (ms)",
+                              "bootstrap block (steps)", "step noise (cv)", "steady steps",
                               "window (steps)", "warm-up excluded"], f"A {c.a.run_name}": col(c.a),
                          f"B {c.b.run_name}": col(c.b)})
 
@@ -71,11 +76,19 @@ def render(data: Data) -> None:
         _refusal(c)
         return
     verdict = c.verdict or "inconclusive"
-    (st.success if verdict == "faster" else st.error if verdict == "slower" else st.info)(
-        f"Same lane. B is **{verdict}**: {c.reason}")
+    why = c.detail.why if c.detail else c.reason
+    show = {"faster": st.success, "slower": st.error, "no change": st.info}.get(verdict, st.warning)
+    show(f"Same lane. Verdict: **{verdict}** — {why}")
+    if c.noise_floor is not None:
+        f = c.noise_floor
+        cols = st.columns(3)
+        cols[0].metric("lane noise floor", f"{f.floor_pct:.2f}%", help="relative sigma of one run's median")
+        cols[1].metric("floor from", f"{f.n_runs} runs" if f.source == "lane" else "default")
+        cols[2].metric("changes resolvable beyond", f"{c.detail.resolvable_pct:.2f}%" if c.detail else "—")
+        st.caption(f"Noise floor: {f.note}.")
     if c.ratio is not None:
         st.altair_chart(charts.ratio_ci(c.ratio.value, c.ratio.ci_low, c.ratio.ci_high, c.ratio.confidence))
-        st.caption(f"CI: {c.ratio.method}.")
+        st.caption(f"Interval: {c.ratio.method}.")
     if c.tokens_ratio is not None:
         st.caption(f"tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
     st.dataframe(_summary_table(c), hide_index=True)

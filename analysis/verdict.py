@@ -1,0 +1,175 @@
+"""One verdict for every comparison of step times: `faster`, `slower`, `no change` or `inconclusive`.
+
+Used by compare, the claims gate, `check` and the dashboard; nothing else decides a verdict.
+
+The unit of comparison is a run. Each side is one or more runs of one lane, each summarised by its
+steady-state median with a moving-block bootstrap interval (analysis.stats.RunInterval). The lane's
+noise floor (analysis.noise.NoiseFloor) says how far one run's median moves when nothing changes.
+
+Model, on the log scale (a ratio of medians is a difference of logs):
+  log median(run) = log(true) + between-run noise (sigma = floor) + within-run sampling (se from its interval)
+  d      = log(center(B)) - log(center(A)),  center = median of the side's run medians
+  se(d)  = sqrt(e_A * mean(floor^2 + se_r^2 over A) / n_A + e_B * mean(...B) / n_B)
+           e = 1 for 1-2 runs (the median is the mean), pi/2 for 3+ (the median's efficiency vs the mean)
+  crit   = Student t quantile with the floor's degrees of freedom (n_runs - 1) when the floor was measured
+           from the lane (a floor from 3 runs is itself uncertain), the normal quantile for the default floor
+  interval for B/A = exp(d -+ crit * se(d))
+Adding the runs' own se_r to the floor counts within-run noise twice (the floor's MAD already contains
+it): deliberately conservative, negligible for long runs, decisive for short ones.
+
+Verdicts (asv's rule: a size factor AND a significance test, each an explicit parameter; pyperf and
+Pinpoint: "not significant" / UNKNOWN is a first-class answer):
+  slower        the whole interval is above 1 AND B/A >= 1 + min_effect
+  faster        the whole interval is below 1 AND B/A <= 1 - min_effect
+  no change     the whole interval lies inside +-margin, margin = max(min_effect, floor)
+  inconclusive  anything else; `why` says what was missing and `runs_needed` how many more runs of each
+                side would settle it if the difference stayed as measured (None when no number would)
+With the default floor (fewer than 3 runs in the lane) a change must clear 1.96 x the default floor
+(x sqrt(2) for one run against one): anything smaller is inconclusive, never faster or slower.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+
+from receipts.analysis.noise import NoiseFloor
+from receipts.analysis.stats import CONFIDENCE, RunInterval
+
+Verdict = Literal["faster", "slower", "no change", "inconclusive"]
+VERDICTS: tuple[Verdict, ...] = ("faster", "slower", "no change", "inconclusive")
+MIN_EFFECT = 0.01       # a change below 1% is not worth a faster/slower verdict (asv's factor; claims' default)
+_MAX_RUNS_NEEDED = 100  # beyond this, "more runs" is not advice
+
+
+@dataclass(frozen=True)
+class VerdictResult:
+    verdict: Verdict
+    ratio: float              # center(B) / center(A) of the metric (step time: > 1 is slower)
+    ci_low: float             # interval for the ratio at `confidence`, run-to-run noise included
+    ci_high: float
+    confidence: float
+    z: float                  # log ratio / its standard error
+    resolvable_pct: float     # smallest |change| in percent this evidence could call (crit x se, as a ratio)
+    margin_pct: float         # the no-change band, +- percent
+    min_effect: float         # fraction
+    floor: NoiseFloor
+    n_a: int                  # runs on each side
+    n_b: int
+    why: str                  # one line: why this verdict
+    runs_needed: int | None   # inconclusive only: more runs of each side that would settle it
+    method: str
+
+    @property
+    def direction_ok(self) -> bool:
+        return self.verdict in ("faster", "slower")
+
+
+def _crit(floor: NoiseFloor, confidence: float) -> float:
+    from scipy.stats import norm, t
+
+    q = 0.5 + confidence / 2.0
+    return float(t.ppf(q, floor.df)) if floor.df else float(norm.ppf(q))
+
+
+def _efficiency(n: int) -> float:
+    return 1.0 if n <= 2 else math.pi / 2.0
+
+
+def _se(var_a: float, n_a: int, var_b: float, n_b: int) -> float:
+    return math.sqrt(_efficiency(n_a) * var_a / n_a + _efficiency(n_b) * var_b / n_b)
+
+
+def _decide(d: float, half: float, min_effect: float, margin: float) -> Verdict:
+    low, high, ratio = math.exp(d - half), math.exp(d + half), math.exp(d)
+    if low > 1.0 and ratio >= 1.0 + min_effect:
+        return "slower"
+    if high < 1.0 and ratio <= 1.0 - min_effect:
+        return "faster"
+    if low > 1.0 - margin and high < 1.0 + margin:
+        return "no change"
+    return "inconclusive"
+
+
+def decide(a: Sequence[RunInterval], b: Sequence[RunInterval], floor: NoiseFloor, *,
+           min_effect: float = MIN_EFFECT, confidence: float = CONFIDENCE, lower_is_better: bool = True,
+           grow: Literal["both", "candidate"] = "both") -> VerdictResult | None:
+    """The verdict on B (candidate runs) against A (baseline runs) of one lane; None when a side has no run.
+
+    `lower_is_better`: True for step time; False for tokens/s, where a ratio above 1 is `faster`.
+    `grow`: which side `runs_needed` adds runs to ("candidate" when the baseline is fixed, e.g. tag:main).
+    """
+    a = [r for r in a if r is not None and r.median > 0]
+    b = [r for r in b if r is not None and r.median > 0]
+    if not a or not b:
+        return None
+    f2 = floor.fraction ** 2
+    var_a = float(np.mean([f2 + r.log_se ** 2 for r in a]))
+    var_b = float(np.mean([f2 + r.log_se ** 2 for r in b]))
+    d = math.log(float(np.median([r.median for r in b]))) - math.log(float(np.median([r.median for r in a])))
+    if not lower_is_better:
+        d = -d  # decide on the time-like scale; the ratio reported stays in the metric's own direction
+    se = _se(var_a, len(a), var_b, len(b))
+    crit = _crit(floor, confidence)
+    half = crit * se
+    margin = max(min_effect, floor.fraction)
+    verdict = _decide(d, half, min_effect, margin)
+    sign = 1.0 if lower_is_better else -1.0
+    ratio, low, high = (math.exp(sign * d), *sorted((math.exp(sign * (d - half)), math.exp(sign * (d + half)))))
+    needed = None
+    if verdict == "inconclusive":
+        needed = _runs_needed(d, var_a, len(a), var_b, len(b), floor, confidence, min_effect, margin, grow)
+    why = _why(verdict, d, half, min_effect, margin, floor, len(a), len(b), needed, grow, lower_is_better)
+    return VerdictResult(
+        verdict, ratio, low, high, confidence, d / se if se > 0 else math.inf, 100.0 * (math.exp(half) - 1.0),
+        100.0 * margin, min_effect, floor, len(a), len(b), why, needed,
+        f"ratio of run medians with run-to-run noise: log-ratio +- {'t' if floor.df else 'z'} x se, "
+        f"se from the noise floor ({floor.floor_pct:.2f}%, {floor.source}) and each run's moving-block bootstrap "
+        f"interval; {confidence:.0%}")
+
+
+def _runs_needed(d, var_a, n_a, var_b, n_b, floor, confidence, min_effect, margin, grow) -> int | None:
+    """Fewest extra runs (each side, or the candidate only) after which the same d would be decided."""
+    from dataclasses import replace
+
+    target_decided = abs(d) >= math.log1p(min_effect) or abs(d) < math.log1p(margin)
+    if not target_decided:
+        return None
+    for k in range(1, _MAX_RUNS_NEEDED + 1):
+        na, nb = (n_a + k, n_b + k) if grow == "both" else (n_a, n_b + k)
+        grown = floor
+        if floor.source == "lane":  # the new runs land in the lane too: the floor gets firmer
+            grown = replace(floor, n_runs=floor.n_runs + (na - n_a) + (nb - n_b))
+        elif floor.n_runs + (na - n_a) + (nb - n_b) >= 3:
+            grown = replace(floor, source="lane", n_runs=floor.n_runs + (na - n_a) + (nb - n_b))
+        half = _crit(grown, confidence) * _se(var_a, na, var_b, nb)
+        if _decide(d, half, min_effect, margin) != "inconclusive":
+            return k
+    return None
+
+
+def _why(verdict, d, half, min_effect, margin, floor, n_a, n_b, needed, grow, lower_is_better) -> str:
+    # d is on the time-like scale (> 0: slower); the change is quoted in the metric's own direction
+    change = 100.0 * (math.exp(d if lower_is_better else -d) - 1.0)
+    direction = "slower" if d > 0 else "faster"
+    reach = 100.0 * (math.exp(half) - 1.0)
+    runs = f"{n_a} run{'s' if n_a != 1 else ''} vs {n_b}"
+    noise = (f"noise floor {floor.floor_pct:.2f}% measured from {floor.n_runs} runs of the lane" if floor.source == "lane"
+             else f"default noise floor {floor.floor_pct:g}%: the lane has {floor.n_runs} run(s), "
+                  f"{floor.runs_to_measure} more give it a measured floor")
+    if verdict in ("faster", "slower"):
+        return (f"{change:+.2f}% ({direction}), beyond the noise: {runs} resolve changes over {reach:.2f}% ({noise})")
+    if verdict == "no change":
+        return (f"{change:+.2f}%: the interval lies within +-{100 * margin:.2f}% (max of min_effect "
+                f"{100 * min_effect:g}% and the noise floor) ({noise})")
+    if abs(d) <= half:
+        head = f"{change:+.2f}% is within the noise: {runs} resolve only changes over {reach:.2f}%"
+    else:
+        head = f"{change:+.2f}% is beyond the noise but under min_effect {100 * min_effect:g}% and not inside the +-{100 * margin:.2f}% no-change band"
+    who = "each side" if grow == "both" else "the candidate"
+    more = (f"; about {needed} more run{'s' if needed != 1 else ''} of {who} would settle it if the difference held"
+            if needed else "; more runs would not settle a difference this close to the no-change band")
+    return f"{head} ({noise}){more}"

@@ -1,0 +1,42 @@
+-- The current runs of one or more lanes, in run order, each with its steady-state median: the input of
+-- a lane's noise floor (analysis.noise) and of `receipts history`.
+-- Reads: receipts, receipt_steps.
+-- Params: $hosts, $presets, $regimes (VARCHAR[], parallel: lane i is (hosts[i], presets[i], regimes[i]),
+--         canonical identity values); $tag (text or NULL: only receipts carrying this lineage tag);
+--         $last (integer or NULL: only each lane's most recent $last runs).
+-- Current: superseded_by IS NULL (a superseded receipt is an older copy of a run, never evidence).
+-- Columns: host_lineage, preset_family, launch_regime (the lane), receipt_id, run_name,
+--          run_date (timestamp, UTC: the run's own start from its log/header, else the ingest time),
+--          run_date_source (text: 'header' when from the run, 'ingest' when the run gave none),
+--          n_steps (steady steps with a time), median_step_ms (ms, warm-up excluded, slowest rank per
+--          step; null without steady steps), tags (VARCHAR[]), git_rev (text, null when unrecorded).
+WITH lanes AS (
+    SELECT unnest($hosts) AS host_lineage, unnest($presets) AS preset_family, unnest($regimes) AS launch_regime
+), dated AS (
+    SELECT r.*, timezone('UTC', TRY_CAST(r.started_at AS TIMESTAMPTZ)) AS _started,
+           timezone('UTC', TRY_CAST(r.ingested_at AS TIMESTAMPTZ)) AS _ingested,
+           from_json(r.tags_json, '["VARCHAR"]') AS tags
+    FROM receipts r SEMI JOIN lanes l
+      ON l.host_lineage = r.host_lineage AND l.preset_family = r.preset_family AND l.launch_regime = r.launch_regime
+    WHERE r.identity_complete AND r.superseded_by IS NULL
+), picked AS (
+    SELECT *, coalesce(_started, _ingested) AS run_date,
+           CASE WHEN _started IS NOT NULL THEN 'header' ELSE 'ingest' END AS run_date_source
+    FROM dated
+    WHERE $tag IS NULL OR list_contains(tags, $tag)
+    QUALIFY $last IS NULL
+         OR row_number() OVER (PARTITION BY host_lineage, preset_family, launch_regime
+                               ORDER BY coalesce(_started, _ingested) DESC, id DESC) <= $last
+), t AS (
+    SELECT s.receipt_id, s.step, max(s.step_ms) AS step_ms
+    FROM receipt_steps s SEMI JOIN picked p ON p.id = s.receipt_id
+    WHERE NOT s.warmup AND s.step_ms IS NOT NULL
+    GROUP BY s.receipt_id, s.step
+), m AS (
+    SELECT receipt_id, count(*) AS n_steps, median(step_ms) AS median_step_ms FROM t GROUP BY receipt_id
+)
+SELECT p.host_lineage, p.preset_family, p.launch_regime, p.id AS receipt_id, p.run_name, p.run_date,
+       p.run_date_source, coalesce(m.n_steps, 0) AS n_steps, m.median_step_ms, p.tags,
+       json_extract_string(p.provenance_json, '$.git_rev') AS git_rev
+FROM picked p LEFT JOIN m ON m.receipt_id = p.id
+ORDER BY p.host_lineage, p.preset_family, p.launch_regime, p.run_date, p.id
