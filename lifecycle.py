@@ -7,12 +7,19 @@ values through the registry with schema/identity.py exactly as ingest does.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from receipts.errors import UsageError
-from receipts.schema.identity import IdentityChange, retagged_columns
+from receipts.schema.identity import (IdentityChange, identity_columns, resolve_identity, retagged_columns,
+                                      unknown_values)
+from receipts.schema.model import IdentityClaim, Receipt
 from receipts.schema.registry import Registry
 from receipts.store import Store
+from receipts.store import rows as R
 from receipts.store.base import RETAG_COLUMNS
 
 
@@ -31,6 +38,7 @@ def retag(store: Store, ref: str, change: IdentityChange, *, why: str, registry:
         raise UsageError("retag needs --why TEXT: the history records why an identity was changed")
     if change.empty:
         raise UsageError("retag needs something to change: --host-lineage, --preset, --regime, --run-name or --tag")
+    warnings = check_claim(IdentityClaim(change.host_lineage, change.preset, change.regime), registry)
     receipt_id = store.resolve(ref)
     stored = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
     changes = retagged_columns(stored, change, registry)
@@ -40,4 +48,191 @@ def retag(store: Store, ref: str, change: IdentityChange, *, why: str, registry:
     seq = store.retag(receipt_id, expected=expected, changes=changes, why=why.strip())
     after = {**expected, **changes}
     shown = {k: (stored[k], changes[k]) for k in changes if k not in ("resolution_json", "parallel_json")}
-    return RetagOutcome(receipt_id, seq, shown, bool(after["identity_complete"]))
+    return RetagOutcome(receipt_id, seq, shown, bool(after["identity_complete"]), tuple(warnings))
+
+
+# ---- ingest: one current receipt per run, conflicts said out loud, unknown values caught ----------------
+@dataclass(frozen=True)
+class LedgerWrite:
+    receipt_id: str
+    run_name: str
+    created: bool
+    complete: bool                            # of the receipt as stored (the earlier one when unchanged)
+    supersedes: tuple[str, ...] = ()          # earlier receipts of this run that this one replaced
+    superseded_by: str | None = None          # set when the file is an older view of a run already stored
+    identity_conflict: dict | None = None     # re-ingest asked for another identity than the stored one
+    warnings: tuple[str, ...] = ()
+
+
+def check_claim(claim: IdentityClaim, registry: Registry) -> list[str]:
+    """'did you mean' warnings for claimed values the registry does not know; with registry.strict, a
+    refusal (UsageError, exit 2) before anything is written."""
+    unknown = unknown_values(claim, registry)
+    if unknown and registry.strict:
+        raise UsageError("strict mode: " + "; ".join(map(str, unknown)) +
+                         " (add it to receipts.toml, or drop --strict / `strict = true` to keep it as given)")
+    return [str(u) for u in unknown]
+
+
+def write_current(store: Store, receipt: Receipt, *, registry: Registry, asked: IdentityClaim, named: bool,
+                  anatomies: tuple = ()) -> LedgerWrite:
+    """Write a parsed receipt the way the ledger wants it:
+
+    - identity values not in the registry: a "did you mean" warning each (strict: refused, nothing written);
+    - an earlier current receipt of the same run (its log a byte prefix of this file, or the same RECEIPT
+      header run key) is superseded by this one in the same transaction, and what it knew of the identity
+      that this file does not say (a retag, flags given then) carries over;
+    - an explicit run name (`--run-name`, receipt.toml) that another current receipt already uses is
+      refused unless tags make the intent explicit;
+    - a file already stored (same content) whose explicit claims differ from the stored receipt is
+      reported as an identity conflict with the `receipts retag` command that would apply them.
+
+    `asked`: the explicit claims (flags over receipt.toml), not what the file itself says."""
+    warnings = check_claim(receipt.parsed.claim.merged(asked), registry)
+    asked_warnings = [w for w in warnings if w in check_claim(asked, registry)]
+    replaces, newer = _predecessors(store, receipt)
+    columns: dict = {}
+    if newer is not None:
+        columns["superseded_by"] = newer
+        warnings.append(f"this file is an earlier view of run {newer} (same run key, shorter log): stored as "
+                        f"superseded by it")
+    if replaces:
+        carried, differs = _carry_over(store, receipt, replaces, named=named)
+        columns.update(carried)
+        warnings += differs
+    if named and not receipt.tags:
+        _refuse_shared_run_name(store, receipt, set(replaces))
+    result = store.write_receipt(receipt, anatomies=anatomies, supersedes=replaces, columns=columns)
+    if result.created:
+        complete = bool(columns.get("identity_complete", receipt.identity.complete))
+        if replaces:
+            warnings.append(f"supersedes {', '.join(replaces)} (an earlier view of the same run; kept for audit, "
+                            "hidden from list, lanes, compare defaults and the gate)")
+        return LedgerWrite(result.receipt_id, result.run_name, True, complete, replaces, newer, None, tuple(warnings))
+    stored = store.query("receipt", {"receipt_id": result.receipt_id}).row(0, named=True)
+    conflict = identity_conflict(stored, receipt, asked, registry=registry, named=named)
+    # Already stored: what the file itself claims was said when it was first ingested; only new asks now.
+    return LedgerWrite(result.receipt_id, stored["run_name"], False, bool(stored["identity_complete"]),
+                       (), stored["superseded_by"], conflict, tuple(asked_warnings))
+
+
+def _predecessors(store: Store, receipt: Receipt) -> tuple[tuple[str, ...], str | None]:
+    """(current receipts this one supersedes, the current receipt that supersedes this one or None)."""
+    source = receipt.sources[0]
+    if source.role != "log":
+        return (), None
+    run_key = R.run_key(receipt)
+    found = store.query("run_predecessors", {"run_key": run_key, "size": source.size_bytes, "id": receipt.id})
+    by_key = [r for r in found.iter_rows(named=True) if r["match"] == "run_key"]
+    longer = [r for r in by_key if r["size_bytes"] > source.size_bytes]
+    if longer:
+        return (), max(longer, key=lambda r: r["size_bytes"])["id"]
+    replaces = {r["id"] for r in by_key}
+    candidates = [r for r in found.iter_rows(named=True) if r["match"] == "prefix_candidate" and r["id"] not in replaces]
+    replaces |= _byte_prefixes(Path(source.path), candidates)
+    return tuple(sorted(replaces)), None
+
+
+def _byte_prefixes(path: Path, candidates: list[dict]) -> set[str]:
+    """Which candidates' logs are byte prefixes of `path`: one read of the file up to the longest candidate,
+    the running sha256 snapshotted at each candidate's size, so the cost is one pass however many there are."""
+    by_size: dict[int, list[dict]] = {}
+    for c in candidates:
+        by_size.setdefault(int(c["size_bytes"]), []).append(c)
+    found: set[str] = set()
+    if not by_size or not path.is_file():
+        return found
+    digest, position = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for size in sorted(by_size):
+            while position < size:
+                chunk = f.read(min(1 << 20, size - position))
+                if not chunk:
+                    return found
+                digest.update(chunk)
+                position += len(chunk)
+            prefix_sha = digest.copy().hexdigest()
+            found |= {c["id"] for c in by_size[size] if c["sha256"] == prefix_sha}
+    return found
+
+
+# What each part of the identity occupies in the receipts row (carried over together or not at all).
+_PART_COLUMNS = {
+    "host_lineage": ("raw_host_lineage", "host_lineage"),
+    "preset_family": ("raw_preset", "preset_family"),
+    "launch_regime": ("raw_regime", "launch_regime", "engine", "compile_mode", "parallel_json"),
+}
+
+
+def _carry_over(store: Store, receipt: Receipt, replaces: tuple[str, ...], *, named: bool) -> tuple[dict, list[str]]:
+    """What the newest superseded receipt knew that this file does not say: identity parts this parse leaves
+    empty (given by flags or a retag back then), its run name when this one was not named, and its tags.
+    Parts both state differently are not merged: a warning says so, with the retag that would restore them."""
+    previous = store.query("receipts_many", {"ids": list(replaces)}).sort("ingested_at").row(-1, named=True)
+    new = {**identity_columns(receipt.identity), "run_name": receipt.run_name,
+           "tags_json": R.receipt_row(receipt, "")["tags_json"]}
+    out: dict = {}
+    notes = json.loads(new["resolution_json"])
+    flags: list[str] = []
+    for part, cols in _PART_COLUMNS.items():
+        if new[part] is None and previous[part] is not None:
+            out.update({c: previous[c] for c in cols})
+            notes.append(f"{part.replace('_', ' ')} {previous[part]!r} carried over from superseded receipt "
+                         f"{previous['id']}")
+        elif previous[part] is not None and new[part] != previous[part]:
+            flags += [_FLAG[part], previous[cols[0]] or previous[part]]
+    if out:
+        merged = {**new, **out}
+        out["identity_complete"] = bool(merged["host_lineage"] and merged["preset_family"] and merged["launch_regime"])
+        out["resolution_json"] = R.dumps(notes)
+    if not named and previous["run_name"] != receipt.run_name:
+        out["run_name"] = previous["run_name"]
+    tags = sorted(set(json.loads(new["tags_json"])) | set(json.loads(previous["tags_json"])))
+    if tags != json.loads(new["tags_json"]):
+        out["tags_json"] = R.dumps(tags)
+    differs = []
+    if flags:
+        command = shlex.join(["receipts", "retag", receipt.id, *flags, "--why", "say why"])
+        differs.append(f"the superseded receipt {previous['id']} had another identity than this file states "
+                       f"({', '.join(f'{flags[i]} {flags[i + 1]!r}' for i in range(0, len(flags), 2))}); kept "
+                       f"what this file says. To restore the earlier one: {command}")
+    return out, differs
+
+
+_FLAG = {"host_lineage": "--host-lineage", "preset_family": "--preset", "launch_regime": "--regime"}
+
+
+def _refuse_shared_run_name(store: Store, receipt: Receipt, replaced: set[str]) -> None:
+    users = [r for r in store.query("run_name_users", {"run_name": receipt.run_name}).iter_rows(named=True)
+             if r["content_sha256"] != receipt.content_sha256 and r["id"] not in replaced]
+    if users:
+        raise UsageError(f"run name {receipt.run_name!r} is already used by current receipt {users[0]['id']}; "
+                         "give another --run-name, or add --tag to say this is deliberately the same name "
+                         f"(or rename the other: `receipts retag {users[0]['id']} --run-name NEW --why ...`)")
+
+
+def identity_conflict(stored: dict, receipt: Receipt, asked: IdentityClaim, *, registry: Registry,
+                      named: bool) -> dict | None:
+    """The explicit claims of a re-ingest that the stored receipt does not carry, or None.
+
+    Returns {"receipt_id", "stored": {...}, "asked": {...}, "retag": "receipts retag ..."}; only the fields
+    that were asked for and differ are listed."""
+    ident = resolve_identity(asked, registry)
+    stored_part, asked_part, flags = {}, {}, []
+    for part, raw, flag in (("host_lineage", asked.host_lineage, "--host-lineage"),
+                            ("preset_family", asked.preset, "--preset"), ("launch_regime", asked.regime, "--regime")):
+        if raw and getattr(ident, part) != stored[part]:
+            stored_part[part], asked_part[part] = stored[part], getattr(ident, part)
+            flags += [flag, raw]
+    if named and receipt.run_name != stored["run_name"]:
+        stored_part["run_name"], asked_part["run_name"] = stored["run_name"], receipt.run_name
+        flags += ["--run-name", receipt.run_name]
+    missing_tags = sorted(set(receipt.tags) - set(json.loads(stored["tags_json"] or "[]")))
+    if missing_tags:
+        stored_part["tags"], asked_part["tags"] = json.loads(stored["tags_json"] or "[]"), missing_tags
+        for t in missing_tags:
+            flags += ["--tag", t]
+    if not flags:
+        return None
+    command = shlex.join(["receipts", "retag", stored["id"], *flags, "--why", "say why"])
+    return {"receipt_id": stored["id"], "stored": stored_part, "asked": asked_part, "retag": command}

@@ -19,6 +19,7 @@ from receipts.analysis.window import choose_window
 from receipts.errors import InputError
 from receipts.ingest import sniff, sysinfo
 from receipts.ingest.textlog import read_log
+from receipts.lifecycle import write_current
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
 from receipts.schema.model import (FACT_SECTIONS, Anatomy, IdentityClaim, ParsedRun, Receipt, SourceFile, sha256_file,
@@ -40,6 +41,9 @@ class IngestOutcome:
     complete: bool | None = None
     ended_early: str | None = None
     warnings: tuple[str, ...] = ()
+    supersedes: tuple[str, ...] = ()          # earlier receipts of the same run this one replaced
+    superseded_by: str | None = None          # this file is an older view of a run already stored
+    identity_conflict: dict | None = None     # re-ingest asked for another identity (lifecycle.identity_conflict)
 
 
 def read_sidecar(path: Path) -> tuple[IdentityClaim, dict]:
@@ -192,9 +196,8 @@ def ingest_paths(store: Store, paths: list[Path], *, identity: IdentityClaim = I
         all_tags = tuple(tags) + tuple(side.get("tags", ()))
         receipt = build_receipt(parsed, source=_source(path, parsed.source_format, "log"),
                                 claim=side_claim.merged(identity), registry=registry, run_name=name, tags=all_tags)
-        result = store.write_receipt(receipt)
-        outcomes.append(IngestOutcome(str(path), result.receipt_id, result.run_name, result.created, "receipt",
-                                      receipt.identity.complete, parsed.ended_early, parsed.warnings))
+        outcomes.append(_write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
+                                       named=bool(run_name or side.get("run_name"))))
     return outcomes
 
 
@@ -212,7 +215,16 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
     name = run_name or side.get("run_name") or path.name.split(".")[0]
     receipt = build_receipt(parsed, source=source, claim=side_claim.merged(identity), registry=registry,
                             run_name=name, tags=tuple(tags))
-    result = store.write_receipt(receipt, anatomies=((anatomy, source),))
-    return IngestOutcome(str(path), result.receipt_id, result.run_name, result.created, "receipt",
-                         receipt.identity.complete, None, anatomy.warnings)
+    return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
+                          named=bool(run_name or side.get("run_name")), anatomies=((anatomy, source),))
+
+
+def _write_receipt(store: Store, path: Path, receipt: Receipt, *, registry: Registry, asked: IdentityClaim,
+                   named: bool, anatomies: tuple = ()) -> IngestOutcome:
+    """Store a parsed receipt through the identity lifecycle (lifecycle.write_current): superseding an
+    earlier view of the same run, refusing unknown values in strict mode, reporting identity conflicts."""
+    written = write_current(store, receipt, registry=registry, asked=asked, named=named, anatomies=anatomies)
+    return IngestOutcome(str(path), written.receipt_id, written.run_name, written.created, "receipt",
+                         written.complete, receipt.parsed.ended_early, receipt.parsed.warnings + written.warnings,
+                         written.supersedes, written.superseded_by, written.identity_conflict)
 

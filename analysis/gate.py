@@ -116,7 +116,7 @@ class GateResult:
 # ---------------------------------------------------------------------------------------- reading
 def collect_evidence(store: "Store", refs: list[str]) -> dict[str, Evidence | Unresolved]:
     """Resolve each reference once and load its receipt; refs naming the same receipt share one load."""
-    resolved = store.resolve_many(refs)
+    resolved = store.resolve_many(refs, current_only=True)     # superseded receipts are not evidence
     loaded = load_many(store, [rid for rid in resolved.values() if isinstance(rid, str)])
     out: dict[str, Evidence | Unresolved] = {}
     for ref, rid in resolved.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,8 +28,10 @@ class Settings:
     db: str
     registry_path: Path | None
 
-    def registry(self) -> Registry:
-        return load_registry(self.registry_path)
+    def registry(self, *, strict: bool = False) -> Registry:
+        """The merged registry; `strict` (the --strict flag) turns strict mode on over the files' setting."""
+        registry = load_registry(self.registry_path)
+        return replace(registry, strict=True) if strict else registry
 
     def store(self, *, read_only: bool = False) -> Store:
         return open_store(self.db, read_only=read_only)

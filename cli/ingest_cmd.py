@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from receipts.cli.context import console, err_console, handle_errors, print_json, settings
 from receipts.errors import UsageError
@@ -38,6 +39,8 @@ def ingest(
                                            help="Folder for --keep-raw Parquet; needed on a PostgreSQL store "
                                                 "(a shared folder its readers can reach)."),
     categories: Optional[Path] = typer.Option(None, "--categories", help="Extra kernel-category rules (TOML)."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse identity values the registry does not know (exit 2) "
+                                                        "instead of warning; also `strict = true` in receipts.toml."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Ingest files; each becomes one receipt (or anatomy attached to one). Idempotent.
@@ -50,10 +53,12 @@ def ingest(
     if keep_raw and raw_dir is None and is_server_url(cfg.db):
         raise UsageError("--keep-raw on a PostgreSQL store needs --raw-dir DIR (or RECEIPTS_RAW_DIR): a server "
                          "has no folder beside it, so name a shared one its readers can reach")
+    refuse_shared_run_name(paths, run_name, tag)
+    registry = cfg.registry(strict=strict)
     with cfg.store() as store:
         if raw_dir is not None:
             store.raw_dir = raw_dir.resolve()
-        outcomes = ingest_paths(store, list(paths), identity=claim, run_name=run_name, registry=cfg.registry(),
+        outcomes = ingest_paths(store, list(paths), identity=claim, run_name=run_name, registry=registry,
                                 attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw)
     if as_json:
         print_json([o.__dict__ for o in outcomes])
@@ -64,10 +69,28 @@ def ingest(
             console.print(f"ingested {o.path} -> {what} {o.receipt_id} ({o.run_name})")
         else:
             console.print(f"unchanged: {o.path} is already in the store as {what} {o.receipt_id} ({o.run_name})")
+        if o.identity_conflict:
+            c = o.identity_conflict
+            err_console.print(f"  warning: identity conflict: {c['receipt_id']} is stored with "
+                              f"{escape(_fields(c['stored']))}, this ingest asked for {escape(_fields(c['asked']))}; "
+                              f"nothing was changed. To change it: {escape(c['retag'])}")
         if o.complete is False:
             err_console.print(f"  warning: identity incomplete: {o.receipt_id} is stored as a rumor; "
-                              "every comparison with it will be refused (give --host-lineage/--preset/--regime)")
+                              "every comparison with it will be refused (retag it: `receipts retag "
+                              f"{o.receipt_id} --host-lineage H --preset P --regime R --why ...`)")
         if o.ended_early:
             err_console.print(f"  warning: ended early: {o.ended_early}")
         for w in o.warnings:
-            err_console.print(f"  warning: {w}")
+            err_console.print(f"  warning: {escape(w)}")
+
+
+def _fields(values: dict) -> str:
+    return ", ".join(f"{k} {v!r}" for k, v in values.items())
+
+
+def refuse_shared_run_name(paths: list[Path], run_name: str | None, tags: list[str]) -> None:
+    """One --run-name for several receipts makes the name ambiguous; say so unless --tag says it is meant."""
+    several = len(paths) > 1 or any(p.is_dir() and not (p / "run.log").is_file() for p in paths)
+    if run_name and several and not tags:
+        raise UsageError(f"--run-name {run_name!r} with several files would give them all one name; ingest them "
+                         "one at a time, or add --tag to say they deliberately share it")

@@ -6,6 +6,7 @@ import json
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from receipts.analysis.report import receipt_report
@@ -22,14 +23,16 @@ def register(app: typer.Typer) -> None:
 def list_receipts(
     ctx: typer.Context,
     lane: Optional[str] = typer.Option(None, "--lane", help="Only receipts whose host lineage, preset or regime contains this."),
+    show_all: bool = typer.Option(False, "--all", help="Include receipts superseded by a later ingest of the same "
+                                                       "run (marked), kept for audit."),
     as_json: bool = typer.Option(False, "--json", help="A JSON array, one object per receipt."),
 ) -> None:
-    """List receipts with identity and steady-state step time; rumors (incomplete identity) are marked.
+    """List current receipts with identity and steady-state step time; rumors (incomplete identity) are marked.
 
-    Example: receipts list --json
+    Example: receipts list --all --json
     """
     with settings(ctx).store() as store:
-        frame = store.query("list_receipts")
+        frame = store.query("list_receipts", {"all": show_all})
     rows = frame.to_dicts()
     if lane:
         rows = [r for r in rows if any(lane in (r[k] or "") for k in ("host_lineage", "preset_family", "launch_regime"))]
@@ -41,17 +44,23 @@ def list_receipts(
             "machine_class": r["machine_class"], "source_format": r["source_format"], "tags": json.loads(r["tags_json"]),
             "n_steady_steps": r["n_steady_steps"], "median_step_ms": r["median_step_ms"],
             "peak_allocated_bytes": r["peak_allocated_bytes"], "peak_reserved_bytes": r["peak_reserved_bytes"],
-            "ended_early": r["ended_early"], "ingested_at": r["ingested_at"],
+            "ended_early": r["ended_early"], "ingested_at": r["ingested_at"], "superseded_by": r["superseded_by"],
         } for r in rows])
         return
-    table = Table(title=f"{len(rows)} receipts", show_lines=False)
+    n_superseded = sum(1 for r in rows if r["superseded_by"])
+    title = f"{len(rows)} receipts" + (f" ({n_superseded} superseded, marked in the last column)" if show_all
+                                       else " (current; --all adds superseded ones)")
+    table = Table(title=title, show_lines=False)
     for col in ("id", "run", "host lineage", "preset family", "regime", "machine", "steady n", "median step", "peak alloc"):
         table.add_column(col)
+    if show_all:
+        table.add_column("superseded by")
     for r in rows:
         rumor = "" if r["identity_complete"] else " [yellow](rumor)[/]"
-        table.add_row(r["id"][:12], r["run_name"] + rumor, r["host_lineage"] or "-", r["preset_family"] or "-",
+        table.add_row(r["id"][:12], escape(r["run_name"]) + rumor, r["host_lineage"] or "-", r["preset_family"] or "-",
                       r["launch_regime"] or "-", r["machine_class"] or "-", str(r["n_steady_steps"]),
-                      fmt_ms(r["median_step_ms"]), fmt_bytes(r["peak_allocated_bytes"]))
+                      fmt_ms(r["median_step_ms"]), fmt_bytes(r["peak_allocated_bytes"]),
+                      *([(r["superseded_by"] or "-")[:12]] if show_all else []))
     console.print(table)
 
 

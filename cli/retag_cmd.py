@@ -27,6 +27,7 @@ def retag(
     tag: List[str] = typer.Option([], "--tag", help="Add a lineage tag (repeatable)."),
     untag: List[str] = typer.Option([], "--untag", help="Remove a lineage tag (repeatable)."),
     why: str = typer.Option(..., "--why", help="Why the identity changes; kept in the receipt's identity history."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse values the registry does not know (exit 2)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Change a receipt's claimed identity; raw values are re-resolved through the registry, and the old
@@ -37,7 +38,7 @@ def retag(
     cfg = settings(ctx)
     change = IdentityChange(host_lineage, preset, regime, run_name, tuple(tag), tuple(untag))
     with cfg.store() as store:
-        outcome = retag_receipt(store, ref, change, why=why, registry=cfg.registry())
+        outcome = retag_receipt(store, ref, change, why=why, registry=cfg.registry(strict=strict))
     if as_json:
         print_json({"receipt_id": outcome.receipt_id, "seq": outcome.seq, "complete": outcome.complete,
                     "changed": {k: {"old": old, "new": new} for k, (old, new) in outcome.changed.items()},

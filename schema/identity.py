@@ -6,6 +6,7 @@ Raw values are kept beside canonical ones, and every resolution step leaves a no
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import re
@@ -157,8 +158,84 @@ def identity_columns(identity: Identity) -> dict[str, Any]:
         "engine": regime.engine if regime else None, "compile_mode": regime.compile_mode if regime else None,
         "parallel_json": _dumps(dict(regime.parallel) if regime else {}),
         "identity_complete": identity.complete,
-        "resolution_json": _dumps(list(identity.resolution)),
+        "resolution_json": _dumps([n for n in identity.resolution if not is_registry_miss(n)]),
     }
+
+
+# Notes saying a value was not found in the registry. They are warnings for the moment of ingest or retag
+# (with a "did you mean"), not part of the stored resolution that `show` and `compare` print every time.
+_MISS_MARKERS = ("is not in the registry", "matches no host lineage", "unrecognised words", "names no engine")
+
+
+def is_registry_miss(note: str) -> bool:
+    return any(m in note for m in _MISS_MARKERS)
+
+
+@dataclass(frozen=True)
+class UnknownValue:
+    """A claimed identity value the registry does not know, and the nearest entry it does."""
+
+    field: str                 # 'host_lineage' | 'preset' | 'regime'
+    value: str
+    problem: str               # what is wrong, e.g. "is not in the registry"
+    suggestion: str | None     # the nearest registry name (or regime word), when one is close
+
+    def __str__(self) -> str:
+        hint = f"; did you mean {self.suggestion!r}?" if self.suggestion else "; no registry entry is close"
+        return f"{self.field.replace('_', ' ')} {self.value!r} {self.problem}{hint}"
+
+
+def _nearest(value: str, names: dict[str, str]) -> str | None:
+    """names: spelling (lower-case) -> canonical name. difflib's ratio, the usual 0.6 cut-off."""
+    hit = difflib.get_close_matches(value.lower(), list(names), n=1, cutoff=0.6)
+    return names[hit[0]] if hit else None
+
+
+def unknown_values(claim: IdentityClaim, registry: Registry) -> list[UnknownValue]:
+    """Every value in `claim` (host lineage, preset, regime) that the registry cannot resolve.
+
+    A hostname that matches no lineage is not listed: it claims nothing, it just leaves the lineage open."""
+    out: list[UnknownValue] = []
+    if claim.host_lineage and claim.host_lineage.strip():
+        _, notes = resolve_host(IdentityClaim(host_lineage=claim.host_lineage), registry)
+        if any(is_registry_miss(n) for n in notes):
+            names = {s.lower(): h.name for h in registry.hosts.values() for s in (h.name, *h.aliases)}
+            out.append(UnknownValue("host_lineage", claim.host_lineage.strip(), "is not in the registry",
+                                    _nearest(claim.host_lineage.strip(), names)))
+    if claim.preset and claim.preset.strip():
+        _, _, notes = resolve_preset(claim.preset, registry)
+        if any(is_registry_miss(n) for n in notes):
+            names = {s.lower(): p.name for p in registry.presets.values() for s in (p.name, *p.aliases)}
+            out.append(UnknownValue("preset", claim.preset.strip(), "is not in the registry",
+                                    _nearest(claim.preset.strip(), names)))
+    if claim.regime and claim.regime.strip():
+        out += _regime_problems(claim.regime.strip(), registry)
+    return out
+
+
+def _regime_problems(raw: str, registry: Registry) -> list[UnknownValue]:
+    regime, _ = parse_regime(raw, registry)
+    vocabulary = {w: w for spellings in (*registry.engines.values(), *registry.compile_modes.values(),
+                                         *registry.degrees.values(), list(registry.engines), list(registry.degrees))
+                  for s in spellings for w in _norm_words(s)}
+    out = []
+    for word in _unrecognised_words(raw, registry):
+        fix = _nearest(word, vocabulary)
+        # Suggest the whole regime with the word corrected: what the user would type instead.
+        fixed = re.sub(rf"(?i)(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])", fix, raw, count=1) if fix else None
+        out.append(UnknownValue("regime", raw, f"has the unrecognised word {word!r}", fixed if fixed != raw else fix))
+    if regime is None:
+        engines = {s.lower(): e for e, spellings in registry.engines.items() for s in (e, *spellings)}
+        guess = next((_nearest(w, engines) for w in _norm_words(raw) if _nearest(w, engines)), None)
+        out.append(UnknownValue("regime", raw, "names no engine (" + ", ".join(sorted(registry.engines)) + ")", guess))
+    return out
+
+
+def _unrecognised_words(raw: str, registry: Registry) -> list[str]:
+    regime, _ = parse_regime(raw, registry)
+    if regime is None:
+        return []
+    return [k[1:] for k, _ in regime.parallel if k.startswith("?")]
 
 
 @dataclass(frozen=True)
@@ -218,6 +295,7 @@ def retagged_columns(stored: dict[str, Any], change: IdentityChange, registry: R
         notes += regime_notes
     prefixes = tuple(p for part in replaced for p in _NOTE_PREFIX[part])
     notes = [n for n in old_notes if not (prefixes and n.startswith(prefixes))] + notes
+    notes = [n for n in notes if not is_registry_miss(n)]
     if change.run_name:
         new["run_name"] = change.run_name.strip()
     if change.add_tags or change.remove_tags:

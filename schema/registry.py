@@ -40,6 +40,9 @@ class Registry:
     compile_modes: dict[str, list[str]]
     degrees: dict[str, list[str]]
     sources: tuple[str, ...]  # which files were merged, for `receipts show --json`
+    # `strict = true` in receipts.toml / --registry (or `--strict`): identity values the registry does not
+    # know are refused at ingest and retag instead of being kept with a "did you mean" warning.
+    strict: bool = False
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -93,4 +96,12 @@ def load_registry(extra: Path | None = None, cwd: Path | None = None) -> Registr
         compile_modes=dict(regimes.get("compile", {})),
         degrees=dict(regimes.get("degrees", {})),
         sources=tuple(sources),
+        strict=_strict(data, sources[-1]),
     )
+
+
+def _strict(data: dict[str, Any], where: str) -> bool:
+    value = data.get("strict", False)
+    if not isinstance(value, bool):
+        raise InputError(where, f"`strict` must be true or false, not {value!r}")
+    return value

@@ -1,19 +1,20 @@
--- The values the lane view's filters offer: every canonical identity value and tag in the store.
+-- The values the lane view's filters offer: every canonical identity value and tag of the current
+-- (not superseded) receipts.
 -- Reads: receipts.
 -- Columns: kind ('host_lineage' | 'preset_family' | 'launch_regime' | 'tag' | 'date'), value (text; for
 --          'date' the earliest and latest run date, ISO), n_receipts (count).
 SELECT 'host_lineage' AS kind, host_lineage AS value, count(*) AS n_receipts
-FROM receipts WHERE host_lineage IS NOT NULL GROUP BY ALL
+FROM receipts WHERE superseded_by IS NULL AND host_lineage IS NOT NULL GROUP BY ALL
 UNION ALL
-SELECT 'preset_family', preset_family, count(*) FROM receipts WHERE preset_family IS NOT NULL GROUP BY ALL
+SELECT 'preset_family', preset_family, count(*) FROM receipts WHERE superseded_by IS NULL AND preset_family IS NOT NULL GROUP BY ALL
 UNION ALL
-SELECT 'launch_regime', launch_regime, count(*) FROM receipts WHERE launch_regime IS NOT NULL GROUP BY ALL
+SELECT 'launch_regime', launch_regime, count(*) FROM receipts WHERE superseded_by IS NULL AND launch_regime IS NOT NULL GROUP BY ALL
 UNION ALL
-SELECT 'tag', tag, count(*) FROM (SELECT unnest(from_json(tags_json, '["VARCHAR"]')) AS tag FROM receipts) GROUP BY ALL
+SELECT 'tag', tag, count(*) FROM (SELECT unnest(from_json(tags_json, '["VARCHAR"]')) AS tag FROM receipts WHERE superseded_by IS NULL) GROUP BY ALL
 UNION ALL
 SELECT 'date', strftime(d, '%Y-%m-%d'), 1
 FROM (SELECT unnest([min(run_at), max(run_at)]) AS d
       FROM (SELECT coalesce(TRY_CAST(started_at AS TIMESTAMP), TRY_CAST(ingested_at AS TIMESTAMP)) AS run_at
-            FROM receipts))
+            FROM receipts WHERE superseded_by IS NULL))
 WHERE d IS NOT NULL
 ORDER BY kind, value

@@ -1,4 +1,5 @@
--- Receipts for the lane view, filtered, each with its lane key and whether it is a rumor.
+-- Current receipts (superseded ones are left out) for the lane view, filtered, each with its lane key and
+-- whether it is a rumor.
 -- Reads: receipts, receipt_steps.
 -- Params: $hosts, $presets, $regimes (VARCHAR[] or NULL = any), $tag (text or NULL), $since, $until
 --         (ISO date text or NULL; compared with run_at), $search (text or NULL: case-insensitive substring of
@@ -14,6 +15,7 @@ WITH r AS (
            coalesce(TRY_CAST(started_at AS TIMESTAMP), TRY_CAST(ingested_at AS TIMESTAMP)) AS run_at,
            from_json(tags_json, '["VARCHAR"]') AS tags
     FROM receipts
+    WHERE superseded_by IS NULL
 ), picked AS (
     SELECT * FROM r
     WHERE ($hosts IS NULL OR list_contains($hosts, host_lineage))

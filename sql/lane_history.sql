@@ -1,4 +1,5 @@
--- One lane's receipts over time: steady-state step time and peak memory, oldest first.
+-- One lane's current receipts over time (superseded ones left out): steady-state step time and peak
+-- memory, oldest first.
 -- Reads: receipts, receipt_steps.
 -- Params: $host_lineage, $preset_family, $launch_regime (the canonical identity triple of the lane).
 -- Columns: receipt_id, run_name, run_at (timestamp: started_at, else ingested_at, UTC),
@@ -7,7 +8,7 @@
 --          peak_allocated_bytes, peak_reserved_bytes (bytes), window_rule (how warm-up was cut).
 WITH lane AS (
     SELECT * FROM receipts
-    WHERE identity_complete AND host_lineage = $host_lineage AND preset_family = $preset_family
+    WHERE identity_complete AND superseded_by IS NULL AND host_lineage = $host_lineage AND preset_family = $preset_family
       AND launch_regime = $launch_regime
 ), t AS (
     SELECT s.receipt_id, s.step, max(s.step_ms) AS step_ms

@@ -42,23 +42,47 @@ def check_unchanged(url: str, receipt_id: str, columns: list[str], row, expected
                               f"({', '.join(moved)}); nothing written, run the retag again")
 
 
+def _pick(ref: str, rows: list[tuple[str, str, str, str | None]]) -> str | ReceiptNotFound:
+    """rows: (id, run_name, match kind, superseded_by). An exact id wins; then a run name, current receipts
+    only (the newest superseded one when none is current); then a unique id prefix."""
+    exact = [r for r in rows if r[2] == "id"]
+    if exact:
+        return exact[0][0]
+    by_name = [r for r in rows if r[2] == "run_name"]
+    current = [r for r in by_name if r[3] is None] or by_name[:1]
+    if len(current) == 1:
+        return current[0][0]
+    if len(current) > 1:
+        return ReceiptNotFound(ref, tuple(f"{r[0]} ({r[1]})" for r in current))
+    by_prefix = [r for r in rows if r[2] == "prefix"]
+    if len(by_prefix) == 1:
+        return by_prefix[0][0]
+    return ReceiptNotFound(ref, tuple(r[0] for r in by_prefix))
+
+
 class Store(ABC):
     url: str
 
     # ---- writes -----------------------------------------------------------------------------
-    def write_receipt(self, receipt: Receipt, *, anatomies: tuple[tuple[Anatomy, SourceFile], ...] = ()) -> WriteResult:
-        """Receipt, its rows and any anatomy, in one transaction; a repeat of the same content is a no-op."""
+    def write_receipt(self, receipt: Receipt, *, anatomies: tuple[tuple[Anatomy, SourceFile], ...] = (),
+                      supersedes: tuple[str, ...] = (), columns: dict[str, Any] | None = None) -> WriteResult:
+        """Receipt, its rows and any anatomy, in one transaction; a repeat of the same content is a no-op.
+
+        `supersedes`: earlier receipts of the same run that this one replaces; their superseded_by is set to
+        this receipt's id in the same transaction (only where still null). `columns` overrides values of the
+        receipts row (an identity carried over from a superseded receipt, or superseded_by itself)."""
         ingested_at = R.now_iso()
         bulk = {"receipt_steps": R.step_frame(receipt)}
         small = {
-            "receipts": [R.receipt_row(receipt, ingested_at)],
+            "receipts": [{**R.receipt_row(receipt, ingested_at), **(columns or {})}],
             "receipt_env": R.env_rows(receipt),
             "receipt_memory": R.memory_rows(receipt),
             "receipt_sources": R.source_rows(receipt.id, receipt.sources, ingested_at),
         }
         for anatomy, source in anatomies:
             self._add_anatomy(bulk, small, receipt.id, anatomy, source, ingested_at)
-        created = self._write(content_sha256=receipt.content_sha256, small=small, bulk=bulk)
+        created = self._write(content_sha256=receipt.content_sha256, small=small, bulk=bulk,
+                              supersede=(receipt.id, tuple(supersedes)) if supersedes else None)
         if created:
             return WriteResult(receipt.id, True, receipt.run_name)
         existing = self.sql("SELECT id, run_name FROM receipts WHERE content_sha256 = $sha",
@@ -142,9 +166,11 @@ class Store(ABC):
 
     @abstractmethod
     def _write(self, *, content_sha256: str | None, small: dict[str, list[dict[str, Any]]],
-               bulk: dict[str, pl.DataFrame], attach: tuple[str, str] | None = None) -> bool:
+               bulk: dict[str, pl.DataFrame], attach: tuple[str, str] | None = None,
+               supersede: tuple[str, tuple[str, ...]] | None = None) -> bool:
         """Insert everything in one transaction. Returns False (and writes nothing) when the content hash
-        (or, for an attachment, the (receipt, source sha256) pair) is already stored."""
+        (or, for an attachment, the (receipt, source sha256) pair) is already stored. `supersede` =
+        (new id, earlier ids): set the earlier receipts' superseded_by, where null, in the same transaction."""
 
     # ---- reads ------------------------------------------------------------------------------
     @abstractmethod
@@ -161,42 +187,33 @@ class Store(ABC):
         return f"{row[0]}:{row[1]}"
 
     def resolve(self, ref: str) -> str:
-        """A receipt id, a unique id prefix, or a run name (the newest wins only when unique)."""
+        """A receipt id, a unique id prefix, or a run name. A run name means its current receipt (one not
+        superseded by a later ingest of the same run); an explicit id or prefix may name a superseded one."""
         found = self.query("resolve_ref", {"ref": ref, "prefix": ref.lower() + "%"})
-        exact = found.filter(found["match"] == "id")
-        if exact.height:
-            return exact["id"][0]
-        by_name = found.filter(found["match"] == "run_name")
-        if by_name.height == 1:
-            return by_name["id"][0]
-        if by_name.height > 1:
-            raise ReceiptNotFound(ref, tuple(f"{i} ({n})" for i, n in by_name.select("id", "run_name").iter_rows()))
-        by_prefix = found.filter(found["match"] == "prefix")
-        if by_prefix.height == 1:
-            return by_prefix["id"][0]
-        raise ReceiptNotFound(ref, tuple(by_prefix["id"].to_list()))
+        rows = [(r["id"], r["run_name"], r["match"], r["superseded_by"]) for r in found.iter_rows(named=True)]
+        answer = _pick(ref, rows)
+        if isinstance(answer, ReceiptNotFound):
+            raise answer
+        return answer
 
-    def resolve_many(self, refs: list[str]) -> dict[str, str | ReceiptNotFound]:
-        """Resolve many references with one read; each maps to an id or the ReceiptNotFound it would raise."""
+    def resolve_many(self, refs: list[str], *, current_only: bool = False) -> dict[str, str | ReceiptNotFound]:
+        """Resolve many references with one read; each maps to an id or the ReceiptNotFound it would raise.
+
+        current_only (the gate): a reference to a superseded receipt is refused, naming its successor."""
         rows = self.query("receipt_refs").rows()
-        ids = {r[0] for r in rows}
-        by_name: dict[str, list[str]] = {}
-        for rid, name, _ in rows:
-            by_name.setdefault(name, []).append(rid)
         out: dict[str, str | ReceiptNotFound] = {}
         for ref in dict.fromkeys(refs):
-            named = by_name.get(ref, [])
-            prefixed = [rid for rid, _, _ in rows if rid.startswith(ref.lower())] if ref else []
-            if ref in ids:
-                out[ref] = ref
-            elif len(named) == 1:
-                out[ref] = named[0]
-            elif named:
-                out[ref] = ReceiptNotFound(ref, tuple(f"{i} ({ref})" for i in named))
-            elif len(prefixed) == 1:
-                out[ref] = prefixed[0]
-            else:
-                out[ref] = ReceiptNotFound(ref, tuple(prefixed))
+            prefix = ref.lower()
+            matches = [(rid, name, "id", sup) for rid, name, _, sup in rows if rid == ref]
+            matches += [(rid, name, "run_name", sup) for rid, name, _, sup in rows if name == ref]
+            matches += [(rid, name, "prefix", sup) for rid, name, _, sup in rows if ref and rid.startswith(prefix)]
+            answer = _pick(ref, matches)
+            if current_only and isinstance(answer, str):
+                successor = next((sup for rid, _, _, sup in rows if rid == answer and sup), None)
+                if successor:
+                    answer = ReceiptNotFound(ref, (f"{answer}, superseded by {successor} (a later ingest of the "
+                                                   "same run; name that one)",))
+            out[ref] = answer
         return out
 
     def close(self) -> None:  # pragma: no cover - backends override

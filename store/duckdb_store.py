@@ -75,7 +75,7 @@ class DuckDBStore(Store):
             con.execute("ROLLBACK")
             raise
 
-    def _write(self, *, content_sha256, small, bulk, attach=None) -> bool:
+    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None) -> bool:
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
@@ -96,6 +96,10 @@ class DuckDBStore(Store):
                     con.register("_bulk", frame.to_arrow())
                     con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM _bulk")
                     con.unregister("_bulk")
+            if supersede is not None:
+                new_id, earlier = supersede
+                con.executemany("UPDATE receipts SET superseded_by = ? WHERE id = ? AND superseded_by IS NULL",
+                                [[new_id, old_id] for old_id in earlier])
             con.execute("COMMIT")
             return True
         except BaseException:

@@ -141,7 +141,7 @@ class PostgresStore(Store):
             raise StoreError(self.url, f"permission denied: {str(exc).strip()} (docs/teams.md lists the writer's "
                                        "grants; after `db upgrade` to schema 3 the UPDATE grant is needed again)") from exc
 
-    def _write(self, *, content_sha256, small, bulk, attach=None) -> bool:
+    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None) -> bool:
         if self.read_only:
             raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
         small = dict(small)
@@ -165,6 +165,11 @@ class PostgresStore(Store):
                 for table, frame in bulk.items():
                     if frame.height:
                         _copy_frame(self.conn, table, frame)
+                if supersede is not None:
+                    new_id, earlier = supersede
+                    with self.conn.cursor() as cur:
+                        cur.executemany("UPDATE receipts SET superseded_by = %s WHERE id = %s AND superseded_by IS NULL",
+                                        [(new_id, old_id) for old_id in earlier])
                 return True
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise StoreError(self.url, "this role may not write (read-only); use a writer role to ingest") from exc

@@ -108,7 +108,10 @@ def _copy_receipt(source: Store, target: Store, receipt_id: str, content_sha256:
     anatomy_small, anatomy_bulk = _anatomy_payload(source, receipt_id, None)
     small.update(anatomy_small)
     bulk.update(anatomy_bulk)
-    return target._write(content_sha256=content_sha256, small=small, bulk=bulk)
+    # Receipts this one superseded locally, pushed earlier while still current, are superseded there too.
+    earlier = tuple(source.sql("SELECT id FROM receipts WHERE superseded_by = $id", params)["id"].to_list())
+    return target._write(content_sha256=content_sha256, small=small, bulk=bulk,
+                         supersede=(receipt_id, earlier) if earlier else None)
 
 
 def _copy_attachment(source: Store, target: Store, receipt_id: str, source_sha256: str) -> bool:

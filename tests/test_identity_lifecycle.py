@@ -5,6 +5,7 @@ writer role of docs/teams.md."""
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -203,3 +204,162 @@ def test_retag_on_postgresql_as_the_writer_role_keeps_history_it_cannot_rewrite(
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             _psql(writer_url, statement)
     assert _psql(pg_url, "SELECT count(*) FROM identity_history") == [(1,)]
+
+
+# ---- re-ingest with other identity flags -------------------------------------------------------------
+REV_LOG = GPU_DATA / "fsdp2_1gpu_rev" / "run.log"
+
+
+def test_reingest_with_other_flags_reports_the_conflict_and_the_retag_command(db):
+    assert cli(db, "ingest", str(REV_LOG)).exit_code == 0
+    out = cli(db, "ingest", str(REV_LOG), "--preset", "nam52_h200_dense_ref_v1", "--tag", "v19c")
+    assert out.exit_code == 0 and "unchanged" in out.stdout
+    assert "identity conflict" in out.stderr and "preset_family 'toy_fsdp2_v1'" in out.stderr
+    assert "receipts retag 3a107a8980d87dd4 --preset nam52_h200_dense_ref_v1 --tag v19c --why" in out.stderr
+    code, (outcome,) = cli_json(db, "ingest", str(REV_LOG), "--preset", "nam52_h200_dense_ref_v1")
+    assert code == 0 and outcome["created"] is False
+    assert outcome["identity_conflict"]["stored"] == {"preset_family": "toy_fsdp2_v1"}
+    assert outcome["identity_conflict"]["asked"] == {"preset_family": "nam52_h200_dense_ref_v1"}
+    # the suggested command does what it says
+    command = shlex.split(outcome["identity_conflict"]["retag"])[2:-2]
+    assert cli(db, "retag", *command, "--why", "launched with the NAM52 preset").exit_code == 0
+    code, (again,) = cli_json(db, "ingest", str(REV_LOG), "--preset", "nam52_h200_dense_ref_v1")
+    assert again["identity_conflict"] is None
+    # the same flags as stored are no conflict; no flags are no conflict
+    assert cli_json(db, "ingest", str(REV_LOG))[1][0]["identity_conflict"] is None
+
+
+def test_the_incomplete_warning_describes_the_stored_receipt(tmp_path, db):
+    log = write_native_log(tmp_path / "run_a.log", [100.0] * 5, regime=None)
+    assert "identity incomplete" in cli(db, "ingest", str(log)).stderr
+    cli(db, "retag", "run_a", "--regime", "fsdp2/regional-compile", "--why", "known from the launcher")
+    again = cli(db, "ingest", str(log))                 # this parse alone is still a rumor; the stored one is not
+    assert "unchanged" in again.stdout and "identity incomplete" not in again.stderr
+    assert cli_json(db, "ingest", str(log))[1][0]["complete"] is True
+
+
+# ---- growing logs: one current receipt per run -------------------------------------------------------
+def _grow(path: Path, source: Path, n_bytes: int | None) -> Path:
+    data = source.read_bytes()
+    path.write_bytes(data if n_bytes is None else data[:n_bytes])
+    return path
+
+
+def test_a_growing_log_supersedes_its_prefix(tmp_path, db):
+    """The real 1-GPU run ingested while in progress (its first 6000 bytes), then again when finished."""
+    (tmp_path / "live").mkdir()
+    log = _grow(tmp_path / "live" / "run.log", REV_LOG, 6000)
+    first = cli_json(db, "ingest", str(log), "--host-lineage", "h200-device-x1")[1][0]
+    assert first["created"] and first["ended_early"]
+    _grow(log, REV_LOG, None)
+    code, (second,) = cli_json(db, "ingest", str(log))
+    assert code == 0 and second["created"] and second["supersedes"] == [first["receipt_id"]]
+    listed = cli_json(db, "list")[1]
+    assert [r["id"] for r in listed] == [second["receipt_id"]]
+    everything = {r["id"]: r["superseded_by"] for r in cli_json(db, "list", "--all")[1]}
+    assert everything == {first["receipt_id"]: second["receipt_id"], second["receipt_id"]: None}
+    assert "superseded" in cli(db, "list", "--all").stdout and "superseded" not in cli(db, "list").stdout.split("\n", 1)[1]
+    assert cli_json(db, "show", "live")[1]["id"] == second["receipt_id"]          # a run name means the current one
+    assert cli_json(db, "show", first["receipt_id"])[1]["superseded_by"] == second["receipt_id"]
+    # the gate refuses the superseded receipt as evidence and names its successor
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(f"version: 1\nclaims:\n  - name: grown\n    baseline: {first['receipt_id']}\n"
+                      f"    candidate: live\n    metric: step_time\n    speedup: 1.0\n    tolerance: 0.5\n")
+    gate = cli(db, "gate", str(claims))
+    assert gate.exit_code != 0 and f"superseded by {second['receipt_id']}" in gate.output
+    # ingesting the prefix again changes nothing: it is already stored (and superseded)
+    _grow(tmp_path / "old.log", REV_LOG, 6000)
+    assert cli_json(db, "ingest", str(tmp_path / "old.log"))[1][0]["created"] is False
+
+
+def test_a_receipt_header_with_the_same_run_key_supersedes(tmp_path, db):
+    """Not a byte prefix (the earlier copy was cut mid-line and the later one rewritten), same header."""
+    lines = REV_LOG.read_text().splitlines(keepends=True)
+    early = tmp_path / "early.log"
+    early.write_text("".join(lines[:12]).replace("\n", "\r\n"))              # another byte stream, same run
+    a = cli_json(db, "ingest", str(early), "--run-name", "rev")[1][0]
+    b = cli_json(db, "ingest", str(REV_LOG), "--run-name", "rev")[1][0]
+    assert b["supersedes"] == [a["receipt_id"]]
+    # and the shorter view ingested after the longer one is stored already superseded
+    c = cli_json(db, "ingest", str(_grow(tmp_path / "c.log", REV_LOG, 7000)))[1][0]
+    assert c["created"] and c["superseded_by"] == b["receipt_id"] and c["supersedes"] == []
+    assert [r["id"] for r in cli_json(db, "list")[1]] == [b["receipt_id"]]
+
+
+def test_a_retagged_partial_log_keeps_its_identity_when_it_grows(tmp_path, db):
+    log = write_native_log(tmp_path / "run.log", [100.0 + i for i in range(40)], preset=None)
+    full = log.read_bytes()
+    log.write_bytes(full[:full.index(b'"step": 20,')].rsplit(b"\n", 1)[0] + b"\n")
+    cli(db, "ingest", str(log))
+    cli(db, "retag", log.parent.name, "--preset", "nam52_h200_dense_ref_v1", "--why", "known")
+    log.write_bytes(full)
+    code, (grown,) = cli_json(db, "ingest", str(log))
+    assert grown["supersedes"] and grown["complete"] is True
+    shown = cli_json(db, "show", grown["receipt_id"])[1]
+    assert shown["identity"]["preset_family"] == "nam52_h200_dense_ref_v1"
+    assert any("carried over" in n for n in shown["identity"]["resolution"])
+
+
+def test_lanes_and_lane_history_leave_superseded_receipts_out(tmp_path, db):
+    log = tmp_path / "live" / "run.log"
+    log.parent.mkdir()
+    _grow(log, REV_LOG, 6000)
+    cli(db, "ingest", str(log))
+    _grow(log, REV_LOG, None)
+    cli(db, "ingest", str(log))
+    with open_store(db) as store:
+        lanes = store.query("dash_lanes", {"hosts": None, "presets": None, "regimes": None, "tag": None,
+                                           "since": None, "until": None, "search": None})
+        history = store.query("lane_history", {"host_lineage": "h200-device-x1", "preset_family": "toy_fsdp2_v1",
+                                               "launch_regime": "fsdp2/no-compile"})
+        assert lanes.height == 1 and history.height == 1 and lanes["n_steady_steps"][0] == 17
+
+
+# ---- run names ----------------------------------------------------------------------------------------
+def test_one_run_name_for_several_files_or_a_taken_one_needs_a_tag(tmp_path, db):
+    a = write_native_log(tmp_path / "a.log", [100.0] * 5)
+    b = write_native_log(tmp_path / "b.log", [101.0] * 5)
+    out = cli(db, "ingest", str(a), str(b), "--run-name", "same")
+    assert out.exit_code == 2 and "--run-name 'same' with several files" in out.output
+    assert cli(db, "ingest", str(a), "--run-name", "same").exit_code == 0
+    out = cli(db, "ingest", str(b), "--run-name", "same")
+    assert out.exit_code == 2 and "already used by current receipt" in out.output
+    assert cli(db, "ingest", str(a), "--run-name", "same").exit_code == 0            # its own name: unchanged
+    assert cli(db, "ingest", str(b), "--run-name", "same", "--tag", "rerun").exit_code == 0
+    assert len(cli_json(db, "list")[1]) == 2
+
+
+# ---- typos and strict mode ---------------------------------------------------------------------------
+def test_typos_get_a_did_you_mean_and_strict_refuses_them(tmp_path, db):
+    log = write_native_log(tmp_path / "run_a.log", [100.0] * 5, host_lineage=None, regime=None)
+    out = cli(db, "ingest", str(log), "--strict", "--host-lineage", "h200-usw1c-bench-1",
+              "--regime", "fsdp2/regional-compil")
+    assert out.exit_code == 2 and "did you mean 'h200-usw1c-bench-01'?" in out.output
+    assert "did you mean 'fsdp2/regional-compile'?" in out.output
+    assert not Path(db).exists() or cli_json(db, "list")[1] == []
+    out = cli(db, "ingest", str(log), "--host-lineage", "h200-usw1c-bench-1", "--regime", "fsdp2/regional-compil")
+    assert out.exit_code == 0 and "did you mean 'h200-usw1c-bench-01'?" in out.stderr
+    # said once at ingest; show and compare do not repeat it
+    assert "not in the registry" not in cli(db, "show", "run_a").stdout
+    assert not any("registry" in n for n in cli_json(db, "show", "run_a")[1]["identity"]["resolution"])
+    out = cli(db, "retag", "run_a", "--host-lineage", "h200-usw1c-bench-O1", "--why", "typo", "--strict")
+    assert out.exit_code == 2 and "did you mean 'h200-usw1c-bench-01'" in out.output
+    assert cli(db, "retag", "run_a", "--host-lineage", "h200-usw1c-bench-01", "--regime", "fsdp2/regional-compile",
+               "--why", "fix the typos").exit_code == 0
+    assert cli_json(db, "show", "run_a")[1]["identity"]["complete"] is True
+
+
+def test_strict_true_in_the_registry_file_refuses_unknown_values(tmp_path, db):
+    registry = tmp_path / "reg.toml"
+    registry.write_text("version = 1\nstrict = true\n")
+    log = write_native_log(tmp_path / "run_a.log", [100.0] * 5, preset="nam52_h200_dense_ref_v2")
+    out = CliRunner().invoke(app, ["--db", db, "--registry", str(registry), "ingest", str(log)])
+    assert out.exit_code == 2 and "did you mean 'nam52_h200_dense_ref_v1'?" in out.output
+    registry.write_text("version = 1\nstrict = 'yes'\n")
+    out = CliRunner().invoke(app, ["--db", db, "--registry", str(registry), "ingest", str(log)])
+    assert out.exit_code == 2 and "`strict` must be true or false" in out.output
+
+
+from typer.testing import CliRunner  # noqa: E402
+
+from receipts.cli.main import app  # noqa: E402
