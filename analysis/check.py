@@ -7,8 +7,9 @@ the tag of `--against tag:T`, the most recent `last` of them by run date, every 
 run is never its own baseline). Baseline runs that ended early or have no steady state are left out and
 named. So is an outlier: a run whose median lies more than OUTLIER_Z robust z-scores from the median of
 the run medians (Iglewicz & Hoaglin's modified z-score, 0.6745 |x - median| / MAD > 3.5, i.e.
-|x - median| > 3.5 x 1.4826 MAD), judged once the baseline has at least 3 runs: a throttled GPU or a
-noisy neighbour in one main run must not move the baseline or widen its interval. The baseline's
+|x - median| > 3.5 x 1.4826 MAD, with the scale never below the lane's noise floor), judged once the
+baseline has at least 3 runs: a throttled GPU or a noisy neighbour in one main run must not move the
+baseline or widen its interval. The baseline's
 centre is the median of the remaining runs' medians.
 
 Verdict: analysis.verdict.decide(baseline runs, [candidate], the lane's noise floor), the rule compare
@@ -32,7 +33,7 @@ from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift
 from receipts.analysis.lanes import Lane, lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, MAD_TO_SIGMA, MIN_FLOOR_PCT, NoiseFloor, noise_floor
 from receipts.analysis.record import StoredReceipt, load_many
-from receipts.analysis.stats import median_interval
+from receipts.analysis.stats import RunInterval, median_interval
 from receipts.analysis.verdict import VerdictResult, decide
 from receipts.errors import UsageError
 
@@ -65,6 +66,7 @@ class Baseline:
     runs: tuple[BaselineRun, ...]   # the `last` most recent tagged runs of the lane, oldest first, used or not
     median_step_ms: float | None     # median of the used runs' medians (ms)
     floor: NoiseFloor
+    intervals: Mapping[str, RunInterval] = field(default_factory=dict, repr=False)  # step time, used runs
 
     @property
     def used(self) -> tuple[BaselineRun, ...]:
@@ -141,6 +143,29 @@ def resolve_candidates(store: "Store", refs: Sequence[str]) -> list[tuple[str, s
     return list({rid: (ref, rid) for ref, rid in out}.values())  # a run named twice is checked once
 
 
+@dataclass(frozen=True)
+class LaneReads:
+    """What one read of the candidates' lanes gives: per lane the picked baseline rows (lane_runs rows,
+    oldest first) and the floor's (run id, median) pairs, and the picked runs' receipts."""
+    picked: Mapping[Lane, list[dict]]
+    floor_rows: Mapping[Lane, list[tuple[str, float]]]
+    receipts: Mapping[str, StoredReceipt]
+
+
+def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: str, last: int) -> LaneReads:
+    """The tagged runs of every candidate's lane in one query, and the baseline receipts in one load."""
+    lanes = sorted({lane_of(r) for r in candidates.values()} - {None}, key=str)
+    rows: dict[Lane, list[dict]] = {lane: [] for lane in lanes}
+    if lanes:
+        frame = lane_runs(store, lanes, tag=tag, last=max(last, FLOOR_WINDOW) + len(candidates))
+        for r in frame.iter_rows(named=True):
+            rows[Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])].append(r)
+    picked = {lane: pick_baseline(lane_rows, candidates.keys(), last) for lane, lane_rows in rows.items()}
+    ids = [r["receipt_id"] for chosen in picked.values() for r in chosen]
+    return LaneReads(picked, {lane: _floor_rows(lane_rows, candidates.keys()) for lane, lane_rows in rows.items()},
+                     load_many(store, ids) if ids else {})
+
+
 def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = DEFAULT_LAST) -> CheckResult:
     """Resolve the candidates, read each lane's tagged runs and the baseline receipts, then judge."""
     tag = parse_against(against)
@@ -148,22 +173,9 @@ def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = 
         raise UsageError(f"--last {last}: the baseline needs at least 1 run")
     pairs = resolve_candidates(store, refs)
     candidates = load_many(store, [rid for _, rid in pairs])
-    lanes = sorted({lane_of(r) for r in candidates.values()} - {None}, key=str)
-    rows: dict[Lane, list[dict]] = {lane: [] for lane in lanes}
-    if lanes:
-        frame = lane_runs(store, lanes, tag=tag, last=max(last, FLOOR_WINDOW) + len(candidates))
-        for r in frame.iter_rows(named=True):
-            rows[Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])].append(r)
-    chosen = {lane: pick_baseline(lane_rows, candidates.keys(), last) for lane, lane_rows in rows.items()}
-    baseline_ids = [r["receipt_id"] for picked in chosen.values() for r in picked]
-    baselines = load_many(store, baseline_ids) if baseline_ids else {}
-    results = []
-    for ref, rid in pairs:
-        c = candidates[rid]
-        lane = lane_of(c)
-        results.append(judge(ref, c, tag=tag, last=last, picked=chosen.get(lane, []),
-                             floor_rows=_floor_rows(rows.get(lane, []), candidates.keys()), receipts=baselines))
-    return CheckResult(against, last, tuple(results))
+    reads = read_lanes(store, candidates, tag=tag, last=last)
+    return CheckResult(against, last, tuple(judge(ref, candidates[rid], tag=tag, last=last, reads=reads)
+                                            for ref, rid in pairs))
 
 
 # ---------------------------------------------------------------------------------------- pure
@@ -179,59 +191,78 @@ def _floor_rows(lane_rows: Sequence[dict], candidate_ids: Iterable[str]) -> list
     return [(r["receipt_id"], r["median_step_ms"]) for r in kept]
 
 
-def outliers(medians: Mapping[str, float]) -> dict[str, float]:
-    """Runs whose median is an outlier among `medians`, with their modified z-score (see the module doc)."""
+def outliers(medians: Mapping[str, float], floor: NoiseFloor) -> dict[str, float]:
+    """Runs whose median is an outlier among `medians`, with their robust z-score (see the module doc).
+
+    The scale is the baseline's own MAD, but never less than the lane's noise floor: five runs can agree
+    by chance to 0.1%, and a run one floor away from them is ordinary noise, not an outlier."""
     if len(medians) < MIN_RUNS_FOR_OUTLIERS:
         return {}
     x = np.array(list(medians.values()))
     center = float(np.median(x))
-    sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(x - center))), MIN_FLOOR_PCT / 100.0 * center)
+    sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(x - center))), floor.fraction * center,
+                MIN_FLOOR_PCT / 100.0 * center)
     return {rid: abs(m - center) / sigma for rid, m in medians.items() if abs(m - center) / sigma > OUTLIER_Z}
 
 
-def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, picked: Sequence[dict],
-          floor_rows: Sequence[tuple[str, float]], receipts: Mapping[str, StoredReceipt]) -> CandidateCheck:
-    """The verdict on one candidate against its picked baseline rows (lane_runs rows, oldest first)."""
+def baseline_for(candidate: StoredReceipt, *, tag: str, last: int, reads: LaneReads) -> Baseline | None:
+    """The candidate's baseline by the rules above; None for a rumor (no lane)."""
     lane = lane_of(candidate)
-    own = median_interval(candidate.steady_step_ms)
-    base = dict(ref=ref, receipt_id=candidate.id, run_name=candidate.run_name, lane=lane,
-                median_step_ms=own.median if own else None, ended_early=candidate.ended_early)
     if lane is None:
-        missing = [f for f in IDENTITY_FIELDS if not getattr(candidate, f)]
-        return CandidateCheck(**base, outcome="rumor", message=(
-            f"{candidate.run_name}: incomplete identity (a rumor, not a comparison): lacks {', '.join(missing)}; "
-            f"without a lane there is no baseline (give it one: receipts retag {candidate.run_name} "
-            + " ".join(f"{_RETAG_FLAG[f]} ..." for f in missing) + " --why ...)"))
-    if own is None:
-        return CandidateCheck(**base, outcome="unmeasured", message=(
-            f"{candidate.run_name}: fewer than 2 steady-state steps with a step time; nothing to compare"))
-    runs, intervals, medians = [], {}, {}
-    for row in picked:
-        r = receipts[row["receipt_id"]]
+        return None
+    runs, intervals = [], {}
+    for row in reads.picked.get(lane, []):
+        r = reads.receipts[row["receipt_id"]]
         why = None
         if r.ended_early:
             why = f"ended early: {r.ended_early}"
         elif (interval := median_interval(r.steady_step_ms)) is None:
             why = "fewer than 2 steady-state steps"
         else:
-            intervals[r.id], medians[r.id] = interval, interval.median
+            intervals[r.id] = interval
         runs.append(BaselineRun(r.id, r.run_name, str(row["run_date"]), row["median_step_ms"], why))
-    far = outliers(medians)
-    center = float(np.median([m for rid, m in medians.items() if rid not in far])) if medians else None
+    floor = noise_floor(reads.floor_rows.get(lane, []))
+    far = outliers({rid: i.median for rid, i in intervals.items()}, floor)
+    kept = {rid: i for rid, i in intervals.items() if rid not in far}
+    center = float(np.median([i.median for i in kept.values()])) if kept else None
     runs = [BaselineRun(b.id, b.run_name, b.run_date, b.median_step_ms,
                         f"outlier: median {b.median_step_ms:.2f} ms is {far[b.id]:.1f} robust z-scores from the "
                         f"baseline's {center:.2f} ms (> {OUTLIER_Z:g})") if b.id in far else b for b in runs]
-    floor = noise_floor(floor_rows)
-    baseline = Baseline(tag, last, tuple(runs), center, floor)
-    used = [intervals[b.id] for b in baseline.used]
-    if not used:
-        have = (f"its {len(runs)} most recent run(s) tagged {tag!r} cannot be used ("
-                + "; ".join(f"{b.run_name}: {b.excluded}" for b in runs) + ")") if runs else \
-            f"no current receipt in it carries the tag {tag!r}"
-        return CandidateCheck(**base, outcome="no_baseline", baseline=baseline, message=(
-            f"{candidate.run_name}: no baseline in lane {lane}: {have}. Create one by ingesting runs of this "
-            f"lane with the tag: receipts ingest run.log --tag {tag} (or receipts retag RUN --tag {tag} --why ...)"))
-    verdict = decide(used, [own], floor, grow="candidate")
-    newest = receipts[baseline.used[-1].id]
+    return Baseline(tag, last, tuple(runs), center, floor, kept)
+
+
+def no_baseline_message(candidate: StoredReceipt, baseline: Baseline) -> str:
+    runs = baseline.runs
+    have = (f"its {len(runs)} most recent run(s) tagged {baseline.tag!r} cannot be used ("
+            + "; ".join(f"{b.run_name}: {b.excluded}" for b in runs) + ")") if runs else \
+        f"no current receipt in it carries the tag {baseline.tag!r}"
+    return (f"{candidate.run_name}: no baseline in lane {lane_of(candidate)}: {have}. Create one by ingesting runs of "
+            f"this lane with the tag: receipts ingest run.log --tag {baseline.tag} "
+            f"(or receipts retag RUN --tag {baseline.tag} --why ...)")
+
+
+def rumor_message(candidate: StoredReceipt) -> str:
+    missing = [f for f in IDENTITY_FIELDS if not getattr(candidate, f)]
+    return (f"{candidate.run_name}: incomplete identity (a rumor, not a comparison): lacks {', '.join(missing)}; "
+            f"without a lane there is no baseline (give it one: receipts retag {candidate.run_name} "
+            + " ".join(f"{_RETAG_FLAG[f]} ..." for f in missing) + " --why ...)")
+
+
+def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: LaneReads) -> CandidateCheck:
+    """The verdict on one candidate against its baseline."""
+    own = median_interval(candidate.steady_step_ms)
+    base = dict(ref=ref, receipt_id=candidate.id, run_name=candidate.run_name, lane=lane_of(candidate),
+                median_step_ms=own.median if own else None, ended_early=candidate.ended_early)
+    baseline = baseline_for(candidate, tag=tag, last=last, reads=reads)
+    if baseline is None:
+        return CandidateCheck(**base, outcome="rumor", message=rumor_message(candidate))
+    if own is None:
+        return CandidateCheck(**base, outcome="unmeasured", baseline=baseline, message=(
+            f"{candidate.run_name}: fewer than 2 steady-state steps with a step time; nothing to compare"))
+    if not baseline.used:
+        return CandidateCheck(**base, outcome="no_baseline", baseline=baseline,
+                              message=no_baseline_message(candidate, baseline))
+    verdict = decide([baseline.intervals[b.id] for b in baseline.used], [own], baseline.floor, grow="candidate")
+    newest = reads.receipts[baseline.used[-1].id]
     return CandidateCheck(**base, outcome="judged", baseline=baseline, verdict=verdict, message=verdict.why,
                           drift={k: v for k, v in drift(newest, candidate).items() if v})

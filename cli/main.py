@@ -30,10 +30,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "retag": ("retag_cmd", "Change a receipt's claimed identity; raw values are re-resolved through the registry, "
                            "and the old identity is kept (who, when, why) in an append-only history that `show` "
                            "prints."),
-    "compare": ("compare_cmd", "Compare B against A. Exit 3 when refused (identity incomplete or not the same lane)."),
+    "compare": ("compare_cmd", "Compare B against A: faster / slower / no change / inconclusive against the lane's "
+                               "noise floor. Exit 3 when refused (identity incomplete or not the same lane)."),
     "anatomy": ("anatomy_cmd", "Step-time anatomy by category (GEMM, attention, MoE, NCCL, memcpy, idle, exposed "
                                "comm)."),
     "gate": ("gate_cmd", "Check benchmark claims against stored receipts. Exit 1 when any claim is rejected."),
+    "check": ("check_cmd", "Check runs against their lane's recent baseline (e.g. tag:main). Exit 1 when any run is "
+                           "slower beyond the noise, 3 when a run has no comparable baseline."),
     "run": ("run_cmd", "Run COMMAND with provenance, env overlay and topology written to run.log before it starts; "
                        "tee its output; forward SIGINT/SIGTERM; exit with its exit code."),
     "preflight": ("preflight_cmd", "Check topology (NV# between GPUs), NUMA balancing, env knobs and paths; exit 2 "
@@ -44,8 +47,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("db_cmds", "Create, upgrade and inspect a store's schema (DuckDB file or PostgreSQL)."),
 }
 # Command modules, each with register(app). Listed here so the layout shows every command.
-COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "anatomy_cmd", "gate_cmd", "run_cmd",
-                   "preflight_cmd", "dashboard_cmd", "db_cmds")
+COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "anatomy_cmd", "gate_cmd", "check_cmd",
+                   "run_cmd", "preflight_cmd", "dashboard_cmd", "db_cmds")
 # A module listed in COMMAND_MODULES without a COMMANDS entry is imported whenever the command list is
 # needed: it works, only start-up pays for it (tests/test_packaging.py fails until the entry is added).
 

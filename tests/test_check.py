@@ -1,0 +1,235 @@
+"""`receipts check RUN... --against tag:main`, end to end through the CLI.
+
+Two layers. The real runs in tests/data/noise (ten A/A runs of one configuration on one H100, two with a
+planted slowdown under the noise floor, three with a planted 2.5% slowdown; README.md there) are the
+point: every A/A run passes against the others, every 2.5% slowdown is `slower`, the sub-floor ones are
+never `faster`. Native logs written here cover what real data does not have on demand: an outlier
+baseline run, a lane without a baseline, a rumor, hostile run names in the comment.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_helpers import cli
+from conftest import write_native_log
+
+REPO = Path(__file__).resolve().parents[1]
+NOISE = REPO / "tests" / "data" / "noise"
+MARKER = "<!-- receipts-check -->"
+
+
+def check(db: str, *args: str, env: dict | None = None):
+    """(exit code, parsed --json) of `receipts check ... --json`."""
+    from typer.testing import CliRunner
+
+    from receipts.cli.main import app
+
+    result = CliRunner().invoke(app, ["--db", db, "check", *args, "--json"], env=env, catch_exceptions=False)
+    assert result.exit_code in (0, 1, 3), result.stdout + result.stderr
+    return result.exit_code, json.loads(result.stdout)
+
+
+def ingest(db: str, *paths: Path, flags: tuple[str, ...] = ()) -> None:
+    result = cli(db, "ingest", *map(str, paths), *flags)
+    assert result.exit_code == 0, result.stdout + result.stderr
+
+
+def by_run(out: dict) -> dict[str, dict]:
+    return {r["run"]: r for r in out["results"]}
+
+
+# ------------------------------------------------------------------------- real runs on one H100
+@pytest.fixture(scope="module")
+def noise_db(tmp_path_factory) -> str:
+    if not NOISE.exists():
+        pytest.skip("tests/data/noise not present")
+    db = str(tmp_path_factory.mktemp("noise") / "noise.duckdb")
+    ingest(db, *sorted(NOISE.glob("*/run.log")))  # identity, run names and tags come from the RECEIPT headers
+    return db
+
+
+def _log_median(run: str) -> float:
+    """Hand count: median step_ms over steps >= 3 of the RECEIPT step lines (step 0 compiles, 1-2 warm up)."""
+    ms = [json.loads(line[8:])["step_ms"] for line in (NOISE / run / "run.log").read_text().splitlines()
+          if line.startswith('RECEIPT {"v":1,"kind":"step"') and json.loads(line[8:])["step"] >= 3]
+    return float(np.median(ms))
+
+
+def test_real_planted_slowdowns_are_slower_against_main(noise_db):
+    code, out = check(noise_db, "tag:pr-slow", "--against", "tag:main")
+    runs = by_run(out)
+    assert code == 1 and out["passed"] is False
+    assert sorted(runs) == ["slow_1", "slow_2", "slow_3"]
+    aa = sorted(p.name for p in NOISE.glob("aa_*"))
+    for name, r in runs.items():
+        assert r["verdict"] == "slower", (name, r["why"])
+        assert r["ratio"]["ci_low"] > 1.0 and 1.015 < r["ratio"]["value"] < 1.04  # planted: 2.54% of a step
+        base = r["baseline"]
+        assert base["run_names"] == aa[-5:]  # the five most recent main runs, in run order
+        assert base["median_step_ms"] == pytest.approx(statistics.median(_log_median(a) for a in aa[-5:]), rel=1e-3)
+        assert r["median_step_ms"] == pytest.approx(_log_median(name), rel=1e-3)
+        assert base["noise_floor"]["source"] == "lane" and base["noise_floor"]["n_runs"] == 10
+        assert 0.1 < base["noise_floor_pct"] < 1.5 and base["excluded"] == []
+
+
+def test_real_sub_floor_slowdowns_are_never_faster_and_pass(noise_db):
+    code, out = check(noise_db, "tag:pr-subfloor", "--against", "tag:main", "--last", "10")
+    assert code == 0 and out["passed"] is True
+    for r in out["results"]:
+        assert r["verdict"] in ("no change", "inconclusive"), r["why"]
+        assert len(r["baseline"]["runs"]) == 10
+
+
+@pytest.mark.parametrize("last", [3, 5, 9])
+def test_real_every_aa_run_passes_against_the_other_main_runs(noise_db, last):
+    """A/A: each unchanged run, checked against main, is never slower (nor faster); it is its own baseline never."""
+    names = [f"aa_{i:02d}" for i in range(1, 11)]
+    for name in names:
+        code, out = check(noise_db, name, "--against", "tag:main", "--last", str(last))
+        r = out["results"][0]
+        assert code == 0 and r["verdict"] in ("no change", "inconclusive"), (name, r["why"])
+        assert name not in r["baseline"]["run_names"] and len(r["baseline"]["run_names"]) == last
+
+
+def test_real_markdown_comment_and_step_summary(noise_db, tmp_path):
+    comment, summary = tmp_path / "comment.md", tmp_path / "summary.md"
+    summary.write_text("earlier step output\n")
+    code, _ = check(noise_db, "slow_1", "aa_10", "--against", "tag:main", "--markdown", str(comment),
+                    env={"GITHUB_STEP_SUMMARY": str(summary)})
+    body = comment.read_text()
+    assert code == 1 and body.splitlines()[0] == MARKER
+    assert "1 of 2 run(s) slower than tag:main" in body.splitlines()[1]
+    assert body.count("\n| lane | h100-device-x1 · toy_fsdp2_v1 · fsdp2/no-compile |") == 2
+    # aa_10 is a candidate too, so neither candidate's baseline includes it
+    assert body.count("| baseline | 5 run(s) tagged 'main': aa_05, aa_06, aa_07, aa_08, aa_09, median ") == 2
+    for row in ("| step time |", "| verdict |", "| noise floor |", "| drift | none |"):
+        assert body.count(row) == 2, row
+    assert "#### :x: slow_1: **slower**" in body
+    assert summary.read_text() == "earlier step output\n" + body + "\n"  # appended, never overwritten
+
+
+# ------------------------------------------------------------------------- native logs: each rule
+LANE = dict(host_lineage="h200-usw1c-bench-01", preset="nam52_h200_dense_ref_v1", regime="fsdp2/regional-compile")
+
+
+_CLOCK = iter(range(10**6))
+
+
+def run_log(folder: Path, name: str, median_ms: float, seed: int, **kw) -> Path:
+    """A native log whose header carries a start time one minute after the previous log's, so run order
+    (which `--last` counts back from) is the order the test writes them in."""
+    steps = list(np.random.default_rng(seed).normal(median_ms, median_ms * 0.004, 80))
+    path = write_native_log(folder / f"{name}.log", steps, **kw)
+    lines = path.read_text().splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("RECEIPT ") and '"kind": "header"' in ln)
+    header = json.loads(lines[i][8:])
+    minute = next(_CLOCK)
+    header["started_at"] = f"2026-11-{1 + minute // 1440:02d}T{minute // 60 % 24:02d}:{minute % 60:02d}:00+00:00"
+    lines[i] = "RECEIPT " + json.dumps(header)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def lane(tmp_path, db):
+    """Five main runs at 100 ms (run-to-run noise ~0.3%) and one throttled main run at 130 ms."""
+    offsets = [0.0, 0.3, -0.2, 0.1, -0.3]
+    for i, off in enumerate(offsets):
+        ingest(db, run_log(tmp_path, f"main_{i}", 100.0 + off, i), flags=("--tag", "main"))
+    ingest(db, run_log(tmp_path, "main_throttled", 130.0, 99), flags=("--tag", "main"))
+    return db
+
+
+def test_one_outlier_baseline_run_is_excluded_and_named(tmp_path, lane):
+    ingest(lane, run_log(tmp_path, "same", 100.05, 7), run_log(tmp_path, "slow", 106.0, 8), flags=("--tag", "pr-1"))
+    code, out = check(lane, "tag:pr-1", "--against", "tag:main", "--last", "6")
+    runs = by_run(out)
+    assert code == 1
+    for r in runs.values():
+        base = r["baseline"]
+        assert [e["run_name"] for e in base["excluded"]] == ["main_throttled"]
+        assert "outlier: median 130.0" in base["excluded"][0]["why"] and "robust z-scores" in base["excluded"][0]["why"]
+        assert len(base["runs"]) == 5 and base["median_step_ms"] == pytest.approx(100.0, rel=0.005)
+    assert runs["slow"]["verdict"] == "slower" and runs["same"]["verdict"] in ("no change", "inconclusive")
+
+
+def test_the_baseline_is_the_most_recent_n_of_the_tag_in_the_candidates_lane(tmp_path, lane):
+    ingest(lane, run_log(tmp_path, "elsewhere", 50.0, 11, regime="ddp/full-compile"), flags=("--tag", "main"))
+    ingest(lane, run_log(tmp_path, "untagged", 120.0, 12))
+    ingest(lane, run_log(tmp_path, "cand", 100.0, 13))
+    code, out = check(lane, "cand", "--against", "tag:main", "--last", "3")
+    r = out["results"][0]
+    # the three most recent main runs of the lane; the throttled one of them is an outlier
+    assert r["baseline"]["run_names"] == ["main_3", "main_4"]
+    assert [e["run_name"] for e in r["baseline"]["excluded"]] == ["main_throttled"]
+    assert "elsewhere" not in r["baseline"]["run_names"] and "untagged" not in r["baseline"]["run_names"]
+    assert r["lane"] == {"host_lineage": LANE["host_lineage"], "preset_family": LANE["preset"],
+                         "launch_regime": LANE["regime"]}
+
+
+def test_a_lane_without_the_tag_exits_3_naming_the_lane_and_the_fix(tmp_path, db):
+    ingest(db, run_log(tmp_path, "lonely", 100.0, 1), flags=("--tag", "pr-2"))
+    code, out = check(db, "lonely", "--against", "tag:main")
+    r = out["results"][0]
+    assert code == 3 and out["passed"] is True and r["outcome"] == "no_baseline" and r["verdict"] is None
+    assert "no baseline in lane h200-usw1c-bench-01 · nam52_h200_dense_ref_v1 · fsdp2/regional-compile" in r["why"]
+    assert "receipts ingest run.log --tag main" in r["why"]
+    text = cli(db, "check", "lonely", "--against", "tag:main")
+    assert text.exit_code == 3 and "NO BASELINE lonely" in text.stdout
+
+
+def test_a_rumor_has_no_lane_and_exits_3(tmp_path, lane):
+    ingest(lane, run_log(tmp_path, "rumor", 100.0, 3, preset=None))
+    code, out = check(lane, "rumor", "--against", "tag:main")
+    r = out["results"][0]
+    assert code == 3 and r["outcome"] == "rumor" and r["lane"] is None
+    assert "lacks preset_family" in r["why"] and "receipts retag rumor --preset ... --why" in r["why"]
+
+
+def test_a_slower_run_wins_over_a_missing_baseline_in_the_exit_code(tmp_path, lane):
+    ingest(lane, run_log(tmp_path, "slow", 108.0, 21), run_log(tmp_path, "rumor", 100.0, 22, preset=None))
+    code, out = check(lane, "slow", "rumor", "--against", "tag:main")
+    assert code == 1 and [r["outcome"] for r in out["results"]] == ["judged", "rumor"]
+
+
+def test_a_candidate_that_carries_the_tag_is_not_its_own_baseline(tmp_path, lane):
+    code, out = check(lane, "main_4", "--against", "tag:main", "--last", "5")
+    r = out["results"][0]
+    assert r["baseline"]["run_names"] == ["main_0", "main_1", "main_2", "main_3"]  # main_throttled: outlier
+
+
+def test_errors_exit_2_in_one_line(tmp_path, lane):
+    for args, words in ((["main_0", "--against", "main"], "expected tag:NAME"),
+                        (["nope", "--against", "tag:main"], "no receipt matches 'nope'"),
+                        (["tag:never", "--against", "tag:main"], "no current receipt carries the tag 'never'")):
+        result = cli(lane, "check", *args)
+        assert result.exit_code == 2 and words in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert cli(lane, "check", "main_0", "--against", "tag:main", "--last", "0").exit_code == 2
+
+
+def test_junit_github_and_a_hostile_run_name_in_the_comment(tmp_path, lane):
+    ingest(lane, run_log(tmp_path, "x", 109.0, 31), flags=("--run-name", "a|b <script>alert(1)</script>"))
+    ingest(lane, run_log(tmp_path, "lonely", 100.0, 32, regime="ddp/full-compile"))
+    comment, junit = tmp_path / "c.md", tmp_path / "check.xml"
+    result = cli(lane, "check", "a|b <script>alert(1)</script>", "lonely", "--against", "tag:main",
+                 "--markdown", str(comment), "--junit", str(junit), "--github")
+    assert result.exit_code == 1
+    body = comment.read_text()
+    assert "<script>" not in body and "a\\|b &lt;script&gt;" in body and body.startswith(MARKER + "\n")
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "1")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert cases["a|b <script>alert(1)</script>"].find("failure").get("type") == "slower"
+    assert cases["lonely"].find("error").get("type") == "no_baseline"
+    notes = [ln for ln in result.stdout.splitlines() if ln.startswith("::")]
+    assert len(notes) == 2 and notes[0].startswith("::error title=receipts check%3A a|b")
+    assert notes[1].startswith("::error title=receipts check%3A lonely no baseline::")
+    assert re.search(r"%0A|\n", notes[0].split("::", 2)[2]) is None
