@@ -3,13 +3,16 @@
 Commands load lazily: `receipts --help` and `receipts --version` import typer and nothing else (no
 polars, DuckDB, SciPy or SQLAlchemy), so a CI step or a shell completion starts in a fraction of the
 time; `receipts gate ...` imports only the gate's module and what it needs. The top-level help lists
-each command with the summary in COMMANDS; tests/test_packaging.py checks each summary against the
-first line of the command's own docstring, so the two cannot drift apart.
+each command with the first paragraph of its docstring, read from the module's source with `ast`
+(milliseconds) rather than by importing it; tests/test_packaging.py checks that this is the same text
+the loaded command shows.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,32 +22,23 @@ from typer.core import TyperGroup
 
 from receipts import __version__
 
-# command -> (module under receipts.cli with a register(app) function, one-line summary for `--help`).
-# Listed here so the layout shows every command, in the order `receipts --help` shows them.
+# command -> (module under receipts.cli with a register(app) function, the function or Typer app that
+# implements it). Listed here so the layout shows every command, in the order `receipts --help` shows
+# them; the help text itself stays in the command's docstring (read without importing: _summary).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "ingest": ("ingest_cmd", "Ingest files; each becomes one receipt (or anatomy attached to one). Idempotent."),
-    "list": ("read_cmds", "List receipts with identity and steady-state step time; rumors (incomplete identity) are "
-                          "marked."),
-    "show": ("read_cmds", "Show one receipt: identity with alias resolution, window, steady state, memory, env, "
-                          "sources."),
-    "retag": ("retag_cmd", "Change a receipt's claimed identity; raw values are re-resolved through the registry, "
-                           "and the old identity is kept (who, when, why) in an append-only history that `show` "
-                           "prints."),
-    "compare": ("compare_cmd", "Compare B against A: faster / slower / no change / inconclusive against the lane's "
-                               "noise floor. Exit 3 when refused (identity incomplete or not the same lane)."),
-    "anatomy": ("anatomy_cmd", "Step-time anatomy by category (GEMM, attention, MoE, NCCL, memcpy, idle, exposed "
-                               "comm)."),
-    "gate": ("gate_cmd", "Check benchmark claims against stored receipts. Exit 1 when any claim is rejected."),
-    "check": ("check_cmd", "Check runs against their lane's recent baseline (e.g. tag:main). Exit 1 when any run is "
-                           "slower beyond the noise, 3 when a run has no comparable baseline."),
-    "run": ("run_cmd", "Run COMMAND with provenance, env overlay and topology written to run.log before it starts; "
-                       "tee its output; forward SIGINT/SIGTERM; exit with its exit code."),
-    "preflight": ("preflight_cmd", "Check topology (NV# between GPUs), NUMA balancing, env knobs and paths; exit 2 "
-                                   "on errors."),
-    "dashboard": ("dashboard_cmd", "Serve the Streamlit dashboard: lanes, receipt, anatomy, compare, lane history."),
-    "push": ("db_cmds", "Copy receipts (and attached anatomy) from --db to the shared store; ones already there are "
-                        "skipped."),
-    "db": ("db_cmds", "Create, upgrade and inspect a store's schema (DuckDB file or PostgreSQL)."),
+    "ingest": ("ingest_cmd", "ingest"),
+    "list": ("read_cmds", "list_receipts"),
+    "show": ("read_cmds", "show"),
+    "retag": ("retag_cmd", "retag"),
+    "compare": ("compare_cmd", "compare"),
+    "anatomy": ("anatomy_cmd", "anatomy"),
+    "gate": ("gate_cmd", "gate"),
+    "check": ("check_cmd", "check"),
+    "run": ("run_cmd", "run"),
+    "preflight": ("preflight_cmd", "preflight"),
+    "dashboard": ("dashboard_cmd", "dashboard"),
+    "push": ("db_cmds", "push"),
+    "db": ("db_cmds", "db_app"),
 }
 # Command modules, each with register(app). Listed here so the layout shows every command.
 COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "anatomy_cmd", "gate_cmd", "check_cmd",
@@ -68,7 +62,8 @@ class LazyGroup(TyperGroup):
             self._load_unlisted()
         elif cmd_name not in self.commands:
             if self._listing:
-                return click.Command(cmd_name, help=COMMANDS[cmd_name][1], short_help=COMMANDS[cmd_name][1])
+                summary = _summary(*COMMANDS[cmd_name])
+                return click.Command(cmd_name, help=summary, short_help=summary)
             self._load(COMMANDS[cmd_name][0])
         return self.commands.get(cmd_name)
 
@@ -93,6 +88,22 @@ class LazyGroup(TyperGroup):
             super().format_help(ctx, formatter)
         finally:
             self._listing = False
+
+
+def _summary(module: str, attr: str) -> str:
+    """The first paragraph of a command's help, read from its module's source without importing it: the
+    docstring of function `attr`, or the help= of the Typer app assigned to `attr` (a command group)."""
+    spec = importlib.util.find_spec(f"receipts.cli.{module}")
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8")) if spec and spec.origin else ast.Module([], [])
+    text = ""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == attr:
+            text = ast.get_docstring(node) or ""
+        elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+              and any(isinstance(t, ast.Name) and t.id == attr for t in node.targets)):
+            text = next((k.value.value for k in node.value.keywords
+                         if k.arg == "help" and isinstance(k.value, ast.Constant)), "")
+    return " ".join(text.split("\n\n")[0].split())
 
 
 app = typer.Typer(
