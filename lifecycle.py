@@ -62,6 +62,7 @@ class LedgerWrite:
     superseded_by: str | None = None          # set when the file is an older view of a run already stored
     identity_conflict: dict | None = None     # re-ingest asked for another identity than the stored one
     warnings: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()             # identity parts the stored receipt lacks (a rumor when any)
 
 
 def check_claim(claim: IdentityClaim, registry: Registry) -> list[str]:
@@ -108,12 +109,18 @@ def write_current(store: Store, receipt: Receipt, *, registry: Registry, asked: 
         if replaces:
             warnings.append(f"supersedes {', '.join(replaces)} (an earlier view of the same run; kept for audit, "
                             "hidden from list, lanes, compare defaults and the gate)")
-        return LedgerWrite(result.receipt_id, result.run_name, True, complete, replaces, newer, None, tuple(warnings))
+        final = {**identity_columns(receipt.identity), **columns}
+        return LedgerWrite(result.receipt_id, result.run_name, True, complete, replaces, newer, None, tuple(warnings),
+                           _missing(final))
     stored = store.query("receipt", {"receipt_id": result.receipt_id}).row(0, named=True)
     conflict = identity_conflict(stored, receipt, asked, registry=registry, named=named)
     # Already stored: what the file itself claims was said when it was first ingested; only new asks now.
     return LedgerWrite(result.receipt_id, stored["run_name"], False, bool(stored["identity_complete"]),
-                       (), stored["superseded_by"], conflict, tuple(asked_warnings))
+                       (), stored["superseded_by"], conflict, tuple(asked_warnings), _missing(stored))
+
+
+def _missing(row: dict) -> tuple[str, ...]:
+    return tuple(part for part in _PART_COLUMNS if row.get(part) is None)
 
 
 def _predecessors(store: Store, receipt: Receipt) -> tuple[tuple[str, ...], str | None]:

@@ -44,6 +44,7 @@ class IngestOutcome:
     supersedes: tuple[str, ...] = ()          # earlier receipts of the same run this one replaced
     superseded_by: str | None = None          # this file is an older view of a run already stored
     identity_conflict: dict | None = None     # re-ingest asked for another identity (lifecycle.identity_conflict)
+    missing: tuple[str, ...] = ()             # identity parts the stored receipt lacks
 
 
 def read_sidecar(path: Path) -> tuple[IdentityClaim, dict]:
@@ -226,5 +227,5 @@ def _write_receipt(store: Store, path: Path, receipt: Receipt, *, registry: Regi
     written = write_current(store, receipt, registry=registry, asked=asked, named=named, anatomies=anatomies)
     return IngestOutcome(str(path), written.receipt_id, written.run_name, written.created, "receipt",
                          written.complete, receipt.parsed.ended_early, receipt.parsed.warnings + written.warnings,
-                         written.supersedes, written.superseded_by, written.identity_conflict)
+                         written.supersedes, written.superseded_by, written.identity_conflict, written.missing)
 

@@ -74,14 +74,17 @@ def ingest(
             err_console.print(f"  warning: identity conflict: {c['receipt_id']} is stored with "
                               f"{escape(_fields(c['stored']))}, this ingest asked for {escape(_fields(c['asked']))}; "
                               f"nothing was changed. To change it: {escape(c['retag'])}")
-        if o.complete is False:
-            err_console.print(f"  warning: identity incomplete: {o.receipt_id} is stored as a rumor; "
-                              "every comparison with it will be refused (retag it: `receipts retag "
-                              f"{o.receipt_id} --host-lineage H --preset P --regime R --why ...`)")
         if o.ended_early:
             err_console.print(f"  warning: ended early: {o.ended_early}")
         for w in o.warnings:
             err_console.print(f"  warning: {escape(w)}")
+        if o.complete is False:
+            flags = " ".join({"host_lineage": "--host-lineage H", "preset_family": "--preset P",
+                              "launch_regime": "--regime R"}[m] for m in o.missing)
+            err_console.print(f"  warning: identity incomplete: {o.receipt_id} is stored as a rumor without "
+                              f"{', '.join(o.missing)}; every comparison with it will be refused (to complete it: "
+                              f"`receipts retag "
+                              f"{o.receipt_id} {flags} --why ...`)")
 
 
 def _fields(values: dict) -> str:

@@ -115,7 +115,8 @@ def parse_regime(raw: str | None, registry: Registry) -> tuple[LaunchRegime | No
         notes.append(f"regime {raw!r} names no engine (megatron, ddp, fsdp2, ...)")
         return None, notes
     parallel = tuple(sorted((k, v) for k, v in degrees.items() if not (k != "sp" and v == 1)))
-    regime = LaunchRegime(engine=engine, compile_mode=compile_mode or "none", parallel=parallel)
+    # An unstated compile mode is unknown, not "none": a regime string that does not say is no evidence of eager.
+    regime = LaunchRegime(engine=engine, compile_mode=compile_mode or "unknown", parallel=parallel)
     if unknown:
         regime = LaunchRegime(engine, regime.compile_mode, parallel + tuple(("?" + w, 0) for w in sorted(unknown)))
     return regime, notes

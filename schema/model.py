@@ -69,14 +69,14 @@ class IdentityClaim:
 @dataclass(frozen=True)
 class LaunchRegime:
     engine: str | None          # megatron | ddp | fsdp2 | fsdp | deepspeed | ...
-    compile_mode: str | None    # none | regional | full
+    compile_mode: str | None    # none | regional | full | unknown (the regime did not say: never guessed)
     parallel: tuple[tuple[str, int], ...] = ()  # sorted (degree name, value), e.g. (("tp", 2),)
 
     @property
     def canonical(self) -> str | None:
         if not self.engine:
             return None
-        mode = self.compile_mode or "none"
+        mode = self.compile_mode or "unknown"
         text = f"{self.engine}/{'no' if mode == 'none' else mode}-compile"
         if self.parallel:
             # '?word' entries are unrecognised regime words: kept, so distinct regimes never collapse

@@ -22,8 +22,14 @@ def test_regime_spellings_are_one_regime(registry):
 
 
 @pytest.mark.parametrize("raw, canonical", [
-    ("Megatron TP2 PP2 CP2", "megatron/no-compile/cp2,pp2,tp2"),
-    ("megatron tp=2, pp=2, cp=2", "megatron/no-compile/cp2,pp2,tp2"),
+    # the string does not say how it was compiled: unknown, never assumed eager
+    ("Megatron TP2 PP2 CP2", "megatron/unknown-compile/cp2,pp2,tp2"),
+    ("megatron tp=2, pp=2, cp=2", "megatron/unknown-compile/cp2,pp2,tp2"),
+    ("megatron tp2 eager", "megatron/no-compile/tp2"),
+    ("megatron-deepspeed tp1 pp1 ep1 dp8", "megatron-deepspeed/unknown-compile/dp8"),   # its own engine
+    ("Megatron-LM tp2", "megatron/unknown-compile/tp2"),
+    ("single-gpu eager", "single/no-compile"),
+    ("fsdp2/unknown-compile", "fsdp2/unknown-compile"),                                # canonical form re-parses
     ("DDP no-compile", "ddp/no-compile"),
     ("fsdp2 + torch.compile", "fsdp2/full-compile"),
     ("FSDP2 eager", "fsdp2/no-compile"),
@@ -89,3 +95,14 @@ def test_bad_user_registry_names_the_file(tmp_path):
     with pytest.raises(InputError) as err:
         load_registry(cwd=tmp_path)
     assert "receipts.toml" in str(err.value)
+
+
+def test_megatron_deepspeed_and_megatron_lm_are_different_lanes(registry):
+    mds, _ = parse_regime("megatron-deepspeed tp2 eager", registry)
+    mlm, _ = parse_regime("megatron tp2 eager", registry)
+    assert mds.engine == "megatron-deepspeed" and mlm.engine == "megatron" and mds.canonical != mlm.canonical
+
+
+def test_a_single_device_run_can_be_complete(registry):
+    ident = resolve_identity(IdentityClaim("h200-usw1c-bench-01", "nam52_h200_dense_ref_v1", "single"), registry)
+    assert ident.complete and ident.regime.engine == "single" and ident.launch_regime == "single/unknown-compile"

@@ -363,3 +363,28 @@ def test_strict_true_in_the_registry_file_refuses_unknown_values(tmp_path, db):
 from typer.testing import CliRunner  # noqa: E402
 
 from receipts.cli.main import app  # noqa: E402
+
+
+# ---- regime canonicalisation invents nothing ---------------------------------------------------------
+def test_a_real_megatron_deepspeed_log_is_its_own_engine_with_compile_unknown(db):
+    from conftest import realdata
+
+    log = realdata("logs", "megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-baseline.log")
+    assert cli(db, "ingest", str(log), "--run-name", "mds").exit_code == 0
+    regime = cli_json(db, "show", "mds")[1]["identity"]["regime"]
+    assert regime["engine"] == "megatron-deepspeed" and regime["compile_mode"] == "unknown"
+    assert cli_json(db, "show", "mds")[1]["identity"]["launch_regime"] == "megatron-deepspeed/unknown-compile/dp8"
+
+
+def test_a_regime_the_user_gave_that_cannot_be_used_says_why(db):
+    from conftest import realdata
+
+    log = realdata("logs", "sft_run_gtx1660.log")
+    out = cli(db, "ingest", str(log), "--host-lineage", "h200-usw1c-bench-01", "--preset", "nam52_h200_dense_ref_v1",
+              "--regime", "tp2 pp2")
+    assert out.exit_code == 0
+    assert "regime 'tp2 pp2' names no engine (ddp, deepspeed, fsdp, fsdp2, megatron, megatron-deepspeed, single)" in out.stderr
+    assert "without launch_regime" in out.stderr and "give --regime" not in out.stderr
+    # a single-GPU run (a GTX 1660, one device) is complete with the engine `single`
+    done = cli(db, "retag", "sft_run_gtx1660", "--regime", "single", "--why", "one GPU, no parallel wrapper")
+    assert done.exit_code == 0 and cli_json(db, "show", "sft_run_gtx1660")[1]["identity"]["complete"] is True
