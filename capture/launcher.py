@@ -5,6 +5,16 @@ Order matters (seed 003, "what the wrapper owns"): the provenance header is in r
 the child's first Python import, so a run that dies in `import torch` still has a receipt of what
 was launched where. The child runs in its own session so a terminal's Ctrl-C reaches it exactly
 once — through us — and the footer is written whatever the child does.
+
+The contract (README "The launch wrapper"):
+- the exit code is the child's (128+N when signal N ended it); nothing that happens after the child
+  exits — an ingest that fails, a store that stays locked — changes it;
+- a command that cannot be found exits 127 (126: found but not executable) with one line, before
+  anything is written: nothing ran, so there is nothing to receipt;
+- INT, TERM, HUP, QUIT, USR1 and USR2 sent to us go to the child (Slurm's `--signal=USR1@T`
+  pre-emption warning must reach the training script);
+- the child's stdout and stderr stay apart (stdout to our stdout, stderr to our stderr), and both
+  are teed, whole lines, redacted, into run.log.
 """
 
 from __future__ import annotations
@@ -32,7 +42,21 @@ from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redac
 
 LOG_NAME = "run.log"
 ENV_RUN_DIR = "RECEIPTS_RUN_DIR"   # the child may write traces here; they are ingested with the log
-_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+# Every signal a scheduler or a terminal uses to tell a job something. Not forwarded: SIGKILL/SIGSTOP
+# (cannot be caught), SIGCHLD/SIGWINCH and the like (about us, not the job), SIGPIPE (our own output).
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 126, 127  # the shell's codes, which Slurm and CI already read
+
+
+@dataclass
+class CommandNotFound(ReceiptsError):
+    """The command's first word is not an executable: exit 127 (126 when it exists but cannot run)."""
+
+    message: str
+    exit_code: int = EXIT_NOT_FOUND
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)
@@ -43,6 +67,7 @@ class RunResult:
     signal_name: str | None = None    # set when the child died of a signal
     ingested: tuple = ()              # receipts.pipeline.IngestOutcome, when ingest ran
     ingest_error: str | None = None   # ingest failed: the log is kept, the store left unchanged
+    launch_error: str | None = None   # the OS refused to start the command (exit 126); not ingested
 
 
 def default_run_dir(*, base: Path, run_name: str | None, command: list[str]) -> Path:
@@ -59,10 +84,12 @@ def resolve_command(command: list[str], *, environ: Mapping[str, str]) -> str:
     if os.sep in word:
         if os.path.isfile(word) and os.access(word, os.X_OK):
             return word
-        raise UsageError(f"command not found or not executable: {word}")
+        if os.path.isfile(word):
+            raise CommandNotFound(f"command not executable: {word} (no execute permission)", EXIT_NOT_EXECUTABLE)
+        raise CommandNotFound(f"command not found: {word}")
     found = shutil.which(word, path=environ.get("PATH", os.defpath))
     if found is None:
-        raise UsageError(f"command not found: {word} (not on PATH)")
+        raise CommandNotFound(f"command not found: {word} (not on PATH)")
     return found
 
 
@@ -127,15 +154,18 @@ def _line(record: dict) -> bytes:
     return ("RECEIPT " + json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def _tee(source: IO[bytes], *, log: IO[bytes], echo: IO[bytes] | None, rules: EnvRules,
-         known: tuple[str, ...]) -> None:
-    """Copy the child's merged stdout+stderr line by line, redacted, into run.log and `echo`.
-    Whole lines only: a secret split across two reads would slip past a chunk-wise filter."""
+def _tee(source: IO[bytes], *, log: IO[bytes], log_lock: threading.Lock, echo: IO[bytes] | None,
+         rules: EnvRules, known: tuple[str, ...]) -> None:
+    """Copy one of the child's streams line by line, redacted, into run.log and `echo`.
+    Whole lines only: a secret split across two reads would slip past a chunk-wise filter, and the
+    stdout and stderr tees share run.log (the lock keeps each line whole there)."""
     for raw in iter(source.readline, b""):
         text = raw.decode("utf-8", errors="surrogateescape")
         clean = redact(text, rules=rules, known_values=known).encode("utf-8", errors="surrogateescape")
-        log.write(clean)
-        log.flush()
+        with log_lock:
+            # A last line without a newline (the child's final print(..., end="")) is ended here, in the
+            # log only: otherwise the other stream's next line or our footer would be glued onto it.
+            log.write(clean if clean.endswith(b"\n") else clean + b"\n")
         if echo is not None:
             try:
                 echo.write(clean)
@@ -149,12 +179,14 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
         tags: tuple[str, ...] = (), ingest: bool = True, db_url: str | None = None,
         registry_path: Path | None = None, env_rules_path: Path | None = None,
         environ: Mapping[str, str] | None = None, cwd: Path | None = None,
-        echo: IO[bytes] | None = None) -> RunResult:
+        echo: IO[bytes] | None = None, echo_err: IO[bytes] | None = None) -> RunResult:
     """Launch `command` with a RECEIPT header/footer around its output in run_dir/run.log.
 
-    Returns the child's exit code (128+N if signal N ended it). With `ingest`, the run directory
-    (log plus *.sqlite / *.nsys-rep / *.pt.trace.json[.gz] found there) goes into the store at
-    `db_url`; an ingest failure is reported in the result, never raised over the child's code."""
+    The child's stdout is echoed to `echo`, its stderr to `echo_err` (None: not echoed); both go
+    into run.log. Returns the child's exit code (128+N if signal N ended it). With `ingest`, the run
+    directory (log plus *.sqlite / *.nsys-rep / *.pt.trace.json[.gz] found there) goes into the store
+    at `db_url`; an ingest failure is reported in the result, never raised over the child's code.
+    Raises CommandNotFound (exit 127/126) before writing anything when the command cannot run."""
     environ = dict(os.environ if environ is None else environ)
     cwd = Path(cwd or Path.cwd())
     rules = load_env_rules(env_rules_path)
@@ -171,25 +203,36 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
                           preset=preset, regime=regime, run_name=run_name, tags=tuple(tags))
     t0 = time.monotonic()
     child_env = {**environ, ENV_LAUNCHER: "1", ENV_RUN_DIR: str(run_dir.resolve())}
+    launch_error = None
+    tees: list[threading.Thread] = []
     with open(log_path, "ab", buffering=0) as log:
         log.write(_line(header))
+        log_lock = threading.Lock()
         # Handlers go in before the child exists: a signal that lands between spawn and handler
         # installation would otherwise kill us and orphan the child without a footer.
         forwarder = _SignalForwarder()
         restore = forwarder.install()
         try:
-            proc = subprocess.Popen([executable, *command[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=child_env, cwd=cwd, start_new_session=True)
-            forwarder.attach(proc)
-            tee = threading.Thread(target=_tee, kwargs=dict(source=proc.stdout, log=log, echo=echo, rules=rules,
-                                                            known=known), daemon=True)
-            tee.start()
-            returncode = proc.wait()
+            try:
+                proc = subprocess.Popen([executable, *command[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=child_env, cwd=cwd, start_new_session=True)
+            except OSError as exc:  # e.g. ENOEXEC: an executable file with neither a binary format nor a #!
+                launch_error = f"cannot execute {executable}: {exc.strerror or exc}"
+                returncode = EXIT_NOT_EXECUTABLE
+            else:
+                forwarder.attach(proc)
+                for source, sink in ((proc.stdout, echo), (proc.stderr, echo_err)):
+                    tees.append(threading.Thread(target=_tee, daemon=True, kwargs=dict(
+                        source=source, log=log, log_lock=log_lock, echo=sink, rules=rules, known=known)))
+                    tees[-1].start()
+                returncode = proc.wait()
         finally:
             restore()
-        # A descendant that outlives the child (a daemonised worker) may hold the pipe open:
+        # A descendant that outlives the child (a daemonised worker) may hold a pipe open:
         # wait a bounded time for the remaining output, then write the footer regardless.
-        tee.join(timeout=30)
+        deadline = time.monotonic() + 30
+        for tee in tees:
+            tee.join(timeout=max(0.0, deadline - time.monotonic()))
         sig_name = None
         exit_code = returncode
         if returncode < 0:
@@ -198,25 +241,32 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
         footer = {"v": RECORD_VERSION, "kind": "footer", "writer": "receipts run", "rank": None,
                   "exit_code": exit_code, "signal": sig_name,
                   "ended_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                  "wall_s": round(time.monotonic() - t0, 3), "output_still_open": tee.is_alive()}
-        log.write(_line(footer))
+                  "wall_s": round(time.monotonic() - t0, 3),
+                  "output_still_open": any(tee.is_alive() for tee in tees)}
+        if launch_error:
+            footer["launch_error"] = launch_error
+        with log_lock:
+            log.write(_line(footer))
 
     ingested: tuple = ()
     ingest_error = None
-    if ingest:
+    if ingest and launch_error is None:
         try:
             ingested = tuple(_ingest(run_dir=run_dir, db_url=db_url, registry_path=registry_path,
                                      host_lineage=host_lineage, preset=preset, regime=regime,
                                      run_name=run_name, tags=tuple(tags)))
         except ReceiptsError as exc:
             ingest_error = str(exc)
-    return RunResult(exit_code, run_dir, log_path, sig_name, ingested, ingest_error)
+        except Exception as exc:  # noqa: BLE001 - the child's exit code must survive any ingest failure
+            ingest_error = f"unexpected {type(exc).__name__}: {exc}"
+    return RunResult(exit_code, run_dir, log_path, sig_name, ingested, ingest_error, launch_error)
 
 
 class _SignalForwarder:
-    """SIGINT/SIGTERM to us go to the child (which then decides how to stop). Signals that arrive
-    before the child is spawned are held and delivered the moment it exists. Handlers can only be
-    set from the main thread; elsewhere the child is on its own."""
+    """Signals in _FORWARDED sent to us go to the child, which decides what they mean (and, like
+    torchrun, what its own children get). Signals that arrive before the child is spawned are held
+    and delivered the moment it exists. Handlers can only be set from the main thread; elsewhere the
+    child is on its own."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None

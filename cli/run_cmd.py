@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from receipts.capture.launcher import run as launch
 from receipts.cli.context import console, err_console, handle_errors, settings
@@ -30,21 +31,29 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", help="Do not echo the child's output (run.log still gets it)."),
 ) -> None:
     """Run COMMAND with provenance, env overlay and topology written to run.log before it starts;
-    tee its output; forward SIGINT/SIGTERM; exit with its exit code.
+    tee its stdout and stderr (kept apart); forward INT/TERM/HUP/QUIT/USR1/USR2; exit with its exit
+    code (127 when the command is not found). A third-party script's own step lines (nanochat,
+    Megatron, torchtitan, modded-nanogpt) become the receipt's steps.
 
     Example: receipts run --host-lineage h200-device-x2 --preset toy_fsdp2_v1 --regime "fsdp2/no-compile" -- torchrun --standalone --nproc_per_node=2 train.py
     """
     cfg = settings(ctx)
-    echo = None if quiet else sys.stdout.buffer
     result = launch(command=list(command), run_dir=run_dir, host_lineage=host_lineage, preset=preset,
                     regime=regime, run_name=run_name, tags=tuple(tag), ingest=not no_ingest, db_url=cfg.db,
-                    registry_path=cfg.registry_path, echo=echo)
+                    registry_path=cfg.registry_path, echo=None if quiet else sys.stdout.buffer,
+                    echo_err=None if quiet else sys.stderr.buffer)
     how = f"signal {result.signal_name}" if result.signal_name else f"exit code {result.exit_code}"
-    err_console.print(f"run finished ({how}); log: {result.log_path}")
+    err_console.print(f"run finished ({how}); log: {escape(str(result.log_path))}")
+    if result.launch_error:
+        err_console.print(f"[bold red]Error:[/] {escape(result.launch_error)} (run.log kept, nothing ingested)")
     for o in result.ingested:
         state = "ingested" if o.created else "unchanged"
-        console.print(f"{state}: {o.path} -> {o.kind} {o.receipt_id} ({o.run_name})")
+        console.print(f"{state}: {o.path} -> {o.kind} {o.receipt_id} ({o.run_name})", markup=False)
+        for warning in o.warnings:
+            err_console.print(f"warning: {warning}", markup=False)
     if result.ingest_error:
-        err_console.print(f"[bold red]Error:[/] ingest failed, the store is unchanged: {result.ingest_error}")
-        raise typer.Exit(result.exit_code or 2)
+        # The run's own outcome is the exit code; a failed ingest is said here, on stderr, and the
+        # run directory can be ingested later with `receipts ingest`.
+        err_console.print(f"[bold red]Error:[/] ingest failed, the store is unchanged: {escape(result.ingest_error)}; "
+                          f"ingest it later with `receipts ingest {escape(str(result.run_dir))}`")
     raise typer.Exit(result.exit_code)

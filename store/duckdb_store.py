@@ -8,10 +8,10 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from receipts.duck import connect
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
 from receipts.store.base import Store, check_unchanged
+from receipts.store.duckdb_lock import open_with_lock_wait
 
 
 class DuckDBStore(Store):
@@ -21,7 +21,7 @@ class DuckDBStore(Store):
         if read_only and not self.path.exists():
             raise StoreError(self.url, "does not exist (ingest something first: `receipts ingest run.log`)")
         try:
-            self.con = connect(str(self.path), read_only=read_only)
+            self.con = open_with_lock_wait(self.path, read_only=read_only)  # another process's lock: wait, bounded
         except duckdb.IOException as exc:
             raise StoreError(self.url, f"cannot open: {exc}") from exc
         if not read_only:

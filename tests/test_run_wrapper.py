@@ -11,10 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
+from polars.testing import assert_series_equal
 
-from receipts.capture.launcher import run
-from receipts.errors import UsageError
+from conftest import realdata
+from receipts.capture.launcher import CommandNotFound, run
 from receipts.ingest import native
 from receipts.ingest.textlog import read_log
 
@@ -75,15 +77,27 @@ def test_child_killed_by_a_signal_reads_as_128_plus_n(tmp_path):
     assert _records(result.log_path)[-1]["signal"] == "SIGKILL"
 
 
-def test_missing_command_is_one_clear_line_and_exit_2(tmp_path):
-    with pytest.raises(UsageError, match="command not found: no-such-cmd-xyz"):
+def test_missing_command_exits_127_with_one_line_and_writes_nothing(tmp_path):
+    with pytest.raises(CommandNotFound, match="command not found: no-such-cmd-xyz") as err:
         run(command=["no-such-cmd-xyz"], run_dir=tmp_path / "r", ingest=False)
-    proc = subprocess.run([RECEIPTS, "--db", str(tmp_path / "s.duckdb"), "run", "--no-ingest", "--run-dir",
-                           str(tmp_path / "r2"), "--", "no-such-cmd-xyz", "--flag"], capture_output=True, text=True)
-    assert proc.returncode == 2
+    assert err.value.exit_code == 127
+    db = tmp_path / "s.duckdb"
+    proc = subprocess.run([RECEIPTS, "--db", str(db), "run", "--run-dir", str(tmp_path / "r2"), "--",
+                           "no-such-cmd-xyz", "--flag"], capture_output=True, text=True)
+    assert proc.returncode == 127  # the shell's "command not found", which Slurm and CI already read
     assert "Traceback" not in proc.stderr and proc.stderr.strip().count("\n") == 0
     assert "command not found: no-such-cmd-xyz" in proc.stderr
-    assert not (tmp_path / "r2" / "run.log").exists()
+    # Nothing ran, so nothing is written: no run directory, no rumor receipt in the store.
+    assert not (tmp_path / "r2").exists() and not db.exists()
+
+
+def test_command_that_is_not_executable_exits_126(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\necho hi\n")  # no execute bit
+    proc = subprocess.run([RECEIPTS, "--db", str(tmp_path / "s.duckdb"), "run", "--run-dir", str(tmp_path / "r"),
+                           "--", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 126 and "not executable" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()
 
 
 _HANDLER = """
@@ -91,30 +105,67 @@ import signal, sys, time
 def handler(signum, frame):
     print(f"got signal {signum}", flush=True)
     sys.exit(3)
-signal.signal(signal.SIGINT, handler)
-signal.signal(signal.SIGTERM, handler)
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(sig, handler)
 print("ready", flush=True)
 while True:
     time.sleep(0.05)
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signals_are_forwarded_to_the_child(tmp_path, sig):
+def _start_wrapped(tmp_path: Path, script: str, *extra: str, env: dict | None = None) -> tuple[subprocess.Popen, Path]:
+    """`receipts run` around `script`, started in the background; returns once the child printed 'ready'."""
     run_dir = tmp_path / "r"
-    proc = subprocess.Popen([RECEIPTS, "--db", str(tmp_path / "s.duckdb"), "run", "--no-ingest", "--quiet",
-                             "--run-dir", str(run_dir), "--", sys.executable, "-c", _HANDLER],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([RECEIPTS, "--db", str(tmp_path / "s.duckdb"), "run", *extra, "--quiet",
+                             "--run-dir", str(run_dir), "--", sys.executable, "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     log = run_dir / "run.log"
     deadline = time.monotonic() + 30
     while not (log.exists() and "ready" in log.read_text().splitlines()):  # the header quotes the script
         assert time.monotonic() < deadline and proc.poll() is None, "child never got ready"
         time.sleep(0.05)
+    return proc, log
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                                 signal.SIGUSR2])
+def test_signals_are_forwarded_to_the_child(tmp_path, sig):
+    proc, log = _start_wrapped(tmp_path, _HANDLER, "--no-ingest")
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 3, err
     assert f"got signal {int(sig)}" in log.read_text()
     assert _records(log)[-1]["exit_code"] == 3
+
+
+# Slurm's pre-emption warning (`sbatch --signal=USR1@90`): the script checkpoints and carries on.
+_PREEMPTIBLE = """
+import pathlib, signal, sys, time
+marker = pathlib.Path(sys.argv[1])
+warned = []
+signal.signal(signal.SIGUSR1, lambda signum, frame: warned.append(signum))
+print("ready", flush=True)
+deadline = time.monotonic() + 30
+while not warned and time.monotonic() < deadline:
+    time.sleep(0.05)
+marker.write_text(f"checkpoint after signal {warned}")
+print("saved checkpoint", flush=True)
+"""
+
+
+def test_sigusr1_reaches_a_child_that_traps_it(tmp_path):
+    marker = tmp_path / "checkpoint.marker"
+    script = _PREEMPTIBLE.replace("sys.argv[1]", repr(str(marker)))
+    proc, log = _start_wrapped(tmp_path, script, "--host-lineage", "h200-device-x2", "--preset", "toy_fsdp2_v1",
+                               "--regime", "fsdp2/no-compile", env=_env())
+    assert proc.poll() is None and not marker.exists()
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err           # the child handled it and exited normally: so do we
+    assert marker.read_text() == f"checkpoint after signal [{int(signal.SIGUSR1)}]"
+    assert "saved checkpoint" in log.read_text()
+    footer = _records(log)[-1]
+    assert footer["kind"] == "footer" and footer["exit_code"] == 0 and footer["signal"] is None
 
 
 _TWO_RANKS = """
@@ -223,3 +274,206 @@ def test_git_revision_outside_a_checkout_comes_from_the_ci_variable(tmp_path):
     if (repo / ".git").exists():
         own = git_provenance(cwd=repo, environ={"GITHUB_SHA": sha})
         assert own["git_rev"] != sha and len(own["git_rev"]) == 40
+
+
+# ---------------------------------------------------------------- an unmodified third-party script
+# It knows nothing of receipts: it prints what the real training script printed (read from the real log
+# at run time, line by line, to stdout), and some noise to stderr, like any training script.
+_REPLAY = """
+import sys
+print("a third-party script starting", file=sys.stderr, flush=True)
+with open(sys.argv[1], encoding="utf-8") as f:
+    for line in f:
+        sys.stdout.write(line)
+sys.stdout.flush()
+sys.exit(int(sys.argv[2]))
+"""
+
+IDENTITY_FLAGS = ("--host-lineage", "h200-device-x2", "--preset", "toy_fsdp2_v1", "--regime", "fsdp2/no-compile")
+
+
+def _wrap(tmp_path: Path, real: Path, *, name: str, exit_code: int = 0, db: Path | None = None,
+          env: dict | None = None) -> subprocess.CompletedProcess:
+    db = db or tmp_path / "s.duckdb"
+    return subprocess.run([RECEIPTS, "--db", str(db), "run", *IDENTITY_FLAGS, "--run-name", name, "--run-dir",
+                           str(tmp_path / name), "--", sys.executable, "-c", _REPLAY, str(real), str(exit_code)],
+                          capture_output=True, text=True, cwd=REPO, env=env or _env())
+
+
+def _show(db: Path, run: str) -> dict:
+    out = subprocess.run([RECEIPTS, "--db", str(db), "show", run, "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def _steps(db: Path, run: str):
+    import polars as pl
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return pl.from_arrow(con.execute(
+            "SELECT s.step, s.rank, s.step_ms, s.tokens_per_s, s.loss, s.mfu_pct, s.line FROM receipt_steps s "
+            "JOIN receipts r ON r.id = s.receipt_id WHERE r.run_name = ? ORDER BY s.step, s.rank", [run]).arrow())
+    finally:
+        con.close()
+
+
+def test_wrapper_around_an_unmodified_script_printing_real_nanochat_lines(tmp_path):
+    from receipts.pipeline import parse_log
+
+    real = realdata("logs", "sft_run_gtx1660.log")
+    proc = _wrap(tmp_path, real, name="sft_wrapped")
+    assert proc.returncode == 0, proc.stderr
+    assert "step 00001" in proc.stdout and "a third-party script starting" in proc.stderr  # streams kept apart
+    assert "a third-party script starting" not in proc.stdout
+    db = tmp_path / "s.duckdb"
+    shown = _show(db, "sft_wrapped")
+    # Identity and provenance: the launcher's header.
+    assert shown["identity"]["complete"] is True
+    assert shown["identity"]["raw"] == {"host_lineage": "h200-device-x2", "preset": "toy_fsdp2_v1",
+                                        "regime": "fsdp2/no-compile"}
+    header = _records(tmp_path / "sft_wrapped" / "run.log")[0]
+    assert shown["provenance"]["git_rev"] == header["git_rev"] and shown["provenance"]["command"] == header["command"]
+    assert shown["source_format"] == "receipt+nanochat" and shown["ended_early"] is None
+    # Steps: the child's own lines, the same numbers the real log gives read on its own (a hand count of
+    # the file: 133 step lines, step 1 to 133), with line numbers pointing into run.log.
+    alone = parse_log(real).steps
+    stored = _steps(db, "sft_wrapped")
+    assert stored.height == alone.height == 133 and stored["step"].to_list() == list(range(1, 134))
+    for column in ("step", "step_ms", "tokens_per_s", "loss"):   # the log's own `loss: nan` stays NaN
+        assert_series_equal(stored[column], alone[column], check_dtypes=False)
+    log_lines = (tmp_path / "sft_wrapped" / "run.log").read_text().splitlines()
+    first = stored.row(0, named=True)
+    assert log_lines[first["line"] - 1].startswith("step 00001")
+
+
+@pytest.mark.parametrize("name,fmt,n_steps", [
+    ("megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-baseline.log", "megatron", 47),
+    ("torchtitan_pr1287_dcp_zoc_steps200-250.txt", "torchtitan", 6),
+    ("track_1_short_2025-09-10_Yarn__ef66c943-e262-400f-822f-068d397a1dc9.txt", "modded_nanogpt", None),
+])
+def test_wrapped_third_party_formats_keep_their_steps_under_the_header(tmp_path, name, fmt, n_steps):
+    from receipts.pipeline import parse_log
+
+    real = realdata("logs", name)
+    result = run(command=[sys.executable, "-c", _REPLAY, str(real), "0"], run_dir=tmp_path / "r", ingest=False,
+                 host_lineage="h200-device-x2", preset="toy_fsdp2_v1", regime="fsdp2/no-compile", environ=_env(),
+                 cwd=REPO)
+    assert result.exit_code == 0
+    wrapped, alone = parse_log(result.log_path), parse_log(real)
+    assert wrapped.source_format == f"receipt+{alone.source_format}" and alone.source_format.replace("-", "_") == fmt
+    assert wrapped.steps.drop("line").equals(alone.steps.drop("line"))
+    assert n_steps is None or wrapped.steps.height == n_steps
+    assert wrapped.claim.preset == "toy_fsdp2_v1" and wrapped.claim.host_lineage == "h200-device-x2"
+    assert wrapped.memory == alone.memory and wrapped.world_size == alone.world_size
+    # the same finding, its line numbers counted in run.log (header and the child's stderr line come first)
+    assert (wrapped.ended_early is None) == (alone.ended_early is None)
+
+
+# ---------------------------------------------------------------- the child's exit code always wins
+def test_ingest_failure_after_a_successful_run_keeps_the_childs_exit_code(tmp_path):
+    not_a_store = tmp_path / "notes.duckdb"
+    not_a_store.write_text("this is not a DuckDB file\n")
+    real = realdata("logs", "nanochat_pr147_a100_mfu.txt")
+    proc = _wrap(tmp_path, real, name="ok_run", db=not_a_store)
+    assert proc.returncode == 0, proc.stderr
+    assert "ingest failed" in proc.stderr and "Traceback" not in proc.stderr
+    assert f"receipts ingest {tmp_path / 'ok_run'}" in proc.stderr    # how to finish the job later
+    assert not_a_store.read_text() == "this is not a DuckDB file\n"
+    assert _records(tmp_path / "ok_run" / "run.log")[-1]["exit_code"] == 0
+
+
+def test_a_store_locked_too_long_is_reported_and_the_exit_code_stays_the_childs(tmp_path):
+    db = tmp_path / "s.duckdb"
+    holder = duckdb.connect(str(db))  # another process's writer, as far as the wrapper can tell
+    try:
+        proc = _wrap(tmp_path, realdata("logs", "nanochat_pr147_a100_mfu.txt"), name="failing", exit_code=3,
+                     env=_env(RECEIPTS_LOCK_WAIT_S="1"))
+    finally:
+        holder.close()
+    assert proc.returncode == 3, proc.stderr
+    assert f"waiting for the store lock on {db} held by PID {os.getpid()}" in proc.stderr
+    assert "gave up after waiting 1 s" in proc.stderr and "ingest failed" in proc.stderr
+
+
+def test_two_concurrent_runs_on_one_duckdb_store_both_land_with_their_exit_codes(tmp_path):
+    db = tmp_path / "s.duckdb"
+    real = realdata("logs", "nanochat_pr147_a100_mfu.txt")
+    # Hold the store's lock while both runs finish, so both must wait for it (a deterministic collision);
+    # then let go: each ingests in turn.
+    holder = duckdb.connect(str(db))
+    jobs, errs = [], []
+    try:
+        for name, code in (("job_ok", 0), ("job_fails", 3)):
+            err = open(tmp_path / f"{name}.err", "w+")
+            errs.append(err)
+            jobs.append(subprocess.Popen(
+                [RECEIPTS, "--db", str(db), "run", *IDENTITY_FLAGS, "--quiet", "--run-name", name, "--run-dir",
+                 str(tmp_path / name), "--", sys.executable, "-c", _REPLAY, str(real), str(code)],
+                stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=_env()))
+        deadline = time.monotonic() + 60
+        while not all("waiting for the store lock" in (tmp_path / f"{n}.err").read_text()
+                      for n in ("job_ok", "job_fails")):
+            assert time.monotonic() < deadline and all(j.poll() is None for j in jobs), \
+                [(tmp_path / f"{n}.err").read_text() for n in ("job_ok", "job_fails")]
+            time.sleep(0.1)
+    finally:
+        holder.close()
+    codes = [job.wait(timeout=120) for job in jobs]
+    messages = [err.seek(0) or err.read() for err in errs]
+    assert codes == [0, 3], messages
+    assert all(f"held by PID {os.getpid()}" in m and "ingest failed" not in m for m in messages)
+    listed = subprocess.run([RECEIPTS, "--db", str(db), "list", "--json"], capture_output=True, text=True)
+    rows = {r["run_name"]: r for r in json.loads(listed.stdout)}
+    assert set(rows) == {"job_ok", "job_fails"}
+    assert rows["job_ok"]["ended_early"] is None
+    assert rows["job_fails"]["ended_early"] == "the command exited with code 3"
+    assert _steps(db, "job_ok").height == _steps(db, "job_fails").height == 7   # steps 4..10 of the real log
+
+
+def test_a_last_line_without_newline_is_not_glued_to_the_footer(tmp_path):
+    # sft_run_gtx1660.log itself ends without a newline: its last step line used to swallow the footer
+    result = run(command=[sys.executable, "-c", "import sys; sys.stdout.write('step 9 | no newline')"],
+                 run_dir=tmp_path / "r", ingest=False, environ=_env())
+    lines = result.log_path.read_text().splitlines()
+    assert lines[-2] == "step 9 | no newline" and lines[-1].startswith("RECEIPT ")
+    assert _records(result.log_path)[-1]["kind"] == "footer"
+
+
+def test_merge_takes_identity_from_the_header_and_fills_gaps_from_the_child():
+    import polars as pl
+
+    from receipts.ingest.wrapped import merge
+    from receipts.schema.model import IdentityClaim, MemoryPeak, ParsedRun, steps_frame
+
+    header = ParsedRun("receipt", "1", steps_frame({}), claim=IdentityClaim("h200-device-x2", "toy_fsdp2_v1", None, "vm"),
+                       provenance={"git_rev": "abc", "command": "python pretrain_gpt.py"}, gpu_model=None, gpu_count=0,
+                       ended_early="the command exited with code 1", tags=("v19c",))
+    child = ParsedRun("megatron", "megatron-deepspeed", steps_frame({"step": [1, 2], "step_ms": [5.0, 4.0]}),
+                      claim=IdentityClaim(regime="megatron/tp2"), memory=(MemoryPeak(0, 10, 20),),
+                      provenance={"git_rev": "child's", "total_steps": 100}, gpu_model="NVIDIA H100", gpu_count=8,
+                      ended_early="line 9: 'Traceback ...' after the last iteration line 8")
+    merged = merge(header, child)
+    assert merged.source_format == "receipt+megatron" and merged.format_version == "1+megatron-deepspeed"
+    assert merged.steps["step"].to_list() == [1, 2] and merged.steps.schema == child.steps.schema
+    assert merged.claim == IdentityClaim("h200-device-x2", "toy_fsdp2_v1", "megatron/tp2", "vm")
+    assert merged.provenance == {"git_rev": "abc", "command": "python pretrain_gpt.py", "total_steps": 100}
+    assert merged.memory == child.memory and merged.tags == ("v19c",)
+    assert (merged.gpu_model, merged.gpu_count) == ("NVIDIA H100", 8)   # the launcher's probe found no GPU
+    assert merged.ended_early == "the command exited with code 1; line 9: 'Traceback ...' after the last iteration line 8"
+    assert isinstance(merged.steps, pl.DataFrame)
+
+
+def test_lock_wait_bound_and_holder_come_from_the_environment_and_duckdbs_message():
+    from receipts.errors import UsageError
+    from receipts.store.duckdb_lock import DEFAULT_WAIT_S, lock_holder, lock_wait_s
+
+    assert lock_wait_s({}) == DEFAULT_WAIT_S == 60 and lock_wait_s({"RECEIPTS_LOCK_WAIT_S": "2.5"}) == 2.5
+    for bad in ("soon", "-1", "nan", "inf"):
+        with pytest.raises(UsageError, match="RECEIPTS_LOCK_WAIT_S"):
+            lock_wait_s({"RECEIPTS_LOCK_WAIT_S": bad})
+    # DuckDB 1.4.4's own words, as raised in a second process
+    message = ('IO Error: Could not set lock on file "/tmp/s.duckdb": Conflicting lock is held in '
+               '/usr/bin/python3.12 (PID 4242). See also https://duckdb.org/docs/stable/connect/concurrency')
+    assert lock_holder(Exception(message)) == "PID 4242 (/usr/bin/python3.12)"
+    assert lock_holder(Exception("IO Error: No space left on device")) is None
