@@ -89,13 +89,12 @@ def _source(path: Path, fmt: str, role: str) -> SourceFile:
 
 def parse_log(path: Path, fmt: str | None = None) -> ParsedRun:
     log = read_log(path)
+    name = None
     if fmt:
         name = sniff.FORMAT_ALIASES.get(fmt.lower())
         if name is None:
             raise InputError(path, f"--format {fmt!r} is not one of {', '.join(sorted(set(sniff.FORMAT_ALIASES)))}")
-    else:
-        name = sniff.detect_log_format(log)
-    return sniff.log_parser(name).parse(log)
+    return sniff.parse_log(log, name)
 
 
 def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool) -> Anatomy:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import importlib
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
 from receipts.errors import InputError
+from receipts.ingest import native, wrapped
 from receipts.ingest.textlog import LogText
+from receipts.schema.model import ParsedRun
 
 # Text-log formats, most specific first. Each module has FORMAT, detect(head_lines) and parse(LogText).
 LOG_FORMATS = ("native", "megatron", "nanochat", "torchtitan", "modded_nanogpt", "mllog")
@@ -68,15 +71,45 @@ def sniff_kind(path: Path) -> str:
     return "log"
 
 
-def detect_log_format(log: LogText) -> str:
-    head = log.head(2000)
-    for name in LOG_FORMATS:
+def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
+    """Parse with the named (or sniffed) format. A log with RECEIPT records but no RECEIPT steps (a
+    `receipts run` around a script that knows nothing of receipts) takes its steps from the child's
+    own lines, in the format sniffed among them, under the launcher's header (ingest/wrapped.py).
+    A third-party `name` forces the child's format, also under a RECEIPT header when there is one."""
+    forced_child = name if name not in (None, "native") else None
+    if forced_child and not native.detect(log.head(2000)):
+        return log_parser(forced_child).parse(log)  # a third-party log on its own
+    parsed = log_parser("native" if forced_child else name or detect_log_format(log)).parse(log)
+    if not forced_child and not wrapped.wants_child_steps(parsed):
+        return parsed
+    child_log = wrapped.child_lines(log)
+    child_format = forced_child or _detect_among(child_log.head(2000), names=LOG_FORMATS[1:])
+    if child_format is None:
+        return parsed  # the launcher's provenance alone: a receipt of what ran where, without steps
+    try:
+        child = log_parser(child_format).parse(child_log)
+    except InputError as exc:
+        # e.g. Megatron's arguments dump but no iteration line: the run died before its first step
+        return replace(parsed, warnings=parsed.warnings + (f"the child's output looks like {child_format} "
+                                                           f"but gave no steps: {exc.message}",))
+    return wrapped.merge(parsed, child)
+
+
+def _detect_among(head: list[str], *, names: tuple[str, ...]) -> str | None:
+    for name in names:
         try:
             module = log_parser(name)
         except ModuleNotFoundError:
             continue
         if module.detect(head):
             return name
+    return None
+
+
+def detect_log_format(log: LogText) -> str:
+    found = _detect_among(log.head(2000), names=LOG_FORMATS)
+    if found is not None:
+        return found
     raise InputError(
         log.path,
         "unknown log format: no line in the first 2000 looks like a RECEIPT record, a Megatron "
