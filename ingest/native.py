@@ -22,6 +22,7 @@ from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
 
 FORMAT = "receipt"
+LAUNCHER = "receipts run"   # the `writer` of the launcher's header and footer (capture writes "receipts.capture")
 SUPPORTED_VERSIONS = (1,)
 # Anywhere in the line: launchers prefix ranks ("[rank3]: "), and another process writing half a line
 # into the same pipe can put text before a record; the JSON object itself is what must be whole.
@@ -61,15 +62,15 @@ def parse(log: LogText) -> ParsedRun:
         .filter(pl.col("payload").is_not_null())
         .select("line", "payload")
     )
-    ended_early = None
-    last_line_parsed = True
+    # Every writer of this format ends its lines with a newline (the launcher's footer is the last line
+    # of a run.log), so a last line without one was cut, unless it is a whole RECEIPT record.
+    last_line_parsed = not log.unterminated_last
     if log.unterminated_last and records.height and records["line"][-1] == log.n_lines:
         try:
             json.loads(records["payload"][-1])
+            last_line_parsed = True
         except json.JSONDecodeError:
             records = records.head(records.height - 1)  # a killed writer's half line is evidence of the kill
-            last_line_parsed = False
-    ended_early = cut_short_note(log, last_line_parsed)
     if records.height == 0:
         raise InputError(log.path, "no RECEIPT lines found; expected `RECEIPT {json}` records")
 
@@ -89,6 +90,7 @@ def parse(log: LogText) -> ParsedRun:
         raise InputError(log.path, f"RECEIPT step record without an integer 'step' ({obj})", line=line_no)
 
     header: dict = {}
+    headers: list[dict] = []
     phases: list[tuple[str, int | None, int | None]] = []
     open_phases: dict[tuple[str, object], int | None] = {}
     footers: list[dict] = []
@@ -96,6 +98,7 @@ def parse(log: LogText) -> ParsedRun:
         obj = _loads(log, line_no, payload)
         kind = obj["kind"]
         if kind == "header":
+            headers.append(obj)
             header = {**header, **obj}  # per-rank headers repeat the same facts; later fields win
         elif kind == "phase":
             name = str(obj.get("phase", "unknown"))
@@ -109,8 +112,8 @@ def parse(log: LogText) -> ParsedRun:
         elif kind == "footer":
             footers.append(obj)
 
-    if not footers and ended_early is None:
-        ended_early = f"no RECEIPT footer: the run stopped before writing one (last line {log.n_lines})"
+    ended_early = _ended_early(log, cut_note=cut_short_note(log, last_line_parsed), headers=headers,
+                               footers=footers, step_ranks=set(decoded["rank"].drop_nulls().to_list()))
     identity = header.get("identity") or {}
     env = tuple(
         EnvVar(name, None if value is None else str(value), is_set=value is not None,
@@ -145,3 +148,38 @@ def parse(log: LogText) -> ParsedRun:
         warnings=warnings,
         started_at=header.get("started_at"),
     )
+
+
+def _is_launcher(record: dict) -> bool:
+    return record.get("writer") == LAUNCHER
+
+
+def _ended_early(log: LogText, *, cut_note: str | None, headers: list[dict], footers: list[dict],
+                 step_ranks: set[int]) -> str | None:
+    """Why this log looks like a run that did not finish, every reason found, or None.
+
+    Who writes what decides what is missing. `receipts run` writes its footer last, after the command
+    exits, whatever the command does: a launcher header without that footer is a log cut short (a
+    killed launcher, a copy taken mid-run, a truncated file), even when ranks' footers are there. The
+    launcher's footer also says how the command ended: a non-zero exit code or a signal. Each rank of
+    receipts.capture that wrote a header or a step writes its own footer in close() (and at exit)."""
+    reasons = [cut_note] if cut_note else []
+    launched = any(_is_launcher(h) for h in headers)
+    closing = [f for f in footers if _is_launcher(f)]
+    if launched and not closing:
+        reasons.append(f"no footer from `receipts run` (written last, whatever the command does): the log stops "
+                       f"at line {log.n_lines}")
+    for footer in closing:
+        if footer.get("signal"):
+            reasons.append(f"the command was ended by {footer['signal']} (exit code {footer.get('exit_code')})")
+        elif footer.get("exit_code") not in (None, 0):
+            reasons.append(f"the command exited with code {footer['exit_code']}")
+    if not footers and not launched:
+        reasons.append(f"no RECEIPT footer: the run stopped before writing one (last line {log.n_lines})")
+    else:
+        ranks = step_ranks | {h["rank"] for h in headers if not _is_launcher(h) and isinstance(h.get("rank"), int)}
+        silent = sorted(ranks - {f.get("rank") for f in footers if not _is_launcher(f)})
+        if silent:
+            reasons.append(f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} wrote no RECEIPT "
+                           "footer (the process stopped before close())")
+    return "; ".join(reasons) or None

@@ -7,6 +7,7 @@ lines in native code (the throughput target is >= 1M lines/s on one core).
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,15 @@ def _split_lines(data: bytes) -> pl.Series:
     frame = pl.read_csv(io.BytesIO(data), has_header=False, separator="\x1f", quote_char=None, new_columns=["text"],
                         encoding="utf8-lossy", infer_schema=False, truncate_ragged_lines=True)
     return frame["text"].fill_null("")
+
+
+def same_shape(previous: str, last: str) -> bool:
+    """Whether `last` has the shape of `previous` (a line of the same kind printed before it): numbers
+    and runs of spaces blanked, the text must be equal. A writer killed mid-line leaves a prefix of a
+    line, whose numbers may parse and even end in a plausible unit, but whose shape is short."""
+    def shape(text: str) -> str:
+        return re.sub(r"\s+", " ", re.sub(r"nan|inf|[-+\d.,eE]*\d[-+\d.,eE]*", "#", text)).strip()
+    return shape(previous) == shape(last)
 
 
 def cut_short_note(log: LogText, last_line_parsed: bool) -> str | None:

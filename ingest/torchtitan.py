@@ -23,7 +23,7 @@ import re
 import polars as pl
 
 from receipts.errors import InputError
-from receipts.ingest.textlog import LogText, cut_short_note
+from receipts.ingest.textlog import LogText, cut_short_note, same_shape
 from receipts.schema.model import MemoryPeak, ParsedRun, steps_frame
 
 FORMAT = "torchtitan"
@@ -52,8 +52,10 @@ def parse(log: LogText) -> ParsedRun:
     )
     last_line_parsed = not log.unterminated_last
     if log.unterminated_last and candidates.height and candidates["line"][-1] == log.n_lines:
-        # every complete step line ends in 'mfu: x%' (or the '%' of memory in the oldest versions)
-        last_line_parsed = candidates["clean"][-1].rstrip().endswith("%")
+        # every complete step line ends in 'mfu: x%' (or the '%' of memory in the oldest versions), and a
+        # line cut just after 'memory: ...(x%)' also does: it must have its predecessor's shape too
+        texts = candidates["clean"].tail(2).to_list()
+        last_line_parsed = texts[-1].rstrip().endswith("%") and (len(texts) < 2 or same_shape(*texts))
         if not last_line_parsed:
             candidates = candidates.head(candidates.height - 1)
     if candidates.height == 0:
