@@ -163,6 +163,8 @@ def _tee(source: IO[bytes], *, log: IO[bytes], log_lock: threading.Lock, echo: I
         text = raw.decode("utf-8", errors="surrogateescape")
         clean = redact(text, rules=rules, known_values=known).encode("utf-8", errors="surrogateescape")
         with log_lock:
+            if log.closed:
+                return  # a daemonised descendant's output after the footer: run.log is finished
             # A last line without a newline (the child's final print(..., end="")) is ended here, in the
             # log only: otherwise the other stream's next line or our footer would be glued onto it.
             log.write(clean if clean.endswith(b"\n") else clean + b"\n")
@@ -245,8 +247,9 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
                   "output_still_open": any(tee.is_alive() for tee in tees)}
         if launch_error:
             footer["launch_error"] = launch_error
-        with log_lock:
+        with log_lock:  # the footer is the last line: tees still running (output_still_open) stop here
             log.write(_line(footer))
+            log.close()
 
     ingested: tuple = ()
     ingest_error = None

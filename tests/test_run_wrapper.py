@@ -477,3 +477,17 @@ def test_lock_wait_bound_and_holder_come_from_the_environment_and_duckdbs_messag
                '/usr/bin/python3.12 (PID 4242). See also https://duckdb.org/docs/stable/connect/concurrency')
     assert lock_holder(Exception(message)) == "PID 4242 (/usr/bin/python3.12)"
     assert lock_holder(Exception("IO Error: No space left on device")) is None
+
+
+def test_a_file_the_os_cannot_execute_exits_126_and_is_not_ingested(tmp_path):
+    script = tmp_path / "train"
+    script.write_text("echo no shebang here\n")  # executable bit, but execve() says ENOEXEC
+    script.chmod(0o755)
+    db = tmp_path / "s.duckdb"
+    proc = subprocess.run([RECEIPTS, "--db", str(db), "run", "--run-dir", str(tmp_path / "r"), "--", str(script)],
+                          capture_output=True, text=True, env=_env())
+    assert proc.returncode == 126, proc.stderr
+    assert "cannot execute" in proc.stderr and "Traceback" not in proc.stderr
+    footer = _records(tmp_path / "r" / "run.log")[-1]   # the header says what was attempted, the footer why not
+    assert footer["exit_code"] == 126 and "Exec format error" in footer["launch_error"]
+    assert not db.exists()
