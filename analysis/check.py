@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from receipts.analysis.claims import DEFAULT_BASELINE_LAST, TAG_PREFIX
 from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift
 from receipts.analysis.lanes import Lane, lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, MAD_TO_SIGMA, MIN_FLOOR_PCT, NoiseFloor, noise_floor
@@ -40,10 +41,9 @@ from receipts.errors import UsageError
 if TYPE_CHECKING:
     from receipts.store import Store
 
-DEFAULT_LAST = 5       # baseline runs per candidate: enough for a robust centre and an outlier test
+DEFAULT_LAST = DEFAULT_BASELINE_LAST  # 5 baseline runs per candidate: a robust centre and an outlier test
 OUTLIER_Z = 3.5        # modified z-score above which a baseline run is an outlier (Iglewicz & Hoaglin 1993)
 MIN_RUNS_FOR_OUTLIERS = 3  # with 2 runs nobody can say which one is the outlier
-TAG_PREFIX = "tag:"
 _RETAG_FLAG = {"host_lineage": "--host-lineage", "preset_family": "--preset", "launch_regime": "--regime"}
 
 Outcome = Literal["judged", "no_baseline", "rumor", "unmeasured"]

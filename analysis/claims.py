@@ -51,7 +51,11 @@ _SIZE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d+)?|\.\d+)\s*([A-Za-z]+)\s*$")
 _TOP_KEYS = ("version", "defaults", "claims")
 _DEFAULT_KEYS = ("min_steps", "max_cv", "tolerance", "tolerance_bytes", "min_effect", "allow_ended_early")
 _CLAIM_KEYS = ("name", "baseline", "candidate", "metric", "speedup", "change", "tolerance", "tolerance_bytes",
-               "declared_drift", "min_steps", "max_cv", "min_effect", "allow_ended_early")
+               "declared_drift", "min_steps", "max_cv", "min_effect", "allow_ended_early", "last")
+# `baseline: tag:main` names no receipt: the baseline is the candidate lane's most recent runs carrying
+# the tag (analysis.check's selection), `last` of them.
+TAG_PREFIX = "tag:"
+DEFAULT_BASELINE_LAST = 5
 
 # The range of each numeric setting (low inclusive, high exclusive); every value must also be finite.
 _BOUNDS: dict[str, dict[str, Any]] = {
@@ -85,6 +89,12 @@ class Claim:
     path: str
     line: int                        # 1-based line where the claim starts
     allow_ended_early: bool = False  # accept runs whose logs look cut short (rejection code ended_early)
+    last: int | None = None          # tag baselines only: how many of the lane's tagged runs
+
+    @property
+    def baseline_tag(self) -> str | None:
+        """'main' for `baseline: tag:main`; None when the baseline names a receipt."""
+        return self.baseline[len(TAG_PREFIX):] if self.baseline.startswith(TAG_PREFIX) else None
 
     @property
     def is_speed(self) -> bool:
@@ -319,8 +329,22 @@ class _Reader:
                 drift += (kind,)
         tolerance_bytes = (None if metric in SPEED_METRICS
                            else self.setting(m, defaults, "tolerance_bytes", None, claim=name))
+        baseline = self.text(m["baseline"], "baseline")
+        last = None
+        if baseline.startswith(TAG_PREFIX):
+            if not baseline[len(TAG_PREFIX):].strip():
+                raise self.fail(m["baseline"], f"claim {name!r}: 'baseline: tag:' needs a tag, e.g. tag:main")
+            if metric not in SPEED_METRICS:
+                raise self.fail(m["baseline"], f"claim {name!r}: a tag baseline ({baseline}) is for speed metrics "
+                                               f"({', '.join(SPEED_METRICS)}); a memory claim compares two named "
+                                               "receipts' peaks")
+            last = int(self.number(m["last"], "last", low=1, integer=True, where=f"claim {name!r}: ")
+                       if "last" in m else DEFAULT_BASELINE_LAST)
+        elif "last" in m:
+            raise self.fail(m["last"], f"claim {name!r}: 'last' counts the runs of a tag baseline "
+                                       f"(baseline: tag:main); this claim's baseline is the receipt {baseline!r}")
         return Claim(
-            name=name, baseline=self.text(m["baseline"], "baseline"), candidate=self.text(m["candidate"], "candidate"),
+            name=name, baseline=baseline, candidate=self.text(m["candidate"], "candidate"),
             metric=metric, speedup=speedup, change_bytes=change,
             tolerance=float(self.setting(m, defaults, "tolerance", DEFAULT_TOLERANCE, claim=name, **_BOUNDS["tolerance"])),
             tolerance_bytes=tolerance_bytes, declared_drift=tuple(sorted(set(drift))),
@@ -329,7 +353,7 @@ class _Reader:
             min_effect=float(self.setting(m, defaults, "min_effect", DEFAULT_MIN_EFFECT, claim=name,
                                           **_BOUNDS["min_effect"])),
             path=self.path, line=_line(node),
-            allow_ended_early=self.setting(m, defaults, "allow_ended_early", False, claim=name),
+            allow_ended_early=self.setting(m, defaults, "allow_ended_early", False, claim=name), last=last,
         )
 
 

@@ -9,9 +9,14 @@ read once for all the claims' lanes); nothing here re-derives them. compare() it
 it bootstraps both step time and tokens/s, and a claim needs at most one of them (the bootstrap is most of
 a claim's cost: benchmarks/bench_gate.py).
 
+A claim's baseline names a receipt, or is `tag:T` (speed claims): the candidate lane's most recent runs
+carrying the tag, chosen by analysis.check's rules (baseline_for: candidates left out, ended-early runs
+and outliers excluded and named) and judged as `check` judges, by decide over all of them.
+
 A claim is rejected, with one line per reason, when (in this order; docs/claims-format.md):
   unknown_receipt     a reference matches no receipt (or several)
   rumor               a receipt lacks host lineage, preset family or launch regime
+  no_baseline         a tag baseline: the candidate's lane has no usable run carrying the tag
   identity            the canonical identities differ (each field named)
   recipe_drift        feature bundle / model shape differ: never acceptable
   undeclared_drift    runtime or infrastructure drift present but not in declared_drift
@@ -29,10 +34,11 @@ Nothing here catches an exception and turns it into a verdict: only ReceiptNotFo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
+from receipts.analysis.check import Baseline, baseline_for, no_baseline_message, read_lanes, rumor_message
 from receipts.analysis.claims import Claim, ClaimsFile
 from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, identity_differences
 from receipts.analysis.lanes import Lane, lane_floors, lane_of
@@ -101,6 +107,8 @@ class ClaimResult:
     baseline_id: str | None
     candidate_id: str | None
     windows: tuple[str, ...] = ()  # the steady windows the numbers come from (DESIGN rule 3)
+    baseline_ids: tuple[str, ...] = ()       # a tag baseline: the runs used, oldest first
+    baseline_excluded: tuple[str, ...] = ()  # a tag baseline: '<run>: <why it was left out>'
 
 
 @dataclass(frozen=True)
@@ -133,25 +141,80 @@ def claim_floors(store: "Store", evidence: Mapping[str, Evidence | Unresolved]) 
     return lane_floors(store, sorted(lanes, key=str))
 
 
+def tag_baselines(store: "Store", claims_file: ClaimsFile, evidence: dict[str, Evidence | Unresolved]
+                  ) -> dict[str, Baseline | None]:
+    """The baseline of each `baseline: tag:T` claim (by claim name; None for a rumor candidate), one read per
+    (tag, last); the baseline runs' receipts are added to `evidence` under their ids."""
+    out: dict[str, Baseline | None] = {}
+    groups: dict[tuple[str, int], list[Claim]] = {}
+    for c in claims_file.claims:
+        if c.baseline_tag is not None and isinstance(evidence.get(c.candidate), Evidence):
+            groups.setdefault((c.baseline_tag, c.last), []).append(c)
+    for (tag, last), claims in groups.items():
+        candidates = {evidence[c.candidate].receipt.id: evidence[c.candidate].receipt for c in claims}
+        reads = read_lanes(store, candidates, tag=tag, last=last)
+        for rid, r in reads.receipts.items():
+            evidence.setdefault(rid, Evidence(r, r.phases))
+        for c in claims:
+            out[c.name] = baseline_for(evidence[c.candidate].receipt, tag=tag, last=last, reads=reads)
+    return out
+
+
 def run_gate(store: "Store", claims_file: ClaimsFile) -> GateResult:
-    refs = [ref for c in claims_file.claims for ref in (c.baseline, c.candidate)]
+    refs = [ref for c in claims_file.claims for ref in (c.baseline, c.candidate) if ref != c.baseline
+            or c.baseline_tag is None]
     evidence = collect_evidence(store, refs)
-    return evaluate(claims_file, evidence, claim_floors(store, evidence))
+    baselines = tag_baselines(store, claims_file, evidence)
+    return evaluate(claims_file, evidence, claim_floors(store, evidence), baselines)
 
 
 # ---------------------------------------------------------------------------------------- pure
 def evaluate(claims_file: ClaimsFile, evidence: Mapping[str, Evidence | Unresolved],
-             floors: Mapping[Lane, NoiseFloor] | None = None) -> GateResult:
-    """`floors`: lane noise floors (claim_floors); a lane without one is judged against the default floor."""
-    floors = floors or {}
+             floors: Mapping[Lane, NoiseFloor] | None = None,
+             baselines: Mapping[str, Baseline | None] | None = None) -> GateResult:
+    """`floors`: lane noise floors (claim_floors); a lane without one is judged against the default floor.
+    `baselines`: the tag baselines by claim name (tag_baselines), their runs in `evidence` by id."""
+    floors, baselines = floors or {}, baselines or {}
 
     def floor_of(e: Evidence | Unresolved) -> NoiseFloor | None:
         lane = lane_of(e.receipt) if isinstance(e, Evidence) else None
         return floors.get(lane) if lane is not None else None
 
-    return GateResult(claims_file.path, tuple(evaluate_claim(c, evidence[c.baseline], evidence[c.candidate],
-                                                             floor_of(evidence[c.baseline]))
-                                              for c in claims_file.claims))
+    def one(c: Claim) -> ClaimResult:
+        if c.baseline_tag is not None:
+            return evaluate_tag_claim(c, baselines.get(c.name), evidence, evidence[c.candidate])
+        return evaluate_claim(c, evidence[c.baseline], evidence[c.candidate], floor_of(evidence[c.baseline]))
+
+    return GateResult(claims_file.path, tuple(one(c) for c in claims_file.claims))
+
+
+def evaluate_tag_claim(claim: Claim, baseline: Baseline | None, evidence: Mapping[str, Evidence | Unresolved],
+                       candidate: Evidence | Unresolved) -> ClaimResult:
+    """A claim whose baseline is `tag:T`: the candidate against the runs baseline_for chose, as `check` does."""
+    def reason(code: str, text: str) -> Reason:
+        return Reason(code, f"{claim.name}: {text}")
+
+    if isinstance(candidate, Unresolved):
+        return ClaimResult(claim, False, (reason("unknown_receipt", f"unknown receipt: candidate {candidate.message}"),),
+                           None, None, None)
+    b = candidate.receipt
+    if baseline is None:
+        return ClaimResult(claim, False, (reason("rumor", rumor_message(b)),), None, None, b.id)
+    excluded = tuple(f"{r.run_name}: {r.excluded}" for r in baseline.excluded)
+    ids = tuple(r.id for r in baseline.used)
+    if not ids:
+        return ClaimResult(claim, False, (reason("no_baseline", no_baseline_message(b, baseline)),), None, None, b.id,
+                           baseline_excluded=excluded)
+    runs = [evidence[rid] for rid in ids]
+    newest = runs[-1].receipt
+    reasons = list(_drift_reasons(claim, drift(newest, b), reason))
+    reasons += _ended_early_reasons(claim, newest, b, reason)
+    measured, more = _speed(claim, runs, candidate, reason, baseline.floor,
+                            what=f"median of {len(ids)} run(s) tagged {baseline.tag!r}")
+    reasons += more
+    # each baseline run's window, then the candidate's (_windows gives the pair: baseline, candidate)
+    windows = tuple(_windows(e.receipt, b)[0] for e in runs) + (_windows(newest, b)[1],)
+    return ClaimResult(claim, not reasons, tuple(reasons), measured, None, b.id, windows, ids, excluded)
 
 
 def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evidence | Unresolved,
@@ -179,7 +242,7 @@ def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evi
     reasons = list(_drift_reasons(claim, drift(a, b), reason))
     reasons += _ended_early_reasons(claim, a, b, reason)
     if claim.is_speed:
-        measured, more = _speed(claim, baseline, candidate, reason, floor or default_floor())
+        measured, more = _speed(claim, [baseline], candidate, reason, floor or default_floor())
     else:
         measured, more = _memory(claim, a, b, reason)
     reasons += more
@@ -241,18 +304,20 @@ def _series(claim: Claim, r: StoredReceipt) -> np.ndarray:
     return r.steady_step_ms if claim.metric == "step_time" else r.steady_tokens_per_s
 
 
-def _verdict(claim: Claim, a: StoredReceipt, b: StoredReceipt, floor: NoiseFloor) -> VerdictResult | None:
-    """analysis.verdict.decide on the claimed metric: one run each side, the lane's noise floor."""
-    ia, ib = median_interval(_series(claim, a)), median_interval(_series(claim, b))
-    if ia is None or ib is None:
+def _verdict(claim: Claim, a: Sequence[StoredReceipt], b: StoredReceipt, floor: NoiseFloor) -> VerdictResult | None:
+    """analysis.verdict.decide on the claimed metric: the baseline run(s) against the candidate, the lane's floor."""
+    ia, ib = [median_interval(_series(claim, r)) for r in a], median_interval(_series(claim, b))
+    if any(i is None for i in ia) or ib is None:
         return None
-    return decide([ia], [ib], floor, min_effect=claim.min_effect, lower_is_better=claim.metric == "step_time")
+    return decide(ia, [ib], floor, min_effect=claim.min_effect, lower_is_better=claim.metric == "step_time",
+                  grow="both" if len(a) == 1 else "candidate")
 
 
-def _speed(claim: Claim, baseline: Evidence, candidate: Evidence, reason, floor: NoiseFloor):
+def _speed(claim: Claim, baselines: Sequence[Evidence], candidate: Evidence, reason, floor: NoiseFloor, *,
+           what: str = ""):
     out = []
     label = "step time" if claim.metric == "step_time" else "tokens/s"
-    for role, e in (("baseline", baseline), ("candidate", candidate)):
+    for role, e in [*(("baseline", b) for b in baselines), ("candidate", candidate)]:
         s = e.receipt
         summary = summarize(_series(claim, s))
         n = summary.n if summary else 0
@@ -265,7 +330,7 @@ def _speed(claim: Claim, baseline: Evidence, candidate: Evidence, reason, floor:
         if summary and summary.cv > claim.max_cv:
             out.append(reason("noise", f"{role} {s.run_name} is too noisy: CV of {label} {summary.cv:.1%} "
                                        f"> max_cv {claim.max_cv:.1%}"))
-    v = _verdict(claim, baseline.receipt, candidate.receipt, floor)
+    v = _verdict(claim, [b.receipt for b in baselines], candidate.receipt, floor)
     if v is None:
         out.append(reason("no_measurement", f"no {label} ratio: a run has fewer than 2 steady-state steps with {label}"))
         return None, out
@@ -275,7 +340,7 @@ def _speed(claim: Claim, baseline: Evidence, candidate: Evidence, reason, floor:
         value, low, high = v.ratio, v.ci_low, v.ci_high
     measured = Measured(claim.metric, "x", value, low, high, v.confidence,
                         f"speedup = baseline/candidate median {label if claim.metric == 'step_time' else 'time per token'}; "
-                        f"{v.method}; noise floor {v.floor.note}")
+                        f"{'baseline: ' + what + '; ' if what else ''}{v.method}; noise floor {v.floor.note}")
     s = claim.speedup
     lo_ok, hi_ok = s * (1 - claim.tolerance), s * (1 + claim.tolerance)
     ci = f"{value:.3f}x [{low:.3f}, {high:.3f}] ({v.confidence:.0%} CI, run-to-run noise included)"

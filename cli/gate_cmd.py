@@ -82,6 +82,8 @@ def _render(results: list[GateResult]) -> None:
                                                                     f"{fmt_measured(r.measured)}; {fmt_claimed(r)}"))
                 for reason in r.reasons:
                     console.print("  - " + escape(reason.message))
+            for x in r.baseline_excluded:
+                console.print("    baseline run left out: " + escape(x))
             for w in r.windows:
                 console.print("    " + escape(w))
     console.print(f"{n_ok + n_bad} claim(s): {n_ok} accepted, {n_bad} rejected")
@@ -92,6 +94,8 @@ def _claim_json(r: ClaimResult) -> dict[str, Any]:
     return {
         "name": c.name, "file": c.path, "line": c.line, "metric": c.metric,
         "baseline": c.baseline, "candidate": c.candidate, "baseline_id": r.baseline_id, "candidate_id": r.candidate_id,
+        "baseline_tag": c.baseline_tag, "last": c.last, "baseline_ids": list(r.baseline_ids),
+        "baseline_excluded": list(r.baseline_excluded),
         "claimed": {"speedup": c.speedup, "change_bytes": c.change_bytes, "tolerance": c.tolerance,
                     "tolerance_bytes": c.tolerance_bytes, "declared_drift": list(c.declared_drift),
                     "min_steps": c.min_steps, "max_cv": c.max_cv, "min_effect": c.min_effect,

@@ -291,6 +291,78 @@ def test_runs_that_ended_early_are_rejected_unless_the_claim_allows_them(tmp_pat
     assert code == 0 and out["same"]["accepted"] and out["same"]["claimed"]["allow_ended_early"] is True
 
 
+# ------------------------------------------------------------------------- baseline: tag:main
+@pytest.mark.parametrize("extra, line, words", [
+    ("    baseline: 'tag:'\n    metric: step_time\n    speedup: 1\n", 4, "'baseline: tag:' needs a tag"),
+    ("    baseline: tag:main\n    metric: peak_reserved\n    change: 0B\n", 4, "a tag baseline (tag:main) is for speed"),
+    ("    baseline: tag:main\n    last: 0\n    metric: step_time\n    speedup: 1\n", 5, "'last' must be an integer >= 1"),
+    ("    baseline: tag:main\n    last: .nan\n    metric: step_time\n    speedup: 1\n", 5, "'last' must be an integer"),
+    ("    baseline: run_a\n    last: 3\n    metric: step_time\n    speedup: 1\n", 5, "'last' counts the runs of a tag"),
+])
+def test_tag_baseline_claims_are_validated(extra, line, words):
+    with pytest.raises(InputError) as err:
+        parse_claims("version: 1\nclaims:\n  - name: t\n    candidate: c\n" + extra, "claims.yaml")
+    assert words in str(err.value), str(err.value)
+
+
+def test_a_tag_baseline_defaults_to_the_last_5_runs():
+    parsed = parse_claims("version: 1\nclaims:\n- {name: a, baseline: 'tag:main', candidate: c, metric: step_time, "
+                          "speedup: 1}\n- {name: b, baseline: x, candidate: c, metric: step_time, speedup: 1}\n")
+    (a, b) = parsed.claims
+    assert (a.baseline_tag, a.last, b.baseline_tag, b.last) == ("main", 5, None, None)
+
+
+NOISE = Path(__file__).resolve().parent / "data" / "noise"
+
+
+def test_real_tag_baseline_claims_on_the_h100_noise_runs(tmp_path, db):
+    """The real runs of tests/data/noise: a claimed 2.5% slowdown against tag:main is accepted, the same run
+    claimed 5% faster is rejected, an A/A run claimed unchanged against the other nine is accepted."""
+    if not NOISE.exists():
+        pytest.skip("tests/data/noise not present")
+    ingest(db, *sorted(NOISE.glob("*/run.log")))
+    path = claims_yaml(tmp_path,
+                       claim("planted slowdown", "tag:main", "slow_1", speedup=0.975, tolerance=0.02),
+                       claim("said faster", "tag:main", "slow_2", speedup=1.05),
+                       claim("unchanged", "tag:main", "aa_10", speedup=1.0, last=9),
+                       claim("tokens", "tag:main", "slow_3", metric="tokens_per_s", speedup=0.975))
+    code, out = gate(db, path)
+    assert code == 1
+    assert out["planted slowdown"]["accepted"] and out["tokens"]["accepted"] and out["unchanged"]["accepted"]
+    assert codes(out["said faster"]) == {"effect_mismatch", "not_significant"}
+    assert "verdict 'slower'" in out["said faster"]["reasons"][1]
+    names = {c["candidate"]: c for c in out.values()}
+    ids = {r: c["candidate_id"] for r, c in names.items()}
+    # the five most recent main runs; the other claims' candidates (slow_2, slow_3) are not main runs
+    assert len(out["planted slowdown"]["baseline_ids"]) == 5 and ids["slow_1"] not in out["planted slowdown"]["baseline_ids"]
+    assert len(out["unchanged"]["baseline_ids"]) == 9 and ids["aa_10"] not in out["unchanged"]["baseline_ids"]
+    assert out["planted slowdown"]["baseline_id"] is None and out["planted slowdown"]["last"] == 5
+    assert "baseline: median of 5 run(s) tagged 'main'" in out["planted slowdown"]["measured"]["note"]
+    assert len(out["planted slowdown"]["windows"]) == 6  # five baseline runs' windows, then the candidate's
+
+
+def test_tag_baseline_rejections_and_an_outlier_left_out(tmp_path, db):
+    from conftest import write_native_log
+
+    for i, ms in enumerate([200.0, 200.6, 199.5, 200.2, 260.0]):  # the last main run was throttled
+        ingest(db, write_native_log(tmp_path / f"main_{i}.log", steps(60, ms, 40 + i, cv=0.004)), flags=("--tag", "main"))
+    ingest(db, write_native_log(tmp_path / "cand.log", steps(60, 180.0, 50, cv=0.004)),
+           write_native_log(tmp_path / "other_lane.log", steps(60, 180.0, 51, cv=0.004), regime="ddp/no-compile"),
+           write_native_log(tmp_path / "rumor.log", steps(60, 180.0, 52, cv=0.004), preset=None))
+    path = claims_yaml(tmp_path, claim("fast", "tag:main", "cand", speedup=1.11),
+                       claim("no main here", "tag:main", "other_lane", speedup=1.11),
+                       claim("rumor", "tag:main", "rumor", speedup=1.11),
+                       claim("typo", "tag:main", "nope", speedup=1.11))
+    code, out = gate(db, path)
+    assert code == 1 and out["fast"]["accepted"], out["fast"]["reasons"]
+    assert [x.split(":")[0] for x in out["fast"]["baseline_excluded"]] == ["main_4"]
+    assert "outlier: median 260" in out["fast"]["baseline_excluded"][0]
+    assert codes(out["no main here"]) == {"no_baseline"}
+    assert "receipts ingest run.log --tag main" in out["no main here"]["reasons"][0]
+    assert codes(out["rumor"]) == {"rumor"} and "lacks preset_family" in out["rumor"]["reasons"][0]
+    assert codes(out["typo"]) == {"unknown_receipt"}
+
+
 def test_memory_claims(tmp_path, db):
     ingest(db, native_log(tmp_path / "run_a.log", steps(40, 200, 1), peaks=(40 * GIB, 48 * GIB)),
            native_log(tmp_path / "run_b.log", steps(40, 200, 2), peaks=(38 * GIB, 42 * GIB)))
