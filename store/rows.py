@@ -63,7 +63,7 @@ def run_key(receipt: Receipt) -> str | None:
     """The run a RECEIPT header names: its `run_id`, else hostname@started_at (the launcher stamps
     milliseconds). Two logs with one run key are one run seen twice (e.g. a log that kept growing)."""
     parsed = receipt.parsed
-    if parsed.source_format != "receipt":
+    if parsed.source_format.split("+")[0] != "receipt":  # "receipt+nanochat": a launcher header over third-party steps
         return None
     if parsed.provenance.get("run_id"):
         return str(parsed.provenance["run_id"])

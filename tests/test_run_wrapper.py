@@ -491,3 +491,22 @@ def test_a_file_the_os_cannot_execute_exits_126_and_is_not_ingested(tmp_path):
     footer = _records(tmp_path / "r" / "run.log")[-1]   # the header says what was attempted, the footer why not
     assert footer["exit_code"] == 126 and "Exec format error" in footer["launch_error"]
     assert not db.exists()
+
+
+def test_a_wrapped_log_names_its_run_like_a_native_one(tmp_path):
+    """A growing `receipts run` log supersedes its earlier receipt by the header's run key (hostname@started_at)
+    whatever the child printed: a third-party child must not lose that."""
+    from receipts.pipeline import build_receipt, parse_log
+    from receipts.schema.model import IdentityClaim, SourceFile
+    from receipts.schema.registry import load_registry
+    from receipts.store.rows import run_key
+
+    real = realdata("logs", "nanochat_pr147_a100_mfu.txt")
+    result = run(command=[sys.executable, "-c", _REPLAY, str(real), "0"], run_dir=tmp_path / "r", ingest=False,
+                 environ=_env(), cwd=REPO)
+    parsed = parse_log(result.log_path)
+    assert parsed.source_format == "receipt+nanochat"
+    receipt = build_receipt(parsed, source=SourceFile(str(result.log_path), "0" * 64, 1, parsed.source_format, "log"),
+                            claim=IdentityClaim(), registry=load_registry(None), run_name="r")
+    header = _records(result.log_path)[0]
+    assert run_key(receipt) == f"{header['hostname']}@{header['started_at']}"
