@@ -7,11 +7,15 @@ Parsers stay pure; this module resolves identity and hands complete receipts to 
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
+import stat
 import tempfile
 import tomllib
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 import polars as pl
 
@@ -28,7 +32,7 @@ from receipts.schema.registry import Registry
 from receipts.store import Store
 
 SIDECAR_NAME = "receipt.toml"
-PROFILE_KINDS = ("nsys", "nsys-gz", "nsys-rep", "kineto", "kineto-dir")
+PROFILE_KINDS = ("nsys", "nsys-gz", "nsys-rep", "kineto", "kineto-dir", "kineto-files")
 
 
 @dataclass(frozen=True)
@@ -77,14 +81,22 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
     )
 
 
-def _source(path: Path, fmt: str, role: str) -> SourceFile:
+def _source(path: Path, fmt: str, role: str, files: list[Path] | None = None) -> SourceFile:
+    """A file, or a folder's files (all of them, or the given ones) hashed in name order."""
     if path.is_dir():
         import hashlib
 
-        files = sorted(p for p in path.iterdir() if p.is_file())
+        files = sorted(files if files is not None else (p for p in path.iterdir() if p.is_file()))
         digest = hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()
         return SourceFile(str(path.resolve()), digest, sum(p.stat().st_size for p in files), fmt, role)
     return SourceFile(str(path.resolve()), sha256_file(path), path.stat().st_size, fmt, role)
+
+
+def run_dir_traces(run_dir: Path) -> list[Path]:
+    """PyTorch profiler traces lying beside run.log, one per rank, in natural name order (rank2 < rank10)."""
+    natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]  # noqa: E731
+    return sorted((p for p in run_dir.iterdir() if p.is_file() and ".pt.trace." in p.name
+                   and p.name.endswith((".json", ".json.gz"))), key=natural)
 
 
 def parse_log(path: Path, fmt: str | None = None) -> ParsedRun:
@@ -104,10 +116,14 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool) -
             try:
                 with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-            except (OSError, EOFError) as exc:
+            except (OSError, EOFError, zlib.error) as exc:
                 raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped nsys "
                                        "SQLite export") from exc
-            return parse_profile(plain, "nsys", rules, keep_raw)
+            try:
+                return parse_profile(plain, "nsys", rules, keep_raw)
+            except InputError as exc:
+                # The user named the .gz, not our temporary copy (deleted by the time they read this).
+                raise InputError(path, exc.message.replace(str(plain), str(path)), exc.line, exc.table) from exc
     if kind in ("nsys", "nsys-rep"):
         from receipts.ingest import nsys
 
@@ -117,6 +133,8 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool) -
 
     if kind == "kineto-dir":
         return kineto.parse_dir(path, rules=rules, keep_raw=keep_raw)
+    if kind == "kineto-files":
+        return kineto.parse_files(run_dir_traces(path), rules=rules, keep_raw=keep_raw)
     return kineto.parse_files([path], rules=rules, keep_raw=keep_raw)
 
 
@@ -141,71 +159,175 @@ def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
     )
 
 
-def _profile_paths_in(run_dir: Path) -> list[Path]:
+def _profile_paths_in(run_dir: Path) -> list[tuple[Path, str]]:
+    """Profiler exports in a `receipts run` directory, each with its kind: nsys files at the top level and
+    one set of Kineto traces (at the top level or in a sub-folder), which is one profile of all ranks."""
     found = [p for p in sorted(run_dir.iterdir()) if p.is_file() and p.suffix in (".sqlite", ".nsys-rep")]
     # A report and its own export are one profile: attach the export, not both.
     exported = {p.stem for p in found if p.suffix == ".sqlite"}
-    found = [p for p in found if not (p.suffix == ".nsys-rep" and p.stem in exported)]
-    traces = [p for p in sorted(run_dir.rglob("*")) if p.is_file() and (p.name.endswith(".json.gz") or p.name.endswith(".json"))
+    profiles = [(p, "nsys" if p.suffix == ".sqlite" else "nsys-rep") for p in found
+                if not (p.suffix == ".nsys-rep" and p.stem in exported)]
+    traces = [p for p in sorted(run_dir.rglob("*")) if p.is_file() and p.name.endswith((".json.gz", ".json"))
               and ".pt.trace" in p.name]
     if traces:
-        found.append(traces[0].parent)
-    return found
+        folder = traces[0].parent
+        # The traces of one folder, not the folder itself: beside run.log they share it with other files.
+        profiles.append((folder, "kineto-dir" if folder != run_dir else "kineto-files"))
+    return profiles
 
 
-def ingest_paths(store: Store, paths: list[Path], *, identity: IdentityClaim = IdentityClaim(),
-                 run_name: str | None = None, registry: Registry, attach: str | None = None,
-                 tags: tuple[str, ...] = (), fmt: str | None = None, rules: CategoryRules | None = None,
-                 keep_raw: bool = False) -> list[IngestOutcome]:
-    """Ingest each path. Each receipt is written in its own transaction; a bad file raises InputError
-    before anything of it is written, so the store never holds a half receipt."""
-    outcomes: list[IngestOutcome] = []
+@dataclass(frozen=True)
+class IngestFailure:
+    """One file (or folder) that could not be ingested; nothing of it was written."""
+    path: str
+    error: Exception
+
+
+def _file_type(mode: int) -> str | None:
+    """What a non-regular, non-directory file is, in words; None for a regular file or a folder."""
+    for test, what in ((stat.S_ISREG, None), (stat.S_ISDIR, None), (stat.S_ISFIFO, "named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return what
+    return "special file"
+
+
+def _is_trace_folder(path: Path) -> bool:
+    """A folder whose top-level JSON files are all PyTorch profiler traces is one profile (one file per rank)."""
+    jsons = [p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")) and _regular(p)]
+    return bool(jsons) and all(sniff.sniff_kind(p) == "kineto" for p in jsons)
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def ingest_targets(paths: list[Path], *, recursive: bool = False) -> Iterator[Path | IngestFailure]:
+    """What the named paths hold, one ingestible unit at a time: a file, a `receipts run` directory, or a folder
+    of Kineto traces. Other folders are read file by file (sub-folders only with `recursive`, except `receipts
+    run` directories and trace folders, which are units). Missing paths and non-regular files (FIFOs, devices,
+    sockets) come back as failures, decided from stat() alone: opening a FIFO would wait for a writer forever."""
     for path in map(Path, paths):
-        if not path.exists():
-            raise InputError(path, "does not exist")
-        if path.is_dir() and (path / "run.log").is_file():
-            # A `receipts run` directory: the log is the receipt; exports found there attach to it.
-            first = ingest_paths(store, [path / "run.log"], identity=identity, run_name=run_name or path.name,
-                                 registry=registry, tags=tags, fmt=fmt)
-            outcomes += first
-            extra = _profile_paths_in(path)
-            if extra:
-                outcomes += ingest_paths(store, extra, registry=registry, attach=first[0].receipt_id,
-                                         rules=rules, keep_raw=keep_raw)
+        yield from _targets(path, recursive=recursive, named=True)
+
+
+def _targets(path: Path, *, recursive: bool, named: bool) -> Iterator[Path | IngestFailure]:
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        yield IngestFailure(str(path), InputError(path, "does not exist"))
+        return
+    except OSError as exc:
+        yield IngestFailure(str(path), InputError(path, f"cannot read: {exc.strerror or exc}"))
+        return
+    what = _file_type(mode)
+    if what is not None:
+        yield IngestFailure(str(path), InputError(path, f"is a {what}, not a regular file or folder; refused "
+                                                        "without reading it"))
+        return
+    if not stat.S_ISDIR(mode) or (path / "run.log").is_file() or _is_trace_folder(path):
+        yield path
+        return
+    children = [p for p in sorted(path.iterdir()) if not p.name.startswith(".") and p.name != SIDECAR_NAME]
+    found = False
+    for child in children:
+        if child.is_dir() and not recursive and not ((child / "run.log").is_file() or _is_trace_folder(child)):
             continue
-        kind = sniff.sniff_kind(path)
-        if kind in PROFILE_KINDS:
-            rules = rules or load_category_rules()
-            outcomes.append(_ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
-                                            attach=attach, tags=tags, rules=rules, keep_raw=keep_raw))
+        for target in _targets(child, recursive=recursive, named=False):
+            found = True
+            yield target
+    if not found and named:
+        hint = " (its sub-folders are read with -r/--recursive)" if any(p.is_dir() for p in children) else ""
+        yield IngestFailure(str(path), InputError(path, "holds no training logs, profiler exports or `receipts run` "
+                                                        f"directories{hint}"))
+
+
+def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = IdentityClaim(),
+                run_name: str | None = None, registry: Registry, attach: str | None = None,
+                tags: tuple[str, ...] = (), fmt: str | None = None, rules: CategoryRules | None = None,
+                keep_raw: bool = False, recursive: bool = False) -> Iterator[IngestOutcome | IngestFailure]:
+    """Ingest each file, folder or run directory, yielding its outcome (or its failure) as soon as it is known.
+
+    Each receipt is written in its own transaction, so a failure leaves what came before it stored and
+    nothing of itself; the caller decides whether to go on (the generator does, when asked for the next)."""
+    kw = dict(identity=identity, run_name=run_name, registry=registry, attach=attach, tags=tags, fmt=fmt,
+              rules=rules, keep_raw=keep_raw)
+    for target in ingest_targets(paths, recursive=recursive):
+        if isinstance(target, IngestFailure):
+            yield target
             continue
-        if kind in FACT_SECTIONS:
-            if attach is None:
-                raise InputError(path, f"is `{kind}` output: machine facts belong to a run; give --attach RUN")
-            section, facts = sysinfo.facts(path, kind)
-            receipt_id = store.resolve(attach)
-            created = store.attach_facts(receipt_id, section, facts, _source(path, kind, kind))
-            outcomes.append(IngestOutcome(str(path), receipt_id, attach, created, kind))
-            continue
-        if attach is not None:
-            raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "
-                                   "this looks like a training log")
-        parsed = parse_log(path, fmt)
-        side_claim, side = read_sidecar(path)
-        name = run_name or side.get("run_name") or (path.parent.name if path.name == "run.log" else path.stem)
-        all_tags = tuple(tags) + tuple(side.get("tags", ()))
-        receipt = build_receipt(parsed, source=_source(path, parsed.source_format, "log"),
-                                claim=side_claim.merged(identity), registry=registry, run_name=name, tags=all_tags)
-        outcomes.append(_write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
-                                       named=bool(run_name or side.get("run_name"))))
+        try:
+            if target.is_dir() and (target / "run.log").is_file():
+                yield from _ingest_run_dir(store, target, **kw)
+            else:
+                yield _ingest_one(store, target, **kw)
+        except Exception as exc:  # noqa: BLE001 - a batch reports every file's failure and goes on
+            yield IngestFailure(str(target), exc)
+
+
+def ingest_paths(store: Store, paths: list[Path], **kw) -> list[IngestOutcome]:
+    """Ingest each path (see ingest_each); the first failure is raised, after the files before it are stored."""
+    outcomes: list[IngestOutcome] = []
+    for item in ingest_each(store, paths, **kw):
+        if isinstance(item, IngestFailure):
+            raise item.error
+        outcomes.append(item)
     return outcomes
+
+
+def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run_name: str | None,
+                    registry: Registry, attach: str | None, tags: tuple[str, ...], fmt: str | None,
+                    rules: CategoryRules | None, keep_raw: bool) -> Iterator[IngestOutcome | IngestFailure]:
+    """A `receipts run` directory: the log is the receipt; exports found there attach to it, each on its own."""
+    first = _ingest_one(store, run_dir / "run.log", identity=identity, run_name=run_name or run_dir.name,
+                        registry=registry, attach=attach, tags=tags, fmt=fmt, rules=rules, keep_raw=keep_raw)
+    yield first
+    for profile, kind in _profile_paths_in(run_dir):
+        try:
+            outcome = _ingest_profile(store, profile, kind, identity=IdentityClaim(), run_name=None,
+                                      registry=registry, attach=first.receipt_id, tags=(),
+                                      rules=rules or load_category_rules(), keep_raw=keep_raw)
+            yield replace(outcome, run_name=first.run_name)
+        except Exception as exc:  # noqa: BLE001 - the log is stored; say which export failed
+            yield IngestFailure(str(profile), exc)
+
+
+def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: str | None, registry: Registry,
+                attach: str | None, tags: tuple[str, ...], fmt: str | None, rules: CategoryRules | None,
+                keep_raw: bool) -> IngestOutcome:
+    kind = "kineto-dir" if path.is_dir() else sniff.sniff_kind(path)
+    if kind in PROFILE_KINDS:
+        return _ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
+                               attach=attach, tags=tags, rules=rules or load_category_rules(), keep_raw=keep_raw)
+    if kind in FACT_SECTIONS:
+        if attach is None:
+            raise InputError(path, f"is `{kind}` output: machine facts belong to a run; give --attach RUN")
+        section, facts = sysinfo.facts(path, kind)
+        receipt_id = store.resolve(attach)
+        created = store.attach_facts(receipt_id, section, facts, _source(path, kind, kind))
+        return IngestOutcome(str(path), receipt_id, attach, created, kind)
+    if attach is not None:
+        raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "
+                               "this looks like a training log")
+    parsed = parse_log(path, fmt)
+    side_claim, side = read_sidecar(path)
+    name = run_name or side.get("run_name") or (path.parent.name if path.name == "run.log" else path.stem)
+    all_tags = tuple(tags) + tuple(side.get("tags", ()))
+    receipt = build_receipt(parsed, source=_source(path, parsed.source_format, "log"),
+                            claim=side_claim.merged(identity), registry=registry, run_name=name, tags=all_tags)
+    return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
+                          named=bool(run_name or side.get("run_name")))
 
 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
                     keep_raw: bool) -> IngestOutcome:
     anatomy = parse_profile(path, kind, rules, keep_raw)
-    source = _source(path, anatomy.source_format, anatomy.source_format)
+    source = _source(path, anatomy.source_format, anatomy.source_format,
+                     run_dir_traces(path) if kind == "kineto-files" else None)
     if attach is not None:
         receipt_id = store.resolve(attach)
         created = store.attach_anatomy(receipt_id, anatomy, source)

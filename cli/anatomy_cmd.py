@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from receipts.analysis.anatomy import anatomy_report
@@ -30,22 +31,24 @@ def anatomy(
     """
     if by not in ("step", "rank", "nvtx"):
         raise UsageError(f"--by must be step, rank or nvtx (got {by!r})")
-    with settings(ctx).store() as store:
+    with settings(ctx).read_store() as store:
         report = anatomy_report(store, store.resolve(ref), source_sha256=source)
     if as_json:
         print_json(report)
         return
     src = report["source"]
-    console.print(f"anatomy of {report['receipt_id']} from {src['format']} {src['path']} (schema {src['schema_version']})")
-    console.print(f"steps: {src['step_marker']}; attribution: {src['attribution']}; unattributed activities: {src['unattributed']}")
+    console.print(escape(f"anatomy of {report['receipt_id']} from {src['format']} {src['path']} "
+                         f"(schema {src['schema_version']})"))
+    console.print(escape(f"steps: {src['step_marker']}; attribution: {src['attribution']}; "
+                         f"unattributed activities: {src['unattributed']}"))
     for w in src["warnings"]:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}")
     if by == "nvtx":
         table = Table(title="NVTX ranges")
         for c in ("rank", "range", "count", "total ms"):
             table.add_column(c)
         for r in report["nvtx"][:60]:
-            table.add_row(str(r["rank"]), r["range_name"], str(r["count"]), f"{r['total_ms']:,.3f}")
+            table.add_row(str(r["rank"]), escape(r["range_name"]), str(r["count"]), f"{r['total_ms']:,.3f}")
         console.print(table)
         return
     if by == "rank":
@@ -53,7 +56,7 @@ def anatomy(
         for c in ("rank", "phase", "category", "ms/step", "total ms", "steps"):
             table.add_column(c)
         for r in report["window"]:
-            table.add_row(str(r["rank"]), r["phase"], r["category"], f"{r['per_step_ms']:,.3f}", f"{r['time_ms']:,.3f}",
+            table.add_row(str(r["rank"]), r["phase"], escape(r["category"]), f"{r['per_step_ms']:,.3f}", f"{r['time_ms']:,.3f}",
                           str(r["n_steps"]))
         console.print(table)
         return

@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from receipts.analysis.compare import compare_in_store, to_json
 from receipts.cli.context import EXIT_REFUSED, console, handle_errors, print_json, settings
-from receipts.cli.render import fmt_bytes, fmt_ms
+from receipts.cli.render import ended_early_line, fmt_bytes, fmt_ms
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,7 @@ def compare(
 
     Example: receipts compare run_a run_b
     """
-    with settings(ctx).store() as store:
+    with settings(ctx).read_store() as store:
         result = compare_in_store(store, store.resolve(a), store.resolve(b))
     if as_json:
         print_json(to_json(result))
@@ -38,24 +38,28 @@ def compare(
 
 
 def _render(c) -> None:
+    for label, s in (("A", c.a), ("B", c.b)):
+        if s.ended_early:
+            console.print(f"{label}: " + ended_early_line(s.run_name, s.ended_early))
     if not c.comparable:
-        console.print(f"[bold red]REFUSED[/] {c.a.run_name} ({c.a.id[:12]}) vs {c.b.run_name} ({c.b.id[:12]})")
-        console.print(c.reason)
+        console.print(f"[bold red]REFUSED[/] {escape(c.a.run_name)} ({c.a.id[:12]}) vs {escape(c.b.run_name)} ({c.b.id[:12]})")
+        console.print(escape(c.reason))
         for d in c.differences:
-            console.print(f"  {d.field}: A={d.a!r}  B={d.b!r}  ({d.note})")
+            console.print(escape(f"  {d.field}: A={d.a!r}  B={d.b!r}  ({d.note})"))
         for note in c.resolution:
-            console.print(f"  · {note}")
+            console.print(f"  · {escape(note)}")
         return
-    console.print(f"[bold]{c.b.run_name}[/] vs baseline [bold]{c.a.run_name}[/]: same lane")
+    console.print(f"[bold]{escape(c.b.run_name)}[/] vs baseline [bold]{escape(c.a.run_name)}[/]: same lane")
     for label, s in (("A", c.a), ("B", c.b)):
         st = s.step_ms
         if st:
-            console.print(f"  {label} {s.run_name}: median {fmt_ms(st.median)} (p10 {fmt_ms(st.p10)}, p90 {fmt_ms(st.p90)}, "
-                          f"CV {st.cv:.1%}, n={st.n}) steps {s.first_step}..{s.last_step}, "
-                          f"{s.warmup_steps} warm-up excluded {escape('[' + s.window_rule + ']')}; "
-                          f"peak alloc {fmt_bytes(s.peak_allocated_bytes)}, reserved {fmt_bytes(s.peak_reserved_bytes)}")
+            console.print(escape(f"  {label} {s.run_name}: median {fmt_ms(st.median)} (p10 {fmt_ms(st.p10)}, "
+                                 f"p90 {fmt_ms(st.p90)}, CV {st.cv:.1%}, n={st.n}) steps {s.first_step}..{s.last_step}, "
+                                 f"{s.warmup_steps} warm-up excluded [{s.window_rule}]; "
+                                 f"peak alloc {fmt_bytes(s.peak_allocated_bytes)}, "
+                                 f"reserved {fmt_bytes(s.peak_reserved_bytes)}"))
         else:
-            console.print(f"  {label} {s.run_name}: no steady-state steps")
+            console.print(escape(f"  {label} {s.run_name}: no steady-state steps"))
         if s.interval:
             console.print(f"    median {s.interval.median:,.3f} ms [{s.interval.ci_low:,.3f}, {s.interval.ci_high:,.3f}] "
                           f"({s.interval.confidence:.0%}, moving blocks of {s.interval.block_length} steps)")
@@ -66,7 +70,7 @@ def _render(c) -> None:
         if diffs:
             console.print(f"  {kind} drift:")
             for d in diffs:
-                console.print(f"    {d.field}: {d.a!r} -> {d.b!r}")
+                console.print(escape(f"    {d.field}: {d.a!r} -> {d.b!r}"))
         else:
             console.print(f"  {kind} drift: none")
 

@@ -1,10 +1,11 @@
-"""Options every command shares (--db, --registry), and the single place errors become exit codes."""
+"""Options every command shares (--db, --registry, --debug), and the single place errors become exit codes."""
 
 from __future__ import annotations
 
 import functools
 import json
 import sys
+import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -18,6 +19,7 @@ from receipts.schema.registry import Registry, load_registry
 from receipts.store import Store, open_store
 
 EXIT_OK, EXIT_REJECTED, EXIT_INPUT, EXIT_REFUSED = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -27,6 +29,7 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 class Settings:
     db: str
     registry_path: Path | None
+    debug: bool = False
 
     def registry(self, *, strict: bool = False) -> Registry:
         """The merged registry; `strict` (the --strict flag) turns strict mode on over the files' setting."""
@@ -34,7 +37,12 @@ class Settings:
         return replace(registry, strict=True) if strict else registry
 
     def store(self, *, read_only: bool = False) -> Store:
-        return open_store(self.db, read_only=read_only)
+        """The store for a command that writes: created (file and schema) when absent."""
+        return self.read_store() if read_only else open_store(self.db)
+
+    def read_store(self) -> Store:
+        """The store for a command that only reads: never creates a file, a schema or a table."""
+        return open_store(self.db, read_only=True)
 
 
 def settings(ctx: typer.Context) -> Settings:
@@ -45,13 +53,54 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: '<message>' for ours, '<Type>: <message>' for anything else.
+
+    Multi-line messages (SQLite, DuckDB) are folded: the contract is one line per error."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, ReceiptsError):
+        return text
+    kind = type(exc).__name__ if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{type(exc).__name__}"
+    return f"{kind}: {text}" if text else kind
+
+
+def report_error(exc: BaseException, *, debug: bool = False, prefix: str = "", label: str | None = None) -> None:
+    """One line on stderr (markup in the message is printed as text), after the traceback when `debug`.
+
+    Ours read 'Error: <message>'; anything else 'error: <Type>: <message> (run with --debug ...)'."""
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    ours = isinstance(exc, ReceiptsError)
+    label = label or ("Error:" if ours else "error:")
+    hint = "" if ours or debug else " (run with --debug for the traceback)"
+    err_console.print(f"[bold red]{escape(label)}[/] {escape(prefix + one_line(exc))}{hint}")
+
+
+def _debug(args: tuple, kwargs: dict) -> bool:
+    """--debug from the command's own typer.Context argument (every command takes one)."""
+    # Duck-typed: typer hands commands its vendored click's Context, not always a typer.Context.
+    ctx = kwargs.get("ctx") or next((a for a in args if hasattr(a, "find_root")), None)
+    return bool(getattr(ctx.find_root().obj, "debug", False)) if hasattr(ctx, "find_root") else False
+
+
 def handle_errors(fn: Callable) -> Callable:
-    """Every user-facing error becomes one 'Error: ...' line and exit code 2; never a traceback."""
+    """Every error becomes one line on stderr and exit code 2, never a traceback (--debug shows one).
+
+    Exit 1 is kept for 'the gate rejected a claim' and 3 for 'comparison refused', so an unexpected
+    exception must never surface as Python's default exit 1."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.TyperException):  # typer's own way out: exit codes, usage errors
+            raise
         except ReceiptsError as exc:
-            err_console.print(f"[bold red]Error:[/] {escape(str(exc))}")  # the message is text, never markup
+            report_error(exc, debug=_debug(args, kwargs))
             raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as exc:  # noqa: BLE001 - the one place every unexpected error becomes exit 2
+            report_error(exc, debug=_debug(args, kwargs))
+            raise typer.Exit(EXIT_INPUT) from None
     return wrapper

@@ -12,8 +12,7 @@ from typing import Optional
 import typer
 
 from receipts.cli.context import handle_errors, settings
-from receipts.errors import UsageError
-from receipts.store import is_server_url
+from receipts.store import open_store
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
 # The slim install (`pip install receipts`, what a CI gate needs) leaves these out: the [dashboard] extra.
@@ -40,8 +39,8 @@ def dashboard(
         raise UsageError(f"the dashboard needs {' and '.join(missing)}, which the slim install leaves out: "
                          "pip install 'receipts[dashboard]'")
     url = db or settings(ctx).db
-    if not is_server_url(url) and not Path(url).exists():
-        raise UsageError(f"store {url} does not exist (ingest something first: `receipts ingest run.log`)")
+    with open_store(url, read_only=True):
+        pass  # the dashboard only reads: refuse a missing store or an unreadable one here, in one line
     # serve = `streamlit run` with the views imported before the port opens (the first visit is not a cold import)
     cmd = [sys.executable, "-m", "receipts.dashboards.serve", str(APP), "--server.port", str(port),
            "--server.headless", str(headless).lower(), "--browser.gatherUsageStats", "false",

@@ -36,7 +36,7 @@ def gate(
     Example: receipts gate examples/claims/true_claims.yaml --junit gate.xml --github
     """
     files = [load_claims(p) for p in claims]  # every file is validated before any is judged
-    with settings(ctx).store(read_only=True) as store:
+    with settings(ctx).read_store() as store:
         results = [run_gate(store, f) for f in files]
     if junit is not None:
         junit.write_text(to_junit(results), encoding="utf-8")

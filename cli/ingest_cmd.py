@@ -8,9 +8,10 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from receipts.cli.context import console, err_console, handle_errors, print_json, settings
-from receipts.errors import UsageError
-from receipts.pipeline import ingest_paths
+from receipts.cli.context import (EXIT_INPUT, EXIT_INTERRUPTED, console, err_console, handle_errors, one_line,
+                                   print_json, report_error, settings)
+from receipts.errors import InputError, UsageError
+from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each
 from receipts.schema.categories import load_category_rules
 from receipts.schema.model import IdentityClaim
 from receipts.store import is_server_url
@@ -41,9 +42,14 @@ def ingest(
     categories: Optional[Path] = typer.Option(None, "--categories", help="Extra kernel-category rules (TOML)."),
     strict: bool = typer.Option(False, "--strict", help="Refuse identity values the registry does not know (exit 2) "
                                                         "instead of warning; also `strict = true` in receipts.toml."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    recursive: bool = typer.Option(False, "-r", "--recursive", help="Also read the sub-folders of a folder of logs."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output: one object per file, with "
+                                                        "status ingested / unchanged / failed (and the error)."),
 ) -> None:
     """Ingest files; each becomes one receipt (or anatomy attached to one). Idempotent.
+
+    Each file is reported as it goes and stored in its own transaction; a bad file is reported and skipped,
+    and the command ends with a summary (exit 2 when any file failed; the others stay stored).
 
     Example: receipts ingest run_a.log --host-lineage h200-usw1c-bench-01 --preset nam52_h200_dense_ref_v1 --regime "fsdp2/regional-compile"
     """
@@ -55,36 +61,82 @@ def ingest(
                          "has no folder beside it, so name a shared one its readers can reach")
     refuse_shared_run_name(paths, run_name, tag)
     registry = cfg.registry(strict=strict)
-    with cfg.store() as store:
-        if raw_dir is not None:
-            store.raw_dir = raw_dir.resolve()
-        outcomes = ingest_paths(store, list(paths), identity=claim, run_name=run_name, registry=registry,
-                                attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw)
-    if as_json:
-        print_json([o.__dict__ for o in outcomes])
+    rows: list[dict] = []
+    try:
+        with cfg.store() as store:
+            if raw_dir is not None:
+                store.raw_dir = raw_dir.resolve()
+            for item in ingest_each(store, list(paths), identity=claim, run_name=run_name, registry=registry,
+                                    attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw,
+                                    recursive=recursive):
+                rows.append(_row(item))
+                if not as_json:
+                    _say(item, debug=cfg.debug)
+    except KeyboardInterrupt:
+        _summary(rows, as_json, interrupted=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    _summary(rows, as_json)
+    if any(r["status"] == "failed" for r in rows):
+        raise typer.Exit(EXIT_INPUT)
+
+
+def _row(item: IngestOutcome | IngestFailure) -> dict:
+    if isinstance(item, IngestFailure):
+        exc = item.error
+        error = {"type": type(exc).__name__, "message": one_line(exc)}
+        if isinstance(exc, InputError):
+            error.update(path=str(exc.path), line=exc.line, table=exc.table)
+        return {"path": item.path, "status": "failed", "error": error}
+    return {"path": item.path, "status": "ingested" if item.created else "unchanged", **item.__dict__}
+
+
+def _say(item: IngestOutcome | IngestFailure, *, debug: bool) -> None:
+    """One line per file as it goes (user text escaped: a run name may hold rich markup), then its warnings."""
+    if isinstance(item, IngestFailure):
+        # The path leads unless the error already names it (an InputError does, with its line).
+        named = isinstance(item.error, InputError) and str(item.error.path) == item.path
+        report_error(item.error, debug=debug, prefix="" if named else f"{item.path}: ", label="FAILED")
         return
-    for o in outcomes:
-        what = {"receipt": "receipt", "anatomy": "anatomy attached to"}.get(o.kind, f"{o.kind} facts attached to")
-        if o.created:
-            console.print(f"ingested {o.path} -> {what} {o.receipt_id} ({o.run_name})")
-        else:
-            console.print(f"unchanged: {o.path} is already in the store as {what} {o.receipt_id} ({o.run_name})")
-        if o.identity_conflict:
-            c = o.identity_conflict
-            err_console.print(f"  warning: identity conflict: {c['receipt_id']} is stored with "
-                              f"{escape(_fields(c['stored']))}, this ingest asked for {escape(_fields(c['asked']))}; "
-                              f"nothing was changed. To change it: {escape(c['retag'])}")
-        if o.ended_early:
-            err_console.print(f"  warning: ended early: {o.ended_early}")
-        for w in o.warnings:
-            err_console.print(f"  warning: {escape(w)}")
-        if o.complete is False:
-            flags = " ".join({"host_lineage": "--host-lineage H", "preset_family": "--preset P",
-                              "launch_regime": "--regime R"}[m] for m in o.missing)
-            err_console.print(f"  warning: identity incomplete: {o.receipt_id} is stored as a rumor without "
-                              f"{', '.join(o.missing)}; every comparison with it will be refused (to complete it: "
-                              f"`receipts retag "
-                              f"{o.receipt_id} {flags} --why ...`)")
+    o = item
+    what = {"receipt": "receipt", "anatomy": "anatomy attached to"}.get(o.kind, f"{o.kind} facts attached to")
+    where = escape(f"{what} {o.receipt_id} ({o.run_name})")
+    if o.created:
+        console.print(f"ingested {escape(o.path)} -> {where}")
+    else:
+        console.print(f"unchanged: {escape(o.path)} is already in the store as {where}")
+    if o.identity_conflict:
+        c = o.identity_conflict
+        err_console.print(f"  warning: identity conflict: {c['receipt_id']} is stored with "
+                          f"{escape(_fields(c['stored']))}, this ingest asked for {escape(_fields(c['asked']))}; "
+                          f"nothing was changed. To change it: {escape(c['retag'])}")
+    if o.ended_early:
+        err_console.print(f"  warning: ended early: {escape(o.ended_early)}")
+    for w in o.warnings:
+        err_console.print(f"  warning: {escape(w)}")
+    if o.complete is False:
+        flags = " ".join({"host_lineage": "--host-lineage H", "preset_family": "--preset P",
+                          "launch_regime": "--regime R"}[m] for m in o.missing)
+        err_console.print(f"  warning: identity incomplete: {o.receipt_id} is stored as a rumor without "
+                          f"{', '.join(o.missing)}; every comparison with it will be refused (to complete it: "
+                          f"`receipts retag {o.receipt_id} {flags} --why ...`)")
+
+
+def _summary(rows: list[dict], as_json: bool, *, interrupted: bool = False) -> None:
+    counts = {k: sum(r["status"] == k for r in rows) for k in ("ingested", "unchanged", "failed")}
+    if as_json:
+        print_json(rows)
+        return
+    if len(rows) == 1 and not interrupted:
+        return  # one file: its own line says it all
+    line = f"{counts['ingested']} ingested, {counts['unchanged']} unchanged, {counts['failed']} failed"
+    if interrupted:
+        line += "; interrupted: the files before the interruption are stored, the one in progress is not"
+    elif counts["failed"] and (counts["ingested"] or counts["unchanged"]):
+        stored = counts["ingested"] + counts["unchanged"]
+        line += f"; the other {stored} file{' is' if stored == 1 else 's are'} stored"
+    elif counts["failed"]:
+        line += "; nothing was stored"
+    (err_console if counts["failed"] or interrupted else console).print(line)
 
 
 def _fields(values: dict) -> str:

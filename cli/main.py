@@ -132,15 +132,23 @@ def root(
     registry: Optional[Path] = typer.Option(None, "--registry", help="Extra registry TOML merged over the shipped one "
                                                                      "and ./receipts.toml."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    debug: bool = typer.Option(False, "--debug", envvar="RECEIPTS_DEBUG",
+                               help="On an unexpected error, print the Python traceback too."),
 ) -> None:
     from receipts.cli.context import Settings
     from receipts.store import default_url
 
-    ctx.obj = Settings(db=db or default_url(), registry_path=registry)
+    ctx.obj = Settings(db=db or default_url(), registry_path=registry, debug=debug)
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as exc:  # noqa: BLE001 - outside any command (start-up): still one line and exit 2
+        from receipts.cli.context import EXIT_INPUT, report_error
+
+        report_error(exc)
+        raise SystemExit(EXIT_INPUT) from None
 
 
 if __name__ == "__main__":

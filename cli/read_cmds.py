@@ -31,7 +31,7 @@ def list_receipts(
 
     Example: receipts list --all --json
     """
-    with settings(ctx).store() as store:
+    with settings(ctx).read_store() as store:
         frame = store.query("list_receipts", {"all": show_all})
     rows = frame.to_dicts()
     if lane:
@@ -57,8 +57,8 @@ def list_receipts(
         table.add_column("superseded by")
     for r in rows:
         rumor = "" if r["identity_complete"] else " [yellow](rumor)[/]"
-        table.add_row(r["id"][:12], escape(r["run_name"]) + rumor, r["host_lineage"] or "-", r["preset_family"] or "-",
-                      r["launch_regime"] or "-", r["machine_class"] or "-", str(r["n_steady_steps"]),
+        table.add_row(r["id"][:12], escape(r["run_name"]) + rumor, *(escape(r[k] or "-") for k in
+                      ("host_lineage", "preset_family", "launch_regime", "machine_class")), str(r["n_steady_steps"]),
                       fmt_ms(r["median_step_ms"]), fmt_bytes(r["peak_allocated_bytes"]),
                       *([(r["superseded_by"] or "-")[:12]] if show_all else []))
     console.print(table)
@@ -74,7 +74,7 @@ def show(
 
     Example: receipts show run_b --json
     """
-    with settings(ctx).store() as store:
+    with settings(ctx).read_store() as store:
         report = receipt_report(store, store.resolve(ref))
     if as_json:
         print_json(report)

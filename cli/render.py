@@ -20,14 +20,22 @@ def fmt_bytes(value: int | None) -> str:
     return f"{value / 2**30:,.2f} GiB"
 
 
+def ended_early_line(run_name: str, reason: str) -> str:
+    """The flag a crashed or stopped run carries wherever it is shown: its numbers cover only part of a run."""
+    return (f"[bold red]ENDED EARLY[/] {escape(run_name)}: {escape(reason)} "
+            "(a crashed or stopped run: its figures cover only the steps it logged)")
+
+
 def render_report(r: dict[str, Any]) -> None:
     ident = r["identity"]
     status = "[green]complete[/]" if ident["complete"] else "[yellow]INCOMPLETE (a rumor: comparisons are refused)[/]"
-    console.print(f"[bold]{r['run_name']}[/]  {r['id']}  ({r['source_format']})")
+    console.print(f"[bold]{escape(r['run_name'])}[/]  {r['id']}  ({escape(r['source_format'] or '-')})")
+    if r["ended_early"]:
+        console.print(ended_early_line(r["run_name"], r["ended_early"]))
     console.print(f"identity: {status}")
     for key, raw_key in (("host_lineage", "host_lineage"), ("preset_family", "preset"), ("launch_regime", "regime")):
         raw = ident["raw"][raw_key]
-        console.print(f"  {key:14} {ident[key] or '-'}" + (f"   (given: {raw})" if raw and raw != ident[key] else ""))
+        console.print(escape(f"  {key:14} {ident[key] or '-'}" + (f"   (given: {raw})" if raw and raw != ident[key] else "")))
     for note in ident["resolution"]:
         console.print(f"    · {escape(note)}")
     if r.get("superseded_by"):
@@ -38,10 +46,11 @@ def render_report(r: dict[str, Any]) -> None:
         console.print(f"  retag #{h['seq']} {h['changed_at']} by {escape(h['changed_by'])}: "
                       f"{escape('; '.join(changed) or 'no identity field changed')}  (why: {escape(h['why'])})")
     m = r["machine"]
-    console.print(f"machine: {m['machine_class'] or '-'}  world size {m['world_size'] or '-'}  host {ident['hostname'] or '-'}")
+    console.print(escape(f"machine: {m['machine_class'] or '-'}  world size {m['world_size'] or '-'}  "
+                         f"host {ident['hostname'] or '-'}"))
     s = r["steady_state"]
-    console.print(f"window: steps {s['first_step']}..{s['last_step']} steady ({s['n_steps']} steps), "
-                  f"{s['warmup_steps']} warm-up step(s) excluded, rule {s['window_rule']}")
+    console.print(escape(f"window: steps {s['first_step']}..{s['last_step']} steady ({s['n_steps']} steps), "
+                         f"{s['warmup_steps']} warm-up step(s) excluded, rule {s['window_rule']}"))
     cv = "-" if s["cv"] is None else f"{s['cv']:.1%}"
     console.print(f"step time: median {fmt_ms(s['median_step_ms'])}  p10 {fmt_ms(s['p10_step_ms'])}  "
                   f"p90 {fmt_ms(s['p90_step_ms'])}  CV {cv}")
@@ -50,16 +59,14 @@ def render_report(r: dict[str, Any]) -> None:
     mem = r["memory"]
     console.print(f"memory: peak allocated {fmt_bytes(mem['peak_allocated_bytes'])}, "
                   f"peak reserved {fmt_bytes(mem['peak_reserved_bytes'])}")
-    if r["ended_early"]:
-        console.print(f"[yellow]ended early:[/] {r['ended_early']}")
     if r["env"]:
         table = Table(title="env overlay", show_header=True)
         table.add_column("name")
         table.add_column("value")
         for name, value in r["env"].items():
-            table.add_row(name, "[dim](unset)[/]" if value is None else str(value))
+            table.add_row(escape(name), "[dim](unset)[/]" if value is None else escape(str(value)))
         console.print(table)
     for src in r["sources"]:
-        console.print(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}")
+        console.print(escape(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}"))
     for w in r["warnings"]:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}")

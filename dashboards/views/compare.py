@@ -10,7 +10,7 @@ import polars as pl
 import streamlit as st
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
-from receipts.dashboards.views.receipt import pick_receipt
+from receipts.dashboards.views.receipt import ended_early_text, pick_receipt
 
 if TYPE_CHECKING:
     from receipts.analysis.compare import Comparison
@@ -72,6 +72,9 @@ def render(data: Data) -> None:
     if a is None or b is None:
         return
     c = data.compare(a, b)
+    for label, side in (("A", c.a), ("B", c.b)):
+        if side.ended_early:
+            st.warning(f"{label}: " + ended_early_text(side.run_name, side.ended_early), icon="⚠️")
     if not c.comparable:
         _refusal(c)
         return

@@ -112,6 +112,12 @@ def _memory(data: Data, rep: dict) -> None:
     st.altair_chart(charts.memory_peaks(pl.DataFrame(m["per_rank"])))
 
 
+def ended_early_text(run_name: str, reason: str) -> str:
+    """The warning a crashed or stopped run carries on every page that shows it."""
+    return (f"**Ended early** — {run_name} is a crashed or stopped run: {reason}. "
+            "Its figures cover only the steps it logged.")
+
+
 def render(data: Data) -> None:
     st.header("Receipt")
     receipt_id = pick_receipt(data, "receipt", "id")
@@ -122,7 +128,7 @@ def render(data: Data) -> None:
     st.caption(f"{rep['source_format']} · {rep['machine']['machine_class'] or 'machine unknown'} · "
                f"started {rep['started_at'] or 'unknown'} · ingested {rep['ingested_at']}")
     if rep["ended_early"]:
-        st.warning(f"Cut short: {rep['ended_early']}")
+        st.warning(ended_early_text(rep["run_name"], rep["ended_early"]), icon="⚠️")
     left, right = st.columns(2)
     with left:
         st.markdown("#### Identity")
