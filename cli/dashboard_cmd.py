@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from receipts.cli.context import handle_errors, settings
+from receipts.errors import UsageError
 from receipts.store import open_store
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"

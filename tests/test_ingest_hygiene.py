@@ -335,6 +335,11 @@ def test_the_dashboard_warns_about_a_crashed_run_on_receipt_and_compare(tmp_path
 
 
 # ---- PostgreSQL: a role without SELECT is one line, exit 2 ---------------------------------------
+def _subprocess_cli(db: str, *args: str) -> subprocess.CompletedProcess:
+    """A separate process, so every PostgreSQL connection it opened is gone when it returns."""
+    return subprocess.run([*CLI, "--db", db, *args], capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.postgres
 def test_a_postgres_role_without_select_gets_one_line_naming_the_tables(tmp_path):
     psycopg = pytest.importorskip("psycopg")
@@ -361,27 +366,27 @@ def test_a_postgres_role_without_select_gets_one_line_naming_the_tables(tmp_path
         owner_uri = "postgresql://{}:{}@{}:{}/{}".format(params["user"], params.get("password", ""),
                                                          params.get("host", "127.0.0.1"), params.get("port", 5432), name)
         # An empty database read by a command: refused, and nothing is created in it.
-        result = cli(owner_uri, "list")
-        assert result.exit_code == 2 and "has no receipts schema" in _one_line(result.stderr)
+        result = _subprocess_cli(owner_uri, "list")
+        assert result.returncode == 2 and "has no receipts schema" in _one_line(result.stderr)
         with psycopg.connect(owner_url, autocommit=True) as conn:
             assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()[0] == 0
-        assert cli(owner_uri, "ingest", str(realdata("logs", "sft_run_gtx1660.log"))).exit_code == 0
+        assert _subprocess_cli(owner_uri, "ingest", str(realdata("logs", "sft_run_gtx1660.log"))).returncode == 0
         # The reader role before any GRANT: it sees no table (information_schema hides them), but is told why.
         for args in (["list"], ["show", "sft_run_gtx1660"], ["compare", "a", "b"]):
-            result = cli(reader_url, *args)
-            assert result.exit_code == 2, args
+            result = _subprocess_cli(reader_url, *args)
+            assert result.returncode == 2, args
             line = _one_line(result.stderr)
             assert "permission denied: role receipts_reader may not SELECT from" in line and "receipts," in line
             assert f":{password}@" not in line  # never the password
         with psycopg.connect(owner_url, autocommit=True) as conn:
             conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {reader}")
             conn.execute(f"REVOKE SELECT ON receipt_env FROM {reader}")
-        line = _one_line(cli(reader_url, "show", "sft_run_gtx1660").stderr)
+        line = _one_line(_subprocess_cli(reader_url, "show", "sft_run_gtx1660").stderr)
         assert line.endswith("may not SELECT from receipt_env; grant it the reader role's privileges (docs/teams.md)")
         with psycopg.connect(owner_url, autocommit=True) as conn:
             conn.execute(f"GRANT SELECT ON receipt_env TO {reader}")
-        result = cli(reader_url, "show", "sft_run_gtx1660")
-        assert result.exit_code == 0 and result.stdout.startswith("sft_run_gtx1660")
+        result = _subprocess_cli(reader_url, "show", "sft_run_gtx1660")
+        assert result.returncode == 0 and result.stdout.startswith("sft_run_gtx1660")
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
