@@ -210,11 +210,12 @@ def ingest_targets(paths: list[Path], *, recursive: bool = False) -> Iterator[Pa
     of Kineto traces. Other folders are read file by file (sub-folders only with `recursive`, except `receipts
     run` directories and trace folders, which are units). Missing paths and non-regular files (FIFOs, devices,
     sockets) come back as failures, decided from stat() alone: opening a FIFO would wait for a writer forever."""
+    seen: set[Path] = set()
     for path in map(Path, paths):
-        yield from _targets(path, recursive=recursive, named=True)
+        yield from _targets(path, recursive=recursive, named=True, seen=seen)
 
 
-def _targets(path: Path, *, recursive: bool, named: bool) -> Iterator[Path | IngestFailure]:
+def _targets(path: Path, *, recursive: bool, named: bool, seen: set[Path]) -> Iterator[Path | IngestFailure]:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -231,12 +232,15 @@ def _targets(path: Path, *, recursive: bool, named: bool) -> Iterator[Path | Ing
     if not stat.S_ISDIR(mode) or (path / "run.log").is_file() or _is_trace_folder(path):
         yield path
         return
+    if path.resolve() in seen:
+        return  # a folder met twice (symlinks, or named twice): read once, never in a loop
+    seen.add(path.resolve())
     children = [p for p in sorted(path.iterdir()) if not p.name.startswith(".") and p.name != SIDECAR_NAME]
     found = False
     for child in children:
         if child.is_dir() and not recursive and not ((child / "run.log").is_file() or _is_trace_folder(child)):
             continue
-        for target in _targets(child, recursive=recursive, named=False):
+        for target in _targets(child, recursive=recursive, named=False, seen=seen):
             found = True
             yield target
     if not found and named:

@@ -108,6 +108,7 @@ def test_a_folder_ingests_each_log_and_run_directory_and_recursive_descends(tmp_
     assert "b.log" not in result.stdout
     assert result.stdout.strip().splitlines()[-1].endswith(", 0 failed")
 
+    (top / "older" / "loop").symlink_to(top)  # a symlink back up the tree is read once, not forever
     result = cli(db, "ingest", "-r", str(top))
     assert result.exit_code == 0, result.stderr
     assert _receipt_names(db) == ["a", "b", "run_nsys", "run_rev"]
@@ -288,6 +289,10 @@ def test_markup_in_run_names_and_attach_refs_is_printed_as_text(tmp_path, db):
         result = cli(db, *args)
         assert result.exit_code == 0, (args, result.stderr)
         assert "[/]" in result.stdout
+    # Attached (committed), then reported: the report must not be what fails.
+    result = cli(db, "ingest", str(KINETO_RUN / "traces"), "--attach", "[/]")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith(f"ingested {KINETO_RUN / 'traces'} -> anatomy attached to ") and "([/])" in result.stdout
     result = cli(db, "ingest", str(KINETO_RUN / "traces"), "--attach", "[/]x")
     assert result.exit_code == 2
     assert "no receipt matches '[/]x'" in _one_line(result.stderr)
