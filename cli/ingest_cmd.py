@@ -11,7 +11,7 @@ from rich.markup import escape
 from receipts.cli.context import (EXIT_INPUT, EXIT_INTERRUPTED, console, err_console, handle_errors, one_line,
                                    print_json, report_error, settings)
 from receipts.errors import InputError, UsageError
-from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each
+from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each, ingest_targets
 from receipts.schema.categories import load_category_rules
 from receipts.schema.model import IdentityClaim
 from receipts.store import is_server_url
@@ -59,7 +59,7 @@ def ingest(
     if keep_raw and raw_dir is None and is_server_url(cfg.db):
         raise UsageError("--keep-raw on a PostgreSQL store needs --raw-dir DIR (or RECEIPTS_RAW_DIR): a server "
                          "has no folder beside it, so name a shared one its readers can reach")
-    refuse_shared_run_name(paths, run_name, tag)
+    refuse_shared_run_name(paths, run_name, tag, recursive=recursive)
     registry = cfg.registry(strict=strict)
     rows: list[dict] = []
     try:
@@ -143,9 +143,11 @@ def _fields(values: dict) -> str:
     return ", ".join(f"{k} {v!r}" for k, v in values.items())
 
 
-def refuse_shared_run_name(paths: list[Path], run_name: str | None, tags: list[str]) -> None:
-    """One --run-name for several receipts makes the name ambiguous; say so unless --tag says it is meant."""
-    several = len(paths) > 1 or any(p.is_dir() and not (p / "run.log").is_file() for p in paths)
+def refuse_shared_run_name(paths: list[Path], run_name: str | None, tags: list[str], *, recursive: bool = False) -> None:
+    """One --run-name for several receipts makes the name ambiguous; say so unless --tag says it is meant.
+
+    Counted as the pipeline will see them: a run directory or a folder of per-rank traces is one."""
+    several = run_name is not None and sum(1 for _ in ingest_targets(list(paths), recursive=recursive)) > 1
     if run_name and several and not tags:
         raise UsageError(f"--run-name {run_name!r} with several files would give them all one name; ingest them "
                          "one at a time, or add --tag to say they deliberately share it")
