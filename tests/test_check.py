@@ -233,3 +233,49 @@ def test_junit_github_and_a_hostile_run_name_in_the_comment(tmp_path, lane):
     assert len(notes) == 2 and notes[0].startswith("::error title=receipts check%3A a|b")
     assert notes[1].startswith("::error title=receipts check%3A lonely no baseline::")
     assert re.search(r"%0A|\n", notes[0].split("::", 2)[2]) is None
+
+
+# ------------------------------------------------------------------------- the team store (PostgreSQL)
+@pytest.fixture
+def pg_db():
+    """A fresh database on the server named by RECEIPTS_TEST_PG (.ci/postgres_setup.sh prints it)."""
+    import os
+    import uuid
+
+    psycopg = pytest.importorskip("psycopg")
+    from psycopg.conninfo import conninfo_to_dict
+
+    url = os.environ.get("RECEIPTS_TEST_PG", "postgresql://receipts:receipts@127.0.0.1:5432/receipts_test")
+    try:
+        admin = psycopg.connect(url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        if os.environ.get("RECEIPTS_REQUIRE_POSTGRES"):
+            pytest.fail(f"no PostgreSQL at {url}: {exc}")
+        pytest.skip(f"no PostgreSQL at {url}")
+    name = f"receipts_check_{uuid.uuid4().hex[:8]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    p = conninfo_to_dict(url)
+    auth = p.get("user", "") + (f":{p['password']}" if p.get("password") else "")
+    yield f"postgresql://{auth}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{name}"
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+@pytest.mark.postgres
+def test_check_on_the_team_store_and_on_a_local_copy_of_it_agree(pg_db, tmp_path):
+    """The recipe's two baselines: check against the PostgreSQL store itself, and against the DuckDB copy
+    the gate job makes of it (`receipts --db TEAM push --to store.duckdb`), give the same answers."""
+    if not NOISE.exists():
+        pytest.skip("tests/data/noise not present")
+    ingest(pg_db, *sorted(NOISE.glob("aa_*/run.log")), *sorted(NOISE.glob("slow_*/run.log")))
+    copy = str(tmp_path / "store.duckdb")
+    assert cli(pg_db, "push", "--to", copy).exit_code == 0
+    answers = []
+    for db in (pg_db, copy):
+        code, out = check(db, "tag:pr-slow", "aa_10", "--against", "tag:main")
+        answers.append((code, [(r["run"], r["verdict"], round(r["ratio"]["value"], 6), r["baseline"]["run_names"])
+                               for r in out["results"]]))
+    assert answers[0] == answers[1]
+    code, results = answers[0]
+    assert code == 1 and [v for _, v, _, _ in results[:3]] == ["slower"] * 3
+    assert results[3][1] in ("no change", "inconclusive")

@@ -148,6 +148,10 @@ def test_every_receipts_command_line_in_the_recipe_uses_real_options():
             args = args[2:]
         command = group.get_command(ctx, args[0])
         assert command is not None, f"{name}: `receipts {args[0]}` is not a command"
+        while hasattr(command, "get_command"):  # a command group (receipts db upgrade)
+            sub, args = args[1], [f"{args[0]} {args[1]}", *args[2:]]
+            command = command.get_command(ctx, sub)
+            assert command is not None, f"{name}: `receipts {args[0]}` is not a command"
         opts = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
         used = [a for a in args[1:] if a.startswith("--")]
         if args[0] == "run":  # options end at `--`; the rest is the training command
@@ -155,4 +159,4 @@ def test_every_receipts_command_line_in_the_recipe_uses_real_options():
         unknown = [a for a in used if a.split("=")[0] not in opts]
         assert not unknown, f"{name}: `receipts {args[0]}` has no option {unknown}"
         seen.add(args[0])
-    assert {"run", "ingest", "push", "check", "gate", "list"} <= seen, seen
+    assert {"run", "ingest", "push", "check", "gate", "list", "db upgrade"} <= seen, seen
