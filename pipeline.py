@@ -23,7 +23,7 @@ from receipts.analysis.window import choose_window
 from receipts.errors import InputError
 from receipts.ingest import sniff, sysinfo
 from receipts.ingest.textlog import read_log
-from receipts.lifecycle import write_current
+from receipts.lifecycle import MachineSeen, check_attachment, machine_of_facts, write_current
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
 from receipts.schema.model import (FACT_SECTIONS, Anatomy, IdentityClaim, ParsedRun, Receipt, SourceFile, sha256_file,
@@ -252,13 +252,14 @@ def _targets(path: Path, *, recursive: bool, named: bool, seen: set[Path]) -> It
 def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = IdentityClaim(),
                 run_name: str | None = None, registry: Registry, attach: str | None = None,
                 tags: tuple[str, ...] = (), fmt: str | None = None, rules: CategoryRules | None = None,
-                keep_raw: bool = False, recursive: bool = False) -> Iterator[IngestOutcome | IngestFailure]:
+                keep_raw: bool = False, recursive: bool = False,
+                force: bool = False) -> Iterator[IngestOutcome | IngestFailure]:
     """Ingest each file, folder or run directory, yielding its outcome (or its failure) as soon as it is known.
 
     Each receipt is written in its own transaction, so a failure leaves what came before it stored and
     nothing of itself; the caller decides whether to go on (the generator does, when asked for the next)."""
     kw = dict(identity=identity, run_name=run_name, registry=registry, attach=attach, tags=tags, fmt=fmt,
-              rules=rules, keep_raw=keep_raw)
+              rules=rules, keep_raw=keep_raw, force=force)
     for target in ingest_targets(paths, recursive=recursive):
         if isinstance(target, IngestFailure):
             yield target
@@ -284,7 +285,8 @@ def ingest_paths(store: Store, paths: list[Path], **kw) -> list[IngestOutcome]:
 
 def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], fmt: str | None,
-                    rules: CategoryRules | None, keep_raw: bool) -> Iterator[IngestOutcome | IngestFailure]:
+                    rules: CategoryRules | None, keep_raw: bool,
+                    force: bool = False) -> Iterator[IngestOutcome | IngestFailure]:
     """A `receipts run` directory: the log is the receipt; exports found there attach to it, each on its own."""
     first = _ingest_one(store, run_dir / "run.log", identity=identity, run_name=run_name or run_dir.name,
                         registry=registry, attach=attach, tags=tags, fmt=fmt, rules=rules, keep_raw=keep_raw)
@@ -293,7 +295,7 @@ def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run
         try:
             outcome = _ingest_profile(store, profile, kind, identity=IdentityClaim(), run_name=None,
                                       registry=registry, attach=first.receipt_id, tags=(),
-                                      rules=rules or load_category_rules(), keep_raw=keep_raw)
+                                      rules=rules or load_category_rules(), keep_raw=keep_raw, force=force)
             yield replace(outcome, run_name=first.run_name)
         except Exception as exc:  # noqa: BLE001 - the log is stored; say which export failed
             yield IngestFailure(str(profile), exc)
@@ -301,18 +303,20 @@ def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run
 
 def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: str | None, registry: Registry,
                 attach: str | None, tags: tuple[str, ...], fmt: str | None, rules: CategoryRules | None,
-                keep_raw: bool) -> IngestOutcome:
+                keep_raw: bool, force: bool = False) -> IngestOutcome:
     kind = "kineto-dir" if path.is_dir() else sniff.sniff_kind(path)
     if kind in PROFILE_KINDS:
         return _ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
-                               attach=attach, tags=tags, rules=rules or load_category_rules(), keep_raw=keep_raw)
+                               attach=attach, tags=tags, rules=rules or load_category_rules(), keep_raw=keep_raw,
+                               force=force)
     if kind in FACT_SECTIONS:
         if attach is None:
             raise InputError(path, f"is `{kind}` output: machine facts belong to a run; give --attach RUN")
         section, facts = sysinfo.facts(path, kind)
         receipt_id = store.resolve(attach)
-        created = store.attach_facts(receipt_id, section, facts, _source(path, kind, kind))
-        return IngestOutcome(str(path), receipt_id, attach, created, kind)
+        forced = check_attachment(store, receipt_id, path, machine_of_facts(kind, facts), force=force)
+        created = store.attach_facts(receipt_id, section, facts, _source(path, kind, kind), forced=forced)
+        return IngestOutcome(str(path), receipt_id, attach, created, kind, warnings=_forced_note(forced))
     if attach is not None:
         raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "
                                "this looks like a training log")
@@ -328,14 +332,19 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
-                    keep_raw: bool) -> IngestOutcome:
+                    keep_raw: bool, force: bool = False) -> IngestOutcome:
     anatomy = parse_profile(path, kind, rules, keep_raw)
     source = _source(path, anatomy.source_format, anatomy.source_format,
                      run_dir_traces(path) if kind == "kineto-files" else None)
     if attach is not None:
         receipt_id = store.resolve(attach)
-        created = store.attach_anatomy(receipt_id, anatomy, source)
-        return IngestOutcome(str(path), receipt_id, attach, created, "anatomy", warnings=anatomy.warnings)
+        # nsys reports the machine's GPUs (TARGET_INFO_GPU); Kineto one trace per rank, so only its ranks count.
+        seen = MachineSeen(anatomy.gpu_model, anatomy.gpu_count if anatomy.source_format == "nsys" else None,
+                           anatomy.gpu_count if anatomy.source_format != "nsys" else None)
+        forced = check_attachment(store, receipt_id, path, seen, force=force)
+        created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
+        return IngestOutcome(str(path), receipt_id, attach, created, "anatomy",
+                             warnings=anatomy.warnings + _forced_note(forced))
     parsed = receipt_from_anatomy(anatomy)
     side_claim, side = read_sidecar(path)
     name = run_name or side.get("run_name") or path.name.split(".")[0]
@@ -343,6 +352,10 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
                             run_name=name, tags=tuple(tags))
     return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
                           named=bool(run_name or side.get("run_name")), anatomies=((anatomy, source),))
+
+
+def _forced_note(forced: str | None) -> tuple[str, ...]:
+    return (f"attached with --force despite: {forced} (recorded on the source)",) if forced else ()
 
 
 def _write_receipt(store: Store, path: Path, receipt: Receipt, *, registry: Registry, asked: IdentityClaim,

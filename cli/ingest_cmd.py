@@ -40,6 +40,8 @@ def ingest(
                                            help="Folder for --keep-raw Parquet; needed on a PostgreSQL store "
                                                 "(a shared folder its readers can reach)."),
     categories: Optional[Path] = typer.Option(None, "--categories", help="Extra kernel-category rules (TOML)."),
+    force: bool = typer.Option(False, "--force", help="With --attach: attach even when the file's GPU model or "
+                                                      "count contradicts the receipt (the contradiction is recorded)."),
     strict: bool = typer.Option(False, "--strict", help="Refuse identity values the registry does not know (exit 2) "
                                                         "instead of warning; also `strict = true` in receipts.toml."),
     recursive: bool = typer.Option(False, "-r", "--recursive", help="Also read the sub-folders of a folder of logs."),
@@ -68,7 +70,7 @@ def ingest(
                 store.raw_dir = raw_dir.resolve()
             for item in ingest_each(store, list(paths), identity=claim, run_name=run_name, registry=registry,
                                     attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw,
-                                    recursive=recursive):
+                                    recursive=recursive, force=force):
                 rows.append(_row(item))
                 if not as_json:
                     _say(item, debug=cfg.debug)

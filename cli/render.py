@@ -67,6 +67,7 @@ def render_report(r: dict[str, Any]) -> None:
             table.add_row(escape(name), "[dim](unset)[/]" if value is None else escape(str(value)))
         console.print(table)
     for src in r["sources"]:
-        console.print(escape(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}"))
+        forced = f"  [yellow](attached with --force despite: {escape(src['forced'])})[/]" if src.get("forced") else ""
+        console.print(escape(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}") + forced)
     for w in r["warnings"]:
         console.print(f"[yellow]warning:[/] {escape(w)}")

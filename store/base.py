@@ -89,19 +89,23 @@ class Store(ABC):
                             {"sha": receipt.content_sha256}).row(0)
         return WriteResult(existing[0], False, existing[1])
 
-    def attach_anatomy(self, receipt_id: str, anatomy: Anatomy, source: SourceFile) -> bool:
-        """Attach a profiler export to an existing receipt; False when that export is already attached."""
+    def attach_anatomy(self, receipt_id: str, anatomy: Anatomy, source: SourceFile, *, forced: str | None = None) -> bool:
+        """Attach a profiler export to an existing receipt; False when that export is already attached.
+        `forced`: the contradiction `--force` overrode, kept on the source row."""
         ingested_at = R.now_iso()
         bulk: dict[str, pl.DataFrame] = {}
-        small: dict[str, list[dict[str, Any]]] = {"receipt_sources": R.source_rows(receipt_id, (source,), ingested_at)}
+        small: dict[str, list[dict[str, Any]]] = {
+            "receipt_sources": R.source_rows(receipt_id, (source,), ingested_at, forced=forced)}
         self._add_anatomy(bulk, small, receipt_id, anatomy, source, ingested_at)
         return self._write(content_sha256=None, small=small, bulk=bulk, attach=(receipt_id, source.sha256))
 
-    def attach_facts(self, receipt_id: str, section: str, facts: dict[str, Any], source: SourceFile) -> bool:
+    def attach_facts(self, receipt_id: str, section: str, facts: dict[str, Any], source: SourceFile, *,
+                     forced: str | None = None) -> bool:
         """Merge machine facts (topology, software) into a receipt; False when that file is already attached."""
         if section not in ("topology", "software"):
             raise ValueError(section)
-        return self._merge_json(receipt_id, f"{section}_json", facts, R.source_rows(receipt_id, (source,), R.now_iso()))
+        return self._merge_json(receipt_id, f"{section}_json", facts,
+                                R.source_rows(receipt_id, (source,), R.now_iso(), forced=forced))
 
     @staticmethod
     def _merged(current: str | None, facts: dict[str, Any]) -> str:

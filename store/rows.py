@@ -87,9 +87,10 @@ def memory_rows(receipt: Receipt) -> list[dict[str, Any]]:
              "peak_reserved_bytes": m.peak_reserved_bytes} for m in receipt.parsed.memory]
 
 
-def source_rows(receipt_id: str, sources: tuple[SourceFile, ...], ingested_at: str) -> list[dict[str, Any]]:
+def source_rows(receipt_id: str, sources: tuple[SourceFile, ...], ingested_at: str,
+                forced: str | None = None) -> list[dict[str, Any]]:
     return [{"receipt_id": receipt_id, "sha256": s.sha256, "path": s.path, "size_bytes": s.size_bytes,
-             "format": s.format, "role": s.role, "ingested_at": ingested_at, "forced": None} for s in sources]
+             "format": s.format, "role": s.role, "ingested_at": ingested_at, "forced": forced} for s in sources]
 
 
 def _typed(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:

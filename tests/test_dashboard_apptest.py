@@ -158,8 +158,10 @@ def build_store(db: Path, work: Path) -> dict[str, str]:
                                         run_name="rumor-fragmenting", extra_header=extra, memory=mem)],
                            run_name="rumor-fragmenting")
         if _have("receipts.ingest.nsys"):
-            ingest_paths(store, [NSYS], registry=registry, attach=ids["a"])
-            ingest_paths(store, [NSYS_AFTER], registry=registry, attach=ids["b"])  # compare: anatomy on both sides
+            # Exports of another (2-GPU) run on these 8-GPU logs: the attach check refuses them; forced here
+            # so the views have real anatomy to draw.
+            ingest_paths(store, [NSYS], registry=registry, attach=ids["a"], force=True)
+            ingest_paths(store, [NSYS_AFTER], registry=registry, attach=ids["b"], force=True)  # anatomy on both sides
         else:
             store.attach_anatomy(ids["a"], _fallback_anatomy(),
                                  SourceFile(str(NSYS), sha256_file(NSYS), NSYS.stat().st_size, "nsys", "nsys"))

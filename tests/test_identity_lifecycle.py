@@ -388,3 +388,36 @@ def test_a_regime_the_user_gave_that_cannot_be_used_says_why(db):
     # a single-GPU run (a GTX 1660, one device) is complete with the engine `single`
     done = cli(db, "retag", "sft_run_gtx1660", "--regime", "single", "--why", "one GPU, no parallel wrapper")
     assert done.exit_code == 0 and cli_json(db, "show", "sft_run_gtx1660")[1]["identity"]["complete"] is True
+
+
+# ---- attachments must be of the receipt's machine ----------------------------------------------------
+def test_an_export_or_facts_of_another_machine_are_refused_unless_forced(db):
+    from conftest import realdata
+
+    assert cli(db, "ingest", str(REV_LOG)).exit_code == 0          # 1 x H200, world size 1
+    with open_store(db) as store:
+        before = store.sql("SELECT count(*) FROM receipt_sources").item(), store.sql("SELECT count(*) FROM anatomy_rows").item()
+    out = cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz"), "--attach", "fsdp2_1gpu_rev")
+    assert out.exit_code == 2 and "GPU count 2 in the file vs 1 on the receipt" in out.stderr   # the 2-GPU machine
+    out = cli(db, "ingest", str(GPU_DATA / "fsdp2_2gpu_kineto" / "traces"), "--attach", "fsdp2_1gpu_rev")
+    assert out.exit_code == 2 and "2 ranks traced vs world size 1" in out.stderr
+    out = cli(db, "ingest", str(realdata("sysinfo", "vllm_issue11959_collect_env_8xH100_excerpt.txt")),
+              "--attach", "fsdp2_1gpu_rev")
+    assert out.exit_code == 2 and "'NVIDIA H100 80GB HBM3' in the file vs 'NVIDIA H200' on the receipt" in out.stderr
+    out = cli(db, "ingest", str(GPU_DATA / "sysinfo" / "nvidia-smi_topo_m.txt"), "--attach", "fsdp2_1gpu_rev")
+    assert out.exit_code == 2 and "GPU count 2 in the file vs 1" in out.stderr
+    with open_store(db) as store:
+        after = store.sql("SELECT count(*) FROM receipt_sources").item(), store.sql("SELECT count(*) FROM anatomy_rows").item()
+    assert after == before
+    forced = cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz"), "--attach", "fsdp2_1gpu_rev", "--force")
+    assert forced.exit_code == 0 and "attached with --force despite: GPU count 2" in forced.stderr
+    sources = cli_json(db, "show", "fsdp2_1gpu_rev")[1]["sources"]
+    assert [s["forced"] for s in sources] == [None, "GPU count 2 in the file vs 1 on the receipt"]
+    assert "attached with --force" in cli(db, "show", "fsdp2_1gpu_rev").stdout
+
+
+def test_the_export_of_the_same_run_attaches_without_force(db):
+    assert cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys" / "run.log")).exit_code == 0
+    out = cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz"), "--attach", "fsdp2_1gpu_nsys")
+    assert out.exit_code == 0 and "anatomy attached" in out.stdout
+    assert all(s["forced"] is None for s in cli_json(db, "show", "fsdp2_1gpu_nsys")[1]["sources"])

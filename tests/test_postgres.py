@@ -287,7 +287,8 @@ def _ingest_real(store, registry) -> list[str]:
     if ids and exports and (HERE.parents[1] / "ingest" / "nsys.py").exists():
         for export in exports:
             try:
-                ingest_paths(store, [export], registry=registry, attach=ids[0])
+                # another run's export (its GPU count may contradict the log): forced, to compare anatomy answers
+                ingest_paths(store, [export], registry=registry, attach=ids[0], force=True)
             except InputError:
                 continue
     return ids
