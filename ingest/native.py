@@ -137,7 +137,7 @@ def parse(log: LogText) -> ParsedRun:
         env=env,
         software=dict(header.get("software") or {}),
         topology=dict(header.get("topology") or {}),
-        provenance={k: header[k] for k in ("run_name", "command", "git_rev", "git_status", "cwd") if k in header}
+        provenance={k: header[k] for k in ("run_name", "run_id", "command", "git_rev", "git_status", "cwd") if k in header}
         | dict(header.get("provenance") or {}),
         features=dict(header.get("features") or {}),
         tags=tuple(header.get("tags") or ()),

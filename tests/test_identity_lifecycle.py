@@ -421,3 +421,32 @@ def test_the_export_of_the_same_run_attaches_without_force(db):
     out = cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz"), "--attach", "fsdp2_1gpu_nsys")
     assert out.exit_code == 0 and "anatomy attached" in out.stdout
     assert all(s["forced"] is None for s in cli_json(db, "show", "fsdp2_1gpu_nsys")[1]["sources"])
+
+
+def test_a_header_run_id_names_the_run(tmp_path, db):
+    """Two logs of one run_id supersede even when neither is a byte prefix of the other (and no started_at)."""
+    first = write_native_log(tmp_path / "a.log", [100.0] * 5)
+    second = write_native_log(tmp_path / "b.log", [100.0] * 9)
+    for path in (first, second):
+        path.write_text(path.read_text().replace('"kind": "header",', '"kind": "header", "run_id": "job-4711",'))
+    a = cli_json(db, "ingest", str(first))[1][0]
+    b = cli_json(db, "ingest", str(second))[1][0]
+    assert b["supersedes"] == [a["receipt_id"]]
+    other = write_native_log(tmp_path / "c.log", [100.0] * 12)                          # no run_id: its own run
+    assert cli_json(db, "ingest", str(other))[1][0]["supersedes"] == []
+
+
+@pytest.mark.postgres
+def test_a_growing_log_supersedes_its_prefix_on_postgresql_as_the_writer(pg_url, tmp_path):
+    from test_postgres import writer_url_for
+
+    writer_url = writer_url_for(pg_url, writer_grants())
+    (tmp_path / "live").mkdir()
+    log = _grow(tmp_path / "live" / "run.log", REV_LOG, 6000)
+    first = cli_json(writer_url, "ingest", str(log))[1][0]
+    _grow(log, REV_LOG, None)
+    second = cli_json(writer_url, "ingest", str(log))[1][0]
+    assert second["supersedes"] == [first["receipt_id"]]
+    assert [r["id"] for r in cli_json(writer_url, "list")[1]] == [second["receipt_id"]]
+    assert {r["id"]: r["superseded_by"] for r in cli_json(writer_url, "list", "--all")[1]} == {
+        first["receipt_id"]: second["receipt_id"], second["receipt_id"]: None}
