@@ -19,8 +19,9 @@ from receipts.schema.model import FACT_SECTIONS
 from receipts.schema.tables import BULK_TABLES, metadata
 from receipts.store.base import Store
 
-# Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export).
-RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_sources")
+# Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export). Its
+# identity_history travels with it, so a receipt retagged before the push arrives with its audit trail.
+RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_sources", "identity_history")
 ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx")
 
 

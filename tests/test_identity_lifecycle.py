@@ -450,3 +450,23 @@ def test_a_growing_log_supersedes_its_prefix_on_postgresql_as_the_writer(pg_url,
     assert [r["id"] for r in cli_json(writer_url, "list")[1]] == [second["receipt_id"]]
     assert {r["id"]: r["superseded_by"] for r in cli_json(writer_url, "list", "--all")[1]} == {
         first["receipt_id"]: second["receipt_id"], second["receipt_id"]: None}
+
+
+def test_push_carries_identity_history_and_superseding(tmp_path, db):
+    from receipts.store.sync import push
+
+    (tmp_path / "live").mkdir()
+    log = _grow(tmp_path / "live" / "run.log", REV_LOG, 6000)
+    first = cli_json(db, "ingest", str(log))[1][0]
+    target_url = str(tmp_path / "team.duckdb")
+    with open_store(db) as local, open_store(target_url) as target:
+        assert push(local, target).receipts_copied == 1                 # pushed while still current
+    _grow(log, REV_LOG, None)
+    second = cli_json(db, "ingest", str(log))[1][0]
+    assert cli(db, "retag", "live", "--tag", "v19c", "--why", "the March wave").exit_code == 0
+    with open_store(db) as local, open_store(target_url) as target:
+        assert push(local, target).receipts_copied == 1
+    assert [r["id"] for r in cli_json(target_url, "list")[1]] == [second["receipt_id"]]
+    assert cli_json(target_url, "show", first["receipt_id"])[1]["superseded_by"] == second["receipt_id"]
+    (entry,) = cli_json(target_url, "show", "live")[1]["identity_history"]
+    assert entry["why"] == "the March wave" and entry["new"]["tags"] == ["v19c"]
