@@ -26,7 +26,8 @@ def child_lines(log: LogText) -> LogText:
     """The log as the child printed it: RECEIPT records replaced by empty lines, numbering kept, so
     a header quoting the command (or an env value) can never be read as one of the child's lines."""
     blanked = (pl.DataFrame({"text": log.lines})
-               .select(pl.when(pl.col("text").str.contains(RECEIPT_LINE)).then(pl.lit(""))
+               .select(pl.when(pl.col("text").str.contains("RECEIPT {", literal=True)
+                               & pl.col("text").str.contains(RECEIPT_LINE)).then(pl.lit(""))
                        .otherwise(pl.col("text")).alias("text")))["text"]
     return replace(log, lines=blanked)
 
