@@ -29,7 +29,8 @@ def main() -> int:
     try:
         result = run(command=command, run_dir=Path(args.run_dir) if args.run_dir else None,
                      host_lineage=args.host_lineage, preset=args.preset, regime=args.regime,
-                     run_name=args.run_name, tags=tuple(args.tag), ingest=False, echo=sys.stdout.buffer)
+                     run_name=args.run_name, tags=tuple(args.tag), ingest=False, echo=sys.stdout.buffer,
+                     echo_err=sys.stderr.buffer)
     except ReceiptsError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.exit_code
