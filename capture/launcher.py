@@ -11,8 +11,9 @@ The contract (README "The launch wrapper"):
   exits — an ingest that fails, a store that stays locked — changes it;
 - a command that cannot be found exits 127 (126: found but not executable) with one line, before
   anything is written: nothing ran, so there is nothing to receipt;
-- INT, TERM, HUP, QUIT, USR1 and USR2 sent to us go to the child (Slurm's `--signal=USR1@T`
-  pre-emption warning must reach the training script);
+- INT, TERM, HUP, QUIT, USR1 and USR2 sent to us go to the child, or to its whole process group
+  when the child does not handle that signal itself (Slurm's `--signal=USR1@T` pre-emption warning
+  must reach the training script, also under a torchrun that ignores USR1);
 - the child's stdout and stderr stay apart (stdout to our stdout, stderr to our stderr), and both
   are teed, whole lines, redacted, into run.log.
 """
@@ -266,9 +267,13 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
 
 
 class _SignalForwarder:
-    """Signals in _FORWARDED sent to us go to the child, which decides what they mean (and, like
-    torchrun, what its own children get). Signals that arrive before the child is spawned are held
-    and delivered the moment it exists. Handlers can only be set from the main thread; elsewhere the
+    """Signals in _FORWARDED sent to us go to the child. A child that handles the signal gets it alone
+    and decides what it means for its own children (torchrun passes INT/TERM/HUP/QUIT on to its
+    workers). A child that does not handle it would only die of it; then the child's whole process
+    group gets it, so a worker below that traps it still hears it: torchrun 2.11 has no USR1 handler,
+    and USR1 sent to torchrun alone ended torchrun and never reached the workers (tests/gpu/
+    signals_torchrun.sh on an H100 box). Signals that arrive before the child is spawned are held and
+    delivered the moment it exists. Handlers can only be set from the main thread; elsewhere the
     child is on its own."""
 
     def __init__(self) -> None:
@@ -279,12 +284,22 @@ class _SignalForwarder:
         if self._proc is None:
             self._held.append(signum)
         elif self._proc.poll() is None:
-            self._proc.send_signal(signum)
+            self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        assert self._proc is not None
+        if handles_signal(self._proc.pid, signum) is False:
+            try:
+                os.killpg(self._proc.pid, signum)  # the child leads its own session, so its group id is its pid
+                return
+            except OSError:
+                pass  # the group is gone or not ours: fall back to the child alone
+        self._proc.send_signal(signum)
 
     def attach(self, proc: subprocess.Popen) -> None:
         self._proc = proc
         for signum in self._held:
-            proc.send_signal(signum)
+            self._forward(signum)
         self._held.clear()
 
     def install(self):
@@ -297,6 +312,19 @@ class _SignalForwarder:
                 signal.signal(sig, handler)
 
         return restore
+
+
+def handles_signal(pid: int, signum: int) -> bool | None:
+    """Whether process `pid` has installed a handler for `signum`: the SigCgt mask of /proc/PID/status
+    (Linux). None where that cannot be read (another OS, the process gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _ingest(*, run_dir: Path, db_url: str | None, registry_path: Path | None, host_lineage: str | None,

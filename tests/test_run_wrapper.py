@@ -168,6 +168,42 @@ def test_sigusr1_reaches_a_child_that_traps_it(tmp_path):
     assert footer["kind"] == "footer" and footer["exit_code"] == 0 and footer["signal"] is None
 
 
+# Like torchrun 2.11 (tests/gpu/signals_torchrun.sh): an agent that handles INT/TERM but not USR1, over a
+# worker that traps USR1. Sent to the agent alone, USR1 would end the agent and never reach the worker.
+_WORKER = """
+import pathlib, signal, sys, time
+signal.signal(signal.SIGUSR1, lambda s, f: pathlib.Path(sys.argv[1]).write_text("worker got USR1"))
+print("ready", flush=True)
+deadline = time.monotonic() + 30
+while not pathlib.Path(sys.argv[1]).exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+_AGENT = f"""
+import signal, subprocess, sys
+signal.signal(signal.SIGTERM, lambda s, f: sys.exit(1))
+sys.exit(subprocess.call([sys.executable, "-c", {_WORKER!r}, sys.argv[1]]))
+"""
+
+
+def test_usr1_reaches_the_worker_under_an_agent_that_does_not_handle_it(tmp_path):
+    marker = tmp_path / "worker.marker"
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen([RECEIPTS, "--db", str(tmp_path / "s.duckdb"), "run", "--no-ingest", "--quiet",
+                             "--run-dir", str(run_dir), "--", sys.executable, "-c", _AGENT, str(marker)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    log = run_dir / "run.log"
+    deadline = time.monotonic() + 30
+    while not (log.exists() and "ready" in log.read_text().splitlines()):
+        assert time.monotonic() < deadline and proc.poll() is None, "worker never got ready"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=60)
+    assert marker.read_text() == "worker got USR1"
+    # the agent itself dies of it, as torchrun does: its exit code is the run's
+    assert proc.returncode == 128 + signal.SIGUSR1, err
+    assert _records(log)[-1]["signal"] == "SIGUSR1"
+
+
 _TWO_RANKS = """
 import os, subprocess, sys
 worker = '''
