@@ -35,6 +35,7 @@ scenario() { # $1 name, $2 signal, $3 who (launcher|all), $4 worker mode
       > $d/out.txt 2>&1 &
   local pid=$!
   for _ in $(seq 200); do [ "$(grep -c ' ready$' $d/run/run.log 2>/dev/null)" = 2 ] && break; sleep 0.1; done
+  ps -o pid,ppid,pgid,sid,comm -g "$(ps -o sid= -p $(pgrep -P $pid | head -1) | tr -d ' ')" | sed 's/^/  ps: /'
   if [ "$3" = all ]; then kill -$2 $pid $(pgrep -P $pid) $(pgrep -P $(pgrep -P $pid)) 2>/dev/null
   else kill -$2 $pid; fi
   wait $pid; echo "$1: receipts run exit $?"; ls $d | grep rank | sed 's/^/  marker /'
