@@ -103,4 +103,5 @@ def handle_errors(fn: Callable) -> Callable:
         except Exception as exc:  # noqa: BLE001 - the one place every unexpected error becomes exit 2
             report_error(exc, debug=_debug(args, kwargs))
             raise typer.Exit(EXIT_INPUT) from None
+    wrapper.handles_errors = True  # tests/test_ingest_hygiene.py checks every command carries it
     return wrapper

@@ -237,6 +237,28 @@ def test_an_unexpected_exception_is_exit_2_with_one_line_and_debug_shows_the_tra
                                                       "line of the message")
 
 
+def test_every_command_turns_errors_into_one_line():
+    """A command without handle_errors would let an exception out as Python's exit 1 (the gate's 'rejected')."""
+    import click
+    import typer
+
+    from receipts.cli.main import app
+
+    def commands(group, prefix=""):
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            if hasattr(command, "list_commands"):
+                yield from commands(command, f"{prefix}{name} ")
+            else:
+                yield f"{prefix}{name}", command
+
+    found = dict(commands(typer.main.get_command(app)))
+    assert {"ingest", "list", "show", "compare", "anatomy", "gate", "dashboard", "db init"} <= set(found)
+    unguarded = [name for name, command in found.items() if not getattr(command.callback, "handles_errors", False)]
+    assert unguarded == []
+
+
 def test_an_unexpected_exception_in_one_file_of_a_batch_is_that_files_failure(tmp_path, db):
     """A corrupt deflate stream inside a gzipped trace escapes the sniffer as zlib.error: the batch names the
     file, goes on, and exits 2 (not 1, not a traceback)."""
