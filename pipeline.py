@@ -236,6 +236,10 @@ def _targets(path: Path, *, recursive: bool, named: bool, seen: set[Path]) -> It
         return  # a folder met twice (symlinks, or named twice): read once, never in a loop
     seen.add(path.resolve())
     children = [p for p in sorted(path.iterdir()) if not p.name.startswith(".") and p.name != SIDECAR_NAME]
+    # A report beside its own export is one profile (as in a run directory): the export is read, not both.
+    exported = {p.name.removesuffix(".gz").removesuffix(".sqlite") for p in children
+                if p.name.endswith((".sqlite", ".sqlite.gz"))}
+    children = [p for p in children if not (p.suffix == ".nsys-rep" and p.stem in exported)]
     found = False
     for child in children:
         if child.is_dir() and not recursive and not ((child / "run.log").is_file() or _is_trace_folder(child)):

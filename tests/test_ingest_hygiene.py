@@ -89,7 +89,8 @@ def test_a_batch_of_good_files_ends_with_a_summary_and_exit_0(db):
 
 # ---- folders ------------------------------------------------------------------------------------
 def _mixed_tree(root: Path) -> Path:
-    """top/: a real log, two `receipts run` directories, and a sub-folder holding another real log."""
+    """top/: a real log, a real nsys report with its export, two `receipts run` directories, and a sub-folder
+    holding another real log."""
     top = root / "top"
     (top / "older").mkdir(parents=True)
     (top / "a.log").symlink_to(realdata("logs", "sft_run_gtx1660.log"))
@@ -97,6 +98,9 @@ def _mixed_tree(root: Path) -> Path:
     (top / "run_nsys").symlink_to(GPU_DATA / "fsdp2_1gpu_nsys")
     (top / "run_rev").symlink_to(GPU_DATA / "fsdp2_1gpu_rev")
     (top / "receipt.toml").write_text('tags = ["batch"]\n')  # a sidecar is read beside its log, not ingested
+    # A report beside its own export is one profile: the export is read, the report (which needs nsys) is not.
+    (top / "export.nsys-rep").symlink_to(GPU_DATA / "fsdp2_2gpu_nsys.nsys-rep")
+    (top / "export.sqlite.gz").symlink_to(GPU_DATA / "fsdp2_2gpu_nsys.sqlite.gz")
     return top
 
 
@@ -104,14 +108,14 @@ def test_a_folder_ingests_each_log_and_run_directory_and_recursive_descends(tmp_
     top = _mixed_tree(tmp_path)
     result = cli(db, "ingest", str(top))
     assert result.exit_code == 0, result.stderr
-    assert _receipt_names(db) == ["a", "run_nsys", "run_rev"]
+    assert _receipt_names(db) == ["a", "export", "run_nsys", "run_rev"]
     assert "b.log" not in result.stdout
     assert result.stdout.strip().splitlines()[-1].endswith(", 0 failed")
 
     (top / "older" / "loop").symlink_to(top)  # a symlink back up the tree is read once, not forever
     result = cli(db, "ingest", "-r", str(top))
     assert result.exit_code == 0, result.stderr
-    assert _receipt_names(db) == ["a", "b", "run_nsys", "run_rev"]
+    assert _receipt_names(db) == ["a", "b", "export", "run_nsys", "run_rev"]
     assert result.stdout.count("unchanged:") >= 3
     assert f"ingested {top / 'older' / 'b.log'}" in result.stdout
 
