@@ -11,9 +11,9 @@ The contract (README "The launch wrapper"):
   exits — an ingest that fails, a store that stays locked — changes it;
 - a command that cannot be found exits 127 (126: found but not executable) with one line, before
   anything is written: nothing ran, so there is nothing to receipt;
-- INT, TERM, HUP, QUIT, USR1 and USR2 sent to us go to the child, or to its whole process group
-  when the child does not handle that signal itself (Slurm's `--signal=USR1@T` pre-emption warning
-  must reach the training script, also under a torchrun that ignores USR1);
+- INT, TERM, HUP, QUIT, USR1 and USR2 sent to us go to the child, or, when the child does not
+  handle that signal, to its descendants that do (Slurm's `--signal=USR1@T` pre-emption warning must
+  reach the training script, also under a torchrun that has no USR1 handler);
 - the child's stdout and stderr stay apart (stdout to our stdout, stderr to our stderr), and both
   are teed, whole lines, redacted, into run.log.
 """
@@ -267,14 +267,17 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
 
 
 class _SignalForwarder:
-    """Signals in _FORWARDED sent to us go to the child. A child that handles the signal gets it alone
-    and decides what it means for its own children (torchrun passes INT/TERM/HUP/QUIT on to its
-    workers). A child that does not handle it would only die of it; then the child's whole process
-    group gets it, so a worker below that traps it still hears it: torchrun 2.11 has no USR1 handler,
-    and USR1 sent to torchrun alone ended torchrun and never reached the workers (tests/gpu/
-    signals_torchrun.sh on an H100 box). Signals that arrive before the child is spawned are held and
-    delivered the moment it exists. Handlers can only be set from the main thread; elsewhere the
-    child is on its own."""
+    """Signals in _FORWARDED sent to us go to whoever in the child's process tree listens for them.
+
+    A child that handles the signal gets it alone, and decides for its own children (torchrun passes
+    INT/TERM/HUP/QUIT on to its workers). A child that does not handle it would only die of it: then
+    its descendants that do handle it get it instead, and the child is spared. torchrun 2.11 has no
+    USR1 handler and starts each worker in a session of its own: USR1 sent to torchrun ended it and
+    never reached the workers (tests/gpu/signals_torchrun.sh, H100 box), so Slurm's pre-emption
+    warning would have killed the job instead of warning it. With no listener anywhere the child gets
+    the signal and its default action applies, as without the wrapper. Signals that arrive before the
+    child is spawned are held and delivered the moment it exists. Handlers can only be set from the
+    main thread; elsewhere the child is on its own."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
@@ -289,11 +292,14 @@ class _SignalForwarder:
     def _forward(self, signum: int) -> None:
         assert self._proc is not None
         if handles_signal(self._proc.pid, signum) is False:
-            try:
-                os.killpg(self._proc.pid, signum)  # the child leads its own session, so its group id is its pid
+            listeners = [pid for pid in descendants(self._proc.pid) if handles_signal(pid, signum)]
+            for pid in listeners:
+                try:
+                    os.kill(pid, signum)
+                except OSError:
+                    pass  # it exited since the scan
+            if listeners:
                 return
-            except OSError:
-                pass  # the group is gone or not ours: fall back to the child alone
         self._proc.send_signal(signum)
 
     def attach(self, proc: subprocess.Popen) -> None:
@@ -325,6 +331,30 @@ def handles_signal(pid: int, signum: int) -> bool | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, grandchildren, ...), from the parent ids in /proc/*/stat;
+    empty where /proc cannot be read."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return []
+    for name in entries:
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as stat:
+                # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
 
 
 def _ingest(*, run_dir: Path, db_url: str | None, registry_path: Path | None, host_lineage: str | None,

@@ -168,10 +168,11 @@ def test_sigusr1_reaches_a_child_that_traps_it(tmp_path):
     assert footer["kind"] == "footer" and footer["exit_code"] == 0 and footer["signal"] is None
 
 
-# Like torchrun 2.11 (tests/gpu/signals_torchrun.sh): an agent that handles INT/TERM but not USR1, over a
-# worker that traps USR1. Sent to the agent alone, USR1 would end the agent and never reach the worker.
+# Like torchrun 2.11 (tests/gpu/signals_torchrun.sh): an agent that handles TERM but not USR1, over a worker in
+# a session of its own that traps USR1. Sent to the agent alone, USR1 would end it and never reach the worker.
 _WORKER = """
-import pathlib, signal, sys, time
+import os, pathlib, signal, sys, time
+os.setsid()
 signal.signal(signal.SIGUSR1, lambda s, f: pathlib.Path(sys.argv[1]).write_text("worker got USR1"))
 print("ready", flush=True)
 deadline = time.monotonic() + 30
@@ -199,9 +200,26 @@ def test_usr1_reaches_the_worker_under_an_agent_that_does_not_handle_it(tmp_path
     proc.send_signal(signal.SIGUSR1)
     _, err = proc.communicate(timeout=60)
     assert marker.read_text() == "worker got USR1"
-    # the agent itself dies of it, as torchrun does: its exit code is the run's
-    assert proc.returncode == 128 + signal.SIGUSR1, err
-    assert _records(log)[-1]["signal"] == "SIGUSR1"
+    # the agent, which would only have died of it, is spared: the worker finishes and so does the run
+    assert proc.returncode == 0, err
+    assert _records(log)[-1]["exit_code"] == 0 and _records(log)[-1]["signal"] is None
+
+
+def test_a_signal_nobody_listens_for_still_reaches_the_child(tmp_path):
+    result_dir = tmp_path / "r"
+    proc = subprocess.Popen([RECEIPTS, "--db", str(tmp_path / "s.duckdb"), "run", "--no-ingest", "--quiet",
+                             "--run-dir", str(result_dir), "--", sys.executable, "-c",
+                             "import time; print('ready', flush=True); time.sleep(30)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    log = result_dir / "run.log"
+    deadline = time.monotonic() + 30
+    while not (log.exists() and "ready" in log.read_text().splitlines()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR2)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGUSR2   # its default action, as without the wrapper
+    assert _records(log)[-1]["signal"] == "SIGUSR2"
 
 
 _TWO_RANKS = """
