@@ -31,7 +31,15 @@ import numpy as np
 MIN_RUNS = 3                 # fewer runs than this: no MAD worth the name; the default floor is used
 DEFAULT_FLOOR_PCT = 1.5      # percent; see the module docstring for the source
 MIN_FLOOR_PCT = 0.1          # percent; below this a GPU run-to-run floor is not credible (clocks, thermals)
-MAD_TO_SIGMA = 1.4826        # MAD of a normal sample x this = its sigma
+MAD_TO_SIGMA = 1.4826        # MAD of a normal sample x this = its sigma (for large samples)
+# Croux & Rousseeuw (1992) small-sample factors b_n: 1.4826 x MAD is biased low for a handful of runs
+# (at n = 5 by ~20%), and an underestimated floor is a false "faster"/"slower". n > 9: n / (n - 0.8).
+_SMALL_SAMPLE = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}
+
+
+def mad_factor(n: int) -> float:
+    """Small-sample correction b_n for 1.4826 x MAD of n values."""
+    return _SMALL_SAMPLE.get(n, n / (n - 0.8) if n > 9 else 1.0)
 FLOOR_WINDOW = 20            # the lane's most recent current runs a floor is estimated from
 
 FloorSource = Literal["lane", "default"]
@@ -52,8 +60,9 @@ class NoiseFloor:
 
     @property
     def df(self) -> int | None:
-        """Degrees of freedom of a measured floor (n_runs - 1); None for the default, which is not estimated."""
-        return self.n_runs - 1 if self.source == "lane" else None
+        """Degrees of freedom a verdict gives a measured floor: n_runs - 2 (a MAD is less efficient than a
+        standard deviation's n - 1; analysis.verdict); None for the default, which is not estimated."""
+        return self.n_runs - 2 if self.source == "lane" else None
 
     @property
     def runs_to_measure(self) -> int:
@@ -77,10 +86,11 @@ def noise_floor(runs: Sequence[tuple[str, float]], *, min_runs: int = MIN_RUNS,
                           f"default {default_pct:g}% (the lane has {have} with a steady state; "
                           f"{min_runs - medians.size} more give it a measured floor)")
     mad = float(np.median(np.abs(medians - center)))
-    pct = max(MIN_FLOOR_PCT, 100.0 * MAD_TO_SIGMA * mad / center)
+    b = mad_factor(medians.size)
+    pct = max(MIN_FLOOR_PCT, 100.0 * b * MAD_TO_SIGMA * mad / center)
     clamp = f" (MAD below the {MIN_FLOOR_PCT:g}% minimum)" if pct == MIN_FLOOR_PCT else ""
     return NoiseFloor(medians.size, pct, "lane", ids, center,
-                      f"{pct:.2f}% = 1.4826 x MAD of {medians.size} run medians / their median "
+                      f"{pct:.2f}% = {b:.3f} x 1.4826 x MAD of {medians.size} run medians / their median "
                       f"{center:.4g} ms{clamp}")
 
 

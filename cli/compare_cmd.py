@@ -23,6 +23,7 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Compare B against A: faster / slower / no change / inconclusive against the lane's noise floor.
+
     Exit 3 when refused (identity incomplete or not the same lane).
 
     Example: receipts compare run_a run_b

@@ -1,0 +1,124 @@
+"""A lane's history: its current runs in run order, each with its median, its moving-block bootstrap
+interval, its z-score against the lane's noise floor, and whether a change point starts there.
+
+`history` is pure (the lane's run rows and step series in, a LaneHistory out); `read_history` reads
+them through sql/lane_runs.sql and sql/steady_steps_many.sql; `resolve_lane` turns what a user typed
+(a receipt reference, or a lane written 'HOST PRESET REGIME') into a Lane.
+
+Run order: the run's own start time from its log or RECEIPT header (receipts.started_at) when it has
+one, else the time it was ingested; each run says which (run_date_source 'header' | 'ingest').
+Change points: analysis.changepoint (E-divisive means with a t-test confirmation, as Apache Otava)
+over the series of run medians. z = log(median / lane center) / noise floor, the lane center being the
+median of the run medians the floor was measured from: |z| > 2 is a run outside the lane's usual noise.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+import polars as pl
+
+from receipts.analysis.changepoint import MAX_PVALUE, MIN_MAGNITUDE, ChangePoint, change_points
+from receipts.analysis.lanes import Lane, floors_from_runs, lane_of, lane_runs
+from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor
+from receipts.analysis.stats import median_interval
+
+if TYPE_CHECKING:
+    from receipts.store import Store
+
+
+@dataclass(frozen=True)
+class HistoryRun:
+    id: str
+    run_name: str
+    run_date: datetime | None       # UTC
+    run_date_source: str            # 'header' (the run's own start) | 'ingest' (when it was ingested)
+    n_steps: int                    # steady steps
+    median_step_ms: float | None
+    ci_low: float | None            # the median's moving-block bootstrap interval (ms)
+    ci_high: float | None
+    block_length: int | None        # steps per bootstrap block
+    z: float | None                 # log(median / lane center) / noise floor
+    change_point: bool              # a change point starts at this run
+    change_pvalue: float | None     # its t-test p-value (change points only)
+    change_pct: float | None        # mean after / mean before - 1, percent (change points only)
+    git_rev: str | None
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LaneHistory:
+    lane: Lane
+    tag: str | None
+    floor: NoiseFloor
+    runs: tuple[HistoryRun, ...]
+    change_points: tuple[ChangePoint, ...]  # indices into the runs that have a median
+    method: str
+
+
+def history(lane: Lane, rows: pl.DataFrame, series: Mapping[str, np.ndarray], floor: NoiseFloor, *,
+            tag: str | None = None, max_pvalue: float = MAX_PVALUE,
+            min_magnitude: float = MIN_MAGNITUDE) -> LaneHistory:
+    """rows: lane_runs rows of one lane in run order; series: steady step times per receipt id, in step order."""
+    timed = [r for r in rows.iter_rows(named=True) if r["median_step_ms"] is not None and r["median_step_ms"] > 0]
+    points = change_points([r["median_step_ms"] for r in timed], max_pvalue=max_pvalue, min_magnitude=min_magnitude)
+    at = {timed[c.index]["receipt_id"]: c for c in points}
+    center = floor.center_ms
+    out = []
+    for r in rows.iter_rows(named=True):
+        rid, ms = r["receipt_id"], r["median_step_ms"]
+        interval = median_interval(series.get(rid, np.empty(0)))
+        z = (math.log(ms / center) / floor.fraction if ms and center and floor.fraction > 0 else None)
+        cp = at.get(rid)
+        out.append(HistoryRun(
+            rid, r["run_name"], r["run_date"], r["run_date_source"], int(r["n_steps"]), ms,
+            interval.ci_low if interval else None, interval.ci_high if interval else None,
+            interval.block_length if interval else None, z, cp is not None,
+            cp.pvalue if cp else None, 100.0 * cp.rel_change if cp else None,
+            r["git_rev"], tuple(r["tags"] or ())))
+    method = (f"change points: E-divisive means split, Student t-test confirmation p < {max_pvalue:g} and a change "
+              f"of at least {100 * min_magnitude:g}% (Apache Otava's method) over the run medians; intervals: "
+              f"moving-block bootstrap of each run's median; z against the noise floor ({floor.note})")
+    return LaneHistory(lane, tag, floor, tuple(out), points, method)
+
+
+def read_history(store: "Store", lane: Lane, *, tag: str | None = None) -> LaneHistory:
+    """The lane's current runs (carrying `tag` when given) and their step series, then `history`."""
+    rows = lane_runs(store, [lane], tag=tag)
+    floor = floors_from_runs(rows.tail(FLOOR_WINDOW), [lane])[lane]  # the floor everything else uses: last 20
+    ids = rows["receipt_id"].to_list()
+    steps = store.query("steady_steps_many", {"ids": ids}) if ids else pl.DataFrame()
+    series = ({key[0]: frame["step_ms"].to_numpy() for key, frame in steps.partition_by("receipt_id", as_dict=True).items()}
+              if steps.height else {})
+    return history(lane, rows, series, floor, tag=tag)
+
+
+_LANE_SPLIT = re.compile(r"\s*·\s*|\s+")
+
+
+def resolve_lane(store: "Store", ref: str) -> Lane:
+    """A receipt reference (id, id prefix, run name) gives that receipt's lane; 'HOST PRESET REGIME'
+    (separated by spaces or ' · ', as `list` and the dashboard write lanes) names a lane directly."""
+    from receipts.errors import ReceiptNotFound, UsageError
+
+    parts = [p for p in _LANE_SPLIT.split(ref.strip()) if p]
+    try:
+        rid = store.resolve(ref)
+    except ReceiptNotFound as err:
+        if len(parts) == 3:
+            return Lane(*parts)
+        raise UsageError(f"{err}; a lane is written 'HOST_LINEAGE PRESET_FAMILY LAUNCH_REGIME' "
+                         f"(the canonical values `receipts list` shows)") from None
+    from receipts.analysis.record import load
+
+    r = load(store, rid)
+    lane = lane_of(r)
+    if lane is None:
+        missing = ", ".join(f for f in ("host_lineage", "preset_family", "launch_regime") if not getattr(r, f))
+        raise UsageError(f"{r.run_name} ({rid[:12]}) is a rumor (lacks {missing}): it belongs to no lane")
+    return lane
