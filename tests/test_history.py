@@ -1,0 +1,139 @@
+"""Lane history: change points on synthetic series, the E-divisive statistic against a hand computation,
+and `receipts history` on the real H100 runs (change point at the first slowed run), run dates, tags,
+superseded receipts and bad references."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_helpers import cli, cli_json
+from conftest import write_native_log
+from receipts.analysis.changepoint import _candidate, change_points
+
+NOISE = Path(__file__).resolve().parent / "data" / "noise"
+LANE = "h100-device-x1 toy_fsdp2_v1 fsdp2/no-compile"
+
+
+# ------------------------------------------------------------------------------ change points
+def _q_by_hand(x: np.ndarray, tau: int, kappa: int) -> float:
+    """Matteson & James' Q for X = x[:tau], Y = x[tau:kappa], straight from the definition."""
+    X, Y = x[:tau], x[tau:kappa]
+    n, m = X.size, Y.size
+    between = np.abs(X[:, None] - Y[None, :]).mean()
+    within_x = np.abs(X[:, None] - X[None, :]).sum() / (n * (n - 1)) if n > 1 else 0.0
+    within_y = np.abs(Y[:, None] - Y[None, :]).sum() / (m * (m - 1)) if m > 1 else 0.0
+    return n * m / (n + m) * (2 * between - within_x - within_y)
+
+
+def test_e_divisive_candidate_maximises_the_energy_statistic():
+    rng = np.random.default_rng(4)
+    x = np.r_[rng.normal(0, 1, 9), rng.normal(3, 1, 7)]
+    tau, q = _candidate(x)
+    best = max((_q_by_hand(x, t, k), t) for t in range(1, x.size) for k in range(t + 1, x.size + 1))
+    assert tau == best[1] and q == pytest.approx(best[0])
+
+
+def test_a_step_change_is_found_where_it_starts():
+    rng = np.random.default_rng(1)
+    x = np.r_[55 * (1 + rng.normal(0, 0.006, 12)), 56.5 * (1 + rng.normal(0, 0.006, 6))]
+    (cp,) = change_points(x)
+    assert cp.index == 12 and cp.pvalue < 0.001 and 0.02 < cp.rel_change < 0.035
+
+
+def test_up_then_down_gives_two_change_points():
+    rng = np.random.default_rng(2)
+    x = np.r_[rng.normal(100, 0.5, 15), rng.normal(104, 0.5, 10), rng.normal(100, 0.5, 15)]
+    assert [c.index for c in change_points(x)] == [15, 25]
+
+
+def test_aa_series_rarely_have_a_change_point():
+    rng = np.random.default_rng(3)
+    series = [55 * (1 + rng.normal(0, 0.007, n)) for n in (8, 15, 30, 60) for _ in range(40)]
+    false = sum(bool(change_points(x)) for x in series)
+    assert false / len(series) <= 0.05, false
+
+
+def test_small_or_sub_threshold_changes_are_not_change_points():
+    assert change_points([1.0, 2.0]) == () and change_points(np.full(20, 7.0)) == ()
+    # significant but 0.5%: under the 1% minimum magnitude
+    x = np.r_[np.full(10, 100.0), np.full(10, 100.5)] + np.tile([0.01, -0.01], 10)
+    assert change_points(x) == () and change_points(x, min_magnitude=0.001)[0].index == 10
+
+
+# ------------------------------------------------------------------------------ the CLI on real runs
+@pytest.fixture(scope="module")
+def noise_db(tmp_path_factory) -> str:
+    logs = sorted(NOISE.glob("*/run.log"))
+    if len(logs) < 15:
+        pytest.skip("tests/data/noise not present")
+    db = str(tmp_path_factory.mktemp("history") / "receipts.duckdb")
+    result = cli(db, "ingest", *map(str, logs))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    return db
+
+
+def test_history_puts_the_change_point_at_the_first_slowed_run(noise_db):
+    code, out = cli_json(noise_db, "history", "aa_03")
+    assert code == 0
+    assert out["lane"] == {"host_lineage": "h100-device-x1", "preset_family": "toy_fsdp2_v1",
+                           "launch_regime": "fsdp2/no-compile"}
+    runs = out["runs"]
+    names = [r["run_name"] for r in runs]
+    # run order is the order the runs ran in (their RECEIPT headers' started_at; README of tests/data/noise)
+    assert names == [f"aa_{i:02d}" for i in range(1, 11)] + ["subfloor_1", "subfloor_2", "slow_1", "slow_2", "slow_3"]
+    assert all(r["run_date_source"] == "header" for r in runs)
+    flagged = [i for i, r in enumerate(runs) if r["change_point"]]
+    first_slow = names.index("slow_1")
+    assert len(flagged) == 1 and abs(flagged[0] - first_slow) <= 1
+    for r in runs:
+        assert r["ci_low"] <= r["median_step_ms"] <= r["ci_high"] and r["n_steps"] > 100
+        for key in ("id", "run_name", "run_date", "median_step_ms", "z", "change_point"):
+            assert key in r
+    floor = out["noise_floor"]
+    assert floor["source"] == "lane" and floor["n_runs"] == 15 and 0.3 < floor["floor_pct"] < 1.5
+    # the slowed runs sit ~2.5% above the lane: several floor sigmas out; A/A runs within +-3
+    assert all(runs[i]["z"] > 2 for i in range(first_slow, len(runs)))
+    assert all(abs(r["z"]) < 3 for r in runs[:10])
+
+
+def test_history_by_lane_and_tag(noise_db):
+    code, out = cli_json(noise_db, "history", LANE, "--tag", "main")
+    assert code == 0 and out["tag"] == "main"
+    assert [r["run_name"] for r in out["runs"]] == [f"aa_{i:02d}" for i in range(1, 11)]
+    assert not any(r["change_point"] for r in out["runs"]) and out["noise_floor"]["n_runs"] == 10
+    text = cli(noise_db, "history", "h100-device-x1 · toy_fsdp2_v1 · fsdp2/no-compile").stdout
+    assert "noise floor:" in text and "1 change point" in text and "slow_1" in text
+
+
+def test_history_errors_are_one_line(noise_db):
+    result = cli(noise_db, "history", "no-such-run")
+    assert result.exit_code == 2 and "no receipt matches 'no-such-run'" in result.stderr
+    assert "HOST_LINEAGE PRESET_FAMILY LAUNCH_REGIME" in result.stderr
+    result = cli(noise_db, "history", LANE, "--tag", "nope")
+    assert result.exit_code == 2 and "no current receipts tagged 'nope'" in result.stderr
+
+
+def test_history_uses_ingest_time_without_a_start_and_skips_superseded(tmp_path, db):
+    rng = np.random.default_rng(0)
+    logs = [write_native_log(tmp_path / f"r{i}.log", list(100 * (1 + rng.normal(0, 0.01, 40)))) for i in range(4)]
+    assert cli(db, "ingest", *map(str, logs)).exit_code == 0
+    code, out = cli_json(db, "history", "r0")
+    assert code == 0 and sorted(r["run_name"] for r in out["runs"]) == ["r0", "r1", "r2", "r3"]
+    assert {r["run_date_source"] for r in out["runs"]} == {"ingest"}
+    dates = [r["run_date"] for r in out["runs"]]
+    assert dates == sorted(dates)  # ingest time (second resolution; ties in id order)
+    assert "(ingest)" in cli(db, "history", "r0").stdout
+    # a superseded receipt is an old copy of a run: not in the history, not in the floor
+    import duckdb
+    con = duckdb.connect(db)
+    ids = {r["run_name"]: r["id"] for r in out["runs"]}
+    con.execute("UPDATE receipts SET superseded_by = ? WHERE id = ?", [ids["r3"], ids["r1"]])
+    con.close()
+    code, out = cli_json(db, "history", "r0")
+    assert sorted(r["run_name"] for r in out["runs"]) == ["r0", "r2", "r3"] and out["noise_floor"]["n_runs"] == 3
+    assert ids["r1"] not in out["noise_floor"]["run_ids"]
+    code, cmp = cli_json(db, "compare", "r0", "r2")
+    assert cmp["noise_floor"]["n_runs"] == 3 and ids["r1"] not in cmp["noise_floor"]["run_ids"]
