@@ -317,15 +317,17 @@ NOISE = Path(__file__).resolve().parent / "data" / "noise"
 
 def test_real_tag_baseline_claims_on_the_h100_noise_runs(tmp_path, db):
     """The real runs of tests/data/noise: a claimed 2.5% slowdown against tag:main is accepted, the same run
-    claimed 5% faster is rejected, an A/A run claimed unchanged against the other nine is accepted."""
+    claimed 5% faster is rejected, an A/A run claimed unchanged against the other nine is accepted.
+    The slowdown claims take all ten main runs (last: 10): against only the five most recent, which ran
+    ~0.4% slow, the planted 2.54% reads ~2.1%, under what 5 runs resolve at <= 5% false alarms."""
     if not NOISE.exists():
         pytest.skip("tests/data/noise not present")
     ingest(db, *sorted(NOISE.glob("*/run.log")))
     path = claims_yaml(tmp_path,
-                       claim("planted slowdown", "tag:main", "slow_1", speedup=0.975, tolerance=0.02),
+                       claim("planted slowdown", "tag:main", "slow_1", speedup=0.975, tolerance=0.02, last=10),
                        claim("said faster", "tag:main", "slow_2", speedup=1.05),
                        claim("unchanged", "tag:main", "aa_10", speedup=1.0, last=9),
-                       claim("tokens", "tag:main", "slow_3", metric="tokens_per_s", speedup=0.975))
+                       claim("tokens", "tag:main", "slow_3", metric="tokens_per_s", speedup=0.975, last=10))
     code, out = gate(db, path)
     assert code == 1
     assert out["planted slowdown"]["accepted"] and out["tokens"]["accepted"] and out["unchanged"]["accepted"]
@@ -333,12 +335,12 @@ def test_real_tag_baseline_claims_on_the_h100_noise_runs(tmp_path, db):
     assert "verdict 'slower'" in out["said faster"]["reasons"][1]
     names = {c["candidate"]: c for c in out.values()}
     ids = {r: c["candidate_id"] for r, c in names.items()}
-    # the five most recent main runs; the other claims' candidates (slow_2, slow_3) are not main runs
-    assert len(out["planted slowdown"]["baseline_ids"]) == 5 and ids["slow_1"] not in out["planted slowdown"]["baseline_ids"]
+    # the ten main runs; the other claims' candidates (slow_2, slow_3) are not main runs
+    assert len(out["planted slowdown"]["baseline_ids"]) == 10 and ids["slow_1"] not in out["planted slowdown"]["baseline_ids"]
     assert len(out["unchanged"]["baseline_ids"]) == 9 and ids["aa_10"] not in out["unchanged"]["baseline_ids"]
-    assert out["planted slowdown"]["baseline_id"] is None and out["planted slowdown"]["last"] == 5
-    assert "baseline: median of 5 run(s) tagged 'main'" in out["planted slowdown"]["measured"]["note"]
-    assert len(out["planted slowdown"]["windows"]) == 6  # five baseline runs' windows, then the candidate's
+    assert out["planted slowdown"]["baseline_id"] is None and out["planted slowdown"]["last"] == 10
+    assert "baseline: median of 10 run(s) tagged 'main'" in out["planted slowdown"]["measured"]["note"]
+    assert len(out["planted slowdown"]["windows"]) == 11  # ten baseline runs' windows, then the candidate's
 
 
 def test_tag_baseline_rejections_and_an_outlier_left_out(tmp_path, db):
