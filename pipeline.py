@@ -22,6 +22,7 @@ import polars as pl
 from receipts.analysis.window import choose_window
 from receipts.errors import InputError
 from receipts.ingest import sniff, sysinfo
+from receipts.ingest.sanity import checked_anatomy, checked_run
 from receipts.ingest.textlog import read_log
 from receipts.lifecycle import MachineSeen, check_attachment, machine_of_facts, write_current
 from receipts.schema.categories import CategoryRules, load_category_rules
@@ -106,7 +107,12 @@ def parse_log(path: Path, fmt: str | None = None) -> ParsedRun:
         name = sniff.FORMAT_ALIASES.get(fmt.lower())
         if name is None:
             raise InputError(path, f"--format {fmt!r} is not one of {', '.join(sorted(set(sniff.FORMAT_ALIASES)))}")
-    return sniff.parse_log(log, name)
+    try:
+        parsed = sniff.parse_log(log, name)
+    except pl.exceptions.PolarsError as exc:  # a cast or decode no parser foresaw: still one line naming the file
+        raise InputError(path, f"cannot be read as a {name or 'training'} log: "
+                               f"{str(exc).strip().splitlines()[0]}") from exc
+    return checked_run(parsed, path)
 
 
 def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool) -> Anatomy:
@@ -128,14 +134,14 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool) -
         from receipts.ingest import nsys
 
         sqlite_path = nsys.export_report(path) if kind == "nsys-rep" else path
-        return nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw)
+        return checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw), path)
     from receipts.ingest import kineto
 
     if kind == "kineto-dir":
-        return kineto.parse_dir(path, rules=rules, keep_raw=keep_raw)
+        return checked_anatomy(kineto.parse_dir(path, rules=rules, keep_raw=keep_raw), path)
     if kind == "kineto-files":
-        return kineto.parse_files(run_dir_traces(path), rules=rules, keep_raw=keep_raw)
-    return kineto.parse_files([path], rules=rules, keep_raw=keep_raw)
+        return checked_anatomy(kineto.parse_files(run_dir_traces(path), rules=rules, keep_raw=keep_raw), path)
+    return checked_anatomy(kineto.parse_files([path], rules=rules, keep_raw=keep_raw), path)
 
 
 def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:

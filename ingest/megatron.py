@@ -96,8 +96,8 @@ def parse(log: LogText) -> ParsedRun:
         frame.filter(pl.col("text").str.contains("memory (MB)", literal=True))
         .select(pl.col("text").str.extract_groups(MEMORY).alias("m")).unnest("m")
         .drop_nulls()
-        .select(pl.col("1").cast(pl.Int32).alias("rank"), pl.col("2").cast(pl.Int64).alias("step"),
-                *[(pl.col(c).cast(pl.Float64) * _MB).cast(pl.Int64).alias(n)
+        .select(pl.col("1").cast(pl.Int32, strict=False).alias("rank"), pl.col("2").cast(pl.Int64, strict=False).alias("step"),
+                *[(pl.col(c).cast(pl.Float64, strict=False) * _MB).cast(pl.Int64, strict=False).alias(n)
                   for c, n in (("3", "allocated"), ("4", "max_allocated"), ("5", "reserved"), ("6", "max_reserved"))])
     )
     memory = tuple(
@@ -208,8 +208,8 @@ def _world_from_banner(frame: pl.DataFrame) -> int | None:
 def _crash_after(frame: pl.DataFrame, iters: pl.DataFrame) -> str | None:
     """A traceback or kill after the last iteration line means the run stopped before its last iteration."""
     last_line, last_step = iters["line"][-1], iters["step"][-1]
-    total = iters["text"].str.extract(ITERATION, 2).cast(pl.Int64)[-1]
-    if last_step >= total:
+    total = iters["text"].str.extract(ITERATION, 2).cast(pl.Int64, strict=False)[-1]
+    if total is None or last_step >= total:
         return None
     crash = frame.filter((pl.col("line") > last_line) & pl.col("text").str.contains(
         r"Traceback \(most recent call last\)|KeyboardInterrupt|CUDA out of memory|Killing subprocess|SIGTERM|SIGKILL"))

@@ -63,14 +63,14 @@ def parse(log: LogText) -> ParsedRun:
     events = records.select(
         "line", *[pl.col("payload").str.json_path_match(p).alias(name) for name, p in _PATHS.items()]
     )
+    events = events.with_columns(pl.col("time_ms").cast(pl.Float64, strict=False).cast(pl.Int64, strict=False),
+                                 pl.col("epoch_num").cast(pl.Int64, strict=False),
+                                 pl.col("first_epoch_num").cast(pl.Int64, strict=False))
     bad = events.filter(pl.col("key").is_null() | pl.col("time_ms").is_null())
     if bad.height:
         line = bad["line"][0]
         raise InputError(log.path, "malformed :::MLLOG record; expected one JSON object with 'key' and "
-                                   "'time_ms'", line=line)
-    events = events.with_columns(pl.col("time_ms").cast(pl.Float64).cast(pl.Int64),
-                                 pl.col("epoch_num").cast(pl.Int64, strict=False),
-                                 pl.col("first_epoch_num").cast(pl.Int64, strict=False))
+                                   "'time_ms' (epoch milliseconds, a number)", line=line)
     first = {k: v for k, v in events.group_by("key", maintain_order=True).first()
              .select("key", "value").iter_rows()}
     steps, unit = _step_series(events)
@@ -102,9 +102,15 @@ def parse(log: LogText) -> ParsedRun:
         gpu_count=nodes * per_node if nodes and per_node else None,
         topology={"nodes": nodes, "gpus_per_node": per_node} if nodes else {},
         ended_early=ended_early,
-        started_at=(datetime.fromtimestamp(run_start["time_ms"][0] / 1000, tz=timezone.utc).isoformat()
-                    if run_start.height else None),
+        started_at=_iso(run_start["time_ms"][0]) if run_start.height else None,
     )
+
+
+def _iso(time_ms: int) -> str | None:
+    try:
+        return datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc).isoformat()
+    except (OverflowError, OSError, ValueError):  # a damaged epoch far outside the calendar: no start time
+        return None
 
 
 def _loads(payload: str):

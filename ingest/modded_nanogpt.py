@@ -56,12 +56,13 @@ def parse(log: LogText) -> ParsedRun:
         .filter(pl.col("1").is_not_null())
         .select(
             "line",
-            pl.col("1").cast(pl.Int64).alias("step"),
-            pl.col("2").cast(pl.Int64).alias("total"),
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").cast(pl.Int64, strict=False).alias("total"),
             pl.col("3").is_not_null().alias("is_val"),
             pl.col("4").cast(pl.Float64, strict=False).alias("loss"),
-            pl.col("5").cast(pl.Float64).alias("train_ms"),
+            pl.col("5").cast(pl.Float64, strict=False).alias("train_ms"),
         )
+        .filter(pl.col("step").is_not_null())  # a step number past 2^63: a damaged line, not a step
     )
     if lines.filter(~pl.col("is_val")).height == 0:
         raise InputError(log.path, "no modded-nanogpt step lines found; expected `step:N/M train_time:Tms "
@@ -99,7 +100,7 @@ def parse(log: LogText) -> ParsedRun:
 
 
 def _short_of_total(last: dict) -> str | None:
-    if last["step"] < last["total"]:
+    if last["total"] is not None and last["step"] < last["total"]:
         return f"last step line (line {last['line']}) is step {last['step']} of {last['total']}"
     return None
 

@@ -9,6 +9,7 @@ over ALL sizes, tiny ones included, so it understates the large-message plateau:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +55,13 @@ class NcclTestResult:
 
 
 def _num(text: str) -> float | None:
+    """A time, bandwidth or error count; None for 'N/A' (in-place columns of some collectives) and for
+    what nccl-tests never prints (negative, NaN, inf: a damaged file)."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        return None  # 'N/A' in-place columns of some collectives
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def parse_text(text: str, *, path: str | Path = "<nccl-tests>") -> NcclTestResult:
@@ -78,7 +82,7 @@ def parse_text(text: str, *, path: str | Path = "<nccl-tests>") -> NcclTestResul
             continue
         m = re.match(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+\-]+)", line)
         if m:
-            avg = float(m.group(1))
+            avg = _num(m.group(1))
             continue
         m = re.match(r"^#\s*Out of bounds values\s*:\s*(\d+)", line)
         if m:
@@ -90,6 +94,8 @@ def parse_text(text: str, *, path: str | Path = "<nccl-tests>") -> NcclTestResul
         rest = m.group(5).split()
         root = None
         if len(rest) == 9:
+            if not re.fullmatch(r"-?[0-9]{1,9}", rest[0]):
+                raise InputError(path, f"nccl-tests row: root column {rest[0][:40]!r} is not an integer", line=no)
             root, rest = int(rest[0]), rest[1:]
         if len(rest) != 8:
             raise InputError(path, f"nccl-tests row has {len(rest) + 4} columns; expected 12 or 13 "

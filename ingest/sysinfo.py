@@ -13,9 +13,11 @@ from typing import Any
 from receipts.ingest import collect_env, nccl_tests, topology
 from receipts.schema.model import FACT_SECTIONS
 
-_TOPO = re.compile(r"^\s*(\x1b\[[0-9;]*m)*\s*GPU0\s+GPU1|^\s*(\x1b\[[0-9;]*m)*\s*GPU0\s+X\b|^Legend:", re.M)
+# Horizontal whitespace only ([ \t], never \s): a `\s*` may cross newlines, and two of them side by side
+# made a file opening with a few thousand blank lines take minutes (cubic backtracking) before this.
+_TOPO = re.compile(r"^[ \t]*(?:\x1b\[[0-9;]*m[ \t]*)*GPU0[ \t]+(?:GPU1|X\b)|^Legend:", re.M)
 _COLLECT_ENV = re.compile(r"^(PyTorch version:|Collecting environment information|Is debug build:)", re.M)
-_NCCL = re.compile(r"nccl-tests|^#\s+Avg bus bandwidth|^#\s+size\s+count\s+type", re.M)
+_NCCL = re.compile(r"nccl-tests|^#[ \t]+Avg bus bandwidth|^#[ \t]+size[ \t]+count[ \t]+type", re.M)
 
 
 def detect(head: str) -> str | None:

@@ -46,7 +46,7 @@ def read_log(path: Path) -> LogText:
         raise InputError(path, "is a directory; expected a training log file") from exc
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
-    if not data.strip():
+    if not data.removeprefix(b"\xef\xbb\xbf").strip():  # a lone UTF-8 BOM is empty too
         raise InputError(path, "is empty; expected a training log")
     head = data[:_SNIFF_BYTES]
     if b"\x00" in head:

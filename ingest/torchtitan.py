@@ -62,24 +62,25 @@ def parse(log: LogText) -> ParsedRun:
         raise InputError(log.path, "no torchtitan step lines found; expected `step: N  loss: X  memory: "
                                    "YGiB(Z%)  tps: ...`")
     steps = candidates.with_columns(
-        pl.col("g").struct.field("2").cast(pl.Int64).alias("step"),
-        pl.col("clean").str.extract(r"^\[rank([0-9]+)\]", 1).cast(pl.Int32).alias("rank"),
+        pl.col("g").struct.field("2").cast(pl.Int64, strict=False).alias("step"),
+        pl.col("clean").str.extract(r"^\[rank([0-9]+)\]", 1).cast(pl.Int32, strict=False).alias("rank"),
         _num(r"\bloss:\s*" + _NUM).alias("loss"),
         # '0.00GiB(0.00%)' is printed when the device reports no allocator stats (debug / CPU-side runs):
         # not a measurement, so it is stored as unknown rather than as a zero peak
         pl.when(_num(r"memory:\s*([0-9.]+)GiB") > 0).then((_num(r"memory:\s*([0-9.]+)GiB") * _GIB).round(0))
-        .cast(pl.Int64).alias("reserved_bytes"),
+        .cast(pl.Int64, strict=False).alias("reserved_bytes"),
         _num(r"\b(?:tps|wps):\s*([0-9,.]+)").alias("tokens_per_s"),
         _num(r"mfu:\s*([0-9.]+)%").alias("mfu_pct"),
         pl.col("clean").str.extract(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", 1)
         .str.strptime(pl.Datetime("ms"), "%Y-%m-%d %H:%M:%S,%3f", strict=False).alias("at"),
-    ).sort("rank", "line", nulls_last=True)
+    ).filter(pl.col("step").is_not_null()).sort("rank", "line", nulls_last=True)
     steps = steps.with_columns(
         ((pl.col("at").diff().dt.total_milliseconds() / pl.col("step").diff()).over("rank"))
         .cast(pl.Float64).alias("step_ms")
     ).with_columns(
         # a restart within one log (step numbers going back) or duplicated lines give no interval
-        pl.when(pl.col("step_ms") > 0).then(pl.col("step_ms")).alias("step_ms")
+        # (0 / 0 is NaN, and polars orders NaN above every number: test finiteness, not just > 0)
+        pl.when(pl.col("step_ms").is_finite() & (pl.col("step_ms") > 0)).then(pl.col("step_ms")).alias("step_ms")
     )
     memory = tuple(
         MemoryPeak(rank, None, peak)
