@@ -62,7 +62,7 @@ def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fal
     warnings: list[str] = []
     ranks = _ranks(traces, warnings)
     world_size = _world_size(traces, warnings)
-    bases = {t.path.name: t.meta.get("baseTimeNanoseconds") for t in traces}
+    bases = {t.path.name: _time_base(t) if t.meta.get("baseTimeNanoseconds") is not None else None for t in traces}
     if len(set(bases.values())) > 1:
         warnings.append("ranks do not share a time base (baseTimeNanoseconds: " + ", ".join(
             f"{n}={b if b is not None else 'absent'}" for n, b in bases.items())
@@ -141,7 +141,7 @@ def _ranks(traces: list[Trace], warnings: list[str]) -> list[int]:
     for i, t in enumerate(traces):
         dist = t.meta.get("distributedInfo")
         rank = dist.get("rank") if isinstance(dist, dict) else None
-        if not isinstance(rank, int) or isinstance(rank, bool):
+        if not _small_int(rank):
             rank = i
             warnings.append(f"{t.path.name}: no distributedInfo.rank; rank {i} taken from the file's position "
                             "in the run (not a default of 0)")
@@ -153,8 +153,8 @@ def _ranks(traces: list[Trace], warnings: list[str]) -> list[int]:
 
 
 def _world_size(traces: list[Trace], warnings: list[str]) -> int | None:
-    sizes = {d.get("world_size") for t in traces if isinstance(d := t.meta.get("distributedInfo"), dict)}
-    sizes = {s for s in sizes if isinstance(s, int)}
+    sizes = [d.get("world_size") for t in traces if isinstance(d := t.meta.get("distributedInfo"), dict)]
+    sizes = {s for s in sizes if _small_int(s) and s > 0}
     if len(sizes) > 1:
         warnings.append(f"traces disagree on distributedInfo.world_size: {sorted(sizes)}")
     if not sizes:
@@ -162,11 +162,17 @@ def _world_size(traces: list[Trace], warnings: list[str]) -> int | None:
     return max(sizes) if sizes else None
 
 
+def _small_int(value) -> bool:
+    """A rank or world size as a trace states it: an integer in [0, 2^31) (ranks are int32 columns)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
 def _gpu_model(t: Trace) -> str | None:
-    props = [p for p in t.meta.get("deviceProperties") or [] if isinstance(p, dict) and p.get("name")]
+    props = t.meta.get("deviceProperties")
+    props = [p for p in props if isinstance(p, dict) and p.get("name")] if isinstance(props, list) else []
     used = {d for d in t.gpu["device"] if d is not None}
     for p in props:
-        if p.get("id") in used:
+        if _small_int(p.get("id")) and p.get("id") in used:
             return str(p["name"])
     return str(props[0]["name"]) if props else None
 
@@ -177,9 +183,20 @@ def _ns(col: str, base: int) -> pl.Expr:
     return whole.cast(pl.Int64) * 1000 + ((pl.col(col) - whole) * 1000).round().cast(pl.Int64) + base
 
 
-def _frames(t: Trace, rank: int) -> tuple[pl.DataFrame, ...]:
+def _time_base(t: Trace) -> int:
+    """baseTimeNanoseconds (ns since the epoch), 0 when absent; anything but a plausible epoch is refused:
+    NaN, inf or a value past 2^62 would turn every timestamp into garbage or overflow int64."""
     base = t.meta.get("baseTimeNanoseconds")
-    base = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
+    if base is None:
+        return 0
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 0 <= base < 2**62:
+        raise InputError(t.path, f"baseTimeNanoseconds is {str(base)[:40]}; expected nanoseconds since the epoch "
+                                 "(a non-negative integer below 2^62)")
+    return int(base)
+
+
+def _frames(t: Trace, rank: int) -> tuple[pl.DataFrame, ...]:
+    base = _time_base(t)
     r = pl.lit(rank, dtype=pl.Int32).alias("rank")
     dur_ns = (pl.col("dur") * 1000).round().cast(pl.Int64).clip(lower_bound=0)
     gpu = (pl.DataFrame(t.gpu, schema={"name": pl.Utf8, "kind": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64,

@@ -51,7 +51,7 @@ _NEEDED_CATS = rb'(kernel|gpu_memcpy|gpu_memset|Kernel|Memcpy|Memset|cuda_runtim
 _NEEDED = re.compile(rb'"cat"\s*:\s*"' + _NEEDED_CATS)
 _NEEDED_KINETO = re.compile(rb'"cat": "' + _NEEDED_CATS)
 KINETO_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
-_STEP_NAME = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+_STEP_NAME = re.compile(r"^ProfilerStep\s*#\s*(\d{1,18})$")
 
 
 @dataclass
@@ -84,26 +84,45 @@ def _read(stream, path: Path) -> bytes:
 def _json_object(text: bytes, path: Path, what: str) -> dict:
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"{what} is not valid JSON ({exc}); expected a Kineto Chrome trace") from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
+        raise InputError(path, f"{what} is not valid JSON ({str(exc)[:200]}); expected a Kineto Chrome trace") from exc
     if not isinstance(obj, dict):
         raise InputError(path, f"{what} is not a JSON object; expected a Kineto Chrome trace")
     return obj
 
 
+# |ts| and |dur| in microseconds: beyond this, ts * 1000 + a nanosecond epoch base overflows int64.
+_MAX_US = 9.0e15
+
+
+def _microseconds(trace: Trace, ev: dict, key: str) -> float:
+    value = ev[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -_MAX_US < value < _MAX_US:
+        raise InputError(trace.path, f"event {str(ev.get('name', ''))[:60]!r} has {key!r} = {str(value)[:40]}; "
+                                     "expected a finite number of microseconds (a damaged trace?)")
+    return float(value)
+
+
+def _id(value) -> int | None:
+    """A device, stream or correlation id: an integer that fits int64, else unknown."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63 else None
+
+
 def _take(trace: Trace, ev: dict) -> None:
     """Keep the fields the anatomy needs from one decoded event."""
-    args = ev.get("args") or {}
-    ts, dur, cat = ev.get("ts"), ev.get("dur"), str(ev.get("cat", "")).encode()
-    if ts is None or dur is None:
+    args = ev.get("args")
+    args = args if isinstance(args, dict) else {}
+    cat = str(ev.get("cat", "")).encode()
+    if ev.get("ts") is None or ev.get("dur") is None:
         return
+    ts, dur = _microseconds(trace, ev, "ts"), _microseconds(trace, ev, "dur")
     name = str(ev.get("name", ""))
     kind = _GPU_CATS.get(cat)
     if kind is not None:
         g = trace.gpu
         g["name"].append(name), g["kind"].append(kind), g["ts"].append(float(ts)), g["dur"].append(float(dur))
-        g["device"].append(args.get("device")), g["stream"].append(args.get("stream"))
-        g["corr"].append(args.get("correlation"))
+        g["device"].append(_id(args.get("device"))), g["stream"].append(_id(args.get("stream")))
+        g["corr"].append(_id(args.get("correlation")))
         return
     step = _STEP_NAME.match(name)
     if step is not None and cat in _STEP_CATS:
@@ -113,9 +132,9 @@ def _take(trace: Trace, ev: dict) -> None:
     elif cat == b"user_annotation":
         n = trace.note
         n["name"].append(name), n["pid"].append(str(ev.get("pid"))), n["ts"].append(float(ts)), n["dur"].append(float(dur))
-    elif cat in _LAUNCH_CATS and args.get("correlation") is not None:
+    elif cat in _LAUNCH_CATS and _id(args.get("correlation")) is not None:
         la = trace.launch
-        la["corr"].append(args["correlation"]), la["pid"].append(str(ev.get("pid"))), la["ts"].append(float(ts))
+        la["corr"].append(_id(args["correlation"])), la["pid"].append(str(ev.get("pid"))), la["ts"].append(float(ts))
 
 
 class _Layout(Exception):
@@ -236,8 +255,8 @@ def _separator(body: bytes, path: Path) -> bytes:
     text = body[: 1 << 20].decode("utf-8", "replace")
     try:
         _, end = json.JSONDecoder().raw_decode(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"first trace event is not valid JSON ({exc.msg}); file cut short?") from exc
+    except ValueError as exc:
+        raise InputError(path, f"first trace event is not valid JSON ({str(exc)[:200]}); file cut short?") from exc
     after = text[end:]
     m = re.match(r"\s*,\s*\{", after)
     return ("}" + m.group(0)).encode() if m else b"\x00no-separator\x00"
@@ -248,8 +267,8 @@ def _last_event(trace: Trace, rest: bytes, path: Path) -> bytes:
     text = rest.decode("utf-8", "replace")
     try:
         ev, end = json.JSONDecoder().raw_decode("{" + text)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"trace ends inside traceEvents ({exc.msg}); the file looks cut short") from exc
+    except ValueError as exc:
+        raise InputError(path, f"trace ends inside traceEvents ({str(exc)[:200]}); the file looks cut short") from exc
     if isinstance(ev, dict):
         _take(trace, ev)
         trace.kineto_events += str(ev.get("cat", "")).encode() in _KINETO_CATS

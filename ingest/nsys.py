@@ -95,11 +95,11 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         schema = _read_schema(path, db)
         kernel_cols = _require(path, schema, KERNEL, _ACTIVITY_COLS, ("globalPid", "globalTid"),
                                ("demangledName", "shortName"))
-        meta = _meta(db, schema)
-        env_rows = _system_env(db, schema)
-        gpu_names = _gpu_names(db, schema)
-        copy_names = _copy_kind_names(db, schema)
-        names = dict(db.execute("SELECT id, value FROM StringIds").fetchall()) if "StringIds" in schema else {}
+        meta = _small_table(path, "META_DATA_EXPORT", lambda: _meta(db, schema))
+        env_rows = _small_table(path, "TARGET_INFO_SYSTEM_ENV", lambda: _system_env(db, schema))
+        gpu_names = _small_table(path, "TARGET_INFO_GPU", lambda: _gpu_names(db, schema))
+        copy_names = _small_table(path, "ENUM_CUDA_MEMCPY_OPER", lambda: _copy_kind_names(db, schema))
+        names = _small_table(path, "StringIds", lambda: _string_ids(db, schema))
     nvtx_table = _nvtx_table(schema)
     if nvtx_table is None:
         warnings.append("no NVTX table (NVTX_EVENTS*) in the export: steps and NVTX ranges unavailable")
@@ -133,10 +133,16 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
             schema={"copy_kind": pl.Int64, "category": pl.Utf8}).to_arrow())
         activity = con.sql(load_query("_nsys_activity")).pl()
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
+        repeated = con.sql("SELECT count(*) FROM _rt WHERE calls > 1").fetchone()[0]
     except duckdb.Error as exc:
-        raise InputError(path, f"cannot read the export ({exc}); the file may be cut short or corrupt") from exc
+        table, what = _damaged_table(path, schema, nvtx_table)
+        raise InputError(path, f"cannot read the export: {what or _first_line(exc)}; the file may be cut short or "
+                               "corrupt", table=table) from exc
     finally:
         con.close()
+    if repeated:
+        warnings.append(f"{repeated} (process, correlationId) pairs of {RUNTIME} repeat: each GPU activity is "
+                        "attributed through the earliest runtime call with its correlation id")
 
     environ = _parse_environment(env_rows.get("DeviceEnvironment"))
     rank_of, attribution_rank, world = _ranks(activity, environ, thread_ranks)
@@ -210,6 +216,54 @@ def _check_sqlite_file(path: Path) -> None:
     if pages and head[24:28] == head[92:96] and size < pages * page_size:
         raise InputError(path, f"SQLite file cut short: its header says {pages} pages of {page_size} bytes "
                                f"({pages * page_size} bytes) but the file has {size} bytes")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _small_table(path: Path, table: str, read):
+    """One small table read through sqlite3; a damaged page or odd content is one line naming the table."""
+    try:
+        return read()
+    except (sqlite3.Error, ValueError, TypeError, AttributeError) as exc:
+        raise InputError(path, f"cannot read: {_first_line(exc)}", table=table) from exc
+
+
+def _string_ids(db: sqlite3.Connection, schema: dict) -> dict[int, str]:
+    # ids are integers and values text in every nsys version; rows of any other type are not names
+    if not {"id", "value"} <= set(schema.get("StringIds", ())):
+        return {}
+    return {i: v for i, v in db.execute("SELECT id, value FROM StringIds")
+            if isinstance(i, int) and isinstance(v, str)}
+
+
+_LARGE_COLUMNS = {"start": "integer", "end": "integer", "deviceId": "integer", "streamId": "integer",
+                  "correlationId": "integer", "globalPid": "integer", "globalTid": "integer", "eventType": "integer",
+                  "demangledName": "integer", "shortName": "integer", "copyKind": "integer", "textId": "integer",
+                  "domainId": "integer", "text": "text"}
+
+
+def _damaged_table(path: Path, schema: dict, nvtx_table: str | None) -> tuple[str | None, str | None]:
+    """After DuckDB failed on the large tables: which table, and which column holds a value of the wrong type,
+    found through sqlite3 (only on this error path: it scans each column once)."""
+    try:
+        with _open_sqlite(path) as db:
+            for table in (KERNEL, MEMCPY, MEMSET, RUNTIME, nvtx_table, "StringIds"):
+                if table not in schema:
+                    continue
+                for col in schema[table]:
+                    want = _LARGE_COLUMNS.get(col) if table != "StringIds" else {"id": "integer", "value": "text"}.get(col)
+                    if want is None:
+                        continue
+                    bad = db.execute(f'SELECT typeof("{col}") FROM "{table}" WHERE typeof("{col}") NOT IN (?, \'null\') '
+                                     "LIMIT 1", [want]).fetchone()
+                    if bad:
+                        return table, f"column {col} holds a {bad[0]} value where nsys writes {want}s"
+    except sqlite3.Error as exc:
+        return None, _first_line(exc)
+    return None, None
 
 
 def _open_sqlite(path: Path) -> sqlite3.Connection:
@@ -320,11 +374,14 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
     con.execute("CREATE TEMP VIEW _gpu AS " + " UNION ALL ".join(parts))
     if RUNTIME in schema:
         _require(path, schema, RUNTIME, ("start", "correlationId", "globalTid"))
+        # One row per (process, correlation id): nsys never repeats one, but a damaged or synthetic export that
+        # does would turn the activity join quadratic (all ids equal: kernels x calls rows).
         con.execute(f"CREATE TEMP VIEW _rt AS SELECT globalTid - (globalTid & {_PID_MASK}) AS pid_key, "
-                    f'correlationId AS corr_id, start AS launch_ns FROM nsys."{RUNTIME}"')
+                    f'correlationId AS corr_id, min(start) AS launch_ns, count(*) AS calls FROM nsys."{RUNTIME}" '
+                    "GROUP BY 1, 2")
     else:
         con.execute("CREATE TEMP VIEW _rt AS SELECT NULL::BIGINT AS pid_key, NULL::BIGINT AS corr_id, "
-                    "NULL::BIGINT AS launch_ns WHERE false")
+                    "NULL::BIGINT AS launch_ns, 0 AS calls WHERE false")
     if nvtx_table:
         cols = _require(path, schema, nvtx_table, ("start", "end", "eventType", "globalTid"), ("text", "textId"))
         text = {("text", "textId"): "coalesce(n.text, s.value)", ("text",): "n.text", ("textId",): "s.value"}[
@@ -364,7 +421,7 @@ def _step_numbers(texts: list[str], pattern: str, path: Path) -> dict[str, int]:
     out = {}
     for text in texts:
         m = compiled.search(text or "")
-        if m and m.group(1) is not None and m.group(1).isdigit():
+        if m and m.group(1) is not None and re.fullmatch(r"[0-9]{1,18}", m.group(1)):
             out[text] = int(m.group(1))
     return out
 
@@ -380,8 +437,8 @@ def _ranks(activity: pl.DataFrame, environ: dict[str, str], thread_ranks: dict[i
     procs = (activity.group_by("pid_key").agg(pl.col("device_id").min())
              .with_columns(((pl.col("pid_key") // (1 << 24)) % (1 << 24)).alias("pid")).sort("device_id", "pid"))
     pids = procs["pid_key"].to_list()
-    env_rank = next((k for k in _RANK_ENV if environ.get(k, "").isdigit()), None)
-    world_env = next((int(environ[k]) for k in _WORLD_ENV if environ.get(k, "").isdigit()), None)
+    env_rank = next((k for k in _RANK_ENV if re.fullmatch(r"[0-9]{1,9}", environ.get(k, ""))), None)
+    world_env = next((int(environ[k]) for k in _WORLD_ENV if re.fullmatch(r"[0-9]{1,9}", environ.get(k, ""))), None)
     if len(pids) == 1 and env_rank:
         return ({pids[0]: int(environ[env_rank])}, f"rank from {env_rank} in the captured environment "
                 "(one GPU process in this file)", world_env)

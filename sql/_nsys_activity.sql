@@ -2,7 +2,8 @@
 -- on ANY thread of the launching process when the launching runtime call started.
 -- Reads (temp views made by ingest/nsys.py from the export's own column names):
 --   _gpu(pid_key, device_id, stream_id, corr_id, start_ns, end_ns, kind, name_id, short_id, copy_kind)
---   _rt(pid_key, corr_id, launch_ns)           CUPTI_ACTIVITY_KIND_RUNTIME, one row per API call
+--   _rt(pid_key, corr_id, launch_ns, calls)    CUPTI_ACTIVITY_KIND_RUNTIME, one row per (process, correlation
+--                                              id): the earliest call, and how many calls carried that id
 --   _step_ranges(pid_key, step, range_start_ns, range_end_ns)
 --   _kernel_cat(name_id, category)             categories from kernel_categories.toml (Python re)
 --   _copy_cat(copy_kind, category)             memcpy_h2d / _d2h / _d2d / _p2p
@@ -14,7 +15,7 @@
 --          start_ns, end_ns (GPU clock, ns), launch_ns (runtime call start, ns; NULL when the
 --          call was not captured), step (NULL = no step range claimed it).
 WITH launched AS (
-    SELECT g.*, r.launch_ns
+    SELECT g.*, r.launch_ns  -- _rt is unique on (pid_key, corr_id): at most one match, a linear hash join
     FROM _gpu AS g
     LEFT JOIN _rt AS r ON r.pid_key = g.pid_key AND r.corr_id = g.corr_id
 )
