@@ -8,6 +8,7 @@ Start-up, median of --repeat fresh processes each (the CLI of this checkout's .v
   --help           `receipts --help` (the command list comes from cli/main.py, no command module loads)
   gate --help      `receipts gate --help`: one command module and the gate's imports
   import           `python -c "import receipts.cli.main"`
+  eager            every command module imported: what each start-up paid before commands loaded lazily
 Ratios are against the bare interpreter start measured in the same run.
 
 Install size (skipped with --no-install; needs the package index): two fresh venvs, one with
@@ -32,6 +33,10 @@ BIN = Path(sys.executable).parent
 RECEIPTS = BIN / "receipts"
 
 
+EAGER = ("import importlib\nfrom receipts.cli.main import COMMAND_MODULES\n"
+         "for m in COMMAND_MODULES: importlib.import_module('receipts.cli.' + m)")
+
+
 def median_wall_s(cmd: list[str], repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -48,6 +53,8 @@ def startup(repeat: int) -> None:
         ("receipts --help", [str(RECEIPTS), "--help"]),
         ("receipts gate --help", [str(RECEIPTS), "gate", "--help"]),
         ("python -c 'import receipts.cli.main'", [sys.executable, "-c", "import receipts.cli.main"]),
+        # what every start-up cost before commands loaded lazily: each command module imported
+        ("every command module imported (eager)", [sys.executable, "-c", EAGER]),
     ]
     median_wall_s(cases[1][1], 2)  # warm the OS page cache; not timed
     print(f"start-up, median of {repeat} fresh processes")

@@ -19,7 +19,7 @@ from rich.markup import escape
 from receipts.analysis.check import DEFAULT_LAST, CandidateCheck, CheckResult, run_check
 from receipts.analysis.compare import floor_json
 from receipts.cli.context import console, handle_errors, print_json, settings
-from receipts.cli.gate_cmd import _escape_data, _escape_prop
+from receipts.cli.gate_cmd import escape_data, escape_prop
 
 # The first line of every comment body: the workflow finds and updates its one comment by it.
 MARKER = "<!-- receipts-check -->"
@@ -233,6 +233,6 @@ def to_github(result: CheckResult) -> list[str]:
     out = []
     for c in result.candidates:
         state = _state(c)
-        title = _escape_prop(f"receipts check: {c.run_name} {state}")
-        out.append(f"::{level.get(state, 'error')} title={title}::{_escape_data(c.message + ' ' + ratio_text(c))}")
+        title = escape_prop(f"receipts check: {c.run_name} {state}")
+        out.append(f"::{level.get(state, 'error')} title={title}::{escape_data(c.message + ' ' + ratio_text(c))}")
     return out

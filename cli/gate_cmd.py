@@ -137,14 +137,14 @@ def to_junit(results: list[GateResult]) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
-def _escape_data(s: str) -> str:
+def escape_data(s: str) -> str:
     # GitHub's workflow-command encoding (actions/toolkit command.ts): data escapes %, CR, LF ...
     return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def _escape_prop(s: str) -> str:
+def escape_prop(s: str) -> str:
     # ... and property values also escape ':' and ','.
-    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
+    return escape_data(s).replace(":", "%3A").replace(",", "%2C")
 
 
 def to_github(results: list[GateResult]) -> list[str]:
@@ -152,11 +152,11 @@ def to_github(results: list[GateResult]) -> list[str]:
     for g in results:
         for r in g.results:
             c = r.claim
-            where = f"file={_escape_prop(c.path)},line={c.line}"
+            where = f"file={escape_prop(c.path)},line={c.line}"
             if r.accepted:
-                out.append(f"::notice {where},title={_escape_prop('claim accepted: ' + c.name)}::"
-                           f"{_escape_data(fmt_measured(r.measured) + '; ' + fmt_claimed(r))}")
+                out.append(f"::notice {where},title={escape_prop('claim accepted: ' + c.name)}::"
+                           f"{escape_data(fmt_measured(r.measured) + '; ' + fmt_claimed(r))}")
             else:
-                out.append(f"::error {where},title={_escape_prop('claim rejected: ' + c.name)}::"
-                           f"{_escape_data(chr(10).join(x.message for x in r.reasons))}")
+                out.append(f"::error {where},title={escape_prop('claim rejected: ' + c.name)}::"
+                           f"{escape_data(chr(10).join(x.message for x in r.reasons))}")
     return out
