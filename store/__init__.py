@@ -30,9 +30,7 @@ def open_store(url: str | Path | None = None, *, read_only: bool = False) -> Sto
     if is_server_url(url):
         from receipts.store.postgres_store import PostgresStore
 
-        if read_only:
-            _check_pg_readable(url)
-        return PostgresStore(url, read_only=read_only)
+        return _open_pg_reader(url) if read_only else PostgresStore(url)
     from receipts.store.duckdb_store import DuckDBStore
 
     if read_only and not Path(url).exists():
@@ -41,29 +39,45 @@ def open_store(url: str | Path | None = None, *, read_only: bool = False) -> Sto
     return DuckDBStore(Path(url), read_only=read_only)
 
 
-def _check_pg_readable(url: str) -> None:
-    """Before a read-only open: every receipts table this role cannot SELECT, named in one line.
-
-    Checked in pg_catalog because information_schema hides tables a role holds no privilege on, which
-    would read as "no receipts schema" to a role that merely lacks SELECT."""
+def _open_pg_reader(url: str) -> Store:
+    """A read-only PostgreSQL store whose role may SELECT every receipts table, or one StoreError naming the
+    tables it may not. The check rides on the store's own connection (one round trip), and runs on a fresh
+    one only when the open itself failed: information_schema hides tables a role holds no privilege on, so
+    such a role reads as "no receipts schema" until pg_catalog says why."""
     import psycopg
 
-    from receipts.schema.tables import metadata
-    from receipts.store.postgres_store import libpq_dsn, redact_url
+    from receipts.store.postgres_store import PostgresStore, libpq_dsn, redact_url
 
-    shown = redact_url(url)
     try:
-        with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT c.relname, has_table_privilege(c.oid, 'SELECT'), current_user FROM pg_class c "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v') AND c.relname = ANY(%s)",
-                (sorted(metadata.tables),)).fetchall()
-    except psycopg.OperationalError as exc:
-        raise StoreError(shown, f"cannot connect: {' '.join(str(exc).split())}") from exc
-    except psycopg.Error as exc:
-        raise StoreError(shown, f"cannot read the catalog: {' '.join(str(exc).split())}") from exc
+        store = PostgresStore(url, read_only=True)
+    except (StoreError, psycopg.Error) as exc:
+        if isinstance(exc.__cause__, psycopg.OperationalError):
+            raise  # could not connect: a second try would only wait as long again
+        try:
+            with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
+                _refuse_unreadable(conn, redact_url(url))
+        except psycopg.Error:
+            pass  # the open's own error says more than a failed second look
+        if isinstance(exc, StoreError):
+            raise
+        raise StoreError(redact_url(url), f"cannot read: {' '.join(str(exc).split())}") from exc
+    try:
+        _refuse_unreadable(store.conn, store.url)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _refuse_unreadable(conn, shown_url: str) -> None:
+    from receipts.schema.tables import metadata
+
+    rows = conn.execute(
+        "SELECT c.relname, has_table_privilege(c.oid, 'SELECT'), current_user FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v') AND c.relname = ANY(%s)",
+        (sorted(metadata.tables),)).fetchall()
     denied = sorted(name for name, ok, _ in rows if not ok)
     if denied:
-        raise StoreError(shown, f"permission denied: role {rows[0][2]} may not SELECT from {', '.join(denied)}; "
-                                "grant it the reader role's privileges (docs/teams.md)")
+        raise StoreError(shown_url, f"permission denied: role {rows[0][2]} may not SELECT from {', '.join(denied)}; "
+                                    "grant it the reader role's privileges (docs/teams.md)")
