@@ -44,6 +44,13 @@ def retag(store: Store, ref: str, change: IdentityChange, *, why: str, registry:
     changes = retagged_columns(stored, change, registry)
     if not changes:
         raise UsageError(f"receipt {receipt_id} already has that identity; nothing to change")
+    if "run_name" in changes:
+        # A retag is explicit, so a shared name is allowed; say that the name now means several receipts.
+        others = [r["id"] for r in store.query("run_name_users", {"run_name": changes["run_name"]}).iter_rows(named=True)
+                  if r["id"] != receipt_id]
+        if others:
+            warnings.append(f"run name {changes['run_name']!r} is also used by current receipt(s) {', '.join(others)}: "
+                            "address them by id, or retag one of them with --run-name")
     expected = {k: stored[k] for k in RETAG_COLUMNS}
     seq = store.retag(receipt_id, expected=expected, changes=changes, why=why.strip())
     after = {**expected, **changes}

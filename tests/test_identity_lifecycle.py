@@ -470,3 +470,11 @@ def test_push_carries_identity_history_and_superseding(tmp_path, db):
     assert cli_json(target_url, "show", first["receipt_id"])[1]["superseded_by"] == second["receipt_id"]
     (entry,) = cli_json(target_url, "show", "live")[1]["identity_history"]
     assert entry["why"] == "the March wave" and entry["new"]["tags"] == ["v19c"]
+
+
+def test_retag_to_a_run_name_in_use_is_allowed_and_says_so(tmp_path, db):
+    cli(db, "ingest", str(write_native_log(tmp_path / "a.log", [100.0] * 5)))
+    cli(db, "ingest", str(write_native_log(tmp_path / "b.log", [101.0] * 5)))
+    out = cli(db, "retag", "b", "--run-name", "a", "--why", "the same experiment, rerun")
+    assert out.exit_code == 0 and "also used by current receipt" in out.stderr
+    assert cli(db, "show", "a").exit_code == 2                           # ambiguous now, by name
