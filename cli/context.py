@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import traceback
 from dataclasses import dataclass, replace
@@ -21,8 +22,25 @@ from receipts.store import Store, open_store
 EXIT_OK, EXIT_REJECTED, EXIT_INPUT, EXIT_REFUSED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
+
+
+def quiet_broken_pipe() -> None:
+    """The reader of our output went away (`receipts list | head`): stop quietly with 141, as a process killed by
+    SIGPIPE would. Not rich's and Python's documented default of exit 1, which here means 'the gate rejected'."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not fail again
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        quiet_broken_pipe()
+
+
+console = _Console(highlight=False, soft_wrap=True)
+err_console = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @dataclass
@@ -97,6 +115,8 @@ def handle_errors(fn: Callable) -> Callable:
         except ReceiptsError as exc:
             report_error(exc, debug=_debug(args, kwargs))
             raise typer.Exit(exc.exit_code) from None
+        except BrokenPipeError:
+            quiet_broken_pipe()
         except KeyboardInterrupt:
             err_console.print("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None

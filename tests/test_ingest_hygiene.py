@@ -424,3 +424,14 @@ def test_a_postgres_role_without_select_gets_one_line_naming_the_tables(tmp_path
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+def test_a_reader_that_goes_away_is_exit_141_not_the_gates_1(db):
+    """`receipts show RUN | head -1`: rich and Python's documented default exit 1 here, which means 'rejected'."""
+    assert cli(db, "ingest", str(realdata("logs", "sft_run_gtx1660.log"))).exit_code == 0
+    for args in (["show", "sft_run_gtx1660"], ["list", "--json"], ["list"]):
+        proc = subprocess.Popen([*CLI, "--db", db, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdout.close()                       # the reader is gone before the first write
+        stderr = proc.communicate(timeout=120)[1].decode()
+        assert proc.returncode == 141, (args, proc.returncode, stderr)
+        assert stderr == "", (args, stderr)
