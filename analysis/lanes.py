@@ -82,37 +82,3 @@ def lane_summary(receipts: pl.DataFrame) -> pl.DataFrame:
                  pl.col("median_step_ms").median().alias("median_step_ms"))
             .sort(["rumor", "n_receipts", "lane"], descending=[False, True, False]))
 
-
-# Step time up by more than 5% against the lane's previous receipt (the dashboard's history view, until it
-# moves to analysis.history's change points).
-REGRESSION_FACTOR = 1.05
-
-
-def mark_regressions(store: "Store", history: pl.DataFrame, *, factor: float = REGRESSION_FACTOR) -> pl.DataFrame:
-    """lane_history rows (oldest first) plus: prev_id, step_ratio (this / previous median, a fraction),
-    ratio_ci_low, ratio_ci_high (bootstrap CI of the ratio, only where the factor was passed),
-    verdict (compare's verdict, or null when the factor was not passed), regression (bool)."""
-    from receipts.analysis.compare import compare  # until the history view moves to analysis.history
-    from receipts.analysis.record import load
-
-    timed = history.filter(pl.col("median_step_ms").is_not_null())
-    prev_ids: list[str | None] = [None] + timed["receipt_id"].to_list()[:-1]
-    prev_ms: list[float | None] = [None] + timed["median_step_ms"].to_list()[:-1]
-    out = []
-    for rid, ms, pid, pms in zip(timed["receipt_id"], timed["median_step_ms"], prev_ids, prev_ms):
-        row = {"receipt_id": rid, "prev_id": pid, "step_ratio": None, "ratio_ci_low": None,
-               "ratio_ci_high": None, "verdict": None, "regression": False}
-        if pid is not None and pms:
-            row["step_ratio"] = ms / pms
-            if ms / pms > factor:  # the cheap factor first: most pairs never need the bootstrap
-                c = compare(load(store, pid), load(store, rid))
-                row["verdict"] = c.verdict if c.comparable else "refused"
-                if c.ratio is not None:
-                    row["ratio_ci_low"], row["ratio_ci_high"] = c.ratio.ci_low, c.ratio.ci_high
-                row["regression"] = c.comparable and c.verdict == "slower"
-        out.append(row)
-    marks = pl.DataFrame(out, schema={"receipt_id": pl.Utf8, "prev_id": pl.Utf8, "step_ratio": pl.Float64,
-                                      "ratio_ci_low": pl.Float64, "ratio_ci_high": pl.Float64,
-                                      "verdict": pl.Utf8, "regression": pl.Boolean})
-    return (history.join(marks, on="receipt_id", how="left")
-            .with_columns(pl.col("regression").fill_null(False)))

@@ -56,7 +56,17 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         "warnings": list(r.warnings),
         "started_at": r.started_at,
         "ingested_at": r.ingested_at,
+        "noise_floor": _lane_floor(store, r),
     }
+
+
+def _lane_floor(store: "Store", r) -> dict[str, Any] | None:
+    """The run-to-run noise floor of the receipt's lane (analysis.noise); None for a rumor (no lane)."""
+    from receipts.analysis.compare import floor_json
+    from receipts.analysis.lanes import lane_floors, lane_of
+
+    lane = lane_of(r)
+    return floor_json(lane_floors(store, [lane])[lane]) if lane is not None else None
 
 
 _HISTORY_FIELDS = ("run_name", "tags", "raw_host_lineage", "host_lineage", "raw_preset", "preset_family",

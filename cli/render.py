@@ -56,6 +56,9 @@ def render_report(r: dict[str, Any]) -> None:
                   f"p90 {fmt_ms(s['p90_step_ms'])}  CV {cv}")
     if s["median_tokens_per_s"]:
         console.print(f"throughput: median {s['median_tokens_per_s']:,.0f} tokens/s")
+    floor = r.get("noise_floor")
+    if floor:
+        console.print(f"lane noise floor: {floor['floor_pct']:.2f}% ({floor['source']}): {escape(floor['note'])}")
     mem = r["memory"]
     console.print(f"memory: peak allocated {fmt_bytes(mem['peak_allocated_bytes'])}, "
                   f"peak reserved {fmt_bytes(mem['peak_reserved_bytes'])}")

@@ -174,21 +174,22 @@ def _history_x(by: str) -> alt.X:
 
 
 def history_step_time(history: pl.DataFrame, by: str = "run_at") -> alt.LayerChart:
-    """Steady-state median per receipt with its p10-p90 band; regressions as red triangles."""
+    """Steady-state median per receipt with its p10-p90 band; change points (analysis.history) as red triangles."""
     frame = history.filter(pl.col("median_step_ms").is_not_null())
     if by == "git_rev":
         frame = frame.with_columns(pl.col("git_rev").fill_null("(unrecorded)"))
     x = _history_x(by)
     tip = ["run_name", "receipt_id", "run_at", "git_rev", alt.Tooltip("median_step_ms:Q", format=",.2f"),
-           alt.Tooltip("step_ratio:Q", format=".3f"), "verdict"]
+           alt.Tooltip("z:Q", format="+.1f", title="z (noise floors)"),
+           alt.Tooltip("change_pct:Q", format="+.2f", title="change point (%)")]
     band = alt.Chart(frame).mark_rule(opacity=0.5).encode(x=x, y="p10_step_ms:Q", y2="p90_step_ms:Q")
     line = alt.Chart(frame).mark_line(point=True).encode(
         x=x, y=alt.Y("median_step_ms:Q", title="steady-state median step time (ms)", scale=alt.Scale(zero=False)),
         tooltip=tip)
-    marks = alt.Chart(frame).transform_filter("datum.regression").mark_point(
+    marks = alt.Chart(frame).transform_filter("datum.change_point").mark_point(
         shape="triangle-up", size=220, filled=True, color="#e45756").encode(x=x, y="median_step_ms:Q", tooltip=tip)
     return alt.layer(band, line, marks).properties(width=WIDE, height=260,
-                                                   title="step time (bar: p10-p90; red triangle: regression)")
+                                                   title="step time (bar: p10-p90; red triangle: change point)")
 
 
 def history_memory(history: pl.DataFrame, by: str = "run_at") -> alt.Chart:

@@ -21,9 +21,10 @@ WITH lane AS (
     FROM t GROUP BY receipt_id
 )
 SELECT l.id AS receipt_id, l.run_name,
-       coalesce(TRY_CAST(l.started_at AS TIMESTAMP), TRY_CAST(l.ingested_at AS TIMESTAMP)) AS run_at,
+       coalesce(timezone('UTC', TRY_CAST(l.started_at AS TIMESTAMPTZ)),
+                timezone('UTC', TRY_CAST(l.ingested_at AS TIMESTAMPTZ))) AS run_at,
        json_extract_string(l.provenance_json, '$.git_rev') AS git_rev,
        coalesce(m.n_steps, 0) AS n_steps, m.median_step_ms, m.p10_step_ms, m.p90_step_ms,
        l.peak_allocated_bytes, l.peak_reserved_bytes, l.window_rule
 FROM lane l LEFT JOIN m ON m.receipt_id = l.id
-ORDER BY run_at, l.id
+ORDER BY run_at, l.id  -- the order of sql/lane_runs.sql, which the change points are computed over

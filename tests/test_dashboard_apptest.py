@@ -303,23 +303,37 @@ def test_compare_view_refuses_a_rumor(store_ids, monkeypatch):
     assert "rumor" in at.error[0].value
 
 
-def test_lane_history_view_marks_regressions(store_ids, monkeypatch):
+def test_lane_history_view_shows_noise_floor_and_change_points(store_ids, monkeypatch):
     db, ids = store_ids
     at = _app(db, monkeypatch, view="history", host=HOST, preset=PRESET, regime=REGIME)
     _no_exception(at)
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["receipts in lane"] == "2"
-    # The speedrun logs carry no start date, so lane order is ingest order (ties by id). Yarn's median step
-    # is ~0.37x SOAP's: SOAP after Yarn is a >5% slowdown with a CI above 1, the other order an improvement.
-    table = next((d.value for d in at.dataframe if "verdict" in d.value.columns), None)
-    if metrics["regressions"] == "1":
-        assert list(table["run_name"]) == ["soap"] and list(table["verdict"]) == ["slower"]
-    else:
-        assert metrics["regressions"] == "0" and table is None
+    # two runs in the lane: the default floor, and too few runs for a change point (a t-test needs 3)
+    assert metrics["receipts in lane"] == "2" and metrics["change points"] == "0"
+    assert metrics["noise floor"] == "1.50%"
+    assert any("Noise floor (default)" in c.value for c in at.caption)
     assert len(_charts(at)) == 2
     at.radio(key="history_x").set_value("git_rev").run()
     _no_exception(at)
     assert len(_charts(at)) == 2
+
+
+def test_lane_history_view_marks_the_change_point_of_the_real_h100_runs(tmp_path, monkeypatch):
+    noise = Path(__file__).resolve().parent / "data" / "noise"
+    logs = sorted(noise.glob("*/run.log"))
+    if len(logs) < 15:
+        pytest.skip("tests/data/noise not present")
+    from cli_helpers import cli
+
+    db = str(tmp_path / "noise.duckdb")
+    assert cli(db, "ingest", *map(str, logs)).exit_code == 0
+    at = _app(db, monkeypatch, view="history", host="h100-device-x1", preset="toy_fsdp2_v1", regime="fsdp2/no-compile")
+    _no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["receipts in lane"] == "15" and metrics["change points"] == "1"
+    table = next(d.value for d in at.dataframe if "change_pct" in d.value.columns)
+    assert list(table["run_name"]) == ["slow_1"] and 1.5 < table["change_pct"][0] < 3.5
+    assert any("MAD of 15 run medians" in c.value for c in at.caption)
 
 
 def test_sidebar_switches_views(store_ids, monkeypatch):

@@ -137,3 +137,10 @@ def test_history_uses_ingest_time_without_a_start_and_skips_superseded(tmp_path,
     assert ids["r1"] not in out["noise_floor"]["run_ids"]
     code, cmp = cli_json(db, "compare", "r0", "r2")
     assert cmp["noise_floor"]["n_runs"] == 3 and ids["r1"] not in cmp["noise_floor"]["run_ids"]
+
+
+def test_show_prints_the_lanes_noise_floor(noise_db):
+    code, out = cli_json(noise_db, "show", "aa_01")
+    floor = out["noise_floor"]
+    assert code == 0 and floor["source"] == "lane" and floor["n_runs"] == 15 and out["id"] in floor["run_ids"]
+    assert "lane noise floor:" in cli(noise_db, "show", "aa_01").stdout

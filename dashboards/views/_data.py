@@ -16,6 +16,7 @@ from receipts.store import Store, open_store
 
 if TYPE_CHECKING:
     from receipts.analysis.compare import Comparison
+    from receipts.analysis.noise import NoiseFloor
 
 # The analysis imports below sit inside the cached functions: compare pulls in scipy, seconds of import on
 # a small box, and the lane view (the first paint) never needs it.
@@ -51,7 +52,8 @@ class Data:
     def compare(self, a_id: str, b_id: str) -> "Comparison":
         return _compare(self.url, self.version, a_id, b_id, self)
 
-    def lane_history(self, host_lineage: str, preset_family: str, launch_regime: str) -> pl.DataFrame:
+    def lane_history(self, host_lineage: str, preset_family: str, launch_regime: str) -> "tuple[pl.DataFrame, NoiseFloor]":
+        """lane_history rows (memory too) joined with analysis.history's intervals, z and change points."""
         return _history(self.url, self.version, (host_lineage, preset_family, launch_regime), self)
 
 
@@ -87,11 +89,20 @@ def _compare(url: str, version: str, a_id: str, b_id: str, _data: Data) -> "Comp
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
-def _history(url: str, version: str, lane: tuple[str, str, str], _data: Data) -> pl.DataFrame:
-    from receipts.analysis.lanes import mark_regressions
+def _history(url: str, version: str, lane: tuple[str, str, str], _data: Data) -> "tuple[pl.DataFrame, NoiseFloor]":
+    from receipts.analysis.history import read_history
+    from receipts.analysis.lanes import Lane
 
     history = _data.store.query("lane_history", dict(zip(("host_lineage", "preset_family", "launch_regime"), lane)))
-    return mark_regressions(_data.store, history)
+    h = read_history(_data.store, Lane(*lane))
+    marks = pl.DataFrame([{"receipt_id": r.id, "ci_low": r.ci_low, "ci_high": r.ci_high, "z": r.z,
+                           "change_point": r.change_point, "change_pct": r.change_pct, "change_pvalue": r.change_pvalue,
+                           "run_date_source": r.run_date_source} for r in h.runs],
+                         schema={"receipt_id": pl.Utf8, "ci_low": pl.Float64, "ci_high": pl.Float64, "z": pl.Float64,
+                                 "change_point": pl.Boolean, "change_pct": pl.Float64, "change_pvalue": pl.Float64,
+                                 "run_date_source": pl.Utf8})
+    frame = history.join(marks, on="receipt_id", how="left").with_columns(pl.col("change_point").fill_null(False))
+    return frame, h.floor
 
 
 def receipt_label(row: dict[str, Any]) -> str:

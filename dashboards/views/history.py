@@ -1,18 +1,17 @@
-"""Lane history: a lane's steady-state step time and peak memory over time, regressions marked."""
+"""Lane history: a lane's steady-state step time and peak memory over time, with the lane's noise floor and
+the change points of analysis.history (E-divisive means with a t-test confirmation)."""
 
 from __future__ import annotations
 
 import polars as pl
 import streamlit as st
 
-from receipts.analysis.lanes import REGRESSION_FACTOR, lane_summary
+from receipts.analysis.lanes import lane_summary
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 
 
 def render(data: Data) -> None:
-    from receipts.analysis.compare import MIN_EFFECT  # scipy: only when this view is drawn
-
     st.header("Lane history")
     everything = data.query("dash_lanes", hosts=None, presets=None, regimes=None, tag=None, since=None, until=None,
                             search=None)
@@ -30,20 +29,22 @@ def render(data: Data) -> None:
     q["host"], q["preset"], q["regime"] = lane
     by = st.radio("x axis", ["run_at", "git_rev"], horizontal=True, key="history_x",
                   format_func={"run_at": "run date", "git_rev": "source revision"}.__getitem__)
-    history = data.lane_history(*lane)
-    regressions = history.filter(pl.col("regression"))
-    c = st.columns(3)
+    history, floor = data.lane_history(*lane)
+    changes = history.filter(pl.col("change_point"))
+    c = st.columns(4)
     c[0].metric("receipts in lane", f"{history.height:,}")
-    c[1].metric("regressions", f"{regressions.height:,}")
+    c[1].metric("change points", f"{changes.height:,}")
+    c[2].metric("noise floor", f"{floor.floor_pct:.2f}%",
+                help="run-to-run sigma of one run's median: measured from the lane's runs, or the default")
     last = history.filter(pl.col("median_step_ms").is_not_null()).tail(1)
-    c[2].metric("latest median step (ms)", f"{last['median_step_ms'][0]:,.2f}" if last.height else "—")
-    st.caption(f"A regression: steady-state median step time more than {REGRESSION_FACTOR:.2f}× the lane's previous "
-               f"receipt AND a significant comparison (bootstrap CI of the ratio wholly above 1, effect ≥ "
-               f"{MIN_EFFECT:.0%}). A jump without significance is not marked.")
+    c[3].metric("latest median step (ms)", f"{last['median_step_ms'][0]:,.2f}" if last.height else "—")
+    st.caption(f"Noise floor ({floor.source}): {floor.note}. A change point: the series of run medians splits there "
+               "(E-divisive means) and a t-test between the neighbouring segments gives p < 0.001 with a change of at "
+               "least 1% (Apache Otava's method). z: a run's distance from the lane's median in noise floors.")
     st.altair_chart(charts.history_step_time(history, by))
     st.altair_chart(charts.history_memory(history, by))
-    if regressions.height:
-        st.markdown("#### Regressions")
-        st.dataframe(regressions.select("run_name", "receipt_id", "prev_id", "run_at", "git_rev", "median_step_ms",
-                                        "step_ratio", "ratio_ci_low", "ratio_ci_high", "verdict"),
+    if changes.height:
+        st.markdown("#### Change points")
+        st.dataframe(changes.select("run_name", "receipt_id", "run_at", "git_rev", "median_step_ms", "change_pct",
+                                    "change_pvalue", "z"),
                      hide_index=True, width="stretch")
