@@ -34,6 +34,7 @@ With the default floor (fewer than 3 runs in the lane) a change must clear 1.96 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
@@ -82,18 +83,24 @@ def _se(floor: float, within_a: float, n_a: int, within_b: float, n_b: int) -> f
     return math.sqrt(_efficiency(n_a) * (f2 + within_a) / n_a + _efficiency(n_b) * (f2 + within_b) / n_b)
 
 
+@functools.lru_cache(maxsize=512)
+def _quantile(q: float, df: int | None) -> float:
+    """Student t (df) or normal (df None) quantile; cached: runs_needed asks for many of them."""
+    from scipy.stats import norm, t
+
+    return float(t.ppf(q, df)) if df else float(norm.ppf(q))
+
+
 def _half(floor: NoiseFloor, within_a: float, n_a: int, within_b: float, n_b: int,
           confidence: float) -> tuple[float, float]:
     """(half-width of the interval for d, se(d) with the floor as given); see the module docstring."""
-    from scipy.stats import norm, t
-
     q = 0.5 + confidence / 2.0
     se = _se(floor.fraction, within_a, n_a, within_b, n_b)
-    z = float(norm.ppf(q))
+    z = _quantile(q, None)
     if floor.source != "lane" or not floor.df or floor.df < 1:
         return z * se, se
     capped = _se(max(DEFAULT_FLOOR_PCT / 100.0, floor.fraction), within_a, n_a, within_b, n_b)
-    return min(float(t.ppf(q, floor.df)) * se, z * capped), se
+    return min(_quantile(q, floor.df) * se, z * capped), se
 
 
 def _decide(d: float, half: float, min_effect: float, margin: float) -> Verdict:
