@@ -280,7 +280,17 @@ def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = Id
             else:
                 yield _ingest_one(store, target, **kw)
         except Exception as exc:  # noqa: BLE001 - a batch reports every file's failure and goes on
+            _reraise_interrupt(exc)
             yield IngestFailure(str(target), exc)
+
+
+def _reraise_interrupt(exc: Exception) -> None:
+    """Ctrl-C inside a DuckDB query arrives as duckdb.InterruptException, an Exception: it stops the batch
+    (as KeyboardInterrupt does elsewhere) instead of reading as one more failed file."""
+    import duckdb
+
+    if isinstance(exc, duckdb.InterruptException):
+        raise KeyboardInterrupt from exc
 
 
 def ingest_paths(store: Store, paths: list[Path], **kw) -> list[IngestOutcome]:
@@ -308,6 +318,7 @@ def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run
                                       rules=rules or load_category_rules(), keep_raw=keep_raw, force=force)
             yield replace(outcome, run_name=first.run_name)
         except Exception as exc:  # noqa: BLE001 - the log is stored; say which export failed
+            _reraise_interrupt(exc)
             yield IngestFailure(str(profile), exc)
 
 

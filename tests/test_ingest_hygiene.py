@@ -435,3 +435,25 @@ def test_a_reader_that_goes_away_is_exit_141_not_the_gates_1(db):
         stderr = proc.communicate(timeout=120)[1].decode()
         assert proc.returncode == 141, (args, proc.returncode, stderr)
         assert stderr == "", (args, stderr)
+
+
+def test_ctrl_c_stops_the_batch_with_a_summary_and_what_was_reported_is_stored(tmp_path, db):
+    import signal
+
+    real = realdata("logs", "track_1_short_2025-09-10_Yarn__ef66c943-e262-400f-822f-068d397a1dc9.txt").read_text()
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(40):  # distinct content (a trailing note), so each is a receipt of its own
+        (folder / f"run_{i:02d}.txt").write_text(real + f"copy {i}\n")
+    proc = subprocess.Popen([*CLI, "--db", db, "ingest", str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    first = proc.stdout.readline()
+    assert first.startswith("ingested "), first
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, (proc.returncode, err)
+    _no_traceback(err)
+    summary = err.strip().splitlines()[-1]
+    reported = 1 + out.count("\ningested ") + out.startswith("ingested ")
+    assert summary.startswith(f"{reported} ingested, 0 unchanged, 0 failed; interrupted"), (summary, out)
+    assert len(_receipt_names(db)) == reported < 40
