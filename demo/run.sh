@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's first command: set up, then ingest the bundled real sample data (genuine runs on
 # H200 machines, tests/data/gpu/), show a receipt, compare a same-lane pair, watch a cross-lane pair
-# get refused, and print the step-time anatomy from the attached Nsight Systems export.
+# get refused, print the step-time anatomy from the attached Nsight Systems export, then show verdicts
+# that know the run-to-run noise on repeated H100 runs (lane history, compare, check against tag:main).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,7 @@ python3 -m venv .venv
 
 export RECEIPTS_DB=${RECEIPTS_DB:-demo.duckdb}
 rm -f "$RECEIPTS_DB"
-R=.venv/bin/receipts
+R=".venv/bin/receipts --registry tests/data/registry.toml"  # the lanes of the bundled data
 G=tests/data/gpu
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
@@ -24,4 +25,12 @@ step $R show fsdp2_2gpu_nsys
 step $R compare fsdp2_2gpu_nsys fsdp2_2gpu_kineto
 step $R compare fsdp2_2gpu_nsys fsdp2_1gpu_nsys || echo "(exit $?: refused, as it should be: different host lineage)"
 step $R anatomy fsdp2_2gpu_nsys --by step
+
+# Verdicts that know the noise (tests/data/noise/): ten unchanged runs of one configuration on one H100
+# (tag main), two with a slowdown under the noise floor, three with a planted 2.5% slowdown.
+N=tests/data/noise
+step $R ingest $N/aa_* $N/subfloor_* $N/slow_*
+step $R history aa_01
+step $R compare aa_01 aa_08
+step $R check slow_1 subfloor_1 --against tag:main --last 10 || echo "(exit $?: slow_1 is slower beyond the lane's noise; subfloor_1 is not)"
 printf '\nDashboard: %s dashboard   (store: %s)\n' "$R" "$RECEIPTS_DB"
