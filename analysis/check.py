@@ -41,7 +41,7 @@ from receipts.errors import UsageError
 if TYPE_CHECKING:
     from receipts.store import Store
 
-DEFAULT_LAST = DEFAULT_BASELINE_LAST  # 5 baseline runs per candidate: a robust centre and an outlier test
+DEFAULT_LAST = DEFAULT_BASELINE_LAST  # 10 baseline runs per candidate (analysis.claims says why)
 OUTLIER_Z = 3.5        # modified z-score above which a baseline run is an outlier (Iglewicz & Hoaglin 1993)
 MIN_RUNS_FOR_OUTLIERS = 3  # with 2 runs nobody can say which one is the outlier
 _RETAG_FLAG = {"host_lineage": "--host-lineage", "preset_family": "--preset", "launch_regime": "--regime"}

@@ -47,7 +47,7 @@ def check(
     """Check runs against their lane's recent baseline (e.g. tag:main). Exit 1 when any run is slower
     beyond the noise, 3 when a run has no comparable baseline.
 
-    Example: receipts check tag:pr-123 --against tag:main --last 5 --markdown comment.md --junit check.xml
+    Example: receipts check tag:pr-123 --against tag:main --last 10 --markdown comment.md --junit check.xml
     """
     with settings(ctx).store(read_only=True) as store:
         result = run_check(store, runs, against=against, last=last)

@@ -305,11 +305,11 @@ def test_tag_baseline_claims_are_validated(extra, line, words):
     assert words in str(err.value), str(err.value)
 
 
-def test_a_tag_baseline_defaults_to_the_last_5_runs():
+def test_a_tag_baseline_defaults_to_the_last_10_runs():
     parsed = parse_claims("version: 1\nclaims:\n- {name: a, baseline: 'tag:main', candidate: c, metric: step_time, "
                           "speedup: 1}\n- {name: b, baseline: x, candidate: c, metric: step_time, speedup: 1}\n")
     (a, b) = parsed.claims
-    assert (a.baseline_tag, a.last, b.baseline_tag, b.last) == ("main", 5, None, None)
+    assert (a.baseline_tag, a.last, b.baseline_tag, b.last) == ("main", 10, None, None)
 
 
 NOISE = Path(__file__).resolve().parent / "data" / "noise"
