@@ -137,12 +137,13 @@ def _predecessors(store: Store, receipt: Receipt) -> tuple[tuple[str, ...], str 
         return (), None
     run_key = R.run_key(receipt)
     found = store.query("run_predecessors", {"run_key": run_key, "size": source.size_bytes, "id": receipt.id})
-    by_key = [r for r in found.iter_rows(named=True) if r["match"] == "run_key"]
+    rows = found.to_dicts()
+    by_key = [r for r in rows if r["same_run"]]
     longer = [r for r in by_key if r["size_bytes"] > source.size_bytes]
     if longer:
         return (), max(longer, key=lambda r: r["size_bytes"])["id"]
     replaces = {r["id"] for r in by_key}
-    candidates = [r for r in found.iter_rows(named=True) if r["match"] == "prefix_candidate" and r["id"] not in replaces]
+    candidates = [r for r in rows if r["id"] not in replaces and 0 < r["size_bytes"] < source.size_bytes]
     replaces |= _byte_prefixes(Path(source.path), candidates)
     return tuple(sorted(replaces)), None
 
