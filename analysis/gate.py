@@ -161,8 +161,8 @@ def tag_baselines(store: "Store", claims_file: ClaimsFile, evidence: dict[str, E
 
 
 def run_gate(store: "Store", claims_file: ClaimsFile) -> GateResult:
-    refs = [ref for c in claims_file.claims for ref in (c.baseline, c.candidate) if ref != c.baseline
-            or c.baseline_tag is None]
+    refs = [ref for c in claims_file.claims for ref in ((c.baseline, c.candidate) if c.baseline_tag is None
+                                                         else (c.candidate,))]
     evidence = collect_evidence(store, refs)
     baselines = tag_baselines(store, claims_file, evidence)
     return evaluate(claims_file, evidence, claim_floors(store, evidence), baselines)
