@@ -10,7 +10,8 @@ import typer
 from rich.markup import escape
 
 from receipts.capture.launcher import run as launch
-from receipts.cli.context import console, err_console, handle_errors, settings
+from receipts.cli.context import err_console, handle_errors, settings
+from receipts.cli.ingest_cmd import _say as say_outcome
 
 
 def register(app: typer.Typer) -> None:
@@ -46,11 +47,8 @@ def run(
     err_console.print(f"run finished ({how}); log: {escape(str(result.log_path))}")
     if result.launch_error:
         err_console.print(f"[bold red]Error:[/] {escape(result.launch_error)} (run.log kept, nothing ingested)")
-    for o in result.ingested:
-        state = "ingested" if o.created else "unchanged"
-        console.print(f"{state}: {o.path} -> {o.kind} {o.receipt_id} ({o.run_name})", markup=False)
-        for warning in o.warnings:
-            err_console.print(f"warning: {warning}", markup=False)
+    for outcome in result.ingested:
+        say_outcome(outcome, debug=False)  # the same lines and warnings as `receipts ingest RUN_DIR`
     if result.ingest_error:
         # The run's own outcome is the exit code; a failed ingest is said here, on stderr, and the
         # run directory can be ingested later with `receipts ingest`.

@@ -127,8 +127,6 @@ def parse(log: LogText) -> ParsedRun:
         MemoryPeak(f.get("rank"), f.get("peak_allocated_bytes"), f.get("peak_reserved_bytes")) for f in footers
         if f.get("rank") is not None or f.get("peak_allocated_bytes") is not None or f.get("peak_reserved_bytes") is not None
     )
-    exit_codes = [f.get("exit_code") for f in footers if f.get("exit_code") not in (None, 0)]
-    warnings = tuple(f"footer reports exit code {c}" for c in exit_codes)
     return ParsedRun(
         source_format=FORMAT,
         format_version="1",
@@ -148,7 +146,6 @@ def parse(log: LogText) -> ParsedRun:
         gpu_count=header.get("gpu_count"),
         world_size=header.get("world_size"),
         ended_early=ended_early,
-        warnings=warnings,
         started_at=header.get("started_at"),
     )
 
@@ -177,6 +174,9 @@ def _ended_early(log: LogText, *, cut_note: str | None, headers: list[dict], foo
             reasons.append(f"the command was ended by {footer['signal']} (exit code {footer.get('exit_code')})")
         elif footer.get("exit_code") not in (None, 0):
             reasons.append(f"the command exited with code {footer['exit_code']}")
+    for footer in footers:  # a rank's footer written by close(exit_code=...) in an error path
+        if not _is_launcher(footer) and footer.get("exit_code") not in (None, 0):
+            reasons.append(f"rank {footer.get('rank')} reports exit code {footer['exit_code']}")
     if not footers and not launched:
         reasons.append(f"no RECEIPT footer: the run stopped before writing one (last line {log.n_lines})")
     else:

@@ -101,3 +101,10 @@ def test_same_shape():
     a = "step: 200  loss:  6.1384  memory: 49.66GiB(52.28%)  tps: 5,856  mfu: 34.29%"
     assert same_shape(a, "step: 210  loss: 10.0388  memory: 49.66GiB(52.28%)  tps: 15,593  mfu: 32.75%")
     assert not same_shape(a, "step: 210  loss:  6.0388  memory: 49.66GiB(52.28%)")
+
+
+def test_a_ranks_footer_with_an_error_exit_code(tmp_path):
+    lines = _lines()
+    failed = lines[RANK1_FOOTER - 1].replace('"rank":1,', '"rank":1,"exit_code":1,')
+    run = _cut(tmp_path, "\n".join(lines[:RANK1_FOOTER - 1] + [failed] + lines[RANK1_FOOTER:]) + "\n")
+    assert run.ended_early == "rank 1 reports exit code 1" and run.warnings == ()
