@@ -564,3 +564,15 @@ def test_a_wrapped_log_names_its_run_like_a_native_one(tmp_path):
                             claim=IdentityClaim(), registry=load_registry(None), run_name="r")
     header = _records(result.log_path)[0]
     assert run_key(receipt) == f"{header['hostname']}@{header['started_at']}"
+
+
+def test_format_flag_names_the_childs_format_under_a_header(tmp_path):
+    from receipts.pipeline import parse_log
+
+    real = realdata("logs", "nanochat_pr147_a100_mfu.txt")
+    result = run(command=[sys.executable, "-c", _REPLAY, str(real), "0"], run_dir=tmp_path / "r", ingest=False,
+                 preset="toy_fsdp2_v1", environ=_env(), cwd=REPO)
+    forced = parse_log(result.log_path, "nanochat")       # `receipts ingest --format nanochat run.log`
+    assert forced.source_format == "receipt+nanochat" and forced.claim.preset == "toy_fsdp2_v1"
+    assert forced.steps["step"].to_list() == list(range(4, 11))
+    assert parse_log(real, "nanochat").source_format == "nanochat"   # no header: the plain format, as before
