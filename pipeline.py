@@ -11,7 +11,6 @@ import re
 import shutil
 import stat
 import tempfile
-import tomllib
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +28,10 @@ from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
 from receipts.schema.model import (FACT_SECTIONS, Anatomy, IdentityClaim, ParsedRun, Receipt, SourceFile, sha256_file,
                                    steps_frame)
+from receipts.schema import toml_file
 from receipts.schema.registry import Registry
+from receipts.schema.secrets import EnvRules
+from receipts.schema.toml_file import read_toml
 from receipts.store import Store
 
 SIDECAR_NAME = "receipt.toml"
@@ -57,11 +59,14 @@ def read_sidecar(path: Path) -> tuple[IdentityClaim, dict]:
     sidecar = path.parent / SIDECAR_NAME if path.is_file() else path / SIDECAR_NAME
     if not sidecar.is_file():
         return IdentityClaim(), {}
-    try:
-        data = tomllib.loads(sidecar.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(sidecar, f"not valid TOML: {exc}") from exc
-    claim = IdentityClaim(data.get("host_lineage"), data.get("preset"), data.get("regime"), data.get("hostname"))
+    data = read_toml(sidecar, SIDECAR_NAME)
+    # Every value a sidecar may set, type-checked here: a number or table where a name belongs is one
+    # line naming the file and key, not a TypeError later.
+    fields = {k: toml_file.text(data.get(k), sidecar, k) for k in ("host_lineage", "preset", "regime", "hostname",
+                                                                   "run_name")}
+    data = {**data, **{k: v for k, v in fields.items() if v is not None},
+            "tags": list(toml_file.strings(data.get("tags"), sidecar, "tags"))}
+    claim = IdentityClaim(fields["host_lineage"], fields["preset"], fields["regime"], fields["hostname"])
     return claim, data
 
 
@@ -115,7 +120,10 @@ def parse_log(path: Path, fmt: str | None = None) -> ParsedRun:
     return checked_run(parsed, path)
 
 
-def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool) -> Anatomy:
+def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
+                  env_rules: EnvRules | None = None) -> Anatomy:
+    """`env_rules`: the loaded configuration's secret rules (Registry.env_rules) for an export's captured
+    environment; None reads the shipped ones only."""
     if kind == "nsys-gz":
         with tempfile.TemporaryDirectory(prefix="receipts-nsys-") as tmp:
             plain = Path(tmp) / path.name.removesuffix(".gz")
@@ -126,7 +134,7 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool) -
                 raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped nsys "
                                        "SQLite export") from exc
             try:
-                return parse_profile(plain, "nsys", rules, keep_raw)
+                return parse_profile(plain, "nsys", rules, keep_raw, env_rules)
             except InputError as exc:
                 # The user named the .gz, not our temporary copy (deleted by the time they read this).
                 raise InputError(path, exc.message.replace(str(plain), str(path)), exc.line, exc.table) from exc
@@ -134,7 +142,7 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool) -
         from receipts.ingest import nsys
 
         sqlite_path = nsys.export_report(path) if kind == "nsys-rep" else path
-        return checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw), path)
+        return checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules), path)
     from receipts.ingest import kineto
 
     if kind == "kineto-dir":
@@ -354,7 +362,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
                     keep_raw: bool, force: bool = False) -> IngestOutcome:
-    anatomy = parse_profile(path, kind, rules, keep_raw)
+    anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules)
     source = _source(path, anatomy.source_format, anatomy.source_format,
                      run_dir_traces(path) if kind == "kineto-files" else None)
     if attach is not None:

@@ -39,6 +39,7 @@ from typing import IO
 from receipts.capture import provenance
 from receipts.capture.recorder import ENV_LAUNCHER, RECORD_VERSION
 from receipts.errors import ReceiptsError, UsageError
+from receipts.schema.registry import Registry, load_registry
 from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redact, secret_values_in
 
 LOG_NAME = "run.log"
@@ -192,7 +193,10 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
     Raises CommandNotFound (exit 127/126) before writing anything when the command cannot run."""
     environ = dict(os.environ if environ is None else environ)
     cwd = Path(cwd or Path.cwd())
-    rules = load_env_rules(env_rules_path)
+    # One loaded configuration (shipped + ./receipts.toml + --registry), before anything runs: its secret
+    # rules redact the header and the tee, and the same registry resolves identity at ingest.
+    registry = load_registry(registry_path, cwd=cwd)
+    rules = load_env_rules(env_rules_path) if env_rules_path is not None else registry.env_rules
     executable = resolve_command(command, environ=environ)
     run_dir = Path(run_dir) if run_dir else default_run_dir(base=cwd / "runs", run_name=run_name, command=command)
     run_name = run_name or run_dir.name
@@ -256,7 +260,7 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
     ingest_error = None
     if ingest and launch_error is None:
         try:
-            ingested = tuple(_ingest(run_dir=run_dir, db_url=db_url, registry_path=registry_path,
+            ingested = tuple(_ingest(run_dir=run_dir, db_url=db_url, registry=registry,
                                      host_lineage=host_lineage, preset=preset, regime=regime,
                                      run_name=run_name, tags=tuple(tags)))
         except ReceiptsError as exc:
@@ -357,18 +361,17 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _ingest(*, run_dir: Path, db_url: str | None, registry_path: Path | None, host_lineage: str | None,
+def _ingest(*, run_dir: Path, db_url: str | None, registry: Registry, host_lineage: str | None,
             preset: str | None, regime: str | None, run_name: str, tags: tuple[str, ...]) -> list:
     # Imported here: the store and polars are not needed to launch (the GPU box may lack them).
     from receipts.pipeline import ingest_paths
     from receipts.schema.model import IdentityClaim
-    from receipts.schema.registry import load_registry
     from receipts.store import open_store
 
     store = open_store(db_url)
     try:
         return ingest_paths(store, [run_dir], identity=IdentityClaim(host_lineage, preset, regime),
-                            run_name=run_name, registry=load_registry(registry_path), tags=tags)
+                            run_name=run_name, registry=registry, tags=tags)
     finally:
         close = getattr(store, "close", None)
         if close is not None:

@@ -39,7 +39,7 @@ from receipts.ingest.intervals import anatomy_rows
 from receipts.schema.categories import CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA,
                                    Anatomy, EnvVar, IdentityClaim)
-from receipts.schema.secrets import env_overlay, load_env_rules, redact
+from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redact, secret_values_in
 from receipts.sql import load_query
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -87,7 +87,9 @@ def _writable(folder: Path) -> bool:
 
 
 def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]*(\d+)$",
-          keep_raw: bool = False) -> Anatomy:
+          keep_raw: bool = False, env_rules: EnvRules | None = None) -> Anatomy:
+    """`env_rules`: the secret rules of the loaded configuration (shipped + ./receipts.toml + --registry);
+    None: the shipped ones."""
     path = Path(path)
     _check_sqlite_file(path)
     warnings: list[str] = []
@@ -184,7 +186,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         unattributed=unattributed,
         claim=IdentityClaim(hostname=env_rows.get("Hostname")),
         gpu_model=gpu_model, gpu_count=gpu_count, world_size=world,
-        env=_env_evidence(environ),
+        env=_env_evidence(environ, env_rules),
         software={k: v for k, v in {"nsys": meta.get("EXPORT_PRODUCT_VERSION"),
                                     "nvidia_driver": env_rows.get("NvDriverVersion"),
                                     "cuda_driver": env_rows.get("CudaDriverVersion"),
@@ -350,12 +352,13 @@ def _parse_environment(text: str | None) -> dict[str, str]:
     return env
 
 
-def _env_evidence(environ: dict[str, str]) -> tuple[EnvVar, ...]:
-    """Every captured variable (redacted) plus the watched knobs that were unset."""
+def _env_evidence(environ: dict[str, str], rules: EnvRules | None = None) -> tuple[EnvVar, ...]:
+    """Every captured variable (redacted: by name, by shape, and wherever a secret value recurs in another
+    variable) plus the watched knobs that were unset."""
     if not environ:
         return ()
-    rules = load_env_rules()
-    clean = redact(environ, rules=rules)
+    rules = rules or load_env_rules()
+    clean = redact(environ, rules=rules, known_values=secret_values_in(environ, rules=rules))
     out = [EnvVar(name=k, value=v, redacted=v != environ[k]) for k, v in clean.items()]
     out += [EnvVar(name=k, value=None, is_set=False) for k, v in env_overlay(environ, rules=rules).items() if v is None]
     return tuple(sorted(out, key=lambda e: e.name))

@@ -9,6 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from receipts.errors import InputError, UnsupportedVersion
+from receipts.schema.toml_file import read_toml
 
 # The anatomy --json contract: every category a row may carry.
 KERNEL_CATEGORIES = (
@@ -43,14 +44,22 @@ class CategoryRules:
 
 def _rules_from(data: dict, path: str) -> list[tuple[str, re.Pattern[str]]]:
     out = []
-    for i, rule in enumerate(data.get("rules", []), start=1):
+    rules = data.get("rules", [])
+    if not isinstance(rules, list):
+        raise InputError(path, "key rules must be an array of tables ([[rules]] with category and pattern)")
+    for i, rule in enumerate(rules, start=1):
+        if not isinstance(rule, dict):
+            raise InputError(path, f"rule {i}: must be a table with category and pattern")
         category = rule.get("category")
-        if category not in KERNEL_CATEGORIES:
-            raise InputError(path, f"rule {i}: category {category!r} is not one of {', '.join(KERNEL_CATEGORIES)}")
+        if not isinstance(category, str) or category not in KERNEL_CATEGORIES:
+            raise InputError(path, f"rule {i}: category {str(category)[:40]!r} is not one of {', '.join(KERNEL_CATEGORIES)}")
+        pattern = rule.get("pattern")
+        if not isinstance(pattern, str):
+            raise InputError(path, f"rule {i}: pattern must be a string (a regex over kernel names)")
         try:
-            out.append((category, re.compile(rule["pattern"], re.IGNORECASE)))
-        except (KeyError, re.error) as exc:
-            raise InputError(path, f"rule {i}: pattern missing or not a valid regex ({exc})") from exc
+            out.append((category, re.compile(pattern, re.IGNORECASE)))
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise InputError(path, f"rule {i}: pattern is not a valid regex ({exc})") from exc
     return out
 
 
@@ -59,11 +68,7 @@ def load_category_rules(extra: Path | None = None, cwd: Path | None = None) -> C
     if shipped.get("version") != 1:
         raise UnsupportedVersion("kernel_categories.toml", str(shipped.get("version")), "1")
     user_rules: list[tuple[str, re.Pattern[str]]] = []
-    for path in ((cwd or Path.cwd()) / "receipts.toml", extra):
-        if path is not None and Path(path).is_file():
-            try:
-                data = tomllib.loads(Path(path).read_text())
-            except tomllib.TOMLDecodeError as exc:
-                raise InputError(path, f"not valid TOML: {exc}") from exc
-            user_rules += _rules_from(data, str(path))
+    for path, given in (((cwd or Path.cwd()) / "receipts.toml", False), (extra, True)):
+        if path is not None and (given or Path(path).is_file()):  # a --categories file that is not there is an error
+            user_rules += _rules_from(read_toml(Path(path), "kernel-category rules"), str(path))
     return CategoryRules(tuple(user_rules + _rules_from(shipped, "kernel_categories.toml")))

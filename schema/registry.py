@@ -6,12 +6,15 @@ Loaded once per command and passed explicitly; no module-level state.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from receipts.errors import InputError, UnsupportedVersion
+from receipts.schema import toml_file
+from receipts.schema.secrets import EnvRules, load_env_rules
+from receipts.schema.toml_file import read_toml
 
 REGISTRY_VERSION = 1
 USER_REGISTRY_NAME = "receipts.toml"
@@ -43,19 +46,36 @@ class Registry:
     # `strict = true` in receipts.toml / --registry (or `--strict`): identity values the registry does not
     # know are refused at ingest and retag instead of being kept with a "did you mean" warning.
     strict: bool = False
+    # The env overlay and secret rules: schema/env.toml extended by the [env] / [secrets] tables of the
+    # same user files, so a user's secret patterns reach every writer that is handed this registry.
+    env_rules: EnvRules = field(default_factory=load_env_rules)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(path, f"cannot read registry: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(path, f"not valid TOML: {exc}", line=getattr(exc, "lineno", None)) from exc
+    data = read_toml(path, "registry")
     version = data.get("version", REGISTRY_VERSION)
     if version != REGISTRY_VERSION:
-        raise UnsupportedVersion(f"registry {path}", str(version), str(REGISTRY_VERSION))
+        raise UnsupportedVersion(f"registry {path}", str(version)[:40], str(REGISTRY_VERSION))
+    _check_types(data, path)
     return data
+
+
+def _check_types(data: dict[str, Any], path: Path) -> None:
+    """Every registry value a user file sets has the type the shipped file gives it (checked per file,
+    before merging, so the error names the file that is wrong)."""
+    for name, host in toml_file.table(data.get("hosts"), path, "hosts").items():
+        host = toml_file.table(host, path, f"hosts.{name}")
+        toml_file.strings(host.get("patterns"), path, f"hosts.{name}.patterns")
+        toml_file.strings(host.get("aliases"), path, f"hosts.{name}.aliases")
+        toml_file.text(host.get("description"), path, f"hosts.{name}.description")
+    for name, preset in toml_file.table(data.get("presets"), path, "presets").items():
+        preset = toml_file.table(preset, path, f"presets.{name}")
+        toml_file.strings(preset.get("aliases"), path, f"presets.{name}.aliases")
+        toml_file.table(preset.get("features"), path, f"presets.{name}.features")
+    regimes = toml_file.table(data.get("regimes"), path, "regimes")
+    for section in ("engines", "compile", "degrees"):
+        for word, spellings in toml_file.table(regimes.get(section), path, f"regimes.{section}").items():
+            toml_file.strings(spellings, path, f"regimes.{section}.{word}")
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -73,11 +93,13 @@ def load_registry(extra: Path | None = None, cwd: Path | None = None) -> Registr
     shipped = resources.files("receipts.schema").joinpath("registry.toml")
     data = tomllib.loads(shipped.read_text(encoding="utf-8"))
     sources = ["<shipped>"]
+    documents: list[tuple[Path, dict[str, Any]]] = []
     user = (cwd or Path.cwd()) / USER_REGISTRY_NAME
     for path in (user if user.is_file() else None, extra):
         if path is None:
             continue
-        data = _merge(data, _read_toml(Path(path)))
+        documents.append((Path(path), _read_toml(Path(path))))
+        data = _merge(data, documents[-1][1])
         sources.append(str(path))
 
     hosts = {
@@ -97,6 +119,7 @@ def load_registry(extra: Path | None = None, cwd: Path | None = None) -> Registr
         degrees=dict(regimes.get("degrees", {})),
         sources=tuple(sources),
         strict=_strict(data, sources[-1]),
+        env_rules=load_env_rules(documents=documents),
     )
 
 
