@@ -89,6 +89,8 @@ def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
     try:
         child = log_parser(child_format).parse(child_log)
     except InputError as exc:
+        if forced_child:
+            raise  # the user named the format: that it does not fit is the answer
         # e.g. Megatron's arguments dump but no iteration line: the run died before its first step
         return replace(parsed, warnings=parsed.warnings + (f"the child's output looks like {child_format} "
                                                            f"but gave no steps: {exc.message}",))

@@ -576,3 +576,21 @@ def test_format_flag_names_the_childs_format_under_a_header(tmp_path):
     assert forced.source_format == "receipt+nanochat" and forced.claim.preset == "toy_fsdp2_v1"
     assert forced.steps["step"].to_list() == list(range(4, 11))
     assert parse_log(real, "nanochat").source_format == "nanochat"   # no header: the plain format, as before
+
+
+def test_a_child_that_died_before_its_first_step_keeps_the_header_and_says_why(tmp_path):
+    from receipts.errors import InputError
+    from receipts.pipeline import parse_log
+
+    # Megatron's arguments banner, then the crash: detected as Megatron, but no iteration line
+    script = ("print('------------------------ arguments ------------------------')\n"
+              "print('  tensor_model_parallel_size ...................... 2')\n"
+              "raise SystemExit('CUDA out of memory')\n")
+    result = run(command=[sys.executable, "-c", script], run_dir=tmp_path / "r", ingest=False, preset="toy_fsdp2_v1",
+                 environ=_env(), cwd=REPO)
+    parsed = parse_log(result.log_path)
+    assert parsed.source_format == "receipt" and parsed.steps.height == 0 and parsed.claim.preset == "toy_fsdp2_v1"
+    assert "looks like megatron but gave no steps" in parsed.warnings[0]
+    assert parsed.ended_early == "the command exited with code 1"
+    with pytest.raises(InputError, match="no Megatron iteration lines"):
+        parse_log(result.log_path, "megatron")   # named by the user: the mismatch is the answer
