@@ -594,3 +594,16 @@ def test_a_child_that_died_before_its_first_step_keeps_the_header_and_says_why(t
     assert parsed.ended_early == "the command exited with code 1"
     with pytest.raises(InputError, match="no Megatron iteration lines"):
         parse_log(result.log_path, "megatron")   # named by the user: the mismatch is the answer
+
+
+def test_db_status_waits_for_the_store_lock_too(tmp_path):
+    db = tmp_path / "s.duckdb"
+    assert subprocess.run([RECEIPTS, "--db", str(db), "db", "init"], capture_output=True).returncode == 0
+    holder = duckdb.connect(str(db))
+    try:
+        proc = subprocess.run([RECEIPTS, "--db", str(db), "db", "status"], capture_output=True, text=True,
+                              env=_env(RECEIPTS_LOCK_WAIT_S="0.5"))
+    finally:
+        holder.close()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"held by PID {os.getpid()}" in proc.stderr and "gave up after waiting 0.5 s" in proc.stderr

@@ -173,11 +173,11 @@ def open_target(url: str, *, create: bool = False) -> Iterator[DuckDBTarget | Po
         finally:
             conn.close()
         return
-    from receipts.duck import connect
+    from receipts.store.duckdb_lock import open_with_lock_wait
 
     if not create and not Path(url).exists():
         raise StoreError(url, "does not exist (create it with `receipts db init` or by ingesting a file)")
-    con = connect(url)
+    con = open_with_lock_wait(url)  # another process's lock: wait, bounded, as every store open does
     try:
         yield DuckDBTarget(con, url)
     finally:
