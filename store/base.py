@@ -60,6 +60,18 @@ def _pick(ref: str, rows: list[tuple[str, str, str, str | None]]) -> str | Recei
     return ReceiptNotFound(ref, tuple(r[0] for r in by_prefix))
 
 
+def next_history_rows(url: str, receipt_id: str, last_seq: int, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """History rows numbered from last_seq + 1 (rows without a seq), or checked to continue from it."""
+    out = []
+    for row in history:
+        last_seq += 1
+        if row.get("seq") is not None and row["seq"] != last_seq:
+            raise StoreError(url, f"identity history of receipt {receipt_id} has diverged (next seq here is "
+                                  f"{last_seq}, the change to copy is #{row['seq']}); nothing written")
+        out.append({**row, "seq": last_seq})
+    return out
+
+
 class Store(ABC):
     url: str
 
@@ -159,14 +171,22 @@ class Store(ABC):
         history = {"receipt_id": receipt_id, "changed_at": R.now_iso(), "why": why,
                    **{f"old_{k}": expected.get(k) for k in IDENTITY_FIELDS},
                    **{f"new_{k}": after.get(k) for k in IDENTITY_FIELDS}}
+        return self._retag(receipt_id, expected, changes, [history])
+
+    def replay_retags(self, receipt_id: str, *, expected: dict[str, Any], changes: dict[str, Any],
+                      history: list[dict[str, Any]]) -> int:
+        """`push`: apply retags made in another store, copying its identity_history rows as they are (seq,
+        who, when, why). Refused (StoreError) unless they continue this store's history: the first seq must
+        follow this store's last, and the identity must still be `expected`."""
         return self._retag(receipt_id, expected, changes, history)
 
     @abstractmethod
     def _retag(self, receipt_id: str, expected: dict[str, Any], changes: dict[str, Any],
-               history: dict[str, Any]) -> int:
+               history: list[dict[str, Any]]) -> int:
         """In one transaction, the receipt's row locked: check the columns in `expected` still hold those
-        values (else StoreError), UPDATE `changes`, INSERT `history` with the next seq and changed_by (the
-        OS user on DuckDB, current_user on PostgreSQL). Returns the seq."""
+        values (else StoreError), UPDATE `changes`, INSERT the `history` rows. A row without seq gets the next
+        one, without changed_by the OS user (DuckDB) or current_user (PostgreSQL); a row with a seq must be
+        the next one (else StoreError: the histories diverged). Returns the last seq."""
 
     @abstractmethod
     def _write(self, *, content_sha256: str | None, small: dict[str, list[dict[str, Any]]],

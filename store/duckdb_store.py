@@ -10,7 +10,7 @@ import polars as pl
 
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
-from receipts.store.base import Store, check_unchanged
+from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.duckdb_lock import open_with_lock_wait
 
 
@@ -64,13 +64,15 @@ class DuckDBStore(Store):
         try:
             row = con.execute(f"SELECT {', '.join(columns)} FROM receipts WHERE id = ?", [receipt_id]).fetchone()
             check_unchanged(self.url, receipt_id, columns, row, expected)
-            seq = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM identity_history WHERE receipt_id = ?",
-                              [receipt_id]).fetchone()[0]
-            con.execute(f"UPDATE receipts SET {', '.join(f'{c} = ?' for c in changes)} WHERE id = ?",
-                        [*changes.values(), receipt_id])
-            insert_rows(con, "identity_history", [{**history, "seq": seq, "changed_by": os_user()}])
+            last = con.execute("SELECT coalesce(max(seq), 0) FROM identity_history WHERE receipt_id = ?",
+                               [receipt_id]).fetchone()[0]
+            rows = next_history_rows(self.url, receipt_id, last, history)
+            if changes:
+                con.execute(f"UPDATE receipts SET {', '.join(f'{c} = ?' for c in changes)} WHERE id = ?",
+                            [*changes.values(), receipt_id])
+            insert_rows(con, "identity_history", [{"changed_by": os_user(), **r} for r in rows])
             con.execute("COMMIT")
-            return seq
+            return rows[-1]["seq"]
         except BaseException:
             con.execute("ROLLBACK")
             raise

@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from receipts.duck import connect
 from receipts.errors import StoreError
 from receipts.schema.tables import metadata
-from receipts.store.base import Store, check_unchanged
+from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.migrations import PostgresTarget, ensure_schema
 
 URL_PREFIXES = ("postgresql+psycopg://", "postgresql://", "postgres://")
@@ -124,17 +124,21 @@ class PostgresStore(Store):
                 row = self.conn.execute(pgsql.SQL("SELECT {} FROM receipts WHERE id = %s FOR UPDATE").format(
                     pgsql.SQL(", ").join(map(pgsql.Identifier, columns))), (receipt_id,)).fetchone()
                 check_unchanged(self.url, receipt_id, columns, row, expected)
-                seq = self.conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM identity_history WHERE receipt_id = %s",
-                                        (receipt_id,)).fetchone()[0]
-                self.conn.execute(pgsql.SQL("UPDATE receipts SET {} WHERE id = %s").format(
-                    pgsql.SQL(", ").join(pgsql.SQL("{} = %s").format(pgsql.Identifier(c)) for c in changes)),
-                    [*changes.values(), receipt_id])
-                names = [c for c in _columns("identity_history") if c != "changed_by"]
-                row = {**history, "seq": seq}
-                self.conn.execute(pgsql.SQL("INSERT INTO identity_history ({}, changed_by) VALUES ({}, current_user)").format(
-                    pgsql.SQL(", ").join(map(pgsql.Identifier, names)),
-                    pgsql.SQL(", ").join(pgsql.Placeholder() * len(names))), [row.get(c) for c in names])
-                return seq
+                last = self.conn.execute("SELECT coalesce(max(seq), 0) FROM identity_history WHERE receipt_id = %s",
+                                         (receipt_id,)).fetchone()[0]
+                rows = next_history_rows(self.url, receipt_id, last, history)
+                if changes:
+                    self.conn.execute(pgsql.SQL("UPDATE receipts SET {} WHERE id = %s").format(
+                        pgsql.SQL(", ").join(pgsql.SQL("{} = %s").format(pgsql.Identifier(c)) for c in changes)),
+                        [*changes.values(), receipt_id])
+                names = _columns("identity_history")
+                for row in rows:
+                    # changed_by: the role running this retag (current_user), or the one a pushed row names.
+                    self.conn.execute(pgsql.SQL("INSERT INTO identity_history ({}) VALUES ({})").format(
+                        pgsql.SQL(", ").join(map(pgsql.Identifier, names)),
+                        pgsql.SQL(", ").join(pgsql.SQL("coalesce(%s, current_user)") if c == "changed_by"
+                                             else pgsql.Placeholder() for c in names)), [row.get(c) for c in names])
+                return rows[-1]["seq"]
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise StoreError(self.url, "this role may not write (read-only); use a writer role to retag") from exc
         except psycopg.errors.InsufficientPrivilege as exc:

@@ -16,8 +16,9 @@ from typing import Any
 import polars as pl
 
 from receipts.schema.model import FACT_SECTIONS
-from receipts.schema.tables import BULK_TABLES, metadata
-from receipts.store.base import Store
+from receipts.errors import StoreError
+from receipts.schema.tables import BULK_TABLES, IDENTITY_FIELDS, metadata
+from receipts.store.base import RETAG_COLUMNS, Store
 
 # Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export). Its
 # identity_history travels with it, so a receipt retagged before the push arrives with its audit trail.
@@ -33,6 +34,8 @@ class PushResult:
     anatomy_skipped: int = 0
     facts_copied: int = 0              # machine-fact files attached after the receipt was pushed
     copied_ids: list[str] = field(default_factory=list)
+    retags_copied: int = 0             # identity_history rows of retags made locally after the receipt was pushed
+    retags_diverged: list[str] = field(default_factory=list)  # retagged on both sides since: left for a human
 
 
 def _select(source: Store, table: str, where: str, params: dict[str, Any]) -> pl.DataFrame:
@@ -65,6 +68,7 @@ def push(source: Store, target: Store) -> PushResult:
     for row in _rows(_select(source, "receipt_sources", "list_contains($roles, role)", {"roles": sorted(FACT_SECTIONS)})):
         if (row["receipt_id"], row["sha256"]) not in target_sources:
             missing_facts.setdefault(row["receipt_id"], []).append(row)
+    target_history, local_history = _history_keys(target), _history_keys(source)
     local = source.sql("SELECT id, content_sha256 FROM receipts ORDER BY ingested_at, id")
     for receipt_id, content_sha256 in local.iter_rows():
         if content_sha256 not in present and _copy_receipt(source, target, receipt_id, content_sha256):
@@ -82,7 +86,45 @@ def push(source: Store, target: Store) -> PushResult:
                 result.anatomy_copied += 1
         if receipt_id in missing_facts:
             result.facts_copied += _copy_facts(source, target, receipt_id, missing_facts[receipt_id])
+        here, there = local_history.get(receipt_id, []), target_history.get(receipt_id, [])
+        if here[:len(there)] != there and there[:len(here)] != here:
+            result.retags_diverged.append(receipt_id)            # each side has retags the other lacks
+        elif len(here) > len(there):
+            copied = _copy_retags(source, target, receipt_id, len(there))
+            if copied:
+                result.retags_copied += copied
+            else:
+                result.retags_diverged.append(receipt_id)
     return result
+
+
+def _history_keys(store: Store) -> dict[str, list[tuple]]:
+    """Per receipt, its retags in order as (seq, changed_at, changed_by, why): enough to tell whether one
+    store's history continues the other's."""
+    out: dict[str, list[tuple]] = {}
+    rows = store.sql("SELECT receipt_id, seq, changed_at, changed_by, why FROM identity_history ORDER BY receipt_id, seq")
+    for receipt_id, *key in rows.iter_rows():
+        out.setdefault(receipt_id, []).append(tuple(key))
+    return out
+
+
+def _copy_retags(source: Store, target: Store, receipt_id: str, after_seq: int) -> int:
+    """Retags made locally after the receipt was pushed: the target's identity becomes the local one and
+    the local history rows are appended as they are. Only when they continue the target's history (its
+    identity is still what the first of them changed from); otherwise 0 and nothing is written."""
+    history = _rows(_select(source, "identity_history", "receipt_id = $id AND seq > $seq ORDER BY seq",
+                            {"id": receipt_id, "seq": after_seq}))
+    columns = ", ".join(RETAG_COLUMNS)      # ours (store/base.py)
+    there = target.sql(f"SELECT {columns} FROM receipts WHERE id = $id", {"id": receipt_id}).row(0, named=True)
+    here = source.sql(f"SELECT {columns} FROM receipts WHERE id = $id", {"id": receipt_id}).row(0, named=True)
+    if any(there[f] != history[0][f"old_{f}"] for f in IDENTITY_FIELDS):
+        return 0
+    changes = {c: here[c] for c in RETAG_COLUMNS if here[c] != there[c]}
+    try:
+        target.replay_retags(receipt_id, expected=there, changes=changes, history=history)
+    except StoreError:
+        return 0                            # retagged there meanwhile (row changed or seq taken)
+    return len(history)
 
 
 def _copy_facts(source: Store, target: Store, receipt_id: str, fact_sources: list[dict[str, Any]]) -> int:

@@ -478,3 +478,43 @@ def test_retag_to_a_run_name_in_use_is_allowed_and_says_so(tmp_path, db):
     out = cli(db, "retag", "b", "--run-name", "a", "--why", "the same experiment, rerun")
     assert out.exit_code == 0 and "also used by current receipt" in out.stderr
     assert cli(db, "show", "a").exit_code == 2                           # ambiguous now, by name
+
+
+def test_retags_made_after_a_push_travel_on_the_next_one_unless_the_target_was_retagged_too(tmp_path, db):
+    from receipts.store.sync import push
+
+    cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz"))        # a rumor
+    target_url = str(tmp_path / "team.duckdb")
+    with open_store(db) as local, open_store(target_url) as target:
+        push(local, target)
+    cli(db, "retag", "fsdp2_1gpu_nsys", *LANE_1GPU, "--why", "the export has no identity")
+    cli(db, "retag", "fsdp2_1gpu_nsys", "--tag", "v19c", "--why", "March wave")
+    with open_store(db) as local, open_store(target_url) as target:
+        result = push(local, target)
+        assert (result.receipts_copied, result.retags_copied, result.retags_diverged) == (0, 2, [])
+        assert push(local, target).retags_copied == 0                     # idempotent
+    there = cli_json(target_url, "show", "fsdp2_1gpu_nsys")[1]
+    here = cli_json(db, "show", "fsdp2_1gpu_nsys")[1]
+    assert there["identity"] == here["identity"] and there["tags"] == ["v19c"]
+    assert there["identity_history"] == here["identity_history"]          # who/when/why as recorded here
+    # retagged on both sides since: nothing is overwritten, the push says so
+    cli(db, "retag", "fsdp2_1gpu_nsys", "--tag", "local", "--why", "here")
+    cli(target_url, "retag", "fsdp2_1gpu_nsys", "--tag", "team", "--why", "there")
+    out = cli(db, "push", "--to", target_url)
+    assert out.exit_code == 0 and "retagged both here and there" in out.stderr
+    assert cli_json(target_url, "show", "fsdp2_1gpu_nsys")[1]["tags"] == ["team", "v19c"]
+
+
+@pytest.mark.postgres
+def test_retags_made_on_a_node_reach_the_team_store_as_the_writer(pg_url, tmp_path, db):
+    from test_postgres import writer_url_for
+
+    writer_url = writer_url_for(pg_url, writer_grants())
+    cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz"))
+    assert cli(db, "push", "--to", writer_url).exit_code == 0
+    cli(db, "retag", "fsdp2_1gpu_nsys", *LANE_1GPU, "--why", "the export has no identity")
+    code, out = cli_json(db, "push", "--to", writer_url)
+    assert code == 0 and out["retags_copied"] == 1 and out["retags_diverged"] == []
+    there = cli_json(writer_url, "show", "fsdp2_1gpu_nsys")[1]
+    assert there["identity"]["complete"] is True
+    assert there["identity_history"] == cli_json(db, "show", "fsdp2_1gpu_nsys")[1]["identity_history"]
