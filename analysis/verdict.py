@@ -15,8 +15,9 @@ Model, on the log scale (a ratio of medians is a difference of logs):
            t(n_runs - 2 df) x se(d)   (a floor from a handful of runs is itself uncertain; the MAD is less
                                        efficient than a standard deviation, hence one df fewer: in simulation
                                        this keeps A/A false alarms <= 5% from 4 runs up, tests/test_verdicts.py)
-           1.96 x se(d) with max(default floor, measured floor) in place of the floor
-           (a measured floor never makes a verdict harder to reach than not measuring it would)
+           1.96 x se(d) with the default floor in place of the floor, when the measured floor is at most
+           the default (measuring a quiet lane never makes a verdict harder to reach than not measuring
+           it; a lane measured noisier than the default is judged by its own floor and t alone)
   interval for B/A = exp(d -+ half)
 Adding the runs' own se_r to the floor counts within-run noise twice (the floor's MAD already contains
 it): deliberately conservative, negligible for long runs, decisive for short ones.
@@ -99,8 +100,11 @@ def _half(floor: NoiseFloor, within_a: float, n_a: int, within_b: float, n_b: in
     z = _quantile(q, None)
     if floor.source != "lane" or not floor.df or floor.df < 1:
         return z * se, se
-    capped = _se(max(DEFAULT_FLOOR_PCT / 100.0, floor.fraction), within_a, n_a, within_b, n_b)
-    return min(_quantile(q, floor.df) * se, z * capped), se
+    half = _quantile(q, floor.df) * se
+    default = DEFAULT_FLOOR_PCT / 100.0
+    if floor.fraction <= default:  # a quiet lane: the default rule already covers its noise
+        half = min(half, z * _se(default, within_a, n_a, within_b, n_b))
+    return half, se
 
 
 def _decide(d: float, half: float, min_effect: float, margin: float) -> Verdict:
