@@ -235,3 +235,16 @@ def test_compare_json_keeps_its_keys_and_adds_the_verdicts_parts(noise_db):
     assert out["noise_floor"]["floor_pct"] == pytest.approx(out["noise_floor"]["floor_pct"]) and out["ratio"]["value"] > 1
     text = cli(noise_db, "compare", "aa_01", "slow_1").stdout
     assert "noise floor:" in text and "verdict:" in text and "MAD of 15 run medians" in text
+
+
+def test_critical_values_match_scipy():
+    from scipy.stats import norm, t
+
+    from receipts.analysis.verdict import _quantile
+
+    for q in (0.975, 0.995, 0.9):
+        assert _quantile(q, None) == pytest.approx(norm.ppf(q), rel=1e-9)
+        for df in (1, 2):
+            assert _quantile(q, df) == pytest.approx(t.ppf(q, df), rel=1e-9)
+        for df in (3, 4, 5, 8, 18, 100):
+            assert _quantile(q, df) == pytest.approx(t.ppf(q, df), rel=1e-9), (q, df)
