@@ -20,7 +20,8 @@ Model, on the log scale (a ratio of medians is a difference of logs):
            it; a lane measured noisier than the default is judged by its own floor and t alone)
   interval for B/A = exp(d -+ half)
 Adding the runs' own se_r to the floor counts within-run noise twice (the floor's MAD already contains
-it): deliberately conservative, negligible for long runs, decisive for short ones.
+it): part of the calibration above (with the floor alone, A/A false alarms reach 5.4-6.7% for 5-10
+baseline runs), negligible for long runs, decisive for short ones.
 
 Verdicts (asv's rule: a size factor AND a significance test, each an explicit parameter; pyperf and
 Pinpoint: "not significant" / UNKNOWN is a first-class answer):
