@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -44,6 +45,7 @@ from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redac
 
 LOG_NAME = "run.log"
 ENV_RUN_DIR = "RECEIPTS_RUN_DIR"   # the child may write traces here; they are ingested with the log
+ENV_RUN_ID = "RECEIPTS_RUN_ID"     # the header's run_id when the scheduler names the run
 # Every signal a scheduler or a terminal uses to tell a job something. Not forwarded: SIGKILL/SIGSTOP
 # (cannot be caught), SIGCHLD/SIGWINCH and the like (about us, not the job), SIGPIPE (our own output).
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -132,6 +134,10 @@ def build_header(*, command: list[str], environ: Mapping[str, str], cwd: Path, r
         "writer": "receipts run",
         "identity": {"host_lineage": host_lineage, "preset": preset, "regime": regime},
         "run_name": run_name,
+        # The run key (docs/receipt-format.md): unique per launch, so two jobs started in the same millisecond
+        # on one host (an array job, eight single-GPU runs) never supersede each other; RECEIPTS_RUN_ID lets a
+        # scheduler name the run (e.g. one id across a requeued job's restarts).
+        "run_id": environ.get(ENV_RUN_ID) or uuid.uuid4().hex,
         "hostname": provenance.host_facts()["hostname"],
         "started_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "command": shlex.join(command),

@@ -607,3 +607,28 @@ def test_db_status_waits_for_the_store_lock_too(tmp_path):
         holder.close()
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"held by PID {os.getpid()}" in proc.stderr and "gave up after waiting 0.5 s" in proc.stderr
+
+
+def test_two_launches_in_one_millisecond_on_one_host_stay_two_runs(tmp_path):
+    """The run key is the header's run_id, which the launcher always writes: two jobs whose headers share
+    hostname and started_at (an array job, eight single-GPU runs started together) must not supersede
+    each other; RECEIPTS_RUN_ID names the run when the scheduler wants to (a requeued job's restarts)."""
+    logs = []
+    for name, env in (("first", {}), ("second", {}), ("named", {"RECEIPTS_RUN_ID": "slurm-4242"})):
+        result = run(command=[sys.executable, "-c", "print('step 1/2 | loss: 1.0 | dt: 10.0ms')"],
+                     run_dir=tmp_path / name, ingest=False, host_lineage="h200-device-x2", preset="toy_fsdp2_v1",
+                     regime="fsdp2/no-compile", cwd=REPO, environ=_env(**env))
+        logs.append(result.log_path)
+    headers = [json.loads(p.read_text().splitlines()[0][len("RECEIPT "):]) for p in logs]
+    assert headers[0]["run_id"] != headers[1]["run_id"] and len(headers[0]["run_id"]) == 32
+    assert headers[2]["run_id"] == "slurm-4242"
+    # Same host, same millisecond: rewrite the second header's started_at to the first's, then ingest both.
+    text = logs[1].read_text().replace(headers[1]["started_at"], headers[0]["started_at"])
+    logs[1].write_text(text)
+    db = tmp_path / "s.duckdb"
+    done = subprocess.run([RECEIPTS, "--db", str(db), "ingest", str(logs[0]), str(logs[1])], capture_output=True,
+                          text=True, cwd=REPO, env=_env())
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(subprocess.run([RECEIPTS, "--db", str(db), "list", "--json"], capture_output=True, text=True,
+                                       cwd=REPO, env=_env()).stdout)
+    assert sorted(r["run_name"] for r in listed) == ["first", "second"]
