@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from receipts.analysis.record import load
+from receipts.analysis.stats import summarize
 
 if TYPE_CHECKING:
     from receipts.store import Store
@@ -13,7 +14,9 @@ if TYPE_CHECKING:
 
 def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
     r = load(store, receipt_id)
-    steady = store.query("steady_state", {"receipt_id": receipt_id}).row(0, named=True)
+    # The same summary compare prints (analysis.stats.summarize over the steady steps): one statistics path,
+    # deterministic to the last bit (DuckDB's parallel avg/stddev were not: a show could differ from itself).
+    steps, tokens = summarize(r.steady_step_ms), summarize(r.steady_tokens_per_s)
     memory = store.query("receipt_memory", {"receipt_id": receipt_id}).to_dicts()
     sources = store.query("receipt_sources", {"receipt_id": receipt_id}).to_dicts()
     row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
@@ -37,11 +40,12 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         "machine": {"machine_class": r.machine_class, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count,
                     "world_size": r.world_size},
         "steady_state": {
-            "median_step_ms": steady["median_step_ms"], "p10_step_ms": steady["p10_step_ms"],
-            "p90_step_ms": steady["p90_step_ms"], "mean_step_ms": steady["mean_step_ms"], "cv": steady["cv"],
-            "n_steps": steady["n_steps"], "first_step": steady["first_step"], "last_step": steady["last_step"],
-            "warmup_steps": steady["warmup_steps"], "warmup_last_step": r.warmup_last_step,
-            "window_rule": steady["window_rule"], "median_tokens_per_s": steady["median_tokens_per_s"],
+            "median_step_ms": steps.median if steps else None, "p10_step_ms": steps.p10 if steps else None,
+            "p90_step_ms": steps.p90 if steps else None, "mean_step_ms": steps.mean if steps else None,
+            "cv": steps.cv if steps else None, "n_steps": steps.n if steps else 0,
+            "first_step": r.window_first_step, "last_step": r.window_last_step,
+            "warmup_steps": r.warmup_steps, "warmup_last_step": r.warmup_last_step,
+            "window_rule": r.window_rule, "median_tokens_per_s": tokens.median if tokens else None,
         },
         "memory": {"peak_allocated_bytes": r.peak_allocated_bytes, "peak_reserved_bytes": r.peak_reserved_bytes,
                    "per_rank": memory},

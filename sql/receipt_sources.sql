@@ -1,6 +1,10 @@
--- Files behind one receipt, with sha256: evidence stays attached.
--- Reads: receipt_sources.  Params: $receipt_id.
+-- Files behind one receipt, with sha256: evidence stays attached. The receipt's own file comes first
+-- (ingested_at has one-second resolution, so an attachment made in the same second must not precede it),
+-- then attachments in the order they came.
+-- Reads: receipt_sources, receipts.  Params: $receipt_id.
 -- Columns: path, sha256, size_bytes (bytes), format, role, ingested_at,
 --          forced (text: the GPU model/count contradiction `--attach --force` overrode; null = none).
-SELECT path, sha256, size_bytes, format, role, ingested_at, forced FROM receipt_sources
-WHERE receipt_id = $receipt_id ORDER BY ingested_at, path
+SELECT s.path, s.sha256, s.size_bytes, s.format, s.role, s.ingested_at, s.forced
+FROM receipt_sources s JOIN receipts r ON r.id = s.receipt_id
+WHERE s.receipt_id = $receipt_id
+ORDER BY s.sha256 <> r.content_sha256, s.ingested_at, s.path
