@@ -220,11 +220,18 @@ def _regime_problems(raw: str, registry: Registry) -> list[UnknownValue]:
                                          *registry.degrees.values(), list(registry.engines), list(registry.degrees))
                   for s in spellings for w in _norm_words(s)}
     out = []
-    for word in _unrecognised_words(raw, registry):
-        fix = _nearest(word, vocabulary)
-        # Suggest the whole regime with the word corrected: what the user would type instead.
-        fixed = re.sub(rf"(?i)(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])", fix, raw, count=1) if fix else None
-        out.append(UnknownValue("regime", raw, f"has the unrecognised word {word!r}", fixed if fixed != raw else fix))
+    words = _unrecognised_words(raw, registry)
+    fixes = {w: _nearest(w, vocabulary) for w in words}
+    # A word that is its own nearest entry ('no' of 'no-compil') is only stranded by a neighbour's typo:
+    # name the typo, not it, and suggest the whole regime with every typo corrected (what the user would type).
+    typos = [w for w in words if (fixes[w] or "").lower() != w.lower()]
+    fixed = raw
+    for word in typos:
+        if fixes[word]:
+            fixed = re.sub(rf"(?i)(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])", fixes[word], fixed, count=1)
+    for word in typos or words:
+        own = fixes[word] if (fixes[word] or "").lower() != word.lower() else None
+        out.append(UnknownValue("regime", raw, f"has the unrecognised word {word!r}", fixed if fixed != raw else own))
     if regime is None:
         engines = {s.lower(): e for e, spellings in registry.engines.items() for s in (e, *spellings)}
         guess = next((_nearest(w, engines) for w in _norm_words(raw) if _nearest(w, engines)), None)

@@ -330,6 +330,17 @@ def test_one_run_name_for_several_files_or_a_taken_one_needs_a_tag(tmp_path, db)
 
 
 # ---- typos and strict mode ---------------------------------------------------------------------------
+def test_a_typo_inside_a_compile_mode_names_the_typo_once_with_the_whole_regime_corrected(tmp_path, db):
+    # 'no-compil' splits into 'no' (a word of 'no-compile', stranded) and 'compil' (the typo): one warning, about
+    # the typo, never "did you mean 'no'?".
+    log = write_native_log(tmp_path / "run_a.log", [100.0] * 5, regime=None)
+    out = cli(db, "ingest", str(log), "--regime", "fsdp2/no-compil")
+    assert out.exit_code == 0
+    said = [line for line in out.stderr.splitlines() if "unrecognised word" in line]
+    assert said == ["  warning: regime 'fsdp2/no-compil' has the unrecognised word 'compil'; "
+                    "did you mean 'fsdp2/no-compile'?"], out.stderr
+
+
 def test_typos_get_a_did_you_mean_and_strict_refuses_them(tmp_path, db):
     log = write_native_log(tmp_path / "run_a.log", [100.0] * 5, host_lineage=None, regime=None)
     out = cli(db, "ingest", str(log), "--strict", "--host-lineage", "h200-usw1c-bench-1",
