@@ -548,8 +548,8 @@ def test_a_file_the_os_cannot_execute_exits_126_and_is_not_ingested(tmp_path):
 
 
 def test_a_wrapped_log_names_its_run_like_a_native_one(tmp_path):
-    """A growing `receipts run` log supersedes its earlier receipt by the header's run key (hostname@started_at)
-    whatever the child printed: a third-party child must not lose that."""
+    """A growing `receipts run` log supersedes its earlier receipt by the header's run key (the launcher's
+    run_id) whatever the child printed: a third-party child must not lose that."""
     from receipts.pipeline import build_receipt, parse_log
     from receipts.schema.model import IdentityClaim, SourceFile
     from receipts.schema.registry import load_registry
@@ -563,7 +563,7 @@ def test_a_wrapped_log_names_its_run_like_a_native_one(tmp_path):
     receipt = build_receipt(parsed, source=SourceFile(str(result.log_path), "0" * 64, 1, parsed.source_format, "log"),
                             claim=IdentityClaim(), registry=load_registry(None), run_name="r")
     header = _records(result.log_path)[0]
-    assert run_key(receipt) == f"{header['hostname']}@{header['started_at']}"
+    assert run_key(receipt) == header["run_id"]
 
 
 def test_format_flag_names_the_childs_format_under_a_header(tmp_path):
