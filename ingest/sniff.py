@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
@@ -54,7 +55,7 @@ def sniff_kind(path: Path) -> str:
         try:
             with gzip.open(path, "rb") as f:
                 inner = f.read(4096)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a corrupt deflate stream
             raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped "
                                    "PyTorch profiler trace (.pt.trace.json.gz)") from exc
         if inner.startswith(SQLITE_MAGIC):
