@@ -62,6 +62,12 @@ class Settings:
         """The store for a command that only reads: never creates a file, a schema or a table."""
         return open_store(self.db, read_only=True)
 
+    def existing_store(self) -> Store:
+        """The store for a command that changes what is already stored (retag): written to, never created;
+        a missing store is the same one-line error a reader gets."""
+        self.read_store().close()
+        return open_store(self.db)
+
 
 def settings(ctx: typer.Context) -> Settings:
     return ctx.find_root().obj

@@ -37,7 +37,7 @@ def retag(
     """
     cfg = settings(ctx)
     change = IdentityChange(host_lineage, preset, regime, run_name, tuple(tag), tuple(untag))
-    with cfg.store() as store:
+    with cfg.existing_store() as store:
         outcome = retag_receipt(store, ref, change, why=why, registry=cfg.registry(strict=strict))
     if as_json:
         print_json({"receipt_id": outcome.receipt_id, "seq": outcome.seq, "complete": outcome.complete,

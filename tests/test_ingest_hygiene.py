@@ -204,7 +204,8 @@ def test_read_commands_on_a_missing_store_exit_2_naming_it_and_create_nothing(tm
     claims.write_text("version: 1\nclaims:\n  - name: x\n    metric: step_time\n    baseline: a\n"
                       "    candidate: b\n    speedup: 1.1\n    tolerance: 0.05\n")
     for args in (["list"], ["show", "a"], ["compare", "a", "b"], ["anatomy", "a"], ["gate", str(claims)],
-                 ["dashboard"], ["list", "--json"]):
+                 ["dashboard"], ["list", "--json"], ["history", "a"], ["check", "a", "--against", "tag:main"],
+                 ["retag", "a", "--tag", "t", "--why", "a typo"]):
         result = cli(db, *args)
         assert result.exit_code == 2, (args, result.stdout, result.stderr)
         line = _one_line(result.stderr)
