@@ -49,6 +49,9 @@ def _loads(log: LogText, line_no: int, payload: str) -> dict:
                                    "expected `RECEIPT ` followed by one JSON object", line=line_no) from exc
     if not isinstance(obj, dict) or obj.get("kind") not in _KINDS:
         raise InputError(log.path, f"RECEIPT record needs a 'kind' of {', '.join(_KINDS)}", line=line_no)
+    if "v" not in obj:
+        raise InputError(log.path, "RECEIPT record has no 'v' (the format version); expected e.g. "
+                                   '`RECEIPT {"v": 1, "kind": ...}`', line=line_no)
     if obj.get("v") not in SUPPORTED_VERSIONS:
         raise UnsupportedVersion(f"RECEIPT record at {log.path}:{line_no}", str(obj.get("v")),
                                  ", ".join(map(str, SUPPORTED_VERSIONS)))

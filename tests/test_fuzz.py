@@ -208,7 +208,8 @@ def test_every_log_parser_parses_or_names_the_file(tmp_path_factory, seed, ops):
 
     path = tmp_path_factory.mktemp("log") / Path(seed).name
     path.write_bytes(mutate(LOG_SEEDS[seed], ops))
-    parsed = holds(lambda: parse_log(path), path)
+    # A flipped byte can turn `"v":1` into `"v":7`: a version this build does not read is a clean error too.
+    parsed = holds(lambda: parse_log(path), path, errors=(InputError, UnsupportedVersion))
     if parsed is not None:
         _check_parsed_run(parsed)
 
@@ -225,7 +226,7 @@ def test_forcing_any_format_on_any_log_parses_or_names_the_file(tmp_path_factory
 
     path = tmp_path_factory.mktemp("forced") / Path(seed).name
     path.write_bytes(mutate(LOG_SEEDS[seed], ops))
-    parsed = holds(lambda: parse_log(path, fmt), path)
+    parsed = holds(lambda: parse_log(path, fmt), path, errors=(InputError, UnsupportedVersion))
     if parsed is not None:
         _check_parsed_run(parsed)
 

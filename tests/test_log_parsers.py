@@ -362,3 +362,16 @@ def test_malformed_mllog_record_names_the_line(tmp_path):
     with pytest.raises(InputError) as err:
         mllog.parse(read_log(path))
     assert err.value.line == 3
+
+
+def test_a_receipt_record_without_its_version_is_an_input_error_and_an_unknown_version_is_named(tmp_path):
+    from receipts.errors import InputError, UnsupportedVersion
+    from receipts.pipeline import parse_log
+
+    log = tmp_path / "run.log"
+    log.write_text('RECEIPT {"kind": "step", "step": 1, "rank": 0, "step_ms": 10.0}\n')
+    with pytest.raises(InputError, match=r"run.log:1: RECEIPT record has no 'v'"):
+        parse_log(log)
+    log.write_text('RECEIPT {"v": 7, "kind": "step", "step": 1, "rank": 0, "step_ms": 10.0}\n')
+    with pytest.raises(UnsupportedVersion, match=r"run.log:1.*'7'"):
+        parse_log(log)
