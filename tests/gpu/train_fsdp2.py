@@ -66,6 +66,10 @@ def main() -> None:
     # size S x S inside every step, a known amount of extra GPU work with nothing else changed.
     ap.add_argument("--extra-matmuls", type=int, default=0)
     ap.add_argument("--extra-matmul-size", type=int, default=4096)
+    # A planted straggler (tests/gpu/device_run_r20.sh, issue 14): K extra matmuls at the START of each
+    # step on one rank only, so that rank reaches the step's first all-gather late and the others wait.
+    ap.add_argument("--straggler-rank", type=int, default=-1)
+    ap.add_argument("--straggler-matmuls", type=int, default=0)
     args = ap.parse_args()
 
     dist.init_process_group("nccl")
@@ -87,7 +91,7 @@ def main() -> None:
     data = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device="cuda", generator=gen)
 
     extra = None
-    if args.extra_matmuls:
+    if args.extra_matmuls or (args.straggler_matmuls and rank == args.straggler_rank):
         extra = torch.randn(args.extra_matmul_size, args.extra_matmul_size, device="cuda", dtype=torch.bfloat16)
 
     prof = None
@@ -102,6 +106,9 @@ def main() -> None:
 
     def train_step(n: int) -> None:
         with rec.step(n) as s:
+            if rank == args.straggler_rank:
+                for _ in range(args.straggler_matmuls):
+                    torch.mm(extra, extra)
             logits = model(data[:, :-1], rec)
             loss = loss_fn(logits.float().view(-1, args.vocab), data[:, 1:].reshape(-1))
             loss.backward()
