@@ -47,6 +47,9 @@ def _loads(log: LogText, line_no: int, payload: str) -> dict:
     except json.JSONDecodeError as exc:
         raise InputError(log.path, f"malformed RECEIPT line: {exc.msg} at column {exc.colno + 8}; "
                                    "expected `RECEIPT ` followed by one JSON object", line=line_no) from exc
+    except ValueError as exc:  # an integer of more than 4,300 digits (Python's int-from-string limit)
+        raise InputError(log.path, f"malformed RECEIPT line: {exc}; expected `RECEIPT ` followed by one JSON "
+                                   "object", line=line_no) from exc
     if not isinstance(obj, dict) or obj.get("kind") not in _KINDS:
         raise InputError(log.path, f"RECEIPT record needs a 'kind' of {', '.join(_KINDS)}", line=line_no)
     if "v" not in obj:
@@ -75,7 +78,7 @@ def parse(log: LogText) -> ParsedRun:
         try:
             json.loads(records["payload"][-1])
             last_line_parsed = True
-        except json.JSONDecodeError:
+        except ValueError:  # JSONDecodeError, or an integer past Python's 4,300-digit limit
             records = records.head(records.height - 1)  # a killed writer's half line is evidence of the kill
     if records.height == 0:
         raise InputError(log.path, "no RECEIPT lines found; expected `RECEIPT {json}` records")
