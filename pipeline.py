@@ -18,7 +18,7 @@ from typing import Iterator
 
 import polars as pl
 
-from receipts.analysis.window import choose_window
+from receipts.analysis.window import choose_window, cut_short_tail, in_window
 from receipts.errors import InputError
 from receipts.ingest import sniff, sysinfo
 from receipts.ingest.sanity import checked_anatomy, checked_run
@@ -26,8 +26,8 @@ from receipts.ingest.textlog import read_log
 from receipts.lifecycle import MachineSeen, check_attachment, machine_of_facts, write_current
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
-from receipts.schema.model import (FACT_SECTIONS, Anatomy, IdentityClaim, ParsedRun, Receipt, SourceFile, sha256_file,
-                                   steps_frame)
+from receipts.schema.model import (FACT_SECTIONS, Anatomy, IdentityClaim, ParsedRun, Receipt, SourceFile, StepWindow,
+                                   sha256_file, steps_frame)
 from receipts.schema import toml_file
 from receipts.schema.registry import Registry
 from receipts.schema.secrets import EnvRules
@@ -74,7 +74,7 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
                   run_name: str, tags: tuple[str, ...] = ()) -> Receipt:
     """Evidence in the file, then receipt.toml, then explicit flags: later sources win field by field."""
     identity = resolve_identity(parsed.claim.merged(claim), registry)
-    window = choose_window(parsed.steps, parsed.phases)
+    window = choose_window(parsed.steps, parsed.phases, tail=parsed.tail_step)
     return Receipt(
         id=source.sha256[:16],
         content_sha256=source.sha256,
@@ -153,16 +153,18 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
 
 
 def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
-    """A profiler export ingested on its own: its step markers become the step series."""
+    """A profiler export ingested on its own: its step markers become the step series, and its window is
+    chosen by the same rule as a log's (choose_window), with a last step cut short by the capture's end
+    (cut_short_tail: next to no GPU work) left out."""
     steps = anatomy.steps.filter(pl.col("step").is_not_null())
     frame = steps_frame(steps.select("step", "rank", pl.col("wall_ms").alias("step_ms")))
-    phases = tuple(("warmup", s, s) for s in steps.filter(pl.col("warmup"))["step"].unique().to_list())
+    busy = {int(s): float(ms) for s, ms in steps.group_by("step").agg(pl.col("gpu_ms").max()).iter_rows()
+            if ms is not None}
     return ParsedRun(
         source_format=anatomy.source_format,
         format_version=anatomy.schema_version,
         steps=frame,
         claim=anatomy.claim,
-        phases=phases,
         env=anatomy.env,
         software=anatomy.software,
         gpu_model=anatomy.gpu_model,
@@ -170,6 +172,7 @@ def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
         world_size=anatomy.world_size,
         warnings=anatomy.warnings,
         memory=(),
+        tail_step=cut_short_tail(frame, busy),
     )
 
 
@@ -371,6 +374,7 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
         seen = MachineSeen(anatomy.gpu_model, anatomy.gpu_count if anatomy.source_format == "nsys" else None,
                            anatomy.gpu_count if anatomy.source_format != "nsys" else None)
         forced = check_attachment(store, receipt_id, path, seen, force=force)
+        anatomy = replace(anatomy, steps=in_window(anatomy.steps, _stored_window(store, receipt_id)))
         created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
         return IngestOutcome(str(path), receipt_id, attach, created, "anatomy",
                              warnings=anatomy.warnings + _forced_note(forced))
@@ -379,8 +383,16 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
     name = run_name or side.get("run_name") or path.name.split(".")[0]
     receipt = build_receipt(parsed, source=source, claim=side_claim.merged(identity), registry=registry,
                             run_name=name, tags=tuple(tags))
+    anatomy = replace(anatomy, steps=in_window(anatomy.steps, receipt.window))
     return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
                           named=bool(run_name or side.get("run_name")), anatomies=((anatomy, source),))
+
+
+def _stored_window(store: Store, receipt_id: str) -> StepWindow:
+    """The steady window a stored receipt was given, so an export attached to it shares it."""
+    row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
+    return StepWindow(row["window_first_step"], row["window_last_step"], row["warmup_steps"] or 0,
+                      row["warmup_last_step"], row["window_rule"] or "", 0)
 
 
 def _forced_note(forced: str | None) -> tuple[str, ...]:

@@ -40,7 +40,9 @@ def warmup_steps_from_phases(phases: tuple[tuple[str, int | None, int | None], .
     return last
 
 
-def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int | None], ...]) -> StepWindow:
+def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int | None], ...], *,
+                  tail: int | None = None) -> StepWindow:
+    """`tail`: a last step known to be cut short (cut_short_tail), left out of the steady window."""
     times = _step_times(steps)
     if times.height == 0:
         return StepWindow(None, None, 0, None, "no step times", 0)
@@ -60,7 +62,9 @@ def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int 
             limit = SLOW_FACTOR * float(pl.Series(ms[half:]).median())
             settled = next((i for i in range(1, half + 1) if all(v <= limit for v in ms[i:i + SETTLE_RUN])), half)
             warmup_last = step_list[settled - 1]
-    steady = [s for s in step_list if warmup_last is None or s > warmup_last]
+    if tail is not None and tail in step_list:
+        rule += "+cut-short-tail"
+    steady = [s for s in step_list if (warmup_last is None or s > warmup_last) and s != tail]
     n_warm = len(step_list) - len(steady)
     return StepWindow(
         first_step=steady[0] if steady else None,
@@ -73,6 +77,39 @@ def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int 
 
 
 def mark_warmup(steps: pl.DataFrame, window: StepWindow) -> pl.DataFrame:
+    """`warmup` = not steady: before the window (warm-up) or after it (a cut-short tail)."""
+    if window.first_step is not None and window.last_step is not None:
+        return steps.with_columns(~pl.col("step").is_between(window.first_step, window.last_step).alias("warmup"))
     if window.warmup_last_step is None:
         return steps.with_columns(pl.lit(False).alias("warmup"))
     return steps.with_columns((pl.col("step") <= window.warmup_last_step).alias("warmup"))
+
+
+def cut_short_tail(steps: pl.DataFrame, busy_ms: dict[int, float] | None = None) -> int | None:
+    """The last step when it was cut short: a profiler's final step often closes as the capture stops, with
+    no GPU work or a few microseconds of it (a tail, not a steady step). Returns that step or None.
+    `steps` carries step and step_ms; `busy_ms` the GPU busy time per step where a profile knows it."""
+    times = _step_times(steps)
+    if times.height < 3:
+        return None
+    last = int(times["step"][-1])
+    rest = float(times["step_ms"][:-1].median())
+    tail_ms = float(times["step_ms"][-1])
+    no_work = busy_ms is not None and busy_ms.get(last, 0.0) < TAIL_FRACTION * max(
+        (v for k, v in busy_ms.items() if k != last), default=0.0)
+    return last if (tail_ms < TAIL_FRACTION * rest or no_work) else None
+
+
+# A final step shorter than this fraction of the median step (or with that little GPU work) was cut short.
+TAIL_FRACTION = 0.1
+
+
+def in_window(steps: pl.DataFrame, window: StepWindow) -> pl.DataFrame:
+    """A profile's per-step frame with `warmup` set from the receipt's window, so the anatomy's steady state
+    is the receipt's: every step outside [first_step, last_step] counts as not steady. A window without
+    steady steps leaves the profile's own marking."""
+    if window.first_step is None or window.last_step is None:
+        return steps
+    return steps.with_columns(
+        (pl.col("step").is_null().not_() & ~pl.col("step").is_between(window.first_step, window.last_step))
+        .alias("warmup"))

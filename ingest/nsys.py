@@ -19,6 +19,11 @@ Definitions (the receipt says them too, in Anatomy.attribution and .step_marker)
   own attributed work, not inside the NVTX range: CPU-side ranges lead the GPU by the launch
   queue depth, so a marker window would count the queue as idle.
 - warm-up: the first step of each rank is marked warmup (compile / first-step badput).
+- CUDA graphs: with `nsys --cuda-graph-trace=graph` (the default) a replay is ONE row of
+  CUPTI_ACTIVITY_KIND_GRAPH_TRACE and its kernels are not rows of the kernel table: each replay is
+  counted as busy time of category `cuda_graph`, attributed through its cudaGraphLaunch call like any
+  launch. With `--cuda-graph-trace=node` the kernels inside graphs are ordinary kernel rows (graphNodeId
+  set) and categorised by name; graph rows, if an export had both, are then left out (counted once).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 _ACTIVITY_COLS = ("start", "end", "deviceId", "streamId", "correlationId")
 _PID_MASK = 0xFFFFFF  # globalTid = (hw << 48) | (pid << 24) | tid; globalPid has tid = 0
 # CUpti_ActivityMemcpyKind, used when the export has no ENUM_CUDA_MEMCPY_OPER (nsys 2022.x had none).
@@ -113,7 +119,9 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     try:
         # ATTACH takes no bound parameters: the path is a quoted literal.
         con.execute(f"ATTACH '{str(path.resolve()).replace(chr(39), chr(39) * 2)}' AS nsys (TYPE sqlite, READ_ONLY)")
-        _make_views(con, path, schema, kernel_cols, nvtx_table)
+        graph_trace = _make_views(con, path, schema, kernel_cols, nvtx_table)
+        if graph_trace is not None:
+            warnings.append(_graph_note(con, graph_trace))
         ranges = con.sql(load_query("_nsys_ranges")).pl() if nvtx_table else _empty_ranges()
         step_of = _step_numbers(ranges["text"].unique().to_list(), step_pattern, path)
         step_ranges = (ranges.with_columns(pl.col("text").replace_strict(step_of, default=None, return_dtype=pl.Int64)
@@ -366,14 +374,23 @@ def _env_evidence(environ: dict[str, str], rules: EnvRules | None = None) -> tup
 
 # --- large tables (DuckDB over the sqlite file) ---------------------------------------------------
 
-def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None) -> None:
+def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None) -> str | None:
     """Temp views with fixed column names over the export's version-dependent ones. Identifiers
-    come only from the fixed names in this module, checked against PRAGMA table_info."""
+    come only from the fixed names in this module, checked against PRAGMA table_info.
+    Returns how CUDA graphs were traced: 'graph', 'node', or None when the export shows no graph work."""
     parts = [_activity_select(KERNEL, kernel_cols, "kernel")]
     for table, kind in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
         if table in schema:
             parts.append(_activity_select(table, _require(path, schema, table, _ACTIVITY_COLS,
                                                           ("globalPid", "globalTid")), kind))
+    graph_trace = None
+    if "graphNodeId" in kernel_cols and con.execute(
+            f'SELECT 1 FROM nsys."{KERNEL}" WHERE graphNodeId IS NOT NULL LIMIT 1').fetchone():
+        graph_trace = "node"
+    elif GRAPH in schema:
+        parts.append(_activity_select(GRAPH, _require(path, schema, GRAPH, _ACTIVITY_COLS,
+                                                      ("globalPid", "globalTid")), "graph"))
+        graph_trace = "graph"
     con.execute("CREATE TEMP VIEW _gpu AS " + " UNION ALL ".join(parts))
     if RUNTIME in schema:
         _require(path, schema, RUNTIME, ("start", "correlationId", "globalTid"))
@@ -394,6 +411,19 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
         con.execute(f"CREATE TEMP VIEW _nvtx AS SELECT n.globalTid - (n.globalTid & {_PID_MASK}) AS pid_key, "
                     f'n.eventType AS event_type, n.start AS start_ns, n."end" AS end_ns, {domain} AS domain_id, '
                     f'{text} AS text FROM nsys."{nvtx_table}" AS n {join}')
+    return graph_trace
+
+
+def _graph_note(con, graph_trace: str) -> str:
+    """What the anatomy can and cannot say about CUDA-graph work, by trace mode."""
+    if graph_trace == "node":
+        (n,) = con.execute(f'SELECT count(*) FROM nsys."{KERNEL}" WHERE graphNodeId IS NOT NULL').fetchone()
+        return (f"CUDA graphs traced per node (--cuda-graph-trace=node): {n} kernels ran inside graph replays and are "
+                "categorised by name like any kernel")
+    n, total_ms = con.execute(f'SELECT count(*), coalesce(sum("end" - start), 0) / 1e6 FROM nsys."{GRAPH}"').fetchone()
+    return (f"CUDA graphs traced per graph (--cuda-graph-trace=graph, nsys's default): {n} replays ({total_ms:.1f} ms) "
+            "are busy time of category cuda_graph; the kernels inside them are not in the export, so GEMM / attention "
+            "/ communication detail inside graphs needs re-profiling with --cuda-graph-trace=node")
 
 
 def _activity_select(table: str, cols: list[str], kind: str) -> str:

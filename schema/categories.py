@@ -15,6 +15,9 @@ from receipts.schema.toml_file import read_toml
 KERNEL_CATEGORIES = (
     "gemm", "attention", "moe",
     "nccl_all_gather", "nccl_reduce_scatter", "nccl_all_reduce", "nccl_all_to_all", "nccl_send_recv",
+    # A CUDA-graph replay traced as one activity (nsys --cuda-graph-trace=graph): busy time whose
+    # kernels are not visible, so it cannot be split into the categories above.
+    "cuda_graph",
     "other",
 )
 MEMORY_CATEGORIES = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p", "memset")

@@ -172,6 +172,7 @@ class ParsedRun:
     ended_early: str | None = None   # why the log looks cut short, naming the line
     warnings: tuple[str, ...] = ()
     started_at: str | None = None    # ISO-8601 when the log says
+    tail_step: int | None = None     # a last step cut short (a profiler's or run_stop's), never steady state
 
 
 @dataclass(frozen=True)

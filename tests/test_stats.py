@@ -136,3 +136,20 @@ def test_ratio_interval_covers_the_true_ratio_with_between_run_variance(between,
         v = decide(base, [one(50.0 * true_ratio)], floor)
         covered += v.ci_low <= true_ratio <= v.ci_high
     assert covered / trials >= 0.9, covered / trials
+
+
+def test_a_last_profiler_step_cut_short_is_not_steady():
+    """A capture that stops mid-step leaves a final 'step' of a few microseconds (or with no GPU work): it
+    is not a steady step, and the window's rule says it was left out."""
+    from receipts.analysis.window import cut_short_tail
+
+    steps = steps_frame({"step": list(range(1, 9)), "step_ms": [900.0, 110.0, 110.5, 110.4, 110.6, 110.5, 110.4, 0.004]})
+    tail = cut_short_tail(steps)
+    assert tail == 8
+    window = choose_window(steps, (), tail=tail)
+    assert window.last_step == 7 and window.rule.endswith("+cut-short-tail")
+    # a full last step, or one whose GPU was as busy as the others, is kept
+    full = steps_frame({"step": list(range(1, 9)), "step_ms": [900.0] + [110.0] * 7})
+    assert cut_short_tail(full) is None
+    assert cut_short_tail(full, {s: 100.0 for s in range(1, 9)}) is None
+    assert cut_short_tail(full, {**{s: 100.0 for s in range(1, 8)}, 8: 0.0}) == 8
