@@ -50,6 +50,7 @@ class RunSummary:
     ended_early: str | None
     interval: RunInterval | None = None         # steady-state median step time, moving-block bootstrap
     tokens_interval: RunInterval | None = None  # the same for tokens/s
+    series_unit: str = "step"                   # what one point of the series is (MLPerf: epoch / block)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def _summary(r: StoredReceipt, *, intervals: bool = False) -> RunSummary:
                       r.window_first_step, r.window_last_step, r.warmup_steps, r.window_rule,
                       r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early,
                       median_interval(r.steady_step_ms) if intervals else None,
-                      median_interval(r.steady_tokens_per_s) if intervals else None)
+                      median_interval(r.steady_tokens_per_s) if intervals else None,
+                      r.provenance.get("step_unit") or "step")
 
 
 def identity_differences(a: StoredReceipt, b: StoredReceipt) -> tuple[Difference, ...]:

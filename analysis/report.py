@@ -12,6 +12,15 @@ if TYPE_CHECKING:
     from receipts.store import Store
 
 
+def series_headline(provenance: dict[str, Any]) -> dict[str, Any]:
+    """What one point of the receipt's series is (`step`, `epoch`, `block`, `segment`: MLPerf logs have no
+    per-iteration record unless NeMo's tracked_stats give one) and, for an MLPerf result, its headline: the
+    time to train, run_start -> run_stop, in seconds (None otherwise)."""
+    ttt_ms = provenance.get("time_to_train_ms")
+    return {"series_unit": provenance.get("step_unit") or "step",
+            "time_to_train_s": ttt_ms / 1000.0 if isinstance(ttt_ms, (int, float)) else None}
+
+
 def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
     r = load(store, receipt_id)
     # The same summary compare prints (analysis.stats.summarize over the steady steps): one statistics path,
@@ -37,6 +46,7 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         "tags": list(r.tags),
         "superseded_by": row["superseded_by"],
         "identity_history": [_history_entry(h) for h in history],
+        **series_headline(r.provenance),
         "machine": {"machine_class": r.machine_class, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count,
                     "world_size": r.world_size},
         "steady_state": {

@@ -55,7 +55,7 @@ def _render(c) -> None:
         st = s.step_ms
         if st:
             console.print(escape(f"  {label} {s.run_name}: median {fmt_ms(st.median)} (p10 {fmt_ms(st.p10)}, "
-                                 f"p90 {fmt_ms(st.p90)}, CV {st.cv:.1%}, n={st.n}) steps {s.first_step}..{s.last_step}, "
+                                 f"p90 {fmt_ms(st.p90)}, CV {st.cv:.1%}, n={st.n}) {s.series_unit}s {s.first_step}..{s.last_step}, "
                                  f"{s.warmup_steps} warm-up excluded [{s.window_rule}]; "
                                  f"peak alloc {fmt_bytes(s.peak_allocated_bytes)}, "
                                  f"reserved {fmt_bytes(s.peak_reserved_bytes)}"))
@@ -86,7 +86,7 @@ def _render_verdict(c) -> None:
     if d is None:
         console.print(f"  verdict: [{_VERDICT_STYLE['inconclusive']}]inconclusive[/]: {escape(c.reason)}")
         return
-    console.print(f"  B/A median step time {d.ratio:.4f} [{d.ci_low:.4f}, {d.ci_high:.4f}] "
+    console.print(f"  B/A median {c.a.series_unit} time {d.ratio:.4f} [{d.ci_low:.4f}, {d.ci_high:.4f}] "
                   f"({d.confidence:.0%}, run-to-run noise included)")
     console.print(f"  verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]: {escape(d.why)}")
     console.print(f"  ({escape(d.method)})")

@@ -9,9 +9,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from receipts.analysis.report import receipt_report
+from receipts.analysis.report import receipt_report, series_headline
 from receipts.cli.context import console, handle_errors, print_json, settings
-from receipts.cli.render import fmt_bytes, fmt_ms
+from receipts.cli.render import fmt_bytes, fmt_duration, fmt_ms
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +33,7 @@ def list_receipts(
     """
     with settings(ctx).read_store() as store:
         frame = store.query("list_receipts", {"all": show_all})
-    rows = frame.to_dicts()
+    rows = [{**r, **series_headline(json.loads(r["provenance_json"] or "{}"))} for r in frame.to_dicts()]
     if lane:
         rows = [r for r in rows if any(lane in (r[k] or "") for k in ("host_lineage", "preset_family", "launch_regime"))]
     if as_json:
@@ -43,6 +43,7 @@ def list_receipts(
                          "launch_regime": r["launch_regime"], "complete": r["identity_complete"]},
             "machine_class": r["machine_class"], "source_format": r["source_format"], "tags": json.loads(r["tags_json"]),
             "n_steady_steps": r["n_steady_steps"], "median_step_ms": r["median_step_ms"],
+            "series_unit": r["series_unit"], "time_to_train_s": r["time_to_train_s"],
             "peak_allocated_bytes": r["peak_allocated_bytes"], "peak_reserved_bytes": r["peak_reserved_bytes"],
             "ended_early": r["ended_early"], "ingested_at": r["ingested_at"], "superseded_by": r["superseded_by"],
         } for r in rows])
@@ -51,15 +52,18 @@ def list_receipts(
     title = f"{len(rows)} receipts" + (f" ({n_superseded} superseded, marked in the last column)" if show_all
                                        else " (current; --all adds superseded ones)")
     table = Table(title=title, show_lines=False)
-    for col in ("id", "run", "host lineage", "preset family", "regime", "machine", "steady n", "median step", "peak alloc"):
+    for col in ("id", "run", "host lineage", "preset family", "regime", "machine", "steady n", "median step",
+                "time to train", "peak alloc"):
         table.add_column(col)
     if show_all:
         table.add_column("superseded by")
     for r in rows:
         rumor = "" if r["identity_complete"] else " [yellow](rumor)[/]"
         table.add_row(r["id"][:12], escape(r["run_name"]) + rumor, *(escape(r[k] or "-") for k in
-                      ("host_lineage", "preset_family", "launch_regime", "machine_class")), str(r["n_steady_steps"]),
-                      fmt_ms(r["median_step_ms"]), fmt_bytes(r["peak_allocated_bytes"]),
+                      ("host_lineage", "preset_family", "launch_regime", "machine_class")),
+                      f"{r['n_steady_steps']} {r['series_unit']}s" if r["series_unit"] != "step" else str(r["n_steady_steps"]),
+                      fmt_ms(r["median_step_ms"]) + (f"/{r['series_unit']}" if r["series_unit"] != "step" else ""),
+                      fmt_duration(r["time_to_train_s"]), fmt_bytes(r["peak_allocated_bytes"]),
                       *([(r["superseded_by"] or "-")[:12]] if show_all else []))
     console.print(table)
 

@@ -14,6 +14,12 @@ def fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f} ms"
 
 
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds / 60:,.2f} min" if seconds >= 120 else f"{seconds:,.1f} s"
+
+
 def fmt_bytes(value: int | None) -> str:
     if value is None:
         return "-"
@@ -48,11 +54,15 @@ def render_report(r: dict[str, Any]) -> None:
     m = r["machine"]
     console.print(escape(f"machine: {m['machine_class'] or '-'}  world size {m['world_size'] or '-'}  "
                          f"host {ident['hostname'] or '-'}"))
+    if r.get("time_to_train_s") is not None:
+        console.print(f"[bold]time to train: {fmt_duration(r['time_to_train_s'])}[/] (MLPerf run_start -> run_stop; "
+                      f"the series below is per {r['series_unit']})")
     s = r["steady_state"]
-    console.print(escape(f"window: steps {s['first_step']}..{s['last_step']} steady ({s['n_steps']} steps), "
+    unit = r.get("series_unit") or "step"
+    console.print(escape(f"window: {unit}s {s['first_step']}..{s['last_step']} steady ({s['n_steps']} {unit}s), "
                          f"{s['warmup_steps']} warm-up step(s) excluded, rule {s['window_rule']}"))
     cv = "-" if s["cv"] is None else f"{s['cv']:.1%}"
-    console.print(f"step time: median {fmt_ms(s['median_step_ms'])}  p10 {fmt_ms(s['p10_step_ms'])}  "
+    console.print(f"{unit} time: median {fmt_ms(s['median_step_ms'])}  p10 {fmt_ms(s['p10_step_ms'])}  "
                   f"p90 {fmt_ms(s['p90_step_ms'])}  CV {cv}")
     if s["median_tokens_per_s"]:
         console.print(f"throughput: median {s['median_tokens_per_s']:,.0f} tokens/s")

@@ -5,15 +5,25 @@ Each record has key, value, time_ms (epoch ms), event_type and metadata. What a 
             1xE9680x8H100-SXM-80GB); NVIDIA's launch script also prints `Run vars: ... gpus N`
   recipe    scalar POINT_IN_TIME hyperparameters (global_batch_size, opt_*, ...) become features
   outcome   run_start / run_stop (metadata.status: success | aborted), time to train
-  steps     MLPerf has no per-iteration record, so the series is, finest first:
-              epoch   epoch_start/epoch_stop pairs by metadata.epoch_num (ResNet): step = epoch,
+  steps     the finest series the log has, and its unit (provenance step_unit; show prints it):
+              step    tracked_stats records carrying `train_step_time` (seconds; NeMo-based results such as
+                      llama31_8b / llama31_405b): step = metadata.step, step_ms = that time
+              epoch   epoch_start/epoch_stop pairs by metadata.epoch_num (ResNet, RetinaNet): step = epoch,
                       step_ms = the epoch's time (evaluation is outside it)
-              block   block_start/block_stop pairs by metadata.first_epoch_num: step = first epoch of
-                      the block, step_ms = the block's time (includes its evaluation)
+              block   block_start/block_stop pairs in log order, each stop closing the latest open start
+                      (keyed by samples_count or first_epoch_num, whose values differ between a block's start
+                      and stop in some benchmarks): step = the block's ordinal, step_ms = its time
               segment tracked_stats records (BERT): step = metadata.epoch_num as the benchmark numbers
                       its progress (samples for BERT), step_ms = time since the previous boundary
                       (run/block/epoch start, eval_stop or tracked_stats), so evaluation is outside it
+            an epoch or block that run_stop cut short (its stop logged after run_stop) is a tail, never steady
+            state (ParsedRun.tail_step); a single block covering the whole run is no series at all: time to
+            train (run_start -> run_stop) is an MLPerf receipt's headline.
             tracked_stats throughput is samples/s, not tokens/s, so tokens_per_s stays empty.
+  results   train_loss, eval_accuracy and any key logged more than once with different values are
+            measurements, not recipe features (they never count as recipe drift).
+  machine   `:::SYSJSON {json}` (the system description the submission embeds): accelerator model and
+            accelerators per node x nodes, preferred over the submission_platform name.
 Records repeated by several ranks are kept once (first occurrence).
 """
 
@@ -35,10 +45,13 @@ _DETECT = re.compile(r":::MLLOG \{")
 _PATHS = {
     "key": "$.key", "time_ms": "$.time_ms", "event_type": "$.event_type", "value": "$.value",
     "epoch_num": "$.metadata.epoch_num", "first_epoch_num": "$.metadata.first_epoch_num",
-    "status": "$.metadata.status",
+    "status": "$.metadata.status", "samples_count": "$.metadata.samples_count", "meta_step": "$.metadata.step",
+    "train_step_time": "$.value.train_step_time",
 }
 _NOT_FEATURES = {"cache_clear", "seed", "data_file", "weights_initialization", "eval_accuracy", "tracked_stats",
-                 "train_samples", "eval_samples", "init_start", "init_stop", "run_start", "run_stop"}
+                 "train_samples", "eval_samples", "init_start", "init_stop", "run_start", "run_stop",
+                 "train_loss", "eval_loss", "eval_error", "status"}
+SYSJSON = re.compile(r":::SYSJSON (\{.*)$")
 _BOUNDARIES = ("run_start", "block_start", "epoch_start", "eval_stop", "tracked_stats")
 
 
@@ -73,7 +86,11 @@ def parse(log: LogText) -> ParsedRun:
                                    "'time_ms' (epoch milliseconds, a number)", line=line)
     first = {k: v for k, v in events.group_by("key", maintain_order=True).first()
              .select("key", "value").iter_rows()}
-    steps, unit = _step_series(events)
+    steps, unit, tail = _step_series(events)
+    warnings: list[str] = []
+    if unit in ("epoch", "block") and steps.height == 1:
+        warnings.append(f"one {unit} covers the whole run: no steady-state series; time to train is the headline")
+        steps = steps.clear()
 
     run_start = events.filter(pl.col("key") == "run_start").head(1)
     run_stop = events.filter(pl.col("key") == "run_stop").head(1)
@@ -92,6 +109,12 @@ def parse(log: LogText) -> ParsedRun:
         if run_start.height:
             provenance["time_to_train_ms"] = run_stop["time_ms"][0] - run_start["time_ms"][0]
     nodes, per_node, model = _platform(first.get("submission_platform"), log)
+    system = _sysjson(log)
+    if system:
+        provenance["mlperf_system"] = system.get("system_name")
+        model = system.get("accelerator_model_name") or model
+        per_node = _int(system.get("accelerators_per_node")) or per_node
+        nodes = _int(system.get("number_of_nodes")) or nodes
     return ParsedRun(
         source_format=FORMAT,
         format_version=None,
@@ -103,7 +126,25 @@ def parse(log: LogText) -> ParsedRun:
         topology={"nodes": nodes, "gpus_per_node": per_node} if nodes else {},
         ended_early=ended_early,
         started_at=_iso(run_start["time_ms"][0]) if run_start.height else None,
+        tail_step=tail,
+        warnings=tuple(warnings),
     )
+
+
+def _int(text) -> int | None:
+    return int(text) if isinstance(text, (str, int)) and re.fullmatch(r"[0-9]{1,6}", str(text)) else None
+
+
+def _sysjson(log: LogText) -> dict:
+    """The first `:::SYSJSON {...}` object (NVIDIA's scripts echo it, sometimes with trailing text)."""
+    hit = log.frame().filter(pl.col("text").str.contains(":::SYSJSON {", literal=True)).head(1)
+    if hit.height == 0 or not (m := SYSJSON.search(hit["text"][0])):
+        return {}
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(m.group(1))
+    except ValueError:
+        return {}
+    return {k: v for k, v in obj.items() if isinstance(v, str)} if isinstance(obj, dict) else {}
 
 
 def _iso(time_ms: int) -> str | None:
@@ -116,7 +157,7 @@ def _iso(time_ms: int) -> str | None:
 def _loads(payload: str):
     try:
         return json.loads(payload)
-    except json.JSONDecodeError:
+    except ValueError:  # JSONDecodeError, or an integer past Python's 4,300-digit limit
         return None
 
 
@@ -128,13 +169,46 @@ def _pairs(events: pl.DataFrame, start: str, stop: str, by: str) -> pl.DataFrame
                     "line").sort("step"))
 
 
-def _step_series(events: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+def _blocks(events: pl.DataFrame) -> pl.DataFrame:
+    """block_start/block_stop in log order, each stop closing the latest open start (their keys need not
+    match: llama2_70b_lora starts a block at samples_count 0 and stops it at 1536). Repeats of one record
+    by several ranks (same key and time) are kept once."""
+    marks = (events.filter(pl.col("key").is_in(["block_start", "block_stop"]))
+             .unique(["key", "time_ms", "samples_count", "first_epoch_num"], keep="first", maintain_order=True))
+    open_at: list[int] = []
+    rows: list[tuple[int, float, int]] = []
+    for key, t, line in marks.select("key", "time_ms", "line").iter_rows():
+        if key == "block_start":
+            open_at.append(t)
+        elif open_at:
+            rows.append((len(rows), float(t - open_at.pop()), line))
+    return pl.DataFrame(rows, schema={"step": pl.Int64, "step_ms": pl.Float64, "line": pl.Int64}, orient="row")
+
+
+def _tail(series: pl.DataFrame, events: pl.DataFrame) -> int | None:
+    """The last epoch/block when run_stop cut it short: its stop is logged after run_stop."""
+    stop_line = events.filter(pl.col("key") == "run_stop")["line"].min()
+    if stop_line is None or series.height < 2:
+        return None
+    last = series.sort("line").row(-1, named=True)
+    return int(last["step"]) if last["line"] > stop_line else None
+
+
+def _step_series(events: pl.DataFrame) -> tuple[pl.DataFrame, str, int | None]:
+    per_step = (events.filter((pl.col("key") == "tracked_stats") & pl.col("train_step_time").is_not_null())
+                .with_columns(pl.col("train_step_time").cast(pl.Float64, strict=False),
+                              pl.col("meta_step").cast(pl.Float64, strict=False).cast(pl.Int64, strict=False))
+                .filter(pl.col("train_step_time").is_not_null() & pl.col("meta_step").is_not_null())
+                .unique("meta_step", keep="first", maintain_order=True)
+                .select(pl.col("meta_step").alias("step"), (pl.col("train_step_time") * 1000.0).alias("step_ms"), "line"))
+    if per_step.height >= 2:
+        return per_step, "step", None
     epochs = _pairs(events, "epoch_start", "epoch_stop", "epoch_num")
     if epochs.height >= 2:
-        return epochs, "epoch"
-    blocks = _pairs(events, "block_start", "block_stop", "first_epoch_num")
+        return epochs, "epoch", _tail(epochs, events)
+    blocks = _blocks(events)
     if blocks.height >= 2:
-        return blocks, "block"
+        return blocks, "block", _tail(blocks, events)
     stop_line = events.filter(pl.col("key") == "run_stop")["line"].min()
     timeline = events.filter(pl.col("key").is_in(_BOUNDARIES))
     if stop_line is not None:
@@ -147,14 +221,16 @@ def _step_series(events: pl.DataFrame) -> tuple[pl.DataFrame, str]:
                 .alias("step_ms"), "line")
     )
     if segments.height:
-        return segments, "segment"
-    return (epochs if epochs.height else blocks), ("epoch" if epochs.height else "block")
+        return segments, "segment", None
+    return (epochs, "epoch", None) if epochs.height else (blocks, "block", None)
 
 
 def _features(events: pl.DataFrame) -> dict:
-    points = (events.filter((pl.col("event_type") == "POINT_IN_TIME") & ~pl.col("key").is_in(_NOT_FEATURES)
-                            & ~pl.col("key").str.starts_with("submission_"))
-              .unique("key", keep="first", maintain_order=True))
+    points = events.filter((pl.col("event_type") == "POINT_IN_TIME") & ~pl.col("key").is_in(_NOT_FEATURES)
+                           & ~pl.col("key").str.starts_with("submission_"))
+    # A key logged with more than one value is a measurement over the run, not a setting of the recipe.
+    varying = points.group_by("key").agg(pl.col("value").n_unique().alias("n")).filter(pl.col("n") > 1)["key"].to_list()
+    points = points.filter(~pl.col("key").is_in(varying)).unique("key", keep="first", maintain_order=True)
     features = {}
     for key, raw in points.select("key", "value").iter_rows():
         value = _loads(raw) if raw is not None else None

@@ -84,7 +84,7 @@ def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
     if not forced_child and not wrapped.wants_child_steps(parsed):
         return parsed
     child_log = wrapped.child_lines(log)
-    child_format = forced_child or _detect_among(child_log.head(2000), names=LOG_FORMATS[1:])
+    child_format = forced_child or detect_among_lines(child_log, names=LOG_FORMATS[1:])
     if child_format is None:
         return parsed  # the launcher's provenance alone: a receipt of what ran where, without steps
     try:
@@ -109,13 +109,27 @@ def _detect_among(head: list[str], *, names: tuple[str, ...]) -> str | None:
     return None
 
 
+SNIFF_CHUNK = 2000
+
+
+def detect_among_lines(log: LogText, *, names: tuple[str, ...]) -> str | None:
+    """The first format whose lines appear anywhere in the log, looked for chunk by chunk from the top:
+    the head decides almost every log at once, and a long preamble (modded-nanogpt prints its whole
+    source before step 0) costs one linear pass, never more, and stops at the first chunk that decides."""
+    for start in range(0, max(log.n_lines, 1), SNIFF_CHUNK):
+        found = _detect_among(log.lines.slice(start, SNIFF_CHUNK).to_list(), names=names)
+        if found is not None:
+            return found
+    return None
+
+
 def detect_log_format(log: LogText) -> str:
-    found = _detect_among(log.head(2000), names=LOG_FORMATS)
+    found = detect_among_lines(log, names=LOG_FORMATS)
     if found is not None:
         return found
     raise InputError(
         log.path,
-        "unknown log format: no line in the first 2000 looks like a RECEIPT record, a Megatron "
+        "unknown log format: no line looks like a RECEIPT record, a Megatron "
         "'iteration N/M' line, a nanochat 'step N/M | ... | dt:' line, a torchtitan 'step: N loss:' line, "
         "a modded-nanogpt 'step:N/M ... train_time:' line or a ':::MLLOG' record (use --format to force one)",
     )

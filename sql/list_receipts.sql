@@ -5,7 +5,8 @@
 -- Columns: id, run_name, host_lineage, preset_family, launch_regime, identity_complete (bool),
 --          raw_host_lineage, raw_preset, raw_regime, machine_class, source_format, tags_json,
 --          n_steady_steps, median_step_ms (ms), peak_allocated_bytes, peak_reserved_bytes (bytes),
---          ended_early, started_at, ingested_at, superseded_by (id of the receipt that replaced it; null = current).
+--          ended_early, started_at, ingested_at, superseded_by (id of the receipt that replaced it; null = current),
+--          provenance_json (text: MLPerf's step_unit and time_to_train_ms, read by analysis.report.series_headline).
 WITH t AS (
     SELECT receipt_id, step, max(step_ms) AS step_ms
     FROM receipt_steps WHERE NOT warmup AND step_ms IS NOT NULL
@@ -16,7 +17,8 @@ WITH t AS (
 SELECT r.id, r.run_name, r.host_lineage, r.preset_family, r.launch_regime, r.identity_complete,
        r.raw_host_lineage, r.raw_preset, r.raw_regime, r.machine_class, r.source_format, r.tags_json,
        coalesce(s.n_steady_steps, 0) AS n_steady_steps, s.median_step_ms,
-       r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early, r.started_at, r.ingested_at, r.superseded_by
+       r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early, r.started_at, r.ingested_at, r.superseded_by,
+       r.provenance_json
 FROM receipts r LEFT JOIN s ON s.receipt_id = r.id
 WHERE $all OR r.superseded_by IS NULL
 ORDER BY r.ingested_at DESC, r.id

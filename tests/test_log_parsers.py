@@ -375,3 +375,20 @@ def test_a_receipt_record_without_its_version_is_an_input_error_and_an_unknown_v
     log.write_text('RECEIPT {"v": 7, "kind": "step", "step": 1, "rank": 0, "step_ms": 10.0}\n')
     with pytest.raises(UnsupportedVersion, match=r"run.log:1.*'7'"):
         parse_log(log)
+
+
+def test_a_code_dump_longer_than_the_sniff_head_is_still_read(tmp_path):
+    """modded-nanogpt prints its whole source before step 0; a longer script (the real dump, tripled: 3,531
+    lines of code) must not make the log an 'unknown format' (issue 13: sniffing read the first 2,000 lines)."""
+    from receipts.ingest.textlog import read_log
+    from receipts.ingest import sniff
+    from receipts.pipeline import parse_log
+
+    lines = log_path(YARN).read_text().splitlines(keepends=True)
+    first_step = next(i for i, line in enumerate(lines) if line.startswith("step:0/"))
+    long_dump = tmp_path / "yarn_long_dump.txt"
+    long_dump.write_text("".join(lines[:first_step] * 3 + lines[first_step:]))
+    log = read_log(long_dump)
+    assert 3 * first_step > sniff.SNIFF_CHUNK
+    assert sniff.detect_log_format(log) == "modded_nanogpt"
+    assert parse_log(long_dump).steps.height == STEP_COUNT[YARN]
