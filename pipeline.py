@@ -170,6 +170,8 @@ def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
         gpu_model=anatomy.gpu_model,
         gpu_count=anatomy.gpu_count,
         world_size=anatomy.world_size,
+        ranks_traced=anatomy.ranks_traced,
+        gpus_on_host=anatomy.gpus_on_host,
         warnings=anatomy.warnings,
         memory=(),
         tail_step=cut_short_tail(frame, busy),

@@ -29,6 +29,8 @@ class StoredReceipt:
     gpu_model: str | None
     gpu_count: int | None
     world_size: int | None
+    ranks_traced: int | None
+    gpus_on_host: int | None
     features: dict[str, Any]
     software: dict[str, Any]
     topology: dict[str, Any]
@@ -88,6 +90,7 @@ def _from_row(row: dict, env: dict, step_ms: np.ndarray, tokens: np.ndarray) -> 
         complete=bool(row["identity_complete"]), resolution=tuple(json.loads(row["resolution_json"] or "[]")),
         hostname=row["hostname"], machine_class=row["machine_class"], gpu_model=row["gpu_model"],
         gpu_count=row["gpu_count"], world_size=row["world_size"],
+        ranks_traced=row.get("ranks_traced"), gpus_on_host=row.get("gpus_on_host"),
         features=json.loads(row["features_json"]), software=json.loads(row["software_json"]),
         topology=json.loads(row["topology_json"]), provenance=json.loads(row["provenance_json"]),
         env=env, tags=tuple(json.loads(row["tags_json"])),

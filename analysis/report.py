@@ -48,7 +48,7 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         "identity_history": [_history_entry(h) for h in history],
         **series_headline(r.provenance),
         "machine": {"machine_class": r.machine_class, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count,
-                    "world_size": r.world_size},
+                    "world_size": r.world_size, "ranks_traced": r.ranks_traced, "gpus_on_host": r.gpus_on_host},
         "steady_state": {
             "median_step_ms": steps.median if steps else None, "p10_step_ms": steps.p10 if steps else None,
             "p90_step_ms": steps.p90 if steps else None, "mean_step_ms": steps.mean if steps else None,

@@ -53,6 +53,7 @@ def render_report(r: dict[str, Any]) -> None:
                       f"{escape('; '.join(changed) or 'no identity field changed')}  (why: {escape(h['why'])})")
     m = r["machine"]
     console.print(escape(f"machine: {m['machine_class'] or '-'}  world size {m['world_size'] or '-'}  "
+                         f"GPUs on host {m.get('gpus_on_host') or '-'}  ranks traced {m.get('ranks_traced') or '-'}  "
                          f"host {ident['hostname'] or '-'}"))
     if r.get("time_to_train_s") is not None:
         console.print(f"[bold]time to train: {fmt_duration(r['time_to_train_s'])}[/] (MLPerf run_start -> run_stop; "

@@ -20,6 +20,7 @@ import polars as pl
 from receipts.schema.categories import COMM_CATEGORIES, KERNEL_CATEGORIES
 
 COMPUTE_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c not in COMM_CATEGORIES)
+KERNEL_ONLY = tuple(c for c in KERNEL_CATEGORIES if c != "cuda_graph")
 _KEYS = ["rank", "step"]
 
 
@@ -150,7 +151,9 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
     ev = events.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
     by_cat = union_ns(ev, [*_KEYS, "category"]).select(*_KEYS, "category", (pl.col("union_ns") / 1e6).alias("time_ms"))
     busy = union_ns(ev, _KEYS)
-    counts = ev.group_by(_KEYS).agg(pl.len().cast(pl.Int64).alias("kernels"))
+    # Kernels only: memcpy / memset are not kernels, and a CUDA-graph replay holds an unknown number of them.
+    counts = (ev.filter(pl.col("category").is_in(KERNEL_ONLY)).group_by(_KEYS)
+              .agg(pl.len().cast(pl.Int64).alias("kernels")))
     comm = ev.filter(pl.col("category").is_in(COMM_CATEGORIES))
     compute = ev.filter(pl.col("category").is_in(COMPUTE_CATEGORIES))
     comm_union = union_ns(comm, _KEYS).rename({"union_ns": "comm_ns"})

@@ -121,8 +121,10 @@ def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fal
         unattributed=counts["unattributed"],
         claim=IdentityClaim(hostname=hostname),
         gpu_model=max(set(models), key=models.count) if models else None,
-        gpu_count=len(gpu_ranks) or None,
+        gpu_count=_gpus_on_host(traces) or len(gpu_ranks) or None,
         world_size=world_size,
+        ranks_traced=len(traces),
+        gpus_on_host=_gpus_on_host(traces),
         software=software,
         warnings=tuple(warnings),
         raw_events=gpu.select("rank", "step", "category", "name", "start_ns", "end_ns", "device", "stream",
@@ -165,6 +167,14 @@ def _world_size(traces: list[Trace], warnings: list[str]) -> int | None:
 def _small_int(value) -> bool:
     """A rank or world size as a trace states it: an integer in [0, 2^31) (ranks are int32 columns)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def _gpus_on_host(traces: list[Trace]) -> int | None:
+    """The GPUs a rank's process could see (deviceProperties), the largest list among the traces: a rank-0
+    trace of a 64-rank job on 8-GPU hosts lists 8, not 1."""
+    counts = [len([p for p in props if isinstance(p, dict)]) for t in traces
+              if isinstance(props := t.meta.get("deviceProperties"), list)]
+    return max(counts) if counts and max(counts) > 0 else None
 
 
 def _gpu_model(t: Trace) -> str | None:

@@ -170,8 +170,14 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         warnings.append(f"no NVTX ranges matching {step_pattern!r} found in table {nvtx_table or 'NVTX_EVENTS'}")
     rows, steps = _anatomy(events, step_ranges, rank_of, has_steps)
     nvtx = _nvtx_frame(ranges, rank_of)
-    gpu_model = max(set(gpu_names), key=gpu_names.count) if gpu_names else None
-    gpu_count = len(gpu_names) or activity["device_id"].n_unique() or None
+    # The model of the devices that ran kernels: Windows exports also list display adapters (Intel HD,
+    # 'Microsoft Basic Render Driver'), which are no CUDA device (smCount 0) and ran nothing.
+    ran = set(activity["device_id"].drop_nulls().unique().to_list())
+    cuda_devices = [(i, n) for i, n, sm in gpu_names if sm != 0]
+    used = [n for i, n in cuda_devices if i in ran] or [n for _, n in cuda_devices]
+    gpu_model = max(sorted(set(used)), key=used.count) if used else None
+    gpus_on_host = len(cuda_devices) or None
+    gpu_count = gpus_on_host or len(ran) or None
     if not gpu_names:
         warnings.append("no TARGET_INFO_GPU / TARGET_INFO_CUDA_DEVICE rows: GPU count is the devices that ran work")
     raw = None
@@ -193,7 +199,8 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
                      f"thread of the launching process at the call's start; {attribution_rank}"),
         unattributed=unattributed,
         claim=IdentityClaim(hostname=env_rows.get("Hostname")),
-        gpu_model=gpu_model, gpu_count=gpu_count, world_size=world,
+        gpu_model=gpu_model, gpu_count=gpu_count, world_size=world, ranks_traced=len(rank_of) or None,
+        gpus_on_host=gpus_on_host,
         env=_env_evidence(environ, env_rules),
         software={k: v for k, v in {"nsys": meta.get("EXPORT_PRODUCT_VERSION"),
                                     "nvidia_driver": env_rows.get("NvDriverVersion"),
@@ -332,11 +339,17 @@ def _system_env(db: sqlite3.Connection, schema: dict) -> dict[str, str]:
     return {}
 
 
-def _gpu_names(db: sqlite3.Connection, schema: dict) -> list[str]:
-    if {"id", "name"} <= set(schema.get("TARGET_INFO_GPU", ())):
-        return [n for (_, n) in db.execute("SELECT DISTINCT id, name FROM TARGET_INFO_GPU") if n]
+def _gpu_names(db: sqlite3.Connection, schema: dict) -> list[tuple[int | None, str, int | None]]:
+    """(device id as CUPTI's deviceId, name, SM count or None when the layout has none) per listed GPU.
+    Layouts differ by version (some with vmId first); only the named columns are read."""
+    cols = set(schema.get("TARGET_INFO_GPU", ()))
+    if {"id", "name"} <= cols:
+        sm = "smCount" if "smCount" in cols else "NULL"
+        return [(i if isinstance(i, int) else None, n, s if isinstance(s, int) else None)
+                for i, n, s in db.execute(f"SELECT DISTINCT id, name, {sm} FROM TARGET_INFO_GPU") if n]
     if "gpuId" in schema.get("TARGET_INFO_CUDA_DEVICE", ()):  # names absent there, count only
-        return ["unknown"] * db.execute("SELECT count(DISTINCT gpuId) FROM TARGET_INFO_CUDA_DEVICE").fetchone()[0]
+        ids = [i for (i,) in db.execute("SELECT DISTINCT gpuId FROM TARGET_INFO_CUDA_DEVICE")]
+        return [(i if isinstance(i, int) else None, "unknown", None) for i in ids]
     return []
 
 

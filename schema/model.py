@@ -167,8 +167,10 @@ class ParsedRun:
     features: dict[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
     gpu_model: str | None = None
-    gpu_count: int | None = None
-    world_size: int | None = None
+    gpu_count: int | None = None     # the count machine_class uses: gpus_on_host when known, else the log's own
+    world_size: int | None = None    # ranks in the job (the launcher's / distributedInfo's world size)
+    ranks_traced: int | None = None  # ranks whose activity this file holds (a rank-0 trace of 64: 1)
+    gpus_on_host: int | None = None  # CUDA devices the host listed (display adapters and the like left out)
     ended_early: str | None = None   # why the log looks cut short, naming the line
     warnings: tuple[str, ...] = ()
     started_at: str | None = None    # ISO-8601 when the log says
@@ -237,7 +239,7 @@ ANATOMY_STEP_SCHEMA: dict[str, pl.DataType] = {
     "start_ns": pl.Int64,    # step marker start on the trace's clock
     "wall_ms": pl.Float64,   # marker duration (NVTX range / ProfilerStep#N)
     "gpu_ms": pl.Float64,    # union of the step's GPU work (kernels, memcpy, memset)
-    "kernels": pl.Int64,     # GPU activities attributed to the step
+    "kernels": pl.Int64,     # kernels attributed to the step (memcpy, memset and CUDA-graph replays not counted)
     "comm_ms": pl.Float64,   # union of NCCL kernels
     "overlap_pct": pl.Float64,  # share of comm_ms hidden under compute kernels on the same device
     "warmup": pl.Boolean,
@@ -266,8 +268,10 @@ class Anatomy:
     unattributed: int = 0            # GPU activities inside the trace that no step claimed
     claim: IdentityClaim = IdentityClaim()
     gpu_model: str | None = None
-    gpu_count: int | None = None
+    gpu_count: int | None = None     # gpus_on_host when known, else the devices that ran work
     world_size: int | None = None
+    ranks_traced: int | None = None  # ranks (processes) whose GPU activity the export holds
+    gpus_on_host: int | None = None  # CUDA devices the export lists for the host
     env: tuple[EnvVar, ...] = ()
     software: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()

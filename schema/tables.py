@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 # Bump with a migration (store/migrations) whenever a table changes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -46,7 +46,9 @@ receipts = Table(
     Column("machine_class", Text),                        # e.g. H200:8
     Column("gpu_model", Text),
     Column("gpu_count", Integer),
-    Column("world_size", Integer),
+    Column("world_size", Integer),                        # ranks in the job
+    Column("ranks_traced", Integer),                      # ranks a profile holds (null for a log)
+    Column("gpus_on_host", Integer),                      # CUDA devices the host listed
     Column("window_first_step", BigInteger),
     Column("window_last_step", BigInteger),
     Column("warmup_steps", Integer, nullable=False),

@@ -38,6 +38,8 @@ def receipt_row(receipt: Receipt, ingested_at: str) -> dict[str, Any]:
         "gpu_model": parsed.gpu_model,
         "gpu_count": parsed.gpu_count,
         "world_size": parsed.world_size,
+        "ranks_traced": parsed.ranks_traced,
+        "gpus_on_host": parsed.gpus_on_host,
         "window_first_step": window.first_step,
         "window_last_step": window.last_step,
         "warmup_steps": window.warmup_steps,

@@ -45,12 +45,14 @@ def _upgrade_from_v2(url: str) -> None:
         _insert_v2_receipt(target, "native1")
         _insert_v2_receipt(target, "nano1", fmt="nanochat")
         _insert_v2_receipt(target, "native_nohost", hostname=None)
-        assert migrations.upgrade(target) == [3]
+        assert migrations.upgrade(target) == list(range(3, SCHEMA_VERSION + 1))
         rows = dict(target.execute("SELECT id, run_key FROM receipts ORDER BY id"))
         assert rows == {"native1": "node-1@2026-03-19T10:00:00.123+00:00", "nano1": None, "native_nohost": None}
         assert target.execute("SELECT count(*) FROM receipts WHERE superseded_by IS NULL") == [(3,)]
         assert target.execute("SELECT count(*) FROM identity_history") == [(0,)]
-        assert migrations.status(target).schema_version == 3
+        assert migrations.status(target).schema_version == SCHEMA_VERSION
+        # 0004: the GPU counts apart; older receipts read null for both new ones
+        assert target.execute("SELECT count(*) FROM receipts WHERE ranks_traced IS NULL AND gpus_on_host IS NULL") == [(3,)]
 
 
 def test_schema_3_upgrade_from_v2_on_duckdb(tmp_path):

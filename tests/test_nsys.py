@@ -116,10 +116,10 @@ def test_environment_value_with_semicolons():
 
 # --- steps: attribution through runtime correlation, any thread of the process --------------------
 
-def _add_step_ranges(path: Path) -> dict[tuple[int, int], int]:
+def _add_step_ranges(path: Path) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
     """Two `step N` ranges per process, opened on a thread that launched NOTHING (push/pop on one
     process, start/end on the other). Returns the expected activity count per (pid, step), by SQL."""
-    expected = {}
+    expected, activities = {}, {}
     with sqlite3.connect(path) as db:
         procs = db.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY 1").fetchall()
         acts = " UNION ALL ".join(f"SELECT globalPid, correlationId FROM {t}" for t in
@@ -128,24 +128,30 @@ def _add_step_ranges(path: Path) -> dict[tuple[int, int], int]:
             launches = [s for (s,) in db.execute(
                 f"SELECT r.start FROM ({acts}) a JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = a.correlationId "
                 "AND r.globalTid - (r.globalTid % 16777216) = a.globalPid WHERE a.globalPid = ? ORDER BY 1", [gpid])]
+            kernel_launches = [s for (s,) in db.execute(
+                "SELECT r.start FROM CUPTI_ACTIVITY_KIND_KERNEL a JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON "
+                "r.correlationId = a.correlationId AND r.globalTid - (r.globalTid % 16777216) = a.globalPid "
+                "WHERE a.globalPid = ?", [gpid])]
             bounds = [launches[0], launches[len(launches) // 2], launches[-1] + 1]
             for step, (lo, hi) in enumerate(zip(bounds, bounds[1:]), start=1):
                 db.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, ?, ?, ?)",
                            [lo, hi, 59 if i == 0 else 60, f"step {step}", gpid + 4242])
-                expected[(gpid, step)] = sum(lo <= s < hi for s in launches)
-    return expected
+                # `kernels` counts kernels only, not the memcpy / memset launches that also fall in the step
+                expected[(gpid, step)] = sum(lo <= s < hi for s in kernel_launches)
+                activities[(gpid, step)] = sum(lo <= s < hi for s in launches)
+    return expected, activities
 
 
 def test_steps_attributed_from_any_thread(rules, tmp_path):
     path = _copy("mfu_2gpu_after.sqlite", tmp_path)
-    expected = _add_step_ranges(path)
+    expected, activities = _add_step_ranges(path)
     a = _parse(path, rules, keep_raw=True)
     steps = a.steps.sort("rank", "step")
     assert steps["step"].to_list() == [1, 2, 1, 2]
     assert steps["kernels"].to_list() == [expected[k] for k in sorted(expected)]
     assert steps["warmup"].to_list() == [True, False, True, False]
     total = a.raw_events.height
-    assert a.unattributed == total - sum(expected.values()) > 0  # activities with no runtime call
+    assert a.unattributed == total - sum(activities.values()) > 0  # activities with no runtime call
     assert (steps["gpu_ms"] <= steps["wall_ms"] + 50).all() and (steps["wall_ms"] > 0).all()
     assert "ANY thread" in a.attribution and "step" in a.step_marker
     assert set(a.rows["warmup"].to_list()) == {True, False}
@@ -186,7 +192,7 @@ def test_mock_tiny_new_export(rules):
     assert a.schema_version == "3.24.14" and a.gpu_model == "NVIDIA GeForce RTX 3080" and a.gpu_count == 1
     assert any("CUPTI_ACTIVITY_KIND_MEMSET absent" in w for w in a.warnings)
     assert any("no NVTX table" in w for w in a.warnings)
-    assert a.steps["kernels"].item() == 3
+    assert a.steps["kernels"].item() == 2  # its 2 kernel rows; the memcpy is not a kernel
 
 
 def test_nvtx_table_v2_is_found(rules, tmp_path):
@@ -305,3 +311,16 @@ def test_fsdp2_kernel_and_nvtx_totals_equal_nsys_stats(rules, run, tmp_path):
     assert steps.height == 20 * steps["rank"].n_unique() and a.step_marker.startswith("NVTX ranges")
     assert steps.filter(pl.col("warmup"))["step"].unique().to_list() == [0]
     assert (steps["kernels"] > 0).all()
+
+
+def test_duplicate_runtime_rows_count_each_activity_once(rules):
+    """Older exports write two runtime rows per correlation id (cudaLaunchKernel and cudaLaunchKernel_v7000):
+    each activity is still attributed once (issue 13: 12 counted where there are 6)."""
+    path = REAL / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as db:
+        calls, ids = db.execute("SELECT count(*), count(DISTINCT correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
+        kernels = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    assert calls > ids  # the duplicated ids are there
+    a = _parse("saxpy-mpi-cuda_nsys_perlmutter0.sqlite", rules, keep_raw=True)
+    assert a.steps["kernels"].sum() == kernels
+    assert a.raw_events.filter(~pl.col("category").str.starts_with("mem")).height == kernels
