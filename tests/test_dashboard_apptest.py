@@ -349,3 +349,20 @@ def test_missing_store_is_one_plain_error(tmp_path, monkeypatch):
     at = _app(str(tmp_path / "absent.duckdb"), monkeypatch)
     _no_exception(at)
     assert "Cannot open the store" in at.error[0].value
+
+
+def test_mlperf_receipt_has_time_to_train_as_its_headline(tmp_path, monkeypatch):
+    """An MLPerf result's page leads with time to train and names the series unit (epoch), issue 13."""
+    retinanet = Path(__file__).resolve().parent / "data" / "mlperf" / "v5.1__Dell_1xXE9680x8H200-SXM-141GB_retinanet_result_0.txt"
+    from cli_helpers import cli_json
+
+    db = str(tmp_path / "mlperf.duckdb")
+    code, out = cli_json(db, "ingest", str(retinanet), "--host-lineage", "dell-xe9680-h200", "--preset", "mlperf_v51",
+                         "--regime", "megatron/unknown-compile")
+    assert code == 0, out
+    rid = cli_json(db, "show", retinanet.stem)[1]["id"]
+    at = _app(db, monkeypatch, view="receipt", id=rid)
+    _no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["time to train (MLPerf run_start → run_stop)"] == "33.84 min"
+    assert metrics["steady epochs"] == "3" and "median epoch (ms)" in metrics

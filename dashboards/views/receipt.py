@@ -75,13 +75,18 @@ def _topology(data: Data, receipt_id: str) -> None:
 
 def _steps(data: Data, rep: dict) -> None:
     ss = rep["steady_state"]
+    unit = rep.get("series_unit") or "step"
     steps = data.query("step_series", receipt_id=rep["id"])
+    if rep.get("time_to_train_s") is not None:
+        # An MLPerf result: the benchmark's own headline first; the series below is per epoch / block.
+        ttt = rep["time_to_train_s"]
+        st.metric("time to train (MLPerf run_start → run_stop)", f"{ttt / 60:,.2f} min" if ttt >= 120 else f"{ttt:,.1f} s")
     c = st.columns(4)
-    c[0].metric("median step (ms)", "—" if ss["median_step_ms"] is None else f"{ss['median_step_ms']:,.2f}")
+    c[0].metric(f"median {unit} (ms)", "—" if ss["median_step_ms"] is None else f"{ss['median_step_ms']:,.2f}")
     c[1].metric("p10–p90 (ms)", "—" if ss["p10_step_ms"] is None else f"{ss['p10_step_ms']:,.1f}–{ss['p90_step_ms']:,.1f}")
-    c[2].metric("steady steps", f"{ss['n_steps']:,}")
-    c[3].metric("warm-up steps excluded", f"{ss['warmup_steps']:,}")
-    st.caption(f"Steady-state window: steps {ss['first_step']}–{ss['last_step']}; warm-up through step "
+    c[2].metric(f"steady {unit}s", f"{ss['n_steps']:,}")
+    c[3].metric(f"{unit}s outside the window", f"{ss['warmup_steps']:,}")
+    st.caption(f"Steady-state window: {unit}s {ss['first_step']}–{ss['last_step']}; warm-up through {unit} "
                f"{ss['warmup_last_step']} excluded (rule: {ss['window_rule']}).")
     if steps.filter(pl.col("step_ms").is_not_null()).height:
         st.altair_chart(charts.step_series(steps, ss["warmup_last_step"]))
