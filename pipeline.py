@@ -18,6 +18,7 @@ from typing import Iterator
 
 import polars as pl
 
+from receipts.analysis import stragglers
 from receipts.analysis.window import choose_window, cut_short_tail, in_window
 from receipts.errors import InputError
 from receipts.ingest import sniff, sysinfo
@@ -376,7 +377,7 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
         seen = MachineSeen(anatomy.gpu_model, anatomy.gpu_count if anatomy.source_format == "nsys" else None,
                            anatomy.gpu_count if anatomy.source_format != "nsys" else None)
         forced = check_attachment(store, receipt_id, path, seen, force=force)
-        anatomy = replace(anatomy, steps=in_window(anatomy.steps, _stored_window(store, receipt_id)))
+        anatomy = with_stragglers(replace(anatomy, steps=in_window(anatomy.steps, _stored_window(store, receipt_id))))
         created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
         return IngestOutcome(str(path), receipt_id, attach, created, "anatomy",
                              warnings=anatomy.warnings + _forced_note(forced))
@@ -385,9 +386,25 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
     name = run_name or side.get("run_name") or path.name.split(".")[0]
     receipt = build_receipt(parsed, source=source, claim=side_claim.merged(identity), registry=registry,
                             run_name=name, tags=tuple(tags))
-    anatomy = replace(anatomy, steps=in_window(anatomy.steps, receipt.window))
+    anatomy = with_stragglers(replace(anatomy, steps=in_window(anatomy.steps, receipt.window)))
     return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
                           named=bool(run_name or side.get("run_name")), anatomies=((anatomy, source),))
+
+
+def with_stragglers(anatomy: Anatomy) -> Anatomy:
+    """Rank-skew attribution over the steady steps of a multi-rank profile (analysis/stragglers.py), kept on
+    the anatomy so it is stored with it; a single-rank profile, or one without communication, gets none."""
+    if anatomy.events is None or anatomy.steps.height == 0:
+        return anatomy
+    steady = anatomy.steps.filter(~pl.col("warmup") & pl.col("step").is_not_null())
+    events = anatomy.events.join(steady.select("rank", "step"), on=["rank", "step"]) if steady.height else anatomy.events
+    step_ms = steady.group_by("step").agg(pl.col("wall_ms").max())["wall_ms"].median() if steady.height else None
+    report = stragglers.analyse(events, step_ms)
+    if report is None:
+        return anatomy
+    summary = stragglers.report_json(report)
+    summary.pop("per_step")
+    return replace(anatomy, straggler_steps=report.per_step, straggler_summary=summary)
 
 
 def _stored_window(store: Store, receipt_id: str) -> StepWindow:

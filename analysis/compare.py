@@ -16,6 +16,7 @@ from receipts.analysis.lanes import lane_floors, lane_of
 from receipts.analysis.noise import NoiseFloor, default_floor
 from receipts.analysis.record import StoredReceipt
 from receipts.analysis.stats import RatioCI, RunInterval, Summary, median_interval, summarize
+from receipts.analysis.stragglers import explains
 from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class Comparison:
     drift: dict[str, tuple[Difference, ...]] | None = None
     noise_floor: NoiseFloor | None = None
     detail: VerdictResult | None = None  # the step-time verdict with its why and runs_needed
+    straggler: dict[str, Any] | None = None  # analysis.stragglers.explains: does a straggler explain the difference
 
 
 def _summary(r: StoredReceipt, *, intervals: bool = False) -> RunSummary:
@@ -120,7 +122,7 @@ def _ratio(v: VerdictResult | None) -> RatioCI | None:
 
 
 def compare(a: StoredReceipt, b: StoredReceipt, *, floor: NoiseFloor | None = None,
-            min_effect: float = MIN_EFFECT) -> Comparison:
+            min_effect: float = MIN_EFFECT, stragglers: tuple[dict | None, dict | None] = (None, None)) -> Comparison:
     """B against A. `floor`: the lane's noise floor (analysis.lanes.lane_floors); None = the default floor."""
     resolution = tuple(f"A: {n}" for n in a.resolution) + tuple(f"B: {n}" for n in b.resolution)
     if not a.complete or not b.complete:
@@ -145,8 +147,10 @@ def compare(a: StoredReceipt, b: StoredReceipt, *, floor: NoiseFloor | None = No
         verdict = detail.verdict
         reason = (f"B/A median step time {detail.ratio:.4f} [{detail.ci_low:.4f}, {detail.ci_high:.4f}] "
                   f"({detail.confidence:.0%}, run-to-run noise included): {verdict}: {detail.why}")
+    straggler = explains(*stragglers, sa.step_ms.median if sa.step_ms else None,
+                         sb.step_ms.median if sb.step_ms else None)
     return Comparison(sa, sb, True, reason, (), resolution, _ratio(detail), _ratio(tokens), verdict, drift(a, b),
-                      floor, detail)
+                      floor, detail, straggler)
 
 
 def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float = MIN_EFFECT) -> Comparison:
@@ -157,7 +161,18 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
     a, b = loaded[a_id], loaded[b_id]
     lane = lane_of(a)
     floor = lane_floors(store, [lane])[lane] if lane is not None and lane == lane_of(b) else None
-    return compare(a, b, floor=floor, min_effect=min_effect)
+    return compare(a, b, floor=floor, min_effect=min_effect,
+                   stragglers=(stored_report(store, a_id), stored_report(store, b_id)))
+
+
+def stored_report(store: "Store", receipt_id: str) -> dict | None:
+    """The straggler report of a receipt's newest multi-rank export (anatomy_sources.stragglers_json)."""
+    import json
+
+    for row in store.query("stragglers", {"receipt_id": receipt_id}).iter_rows(named=True):
+        if row["stragglers_json"]:
+            return json.loads(row["stragglers_json"])
+    return None
 
 
 def floor_json(f: NoiseFloor | None) -> dict[str, Any] | None:
@@ -213,4 +228,5 @@ def to_json(c: Comparison) -> dict[str, Any]:
         out["runs_needed"] = c.detail.runs_needed if c.detail else None
         out["noise_floor"] = floor_json(c.noise_floor)
         out["drift"] = {k: [{"field": d.field, "a": d.a, "b": d.b} for d in v] for k, v in (c.drift or {}).items()}
+        out["straggler"] = c.straggler
     return out

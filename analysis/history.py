@@ -49,6 +49,9 @@ class HistoryRun:
     change_pct: float | None        # mean after / mean before - 1, percent (change points only)
     git_rev: str | None
     tags: tuple[str, ...]
+    # From the run's newest multi-rank export (analysis/stragglers.py); empty / None without one.
+    straggler_ranks: tuple[int, ...] = ()
+    straggler_impact_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,10 @@ class LaneHistory:
 
 def history(lane: Lane, rows: pl.DataFrame, series: Mapping[str, np.ndarray], floor: NoiseFloor, *,
             tag: str | None = None, max_pvalue: float = MAX_PVALUE,
-            min_magnitude: float = MIN_MAGNITUDE) -> LaneHistory:
-    """rows: lane_runs rows of one lane in run order; series: steady step times per receipt id, in step order."""
+            min_magnitude: float = MIN_MAGNITUDE, stragglers: Mapping[str, dict] | None = None) -> LaneHistory:
+    """rows: lane_runs rows of one lane in run order; series: steady step times per receipt id, in step order;
+    stragglers: stored straggler reports per receipt id (those with a multi-rank export)."""
+    stragglers = stragglers or {}
     timed = [r for r in rows.iter_rows(named=True) if r["median_step_ms"] is not None and r["median_step_ms"] > 0]
     points = change_points([r["median_step_ms"] for r in timed], max_pvalue=max_pvalue, min_magnitude=min_magnitude)
     at = {timed[c.index]["receipt_id"]: c for c in points}
@@ -80,11 +85,16 @@ def history(lane: Lane, rows: pl.DataFrame, series: Mapping[str, np.ndarray], fl
             interval.ci_low if interval else None, interval.ci_high if interval else None,
             interval.block_length if interval else None, z, cp is not None,
             cp.pvalue if cp else None, 100.0 * cp.rel_change if cp else None,
-            r["git_rev"], tuple(r["tags"] or ())))
+            r["git_rev"], tuple(r["tags"] or ()), *_straggler_fields(stragglers.get(rid))))
     method = (f"change points: E-divisive means split, Student t-test confirmation p < {max_pvalue:g} and a change "
               f"of at least {100 * min_magnitude:g}% (Apache Otava's method) over the run medians; intervals: "
               f"moving-block bootstrap of each run's median; z against the noise floor ({floor.note})")
     return LaneHistory(lane, tag, floor, tuple(out), points, method)
+
+
+def _straggler_fields(report: dict | None) -> tuple[tuple[int, ...], float | None]:
+    named = (report or {}).get("stragglers") or []
+    return tuple(s["rank"] for s in named), (sum(s["impact_pct"] for s in named) if named else None)
 
 
 def read_history(store: "Store", lane: Lane, *, tag: str | None = None) -> LaneHistory:
@@ -95,7 +105,10 @@ def read_history(store: "Store", lane: Lane, *, tag: str | None = None) -> LaneH
     steps = store.query("steady_steps_many", {"ids": ids}) if ids else pl.DataFrame()
     series = ({key[0]: frame["step_ms"].to_numpy() for key, frame in steps.partition_by("receipt_id", as_dict=True).items()}
               if steps.height else {})
-    return history(lane, rows, series, floor, tag=tag)
+    from receipts.analysis.compare import stored_report
+
+    reports = {rid: rep for rid in ids if (rep := stored_report(store, rid)) is not None}
+    return history(lane, rows, series, floor, tag=tag, stragglers=reports)
 
 
 _LANE_SPLIT = re.compile(r"\s*·\s*|\s+")

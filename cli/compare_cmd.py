@@ -65,6 +65,8 @@ def _render(c) -> None:
             console.print(f"    median {s.interval.median:,.3f} ms [{s.interval.ci_low:,.3f}, {s.interval.ci_high:,.3f}] "
                           f"({s.interval.confidence:.0%}, moving blocks of {s.interval.block_length} steps)")
     _render_verdict(c)
+    if c.straggler:
+        console.print(f"  stragglers: {escape(c.straggler['note'])}")
     if c.tokens_ratio:
         console.print(f"  tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
     for kind, diffs in (c.drift or {}).items():

@@ -55,7 +55,8 @@ def to_json(h: LaneHistory) -> dict[str, Any]:
                   "run_date_source": r.run_date_source, "n_steps": r.n_steps, "median_step_ms": r.median_step_ms,
                   "ci_low": r.ci_low, "ci_high": r.ci_high, "block_length": r.block_length, "z": r.z,
                   "change_point": r.change_point, "change_pvalue": r.change_pvalue, "change_pct": r.change_pct,
-                  "git_rev": r.git_rev, "tags": list(r.tags)} for r in h.runs],
+                  "git_rev": r.git_rev, "tags": list(r.tags), "straggler_ranks": list(r.straggler_ranks),
+                  "straggler_impact_pct": r.straggler_impact_pct} for r in h.runs],
     }
 
 
@@ -68,7 +69,9 @@ def _render(h: LaneHistory) -> None:
     console.print(f"[bold]lane[/] {escape(str(h.lane))}" + (f"  (tag {escape(h.tag)})" if h.tag else ""))
     console.print(f"noise floor: {escape(h.floor.note)}")
     table = Table(show_lines=False)
-    for col in ("#", "run", "run date", "median step", "95% interval", "z", "change point"):
+    columns = ["#", "run", "run date", "median step", "95% interval", "z", "change point"]
+    has_stragglers = any(r.straggler_ranks for r in h.runs)
+    for col in columns + (["straggler"] if has_stragglers else []):
         table.add_column(col)
     for i, r in enumerate(h.runs, start=1):
         date = f"{r.run_date:%Y-%m-%d %H:%M:%S}" if r.run_date else "-"
@@ -77,7 +80,10 @@ def _render(h: LaneHistory) -> None:
         z = f"{r.z:+.1f}" if r.z is not None else "-"
         cp = f"[bold red]yes[/] {r.change_pct:+.2f}% (p={r.change_pvalue:.1g})" if r.change_point else ""
         median = f"{r.median_step_ms:,.3f} ms" if r.median_step_ms else "-"
-        table.add_row(str(i), escape(r.run_name), date, median, escape(interval), z, cp)
+        straggler = (f"rank {', '.join(map(str, r.straggler_ranks))} ({r.straggler_impact_pct:.1f}%)"
+                     if r.straggler_ranks else "")
+        table.add_row(str(i), escape(r.run_name), date, median, escape(interval), z, cp,
+                      *([straggler] if has_stragglers else []))
     console.print(table)
     n = len(h.change_points)
     console.print(f"{n} change point{'s' if n != 1 else ''}. {escape(h.method)}")

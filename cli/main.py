@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("compare_cmd", "compare"),
     "history": ("history_cmd", "history"),
     "anatomy": ("anatomy_cmd", "anatomy"),
+    "stragglers": ("stragglers_cmd", "stragglers"),
     "gate": ("gate_cmd", "gate"),
     "check": ("check_cmd", "check"),
     "run": ("run_cmd", "run"),
@@ -42,7 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("db_cmds", "db_app"),
 }
 # Command modules, each with register(app). Listed here so the layout shows every command.
-COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "history_cmd", "anatomy_cmd", "gate_cmd", "check_cmd",
+COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "history_cmd", "anatomy_cmd", "stragglers_cmd",
+                   "gate_cmd", "check_cmd",
                    "run_cmd", "preflight_cmd", "dashboard_cmd", "db_cmds")
 # A module listed in COMMAND_MODULES without a COMMANDS entry is imported whenever the command list is
 # needed: it works, only start-up pays for it (tests/test_packaging.py fails until the entry is added).

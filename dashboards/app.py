@@ -11,7 +11,7 @@ import sys
 
 import streamlit as st
 
-from receipts.dashboards.views import anatomy, compare, history, lanes, receipt
+from receipts.dashboards.views import anatomy, compare, history, lanes, receipt, stragglers
 from receipts.dashboards.views._data import Data, seed_from_url
 from receipts.errors import ReceiptsError
 from receipts.store import default_url
@@ -22,6 +22,7 @@ VIEWS = {
     "anatomy": ("Anatomy", anatomy.render),
     "compare": ("Compare", compare.render),
     "history": ("Lane history", history.render),
+    "stragglers": ("Stragglers", stragglers.render),
 }
 
 

@@ -127,6 +127,7 @@ def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fal
         gpus_on_host=_gpus_on_host(traces),
         software=software,
         warnings=tuple(warnings),
+        events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns"),
         raw_events=gpu.select("rank", "step", "category", "name", "start_ns", "end_ns", "device", "stream",
                               pl.col("corr").alias("correlation"), "launch_ns", "attributed_by") if keep_raw else None,
     )

@@ -208,6 +208,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
                                     "os": env_rows.get("OsDescription")}.items() if v},
         warnings=tuple(warnings),
         raw_events=raw,
+        events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns"),
     )
 
 

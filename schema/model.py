@@ -276,3 +276,9 @@ class Anatomy:
     software: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     raw_events: "pl.DataFrame | None" = None  # optional: written as Parquet beside the store
+    # Every attributed GPU activity (rank, step, category, start_ns, end_ns): what cross-rank analysis
+    # (analysis/stragglers.py) reads; kept in memory only, never stored.
+    events: "pl.DataFrame | None" = None
+    # Filled by the pipeline from analysis/stragglers.py, stored with the anatomy (straggler_* tables).
+    straggler_steps: "pl.DataFrame | None" = None   # rank, step, wait_ms, imposed_ms, last_arrivals, collectives
+    straggler_summary: "dict | None" = None          # report_json without per_step

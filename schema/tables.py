@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 # Bump with a migration (store/migrations) whenever a table changes.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -182,6 +182,7 @@ anatomy_sources = Table(
     Column("unattributed", BigInteger, nullable=False),
     Column("raw_events_path", Text),                      # Parquet beside the store, optional
     Column("warnings_json", Text, nullable=False),
+    Column("stragglers_json", Text),                      # analysis/stragglers.py report; null = one rank
     PrimaryKeyConstraint("receipt_id", "source_sha256"),
 )
 

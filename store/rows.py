@@ -119,4 +119,6 @@ def anatomy_source_row(receipt_id: str, source_sha256: str, anatomy: Anatomy, ra
     return {"receipt_id": receipt_id, "source_sha256": source_sha256, "source_format": anatomy.source_format,
             "schema_version": anatomy.schema_version, "step_marker": anatomy.step_marker,
             "attribution": anatomy.attribution, "unattributed": anatomy.unattributed,
-            "raw_events_path": raw_path, "warnings_json": dumps(list(anatomy.warnings))}
+            "raw_events_path": raw_path, "warnings_json": dumps(list(anatomy.warnings)),
+            "stragglers_json": None if anatomy.straggler_summary is None else dumps(
+                {**anatomy.straggler_summary, "per_step": anatomy.straggler_steps.to_dicts()})}

@@ -1,0 +1,82 @@
+"""`receipts stragglers RUN`: which rank holds the step back, and what it costs (analysis/stragglers.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.errors import UsageError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stragglers")(stragglers)
+
+
+@handle_errors
+def stragglers(
+    ctx: typer.Context,
+    ref: str = typer.Argument(..., help="Receipt id, unique id prefix, or run name."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable: matching, ranks, stragglers, per_kind, "
+                                                       "per_step, for the newest multi-rank export."),
+) -> None:
+    """Rank skew per collective, per rank and per step; the straggler named (when the evidence clears the bar)
+    with its what-if impact and cause.
+
+    Example: receipts stragglers fsdp2_2gpu_nsys --json
+    """
+    with settings(ctx).read_store() as store:
+        receipt_id = store.resolve(ref)
+        rows = store.query("stragglers", {"receipt_id": receipt_id}).to_dicts()
+    reports = [{**json.loads(r["stragglers_json"]), "source": r["path"], "source_format": r["source_format"]}
+               for r in rows if r["stragglers_json"]]
+    if not reports:
+        raise UsageError(f"{ref}: no multi-rank profiler export with communication is attached "
+                         "(attach an nsys export of several ranks or a folder of per-rank Kineto traces)")
+    if as_json:
+        print_json(reports[0])
+        return
+    for rep in reports:
+        _render(rep)
+
+
+def _render(rep: dict[str, Any]) -> None:
+    console.print(f"[bold]{escape(rep['source'] or '-')}[/] ({rep['source_format']}): {rep['n_ranks']} ranks, "
+                  f"{rep['n_collectives']} matched collectives over {rep['n_steps']} steady steps")
+    console.print(escape(f"matching: {rep['matching']}"))
+    kinds = Table(title="per collective kind")
+    for col in ("kind", "collectives", "median arrival skew ms", "median latency ms", "median end skew ms"):
+        kinds.add_column(col)
+    for k in rep["per_kind"]:
+        kinds.add_row(k["kind"], str(k["collectives"]), f"{k['median_skew_ms']:.3f}", f"{k['median_latency_ms']:.3f}",
+                      f"{k['median_end_skew_ms']:.3f}")
+    console.print(kinds)
+    ranks = Table(title="per rank (steady steps)")
+    for col in ("rank", "arrived last", "wait imposed ms/step", "own wait ms/step"):
+        ranks.add_column(col)
+    for r in rep["ranks"]:
+        ranks.add_row(str(r["rank"]), f"{r['last_arrival_share']:.0%}", f"{r['wait_imposed_ms_per_step']:.3f}",
+                      f"{r['wait_ms_per_step']:.3f}")
+    console.print(ranks)
+    steps = Table(title="own wait per step, ms (rank columns)")
+    steps.add_column("step")
+    rank_ids = sorted({p["rank"] for p in rep["per_step"]})
+    for r in rank_ids:
+        steps.add_column(f"rank {r}")
+    waits = {(p["step"], p["rank"]): p["wait_ms"] for p in rep["per_step"]}
+    for step in sorted({p["step"] for p in rep["per_step"]}):
+        steps.add_row(str(step), *(f"{waits.get((step, r), 0.0):.3f}" for r in rank_ids))
+    console.print(steps)
+    if not rep["clock_ok"]:
+        console.print(f"[bold yellow]no straggler named[/]: {escape(rep['note'])}")
+    elif not rep["stragglers"]:
+        console.print(f"no straggler: no rank clears the bar ({escape(rep['note'])})")
+    for s in rep["stragglers"]:
+        console.print(f"[bold red]straggler: rank {s['rank']}[/] — had it arrived with the median rank, the step "
+                      f"would be {s['impact_ms_per_step']:.3f} ms ({s['impact_pct']:.1f}%) shorter; cause: "
+                      f"[bold]{escape(s['cause'])}[/] ({escape(s['cause_detail'])})")
+        console.print(escape(f"  ({rep['note']})"))

@@ -1,0 +1,56 @@
+"""Stragglers: which rank holds the step back (analysis/stragglers.py, stored with each multi-rank export)."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import streamlit as st
+
+from receipts.dashboards import charts
+from receipts.dashboards.views._data import Data, seed_from_url
+
+
+def render(data: Data) -> None:
+    st.header("Stragglers")
+    have = data.query("dash_anatomy_receipts")
+    reports: dict[str, dict] = {}
+    for rid in have["id"].to_list():
+        rows = data.query("stragglers", receipt_id=rid)
+        found = next((json.loads(r["stragglers_json"]) for r in rows.iter_rows(named=True) if r["stragglers_json"]), None)
+        if found is not None:
+            reports[rid] = {**found, "source": rows["path"][0]}
+    if not reports:
+        st.info("No receipt has a multi-rank profiler export attached (an nsys export of several ranks, or a folder "
+                "of per-rank Kineto traces).")
+        return
+    labels = {r["id"]: f"{r['run_name']} · {r['id'][:12]} · {r['lane']}" for r in have.iter_rows(named=True)}
+    ids = list(reports)
+    seed_from_url("stragglers_id", "id", ids)
+    rid = st.selectbox("receipt with a multi-rank export", ids, format_func=labels.__getitem__, key="stragglers_id")
+    st.query_params["id"] = rid
+    rep = reports[rid]
+    st.caption(f"{rep['source']} · {rep['n_ranks']} ranks · {rep['n_collectives']} matched collectives over "
+               f"{rep['n_steps']} steady steps · matching: {rep['matching']}")
+    if not rep["clock_ok"]:
+        st.warning(rep["note"])
+    named = rep["stragglers"]
+    cols = st.columns(3)
+    if named:
+        s = max(named, key=lambda x: x["impact_ms_per_step"])
+        cols[0].metric("straggler", f"rank {s['rank']}")
+        cols[1].metric("what-if impact", f"{s['impact_ms_per_step']:.2f} ms/step", f"{s['impact_pct']:.1f}% of the step",
+                       delta_color="off")
+        cols[2].metric("cause", s["cause"])
+        st.caption(f"{s['cause_detail']}. {rep['note']}.")
+    else:
+        cols[0].metric("straggler", "none")
+        st.caption(f"No rank clears the bar: {rep['note']}.")
+    per_step = pl.DataFrame(rep["per_step"])
+    if per_step.height:
+        st.markdown("#### Wait per rank and step (ms its collectives ran before the last rank arrived)")
+        st.altair_chart(charts.rank_wait_heatmap(per_step))
+    st.markdown("#### Per rank")
+    st.dataframe(pl.DataFrame(rep["ranks"]), hide_index=True, width="stretch")
+    st.markdown("#### Per collective kind")
+    st.dataframe(pl.DataFrame(rep["per_kind"]), hide_index=True, width="stretch")
