@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,9 @@ def dashboard(
     ctx: typer.Context,
     db: Optional[str] = typer.Option(None, "--db", help="Store to show (default: the global --db / RECEIPTS_DB)."),
     port: int = typer.Option(8501, "--port", help="Port to serve on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. The dashboard has no login: it listens "
+                                                         "on this machine only unless you name another address "
+                                                         "(0.0.0.0: every interface)."),
     headless: bool = typer.Option(True, "--headless/--open-browser", help="Serve without opening a browser."),
 ) -> None:
     """Serve the Streamlit dashboard: lanes, receipt, anatomy, compare, lane history.
@@ -44,7 +48,26 @@ def dashboard(
         pass  # the dashboard only reads: refuse a missing store or an unreadable one here, in one line
     # serve = `streamlit run` with the views imported before the port opens (the first visit is not a cold import)
     cmd = [sys.executable, "-m", "receipts.dashboards.serve", str(APP), "--server.port", str(port),
-           "--server.headless", str(headless).lower(), "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none", "--", "--db", url]
-    # exec-like: Ctrl-C reaches streamlit, and its exit code becomes ours
-    raise typer.Exit(subprocess.call(cmd, env=os.environ.copy()))
+           "--server.address", host, "--server.headless", str(headless).lower(),
+           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+           "--client.toolbarMode", "viewer",  # no Deploy button, no developer menu: a read-only report
+           "--", "--db", url]
+    raise typer.Exit(serve(cmd))
+
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def serve(cmd: list[str]) -> int:
+    """Run the server as a child and pass it the signals we get: `kill -TERM <receipts dashboard>` used to leave
+    the Streamlit server running, re-parented. Its exit code becomes ours."""
+    child = subprocess.Popen(cmd, env=os.environ.copy())
+    previous = {sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum)) for sig in FORWARDED}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if child.poll() is None:
+            child.terminate()
+            child.wait(timeout=10)

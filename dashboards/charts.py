@@ -34,8 +34,15 @@ def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerC
     """Step time per step (slowest rank: a step ends when its last rank does), warm-up window shaded."""
     timed = steps.filter(pl.col("step_ms").is_not_null())
     x = alt.X("step:Q", title="step (iteration)")
-    line = alt.Chart(timed).mark_line(strokeWidth=1).encode(
-        x=x, y=alt.Y("max(step_ms):Q", title="step time (ms)"), tooltip=["step", "max(step_ms):Q"])
+    # Scaled to the steady window: an 18 s compile step would flatten thousands of ~0.6 s steps to a line at
+    # zero. Warm-up steps above the scale are clipped at its top (their values stay in the tooltip).
+    steady = timed.filter(pl.col("step") > warmup_last_step) if warmup_last_step is not None else timed
+    per_step = steady.group_by("step").agg(pl.col("step_ms").max())["step_ms"]
+    top = float(per_step.quantile(0.99)) * 1.15 if per_step.len() else None
+    y = alt.Y("max(step_ms):Q", title="step time (ms; warm-up clipped)" if top else "step time (ms)",
+              scale=alt.Scale(domain=[0, top], clamp=True) if top else alt.Undefined)
+    line = alt.Chart(timed).mark_line(strokeWidth=1, clip=True).encode(
+        x=x, y=y, tooltip=["step", "max(step_ms):Q"])
     layers = []
     if warmup_last_step is not None and timed.height:
         band = pl.DataFrame({"start": [timed["step"].min()], "end": [warmup_last_step], "label": ["warm-up / compile"]})
@@ -201,3 +208,14 @@ def history_memory(history: pl.DataFrame, by: str = "run_at") -> alt.Chart:
         x=_history_x(by), y=alt.Y("gib:Q", title="peak memory (GiB)"), color=alt.Color("kind:N", title=None),
         tooltip=["run_name:N", "kind:N", alt.Tooltip("gib:Q", format=",.2f")],
     ).properties(width=WIDE, height=200, title="peak memory")
+
+
+def rank_wait_heatmap(per_step: pl.DataFrame) -> alt.Chart:
+    """Rank x step heatmap of each rank's wait at collectives (the rank that never waits is the straggler)."""
+    return (alt.Chart(per_step).mark_rect()
+            .encode(x=alt.X("step:O", title="step"), y=alt.Y("rank:O", title="rank"),
+                    color=alt.Color("wait_ms:Q", title="wait (ms)", scale=alt.Scale(scheme="orangered")),
+                    tooltip=["rank", "step", alt.Tooltip("wait_ms:Q", format=".3f", title="wait ms"),
+                             alt.Tooltip("imposed_ms:Q", format=".3f", title="wait imposed ms"),
+                             "last_arrivals", "collectives"])
+            .properties(width="container", height=max(80, 28 * per_step["rank"].n_unique())))

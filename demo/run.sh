@@ -33,4 +33,19 @@ step $R ingest $N/aa_* $N/subfloor_* $N/slow_*
 step $R history aa_01
 step $R compare aa_01 aa_08
 step $R check slow_1 subfloor_1 --against tag:main --last 10 || echo "(exit $?: slow_1 is slower beyond the lane's noise; subfloor_1 is not)"
+# Production exports read right (issue 13, 14): a torch.compile(mode="reduce-overhead") loop whose CUDA-graph
+# replays are busy time, an MLPerf result with time to train as its headline, and a planted straggler.
+C=$G/cudagraph
+step $R ingest $C/graphs_nsys_graph/run.log
+step $R ingest $C/graphs_nsys_graph.sqlite.gz --attach graphs_nsys_graph
+step $R anatomy graphs_nsys_graph
+step $R ingest tests/data/mlperf/v5.1__Dell_1xXE9680x8H200-SXM-141GB_retinanet_result_0.txt --run-name retinanet_h200x8 \
+  --host-lineage dell-xe9680-h200 --preset mlperf_retinanet --regime "ddp/unknown-compile"
+step $R show retinanet_h200x8
+S=$G/straggler
+step $R ingest $S/straggler_base_nsys/run.log $S/straggler_plant_nsys/run.log
+step $R ingest $S/straggler_base_nsys.sqlite.gz --attach straggler_base_nsys
+step $R ingest $S/straggler_plant_nsys.sqlite.gz --attach straggler_plant_nsys
+step $R stragglers straggler_plant_nsys
+step $R compare straggler_base_nsys straggler_plant_nsys
 printf '\nDashboard: %s dashboard   (store: %s)\n' "$R" "$RECEIPTS_DB"

@@ -366,3 +366,49 @@ def test_mlperf_receipt_has_time_to_train_as_its_headline(tmp_path, monkeypatch)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["time to train (MLPerf run_start → run_stop)"] == "33.84 min"
     assert metrics["steady epochs"] == "3" and "median epoch (ms)" in metrics
+
+
+def test_stragglers_view_names_the_planted_rank(tmp_path, monkeypatch):
+    """The planted 2×H200 straggler (tests/data/gpu/straggler): rank 1 named with its impact, a rank × step heatmap."""
+    from cli_helpers import cli
+
+    d = Path(__file__).resolve().parent / "data" / "gpu" / "straggler"
+    db = str(tmp_path / "straggler.duckdb")
+    assert cli(db, "ingest", str(d / "straggler_plant_nsys" / "run.log")).exit_code == 0
+    assert cli(db, "ingest", "--attach", "straggler_plant_nsys", str(d / "straggler_plant_nsys.sqlite.gz")).exit_code == 0
+    at = _app(db, monkeypatch, view="stragglers")
+    _no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["straggler"] == "rank 1" and metrics["cause"] == "compute"
+    assert metrics["what-if impact"].endswith("ms/step")
+    assert _charts(at), "the rank × step wait heatmap"
+
+
+def test_a_stale_link_says_so_instead_of_showing_another_run(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="receipt", id="deadbeef")
+    _no_exception(at)
+    assert any("No receipt deadbeef in this store" in e.value for e in at.error)
+    assert at.query_params["id"] == ["deadbeef"] or at.query_params["id"] == "deadbeef"  # the URL is not rewritten
+    assert not at.metric  # no receipt's figures on the page
+
+
+def test_compare_with_itself_is_said(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="compare", a=ids["a"], b=ids["a"])
+    _no_exception(at)
+    assert any("same receipt" in w.value for w in at.warning)
+
+
+def test_step_chart_is_scaled_to_the_steady_window():
+    """nanochat's 18 s step 0 must not flatten ~645 ms steady steps to a line at zero (issue 16)."""
+    pytest.importorskip("altair")
+    import polars as pl
+
+    from receipts.dashboards import charts
+
+    steps = pl.DataFrame({"step": list(range(200)), "rank": [0] * 200,
+                          "step_ms": [18000.0, 900.0] + [645.0 + (i % 7) for i in range(198)]})
+    spec = charts.step_series(steps, warmup_last_step=1).to_dict()
+    domains = [layer["encoding"]["y"]["scale"]["domain"] for layer in spec["layer"] if "y" in layer.get("encoding", {})]
+    assert domains and 650 < domains[0][1] < 800

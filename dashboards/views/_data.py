@@ -111,13 +111,15 @@ def receipt_label(row: dict[str, Any]) -> str:
     return f"{row['run_name']} · {row['id'][:12]}{mark}"
 
 
-def seed_from_url(key: str, param: str, options: list, default_index: int = 0) -> None:
+def seed_from_url(key: str, param: str, options: list, default_index: int = 0) -> str | None:
     """Give the widget `key` its first value from the URL (?param=...), once per session.
 
     Widgets keep their own state after that; passing a URL-derived `index` instead would change the
-    widget's identity on every choice and throw the user's click away.
+    widget's identity on every choice and throw the user's click away. Returns the URL's value when it is
+    not among the options (a stale link: the caller says so instead of silently showing the default).
     """
     if key in st.session_state and st.session_state[key] in options:
-        return
+        return None
     wanted = st.query_params.get(param)
     st.session_state[key] = wanted if wanted in options else options[min(default_index, len(options) - 1)]
+    return wanted if wanted is not None and wanted not in options else None

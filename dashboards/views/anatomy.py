@@ -19,8 +19,13 @@ def render(data: Data) -> None:
         return
     ids = have["id"].to_list()
     labels = {r["id"]: f"{r['run_name']} · {r['id'][:12]} · {r['lane']}" for r in have.iter_rows(named=True)}
-    seed_from_url("anatomy_id", "id", ids)
+    stale = seed_from_url("anatomy_id", "id", ids)
+    if stale is not None:
+        st.error(f"No receipt {stale} with a profiler export in this store (the link is stale, or the receipt has "
+                 "no export attached). Pick one below.")
     receipt_id = st.selectbox("receipt with a profiler export", ids, format_func=labels.__getitem__, key="anatomy_id")
+    if stale is not None:
+        return
     st.query_params["id"] = receipt_id
     rep = data.anatomy(receipt_id)
     src = rep["source"]

@@ -71,6 +71,9 @@ def render(data: Data) -> None:
         b = pick_receipt(data, "B (candidate)", "b", 1)
     if a is None or b is None:
         return
+    if a == b:
+        st.warning("A and B are the same receipt: pick another run for B (a run compared with itself says nothing).")
+        return
     c = data.compare(a, b)
     for label, side in (("A", c.a), ("B", c.b)):
         if side.ended_early:

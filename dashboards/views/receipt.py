@@ -20,8 +20,14 @@ def pick_receipt(data: Data, label: str, param: str, default_index: int = 0) -> 
         return None
     ids = rows["id"].to_list()
     labels = {r["id"]: receipt_label(r) for r in rows.iter_rows(named=True)}
-    seed_from_url(f"pick_{param}", param, ids, default_index)
+    stale = seed_from_url(f"pick_{param}", param, ids, default_index)
+    if stale is not None:
+        # A link to a receipt this store does not hold never shows someone else's run in its place.
+        st.error(f"No receipt {stale} in this store (the link is stale, or points at another store). "
+                 "Pick one below to go on.")
     chosen = st.selectbox(label, ids, format_func=labels.__getitem__, key=f"pick_{param}")
+    if stale is not None:
+        return None  # until the user picks: the URL keeps the id it asked for
     st.query_params[param] = chosen
     return chosen
 
@@ -111,9 +117,15 @@ def _memory(data: Data, rep: dict) -> None:
     if m["peak_allocated_bytes"] is None and m["peak_reserved_bytes"] is None:
         st.caption("No memory recorded.")
         return
-    gap = (m["peak_reserved_bytes"] or 0) - (m["peak_allocated_bytes"] or 0)
-    st.caption(f"Per-step memory not logged; peaks only. Fragmentation gap at peak: {gap / GIB:,.2f} GiB "
-               "(reserved − allocated).")
+    if m["peak_reserved_bytes"] is None or m["peak_allocated_bytes"] is None:
+        # An unknown is shown as unknown: a gap against a missing peak would be a number about nothing.
+        known = "allocated" if m["peak_allocated_bytes"] is not None else "reserved"
+        st.caption(f"Per-step memory not logged; peaks only. Fragmentation gap at peak: unknown (only the "
+                   f"{known} peak was recorded).")
+    else:
+        gap = m["peak_reserved_bytes"] - m["peak_allocated_bytes"]
+        st.caption(f"Per-step memory not logged; peaks only. Fragmentation gap at peak: {gap / GIB:,.2f} GiB "
+                   "(reserved − allocated).")
     st.altair_chart(charts.memory_peaks(pl.DataFrame(m["per_rank"])))
 
 
