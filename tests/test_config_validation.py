@@ -6,7 +6,6 @@ Issue 11 counted 463 tracebacks of this kind (receipt.toml, --registry, ./receip
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 

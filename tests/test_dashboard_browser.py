@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import shutil
 import socket
 import subprocess
 import sys

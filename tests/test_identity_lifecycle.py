@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from test_postgres import pg_server, pg_url  # noqa: F401  (fixtures shared with the PostgreSQL suite)
 from receipts.schema.tables import SCHEMA_VERSION
 from receipts.store import migrations, open_store
 
@@ -110,7 +111,6 @@ def test_writer_role_may_append_history_and_update_identity_but_not_rewrite_hist
     assert _psql(pg_url, "SELECT why, changed_by FROM identity_history") == [("test", "receipts_writer")]
 
 
-from test_postgres import pg_server, pg_url  # noqa: E402,F401  (fixtures shared with the PostgreSQL suite)
 
 
 # ---- retag -----------------------------------------------------------------------------------------

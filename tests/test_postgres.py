@@ -23,7 +23,6 @@ from receipts.pipeline import ingest_paths
 from receipts.schema.registry import load_registry
 from receipts.schema.tables import SCHEMA_VERSION
 from receipts.store import migrations, open_store
-from receipts.store.sync import push
 
 pytestmark = pytest.mark.postgres
 

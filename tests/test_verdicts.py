@@ -4,7 +4,6 @@ between-run variance and autocorrelated steps, and the real H100 runs in tests/d
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from pathlib import Path
 
