@@ -61,7 +61,7 @@ def render_report(r: dict[str, Any]) -> None:
     s = r["steady_state"]
     unit = r.get("series_unit") or "step"
     console.print(escape(f"window: {unit}s {s['first_step']}..{s['last_step']} steady ({s['n_steps']} {unit}s), "
-                         f"{s['warmup_steps']} warm-up step(s) excluded, rule {s['window_rule']}"))
+                         f"{s['warmup_steps']} {unit}(s) outside it excluded (warm-up, a cut-short tail), rule {s['window_rule']}"))
     cv = "-" if s["cv"] is None else f"{s['cv']:.1%}"
     console.print(f"{unit} time: median {fmt_ms(s['median_step_ms'])}  p10 {fmt_ms(s['p10_step_ms'])}  "
                   f"p90 {fmt_ms(s['p90_step_ms'])}  CV {cv}")

@@ -43,7 +43,7 @@ step $R ingest tests/data/mlperf/v5.1__Dell_1xXE9680x8H200-SXM-141GB_retinanet_r
   --host-lineage dell-xe9680-h200 --preset mlperf_retinanet --regime "ddp/unknown-compile"
 step $R show retinanet_h200x8
 S=$G/straggler
-step $R ingest $S/straggler_base_nsys/run.log $S/straggler_plant_nsys/run.log
+step $R ingest $S/straggler_base_nsys/run.log $S/straggler_plant_nsys/run.log --preset toy_fsdp2_gpubound_v1
 step $R ingest $S/straggler_base_nsys.sqlite.gz --attach straggler_base_nsys
 step $R ingest $S/straggler_plant_nsys.sqlite.gz --attach straggler_plant_nsys
 step $R stragglers straggler_plant_nsys
