@@ -20,7 +20,6 @@ The contract (README "The launch wrapper"):
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -38,7 +37,8 @@ from pathlib import Path
 from typing import IO
 
 from receipts.capture import provenance
-from receipts.capture.recorder import ENV_LAUNCHER, RECORD_VERSION
+from receipts.capture.recorder import ENV_LAUNCHER
+from receipts.schema.receipt_format import RECORD_VERSION, encode
 from receipts.errors import ReceiptsError, UsageError
 from receipts.schema.registry import Registry, load_registry
 from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redact, secret_values_in
@@ -159,7 +159,7 @@ def build_header(*, command: list[str], environ: Mapping[str, str], cwd: Path, r
 
 
 def _line(record: dict) -> bytes:
-    return ("RECEIPT " + json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+    return encode(record)
 
 
 def _tee(source: IO[bytes], *, log: IO[bytes], log_lock: threading.Lock, echo: IO[bytes] | None,

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import math
 import os
 import socket
@@ -46,7 +45,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-RECORD_VERSION = 1
+from receipts.schema.receipt_format import RECORD_VERSION, encode  # the format has one owner
+
 # Step lines are written in batches: one os.write() of whole lines, kept under PIPE_BUF (4096 on
 # Linux) so a batch on a shared pipe is as atomic as a single line. Measured on the H200 box, a
 # write() per step cost more than everything else the recorder does on a launch-bound loop.
@@ -125,7 +125,7 @@ class Recorder:
     def _emit(self, record: dict, *, flush: bool = True) -> None:
         """Queue one whole line; write the queue when `flush`, or when one more line could push
         a single write past PIPE_BUF (then the queue goes first, so each write stays atomic)."""
-        data = ("RECEIPT " + json.dumps(_finite(record), separators=(",", ":")) + "\n").encode("utf-8")
+        data = encode(_finite(record))
         if self._buf_bytes + len(data) > _BATCH_BYTES:
             self._flush()
         self._buf.append(data)

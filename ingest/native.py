@@ -20,14 +20,14 @@ import polars as pl
 from receipts.errors import InputError, UnsupportedVersion
 from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
+from receipts.schema.receipt_format import KINDS, LINE_PATTERN, SUPPORTED_VERSIONS
 
 FORMAT = "receipt"
 LAUNCHER = "receipts run"   # the `writer` of the launcher's header and footer (capture writes "receipts.capture")
-SUPPORTED_VERSIONS = (1,)
 # Anywhere in the line: launchers prefix ranks ("[rank3]: "), and another process writing half a line
 # into the same pipe can put text before a record; the JSON object itself is what must be whole.
-RECEIPT_LINE = r"RECEIPT (\{.*)$"
-_KINDS = ("header", "step", "phase", "footer")
+RECEIPT_LINE = LINE_PATTERN
+_KINDS = KINDS
 
 _STEP_DTYPE = pl.Struct({
     "v": pl.Int64, "kind": pl.Utf8, "step": pl.Int64, "rank": pl.Int32, "step_ms": pl.Float64,
@@ -92,7 +92,7 @@ def parse(log: LogText) -> ParsedRun:
         for line_no, payload in step_lines.iter_rows():
             _loads(log, line_no, payload)  # raises with the exact line
         raise
-    bad = decoded.filter(pl.col("step").is_null() | (pl.col("v") != 1) | pl.col("v").is_null())
+    bad = decoded.filter(pl.col("step").is_null() | ~pl.col("v").is_in(SUPPORTED_VERSIONS) | pl.col("v").is_null())
     if bad.height:
         line_no, payload = bad["line"][0], bad["payload"][0]
         obj = _loads(log, line_no, payload)

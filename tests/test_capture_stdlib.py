@@ -21,3 +21,23 @@ def test_launcher_and_recorder_import_without_the_dataframe_stack():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_the_receipt_format_has_one_owner():
+    """Its version and its line encoding live in schema/receipt_format.py only (issue 17): no module writes
+    `"RECEIPT " + json.dumps(...)` or compares a record version to a literal."""
+    import re
+    from pathlib import Path
+
+    from receipts.schema import receipt_format
+
+    assert receipt_format.RECORD_VERSION in receipt_format.SUPPORTED_VERSIONS
+    root = Path(receipt_format.__file__).resolve().parents[1]
+    owners = []
+    product = [p for d in ("capture", "ingest", "schema", "store", "analysis", "cli", "dashboards")
+               for p in (root / d).rglob("*.py")] + [root / "pipeline.py", root / "lifecycle.py"]
+    for path in product:
+        text = path.read_text()
+        if re.search(r'"RECEIPT " \+ json\.dumps|pl\.col\("v"\) != \d|RECORD_VERSION = \d', text):
+            owners.append(path.relative_to(root).as_posix())
+    assert owners == ["schema/receipt_format.py"]
