@@ -412,3 +412,15 @@ def test_step_chart_is_scaled_to_the_steady_window():
     spec = charts.step_series(steps, warmup_last_step=1).to_dict()
     domains = [layer["encoding"]["y"]["scale"]["domain"] for layer in spec["layer"] if "y" in layer.get("encoding", {})]
     assert domains and 650 < domains[0][1] < 800
+
+
+def test_compare_b_picker_offers_a_lane_only(store_ids, monkeypatch):
+    """B's picker lists the receipts of A's lane (A itself, rumors and other lanes left out) unless 'any lane'
+    is ticked; a link naming another lane's B is still honoured (the refusal is the page)."""
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="compare", a=ids["a"])
+    _no_exception(at)
+    b_picker = at.selectbox[1]
+    assert [o for o in b_picker.options if ids["b"][:12] in o] and len(b_picker.options) == 1
+    at = _app(db, monkeypatch, view="compare", a=ids["a"], any_lane="1")
+    assert len(at.selectbox[1].options) > 1

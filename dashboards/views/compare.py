@@ -68,7 +68,10 @@ def render(data: Data) -> None:
     with left:
         a = pick_receipt(data, "A (baseline)", "a", 0)
     with right:
-        b = pick_receipt(data, "B (candidate)", "b", 1)
+        any_lane = st.checkbox("any lane (see the refusal)", key="compare_any_lane",
+                               value=st.query_params.get("any_lane") == "1")
+        st.query_params["any_lane"] = "1" if any_lane else "0"
+        b = pick_receipt(data, "B (candidate)", "b", 1 if any_lane else 0, lane_of=None if any_lane or a is None else a)
     if a is None or b is None:
         return
     if a == b:

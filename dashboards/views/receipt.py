@@ -11,10 +11,22 @@ from receipts.dashboards.views._data import Data, receipt_label, seed_from_url
 GIB = float(1 << 30)
 
 
-def pick_receipt(data: Data, label: str, param: str, default_index: int = 0) -> str | None:
-    """A receipt picker whose choice lives in the URL (?param=id) so every page can be linked."""
+def pick_receipt(data: Data, label: str, param: str, default_index: int = 0, *, lane_of: str | None = None) -> str | None:
+    """A receipt picker whose choice lives in the URL (?param=id) so every page can be linked.
+    `lane_of`: offer only the receipts of that receipt's lane (itself left out), as a comparison needs."""
     rows = data.query("dash_lanes", hosts=None, presets=None, regimes=None, tag=None, since=None, until=None,
-                      search=None).select("id", "run_name", "rumor")
+                      search=None).select("id", "run_name", "rumor", "lane")
+    if lane_of is not None:
+        lane = rows.filter(pl.col("id") == lane_of)["lane"]
+        same = rows.filter((pl.col("lane") == lane[0]) & (pl.col("id") != lane_of) & ~pl.col("rumor")) if lane.len() else rows
+        linked = st.query_params.get(param)
+        # A link naming a B outside A's lane (or A itself) is honoured: the page then says why it is refused.
+        if not (linked in rows["id"].to_list() and linked not in same["id"].to_list()):
+            rows = same
+        if rows.height == 0:
+            st.info("No other receipt in A's lane: nothing it can be compared with (tick 'any lane' to see why "
+                    "another lane is refused).")
+            return None
     if rows.height == 0:
         st.info("The store holds no receipts yet: `receipts ingest run.log`.")
         return None
