@@ -19,7 +19,8 @@ from typing import Iterator
 import polars as pl
 
 from receipts.analysis import stragglers
-from receipts.analysis.window import choose_window, cut_short_tail, in_window
+from receipts.analysis import summary as steady_summary
+from receipts.analysis.window import choose_window, cut_short_tail, in_window, mark_warmup
 from receipts.errors import InputError
 from receipts.ingest import sniff, sysinfo
 from receipts.ingest.sanity import checked_anatomy, checked_run
@@ -76,6 +77,7 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
     """Evidence in the file, then receipt.toml, then explicit flags: later sources win field by field."""
     identity = resolve_identity(parsed.claim.merged(claim), registry)
     window = choose_window(parsed.steps, parsed.phases, tail=parsed.tail_step)
+    summary = steady_summary.summarise(*steady_summary.steady_series(mark_warmup(parsed.steps, window)))
     return Receipt(
         id=source.sha256[:16],
         content_sha256=source.sha256,
@@ -85,6 +87,7 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
         window=window,
         sources=(source,),
         tags=tuple(sorted(set(tags))),
+        summary=summary,
     )
 
 

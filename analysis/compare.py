@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from receipts.analysis.lanes import lane_floors, lane_of
 from receipts.analysis.noise import NoiseFloor, default_floor
 from receipts.analysis.record import StoredReceipt
-from receipts.analysis.stats import RatioCI, RunInterval, Summary, median_interval, summarize
+from receipts.analysis.stats import RatioCI, RunInterval, Summary
 from receipts.analysis.stragglers import explains
 from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
 
@@ -72,11 +72,11 @@ class Comparison:
 
 
 def _summary(r: StoredReceipt, *, intervals: bool = False) -> RunSummary:
-    return RunSummary(r.id, r.run_name, summarize(r.steady_step_ms), summarize(r.steady_tokens_per_s),
+    return RunSummary(r.id, r.run_name, r.step_summary, r.tokens_summary,
                       r.window_first_step, r.window_last_step, r.warmup_steps, r.window_rule,
                       r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early,
-                      median_interval(r.steady_step_ms) if intervals else None,
-                      median_interval(r.steady_tokens_per_s) if intervals else None,
+                      r.step_interval if intervals else None,
+                      r.tokens_interval if intervals else None,
                       r.provenance.get("step_unit") or "step")
 
 
@@ -157,7 +157,7 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
     """Load both receipts and their lane's noise floor (current runs, most recent FLOOR_WINDOW), then compare."""
     from receipts.analysis.record import load_many
 
-    loaded = load_many(store, [a_id, b_id])
+    loaded = load_many(store, [a_id, b_id], series=False)
     a, b = loaded[a_id], loaded[b_id]
     lane = lane_of(a)
     floor = lane_floors(store, [lane])[lane] if lane is not None and lane == lane_of(b) else None

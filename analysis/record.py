@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import polars as pl
+
+from receipts.analysis import summary
+from receipts.analysis.stats import RunInterval, Summary
 
 if TYPE_CHECKING:  # analysis reads through the Store interface; it never imports a backend
     from receipts.store import Store
@@ -47,8 +51,13 @@ class StoredReceipt:
     peak_reserved_bytes: int | None
     started_at: str | None
     ingested_at: str
-    steady_step_ms: np.ndarray = field(repr=False)
+    steady_step_ms: np.ndarray = field(repr=False)       # empty when loaded with series=False
     steady_tokens_per_s: np.ndarray = field(repr=False)
+    # The steady-state statistics (analysis/summary.py): stored at ingest, else computed from the series.
+    step_summary: Summary | None = None
+    step_interval: RunInterval | None = None
+    tokens_summary: Summary | None = None
+    tokens_interval: RunInterval | None = None
     warnings: tuple[str, ...] = ()
     phases: tuple[tuple[str, int | None, int | None], ...] = ()  # (phase, first_step, last_step)
 
@@ -57,12 +66,17 @@ def load(store: "Store", receipt_id: str) -> StoredReceipt:
     return load_many(store, [receipt_id])[receipt_id]
 
 
-def load_many(store: "Store", receipt_ids: list[str]) -> dict[str, StoredReceipt]:
-    """Several receipts in three queries, whatever their number (the gate loads hundreds)."""
+def load_many(store: "Store", receipt_ids: list[str], *, series: bool = True) -> dict[str, StoredReceipt]:
+    """Several receipts in a few queries, whatever their number (the gate loads hundreds). `series=False`: the
+    step series are read only for receipts without a stored summary (show and compare need no more)."""
     ids = list(dict.fromkeys(receipt_ids))
     rows = store.query("receipts_many", {"ids": ids})
     env_rows = store.query("receipt_env_many", {"ids": ids})
-    steps = store.query("steady_steps_many", {"ids": ids})
+    stored = {r["receipt_id"]: s for r in store.query("receipt_summaries_many", {"ids": ids}).iter_rows(named=True)
+              if (s := summary.parse(r["summary_json"])) is not None}
+    need = ids if series else [i for i in ids if i not in stored]
+    steps = store.query("steady_steps_many", {"ids": need}) if need else pl.DataFrame(
+        schema={"receipt_id": pl.Utf8, "step": pl.Int64, "step_ms": pl.Float64, "tokens_per_s": pl.Float64})
     envs: dict[str, dict[str, str | None]] = {i: {} for i in ids}
     for r in env_rows.iter_rows(named=True):
         envs[r["receipt_id"]][r["name"]] = ("<redacted>" if r["redacted"] else r["value"]) if r["is_set"] else None
@@ -73,7 +87,10 @@ def load_many(store: "Store", receipt_ids: list[str]) -> dict[str, StoredReceipt
         own = series.get(rid)
         step_ms = own["step_ms"].to_numpy() if own is not None else np.empty(0)
         tokens = own["tokens_per_s"].drop_nulls().to_numpy() if own is not None else np.empty(0)
-        out[rid] = _from_row(row, envs.get(rid, {}), step_ms, tokens)
+        stats = stored.get(rid) or summary.summarise(step_ms, tokens)
+        out[rid] = replace(_from_row(row, envs.get(rid, {}), step_ms, tokens),
+                           **dict(zip(("step_summary", "step_interval"), summary.parts(stats, "step_ms"))),
+                           **dict(zip(("tokens_summary", "tokens_interval"), summary.parts(stats, "tokens_per_s"))))
     missing = [i for i in ids if i not in out]
     if missing:
         from receipts.errors import ReceiptNotFound

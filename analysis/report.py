@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from receipts.analysis.record import load
-from receipts.analysis.stats import summarize
+from receipts.analysis.record import load_many
 
 if TYPE_CHECKING:
     from receipts.store import Store
@@ -22,10 +21,10 @@ def series_headline(provenance: dict[str, Any]) -> dict[str, Any]:
 
 
 def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
-    r = load(store, receipt_id)
-    # The same summary compare prints (analysis.stats.summarize over the steady steps): one statistics path,
-    # deterministic to the last bit (DuckDB's parallel avg/stddev were not: a show could differ from itself).
-    steps, tokens = summarize(r.steady_step_ms), summarize(r.steady_tokens_per_s)
+    r = load_many(store, [receipt_id], series=False)[receipt_id]
+    # The same summary compare prints (analysis.stats.summarize over the steady steps, stored at ingest by
+    # analysis/summary.py): one statistics path, deterministic to the last bit, no step rows read.
+    steps, tokens = r.step_summary, r.tokens_summary
     memory = store.query("receipt_memory", {"receipt_id": receipt_id}).to_dicts()
     sources = store.query("receipt_sources", {"receipt_id": receipt_id}).to_dicts()
     row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)

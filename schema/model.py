@@ -187,6 +187,7 @@ class Receipt:
     window: StepWindow
     sources: tuple[SourceFile, ...]
     tags: tuple[str, ...] = ()
+    summary: dict[str, Any] | None = None  # analysis/summary.py: steady-state statistics computed at ingest
 
     @property
     def machine_class(self) -> str | None:

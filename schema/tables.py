@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 # Bump with a migration (store/migrations) whenever a table changes.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
@@ -132,6 +132,16 @@ identity_history = Table(
     *(Column(f"{age}_{name}", Boolean if name == "identity_complete" else Text)
       for age in ("old", "new") for name in IDENTITY_FIELDS),
     PrimaryKeyConstraint("receipt_id", "seq"),
+)
+
+receipt_summaries = Table(
+    "receipt_summaries", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("rule", Text, nullable=False),                 # analysis/summary.py RULE that made it
+    Column("n_steady_steps", Integer, nullable=False),
+    Column("median_step_ms", Double),                     # ms, steady state, a step = its slowest rank
+    Column("summary_json", Text, nullable=False),         # Summary + RunInterval of step_ms and tokens_per_s
+    PrimaryKeyConstraint("receipt_id"),
 )
 
 anatomy_rows = Table(

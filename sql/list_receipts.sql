@@ -1,17 +1,23 @@
 -- Every current receipt (or, with $all, every receipt) with its identity and steady-state headline,
 -- newest first. Current = not superseded by a later ingest of the same run.
--- Reads: receipts, receipt_steps.
+-- Reads: receipts, receipt_summaries (the stored steady-state summary), receipt_steps (only for receipts stored
+--        before summaries existed).
 -- Params: $all (bool: include superseded receipts).
 -- Columns: id, run_name, host_lineage, preset_family, launch_regime, identity_complete (bool),
 --          raw_host_lineage, raw_preset, raw_regime, machine_class, source_format, tags_json,
 --          n_steady_steps, median_step_ms (ms), peak_allocated_bytes, peak_reserved_bytes (bytes),
 --          ended_early, started_at, ingested_at, superseded_by (id of the receipt that replaced it; null = current),
 --          provenance_json (text: MLPerf's step_unit and time_to_train_ms, read by analysis.report.series_headline).
-WITH t AS (
+WITH unsummarised AS (
+    SELECT id FROM receipts r
+    WHERE NOT EXISTS (SELECT 1 FROM receipt_summaries m WHERE m.receipt_id = r.id)
+), t AS (
     SELECT receipt_id, step, max(step_ms) AS step_ms
-    FROM receipt_steps WHERE NOT warmup AND step_ms IS NOT NULL
+    FROM receipt_steps WHERE NOT warmup AND step_ms IS NOT NULL AND receipt_id IN (SELECT id FROM unsummarised)
     GROUP BY receipt_id, step
 ), s AS (
+    SELECT receipt_id, n_steady_steps, median_step_ms FROM receipt_summaries
+    UNION ALL
     SELECT receipt_id, count(*) AS n_steady_steps, median(step_ms) AS median_step_ms FROM t GROUP BY receipt_id
 )
 SELECT r.id, r.run_name, r.host_lineage, r.preset_family, r.launch_regime, r.identity_complete,

@@ -79,6 +79,15 @@ def step_frame(receipt: Receipt) -> pl.DataFrame:
     return steps.select(pl.lit(receipt.id).alias("receipt_id"), pl.all())
 
 
+def summary_rows(receipt: Receipt) -> list[dict[str, Any]]:
+    s = receipt.summary
+    if s is None:
+        return []
+    step = s["step_ms"]["summary"]
+    return [{"receipt_id": receipt.id, "rule": s["rule"], "n_steady_steps": step["n"] if step else 0,
+             "median_step_ms": step["median"] if step else None, "summary_json": dumps(s)}]
+
+
 def env_rows(receipt: Receipt) -> list[dict[str, Any]]:
     return [{"receipt_id": receipt.id, "name": e.name, "value": None if e.redacted else e.value,
              "is_set": e.is_set, "redacted": e.redacted} for e in receipt.parsed.env]

@@ -22,7 +22,8 @@ from receipts.store.base import RETAG_COLUMNS, Store
 
 # Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export). Its
 # identity_history travels with it, so a receipt retagged before the push arrives with its audit trail.
-RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_sources", "identity_history")
+RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_summaries", "receipt_sources",
+                  "identity_history")
 ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx")
 
 

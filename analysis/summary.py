@@ -1,0 +1,60 @@
+"""Per-receipt steady-state summaries, computed once at ingest and stored (issue 15): reads that do not scale
+with steps. `show`, `list` and `compare` read them; the step series is still stored for the gate, `check`,
+`history` and the dashboard charts.
+
+The numbers are exactly those of the recompute path: the same series (steady steps, a step's time its slowest
+rank's, tokens/s summed over ranks when the log is per rank, as sql/steady_steps_many.sql defines it) through the
+same functions (analysis.stats.summarize, median_interval). A receipt stored before its summary existed (schema
+< 6), or under another RULE, is summarised from its series on read, with the same result.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from receipts.analysis.stats import RunInterval, Summary, median_interval, summarize
+
+# Bump when the window rule, the series definition or the statistics change: stored summaries under an older
+# rule are then recomputed from the series on read (and `receipts db upgrade` records the new rule).
+RULE = "steady-summary-v1"
+
+
+def steady_series(steps: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(step_ms, tokens_per_s) of the steady steps in step order, from a frame with step, rank, step_ms,
+    tokens_per_s and warmup, as sql/steady_steps_many.sql reads it from the store."""
+    steady = steps.filter(~pl.col("warmup") & pl.col("step_ms").is_not_null())
+    if steady.height == 0:
+        return np.empty(0), np.empty(0)
+    per_step = (steady.group_by("step")
+                .agg(pl.col("step_ms").max(),
+                     pl.when(pl.col("rank").n_unique() > 1).then(pl.col("tokens_per_s").sum())
+                     .otherwise(pl.col("tokens_per_s").max()).alias("tokens_per_s"))
+                .sort("step"))
+    return per_step["step_ms"].to_numpy(), per_step["tokens_per_s"].drop_nulls().to_numpy()
+
+
+def summarise(step_ms: np.ndarray, tokens_per_s: np.ndarray) -> dict[str, Any]:
+    """The stored form: Summary and RunInterval of both series as plain data (floats round-trip exactly)."""
+    def one(x: np.ndarray) -> dict[str, Any]:
+        s, i = summarize(x), median_interval(x)
+        return {"summary": asdict(s) if s else None, "interval": asdict(i) if i else None}
+    return {"rule": RULE, "step_ms": one(step_ms), "tokens_per_s": one(tokens_per_s)}
+
+
+def parse(text: str | None) -> dict[str, Any] | None:
+    """A stored summary if it was made under this build's RULE, else None (recompute from the series)."""
+    if not text:
+        return None
+    data = json.loads(text)
+    return data if data.get("rule") == RULE else None
+
+
+def parts(stored: dict[str, Any], metric: str) -> tuple[Summary | None, RunInterval | None]:
+    entry = stored[metric]
+    return (Summary(**entry["summary"]) if entry["summary"] else None,
+            RunInterval(**entry["interval"]) if entry["interval"] else None)

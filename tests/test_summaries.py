@@ -1,0 +1,89 @@
+"""Stored steady-state summaries (issue 15): computed once at ingest, read by show / list / compare, and equal to
+the last bit to what the recompute path (every steady step row through analysis.stats) gives."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from receipts.analysis import summary
+from receipts.analysis.record import load_many
+from receipts.store import open_store
+from tests.cli_helpers import cli, cli_json
+from tests.conftest import GPU_DATA, REPO, realdata
+
+NOISE = REPO / "tests" / "data" / "noise"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> tuple[str, list[str]]:
+    db = str(tmp_path_factory.mktemp("sum") / "s.duckdb")
+    logs = [GPU_DATA / "fsdp2_2gpu_nsys" / "run.log", GPU_DATA / "straggler" / "straggler_plant_plain" / "run.log",
+            NOISE / "aa_01" / "run.log", NOISE / "slow_1" / "run.log",
+            REPO / "tests" / "data" / "mlperf" / "v5.1__Dell_1xXE9680x8H200-SXM-141GB_retinanet_result_0.txt",
+            realdata("logs", "nanochat_pr147_a100_mfu.txt"),
+            realdata("logs", "megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-baseline.log")]
+    code, out = cli_json(db, "ingest", *map(str, logs))
+    assert code == 0, out
+    with open_store(db) as s:
+        ids = s.sql("SELECT id FROM receipts ORDER BY id")["id"].to_list()
+    return db, ids
+
+
+def test_every_receipt_gets_a_summary_equal_to_the_recompute(store):
+    db, ids = store
+    with open_store(db, read_only=True) as s:
+        rows = {r["receipt_id"]: json.loads(r["summary_json"]) for r in s.sql("SELECT * FROM receipt_summaries").iter_rows(named=True)}
+        loaded = load_many(s, ids, series=True)
+    assert set(rows) == set(ids)
+    for rid, r in loaded.items():
+        recomputed = summary.summarise(r.steady_step_ms, r.steady_tokens_per_s)
+        assert rows[rid] == json.loads(json.dumps(recomputed)), rid  # exact: floats round-trip through JSON
+
+
+def _without_summaries(db: str, tmp_path, rule: str | None = None) -> str:
+    """A copy of the store whose summaries are gone (schema < 6) or made under another rule."""
+    import shutil
+
+    copy = str(tmp_path / "copy.duckdb")
+    shutil.copyfile(db, copy)
+    with open_store(copy) as s:
+        if rule is None:
+            s.sql("DELETE FROM receipt_summaries")
+        else:
+            s.sql("UPDATE receipt_summaries SET summary_json = replace(summary_json, $old, $new)",
+                  {"old": summary.RULE, "new": rule})
+    return copy
+
+
+@pytest.mark.parametrize("rule", [None, "steady-summary-v0"], ids=["no summary (older store)", "another rule"])
+def test_show_list_and_compare_are_the_same_without_a_stored_summary(store, tmp_path, rule):
+    db, ids = store
+    other = _without_summaries(db, tmp_path, rule)
+    for rid in ids:
+        a, b = cli_json(db, "show", rid)[1], cli_json(other, "show", rid)[1]
+        assert a["steady_state"] == b["steady_state"]
+    assert [(r["id"], r["median_step_ms"], r["n_steady_steps"]) for r in cli_json(db, "list")[1]] == \
+           [(r["id"], r["median_step_ms"], r["n_steady_steps"]) for r in cli_json(other, "list")[1]]
+    pair = ("aa_01", "slow_1")
+    x, y = cli_json(db, "compare", *pair)[1], cli_json(other, "compare", *pair)[1]
+    assert x["ratio"] == y["ratio"] and x["a"]["steady_state"] == y["a"]["steady_state"] and x["verdict"] == y["verdict"]
+
+
+def test_show_reads_no_step_rows_when_a_summary_is_stored(store, monkeypatch):
+    """The point of storing them: `show` and `compare` never query the step series of a summarised receipt."""
+    db, ids = store
+    from receipts.store.duckdb_store import DuckDBStore
+
+    asked: list[str] = []
+    original = DuckDBStore.query
+
+    def spy(self, name, params=None):
+        asked.append(name)
+        return original(self, name, params)
+
+    monkeypatch.setattr(DuckDBStore, "query", spy)
+    assert cli(db, "show", ids[0]).exit_code == 0
+    assert cli(db, "compare", "aa_01", "slow_1").exit_code == 0
+    assert "steady_steps_many" not in asked and "receipt_summaries_many" in asked
