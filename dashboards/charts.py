@@ -53,14 +53,15 @@ def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerC
 
 def memory_series(mem: pl.DataFrame) -> alt.LayerChart:
     """Allocated vs reserved per step; the shaded band between them is the allocator's gap."""
+    # Legends say what a reader calls the series, not the column they came from.
     base = alt.Chart(mem).transform_calculate(
-        allocated_gib=f"datum.allocated_bytes / {GIB}", reserved_gib=f"datum.reserved_bytes / {GIB}")
+        allocated=f"datum.allocated_bytes / {GIB}", reserved=f"datum.reserved_bytes / {GIB}")
     x = alt.X("step:Q", title="step (iteration)")
     gap = base.mark_area(opacity=0.25, color="#e45756").encode(
-        x=x, y=alt.Y("allocated_gib:Q", title="memory (GiB)"), y2="reserved_gib:Q")
-    lines = base.transform_fold(["allocated_gib", "reserved_gib"], as_=["kind", "gib"]).mark_line().encode(
+        x=x, y=alt.Y("allocated:Q", title="memory (GiB)"), y2="reserved:Q")
+    lines = base.transform_fold(["allocated", "reserved"], as_=["kind", "gib"]).mark_line().encode(
         x=x, y=alt.Y("gib:Q", title="memory (GiB)"),
-        color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=["allocated_gib", "reserved_gib"],
+        color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=["allocated", "reserved"],
                                                               range=["#4c78a8", "#e45756"])))
     return alt.layer(gap, lines).properties(width=WIDE, height=220, title="allocated vs reserved (gap shaded)")
 
@@ -68,7 +69,8 @@ def memory_series(mem: pl.DataFrame) -> alt.LayerChart:
 def memory_peaks(per_rank: pl.DataFrame) -> alt.Chart:
     """Per-rank peaks when the log printed no per-step memory."""
     frame = per_rank.with_columns(pl.col("rank").cast(pl.Utf8).fill_null("logging rank"))
-    return alt.Chart(frame).transform_fold(["peak_allocated_bytes", "peak_reserved_bytes"], as_=["kind", "bytes"]) \
+    frame = frame.rename({"peak_allocated_bytes": "peak allocated", "peak_reserved_bytes": "peak reserved"})
+    return alt.Chart(frame).transform_fold(["peak allocated", "peak reserved"], as_=["kind", "bytes"]) \
         .transform_calculate(gib=f"datum.bytes / {GIB}").mark_bar().encode(
         y=alt.Y("rank:N", title="rank"), x=alt.X("gib:Q", title="peak memory (GiB)"),
         yOffset=alt.YOffset("kind:N"), color=alt.Color("kind:N", title=None),
@@ -219,3 +221,20 @@ def rank_wait_heatmap(per_step: pl.DataFrame) -> alt.Chart:
                              alt.Tooltip("imposed_ms:Q", format=".3f", title="wait imposed ms"),
                              "last_arrivals", "collectives"])
             .properties(width="container", height=max(80, 28 * per_step["rank"].n_unique())))
+
+
+TRAINING_METRICS = {"loss": "loss", "tokens_per_s": "tokens/s", "mfu_pct": "MFU (%)"}
+
+
+def training_metrics(steps: pl.DataFrame) -> alt.VConcatChart | None:
+    """Loss, throughput and MFU per step, the ones the log printed (W&B-style small multiples); None without any.
+    A step's value is the mean over the ranks that printed it."""
+    present = [c for c in TRAINING_METRICS if c in steps.columns and steps[c].drop_nulls().len()]
+    if not present:
+        return None
+    per_step = steps.group_by("step").agg([pl.col(c).mean() for c in present]).sort("step")
+    charts = [alt.Chart(per_step.select("step", c).drop_nulls()).mark_line(strokeWidth=1).encode(
+        x=alt.X("step:Q", title="step (iteration)"), y=alt.Y(f"{c}:Q", title=TRAINING_METRICS[c], scale=alt.Scale(zero=False)),
+        tooltip=["step", alt.Tooltip(f"{c}:Q", title=TRAINING_METRICS[c], format=",.4g")])
+        .properties(width=WIDE, height=140) for c in present]
+    return alt.vconcat(*charts)

@@ -244,7 +244,7 @@ def test_receipt_view_shows_identity_env_topology_steps_and_memory_drift(store_i
     assert "Fragmentation drift" in text
     env = next(d.value for d in at.dataframe if "state" in d.value.columns)
     assert set(env[env["state"] == "∅ explicitly unset"]["name"]) == {"NCCL_P2P_DISABLE", "CUDA_DEVICE_MAX_CONNECTIONS"}
-    assert len(_charts(at)) == 3  # topology, step time, memory per step
+    assert len(_charts(at)) == 4  # topology, step time, training metrics (tokens/s), memory per step
     assert "warm-up through step" in text
 
 
@@ -424,3 +424,44 @@ def test_compare_b_picker_offers_a_lane_only(store_ids, monkeypatch):
     assert [o for o in b_picker.options if ids["b"][:12] in o] and len(b_picker.options) == 1
     at = _app(db, monkeypatch, view="compare", a=ids["a"], any_lane="1")
     assert len(at.selectbox[1].options) > 1
+
+
+def test_receipt_view_charts_the_training_metrics_the_log_printed(store_ids, monkeypatch):
+    """Loss, tokens/s and MFU were parsed and stored but never charted (issue 16)."""
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="receipt", id=ids["other"])  # nanochat: loss, tokens/s and MFU per step
+    _no_exception(at)
+    assert "Training metrics the log printed" in _texts(at)
+    import polars as pl
+
+    from receipts.dashboards import charts
+
+    assert charts.training_metrics(pl.DataFrame({"step": [1, 2], "step_ms": [1.0, 2.0]})) is None
+
+
+def test_topology_with_nics_shows_gpus_only_by_default(tmp_path, monkeypatch):
+    """An 8-GPU + NIC matrix is unreadable: a 'GPUs only' toggle, on by default (issue 16). The fixture is the
+    layout of `nvidia-smi topo -m` on an 8-GPU node with two NICs (GPU pairs NV18, GPU-NIC PIX/SYS)."""
+    from cli_helpers import cli, cli_json
+
+    gpus = [f"GPU{i}" for i in range(8)]
+    header = "\t" + "\t".join(gpus + ["NIC0", "NIC1", "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])
+    rows = []
+    for i, g in enumerate(gpus):
+        cells = [" X " if j == i else "NV18" for j in range(8)] + ["PIX" if i < 4 else "SYS", "SYS" if i < 4 else "PIX"]
+        rows.append("\t".join([g, *cells, "0-55" if i < 4 else "56-111", "0" if i < 4 else "1", "", "N/A"]))
+    for n in range(2):
+        cells = [("PIX" if (i < 4) == (n == 0) else "SYS") for i in range(8)] + [" X " if m == n else "SYS" for m in range(2)]
+        rows.append("\t".join([f"NIC{n}", *cells]))
+    topo = tmp_path / "topo.txt"
+    topo.write_text("\n".join([header, *rows, "", "Legend:", "", "  X    = Self", "  NV#  = Connection traversing a bonded set of # NVLinks",
+                               "", "NIC Legend:", "", "  NIC0: mlx5_0", "  NIC1: mlx5_1", ""]) + "\n")
+    log = Path(__file__).resolve().parent / "data" / "gpu" / "fsdp2_2gpu_nsys" / "run.log"
+    db = str(tmp_path / "t.duckdb")
+    assert cli(db, "ingest", str(log)).exit_code == 0
+    result = cli(db, "ingest", "--attach", "fsdp2_2gpu_nsys", "--force", str(topo))
+    assert result.exit_code == 0, result.output
+    rid = cli_json(db, "show", "fsdp2_2gpu_nsys")[1]["id"]
+    at = _app(db, monkeypatch, view="receipt", id=rid)
+    _no_exception(at)
+    assert at.toggle and at.toggle[0].label == "GPUs only" and at.toggle[0].value is True

@@ -88,6 +88,13 @@ def _topology(data: Data, receipt_id: str) -> None:
     if bad.height:
         pairs = ", ".join(f"{r['row_device']}–{r['col_device']} {r['cell']}" for r in bad.iter_rows(named=True))
         st.error(f"GPU pairs off NVLink (NV# expected): {pairs}")
+    nics = cells.filter(~pl.col("row_device").str.starts_with("GPU")).height
+    if nics:
+        # An 8-GPU + 10-NIC matrix is unreadable at a glance: GPUs alone by default, NICs one click away.
+        gpus_only = st.toggle("GPUs only", value=True, key="topology_gpus_only",
+                              help="Hide the NIC rows and columns of the matrix")
+        if gpus_only:
+            cells = cells.filter(pl.col("row_device").str.starts_with("GPU") & pl.col("col_device").str.starts_with("GPU"))
     st.altair_chart(charts.topology(cells))
 
 
@@ -108,6 +115,10 @@ def _steps(data: Data, rep: dict) -> None:
                f"{ss['warmup_last_step']} excluded (rule: {ss['window_rule']}).")
     if steps.filter(pl.col("step_ms").is_not_null()).height:
         st.altair_chart(charts.step_series(steps, ss["warmup_last_step"]))
+    metrics = charts.training_metrics(steps)
+    if metrics is not None:
+        st.markdown("**Training metrics the log printed** (loss, tokens/s, MFU; mean over ranks)")
+        st.altair_chart(metrics)
 
 
 def _memory(data: Data, rep: dict) -> None:
