@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from receipts.schema.model import StepWindow
+from receipts.schema.model import StepWindow, mark_warmup  # noqa: F401  (mark_warmup: applying a window is the model's; choosing one is here)
 
 WARMUP_PHASES = ("compile", "warmup", "warm-up", "warm_up")
 SLOW_FACTOR = 1.25
@@ -76,13 +76,6 @@ def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int 
     )
 
 
-def mark_warmup(steps: pl.DataFrame, window: StepWindow) -> pl.DataFrame:
-    """`warmup` = not steady: before the window (warm-up) or after it (a cut-short tail)."""
-    if window.first_step is not None and window.last_step is not None:
-        return steps.with_columns(~pl.col("step").is_between(window.first_step, window.last_step).alias("warmup"))
-    if window.warmup_last_step is None:
-        return steps.with_columns(pl.lit(False).alias("warmup"))
-    return steps.with_columns((pl.col("step") <= window.warmup_last_step).alias("warmup"))
 
 
 def cut_short_tail(steps: pl.DataFrame, busy_ms: dict[int, float] | None = None) -> int | None:

@@ -150,6 +150,16 @@ class StepWindow:
     n_steady: int
 
 
+def mark_warmup(steps: pl.DataFrame, window: StepWindow) -> pl.DataFrame:
+    """`warmup` = not steady: before the window (warm-up) or after it (a cut-short tail). Applying a window
+    lives with the model, so the store can write it without importing the analysis that chose it."""
+    if window.first_step is not None and window.last_step is not None:
+        return steps.with_columns(~pl.col("step").is_between(window.first_step, window.last_step).alias("warmup"))
+    if window.warmup_last_step is None:
+        return steps.with_columns(pl.lit(False).alias("warmup"))
+    return steps.with_columns((pl.col("step") <= window.warmup_last_step).alias("warmup"))
+
+
 @dataclass(frozen=True)
 class ParsedRun:
     """What a log parser returns: evidence from one file, before identity resolution."""

@@ -8,10 +8,9 @@ from typing import Any
 
 import polars as pl
 
-from receipts.analysis.window import mark_warmup
 from receipts.schema.identity import identity_columns
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, RECEIPT_MODEL_VERSION,
-                                   Anatomy, Receipt, SourceFile)
+                                   Anatomy, Receipt, SourceFile, mark_warmup)
 
 
 def dumps(value: Any) -> str:
