@@ -9,13 +9,16 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from receipts.schema.categories import ALL_CATEGORIES
+from receipts.schema.categories import ALL_CATEGORIES, DECOMPOSITION, KERNEL_CATEGORIES, MEMORY_CATEGORIES
 
 GIB = float(1 << 30)
 # One colour per category everywhere, so a reader learns it once; idle grey, exposed comm black.
 _PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b", "#ff9da6", "#9d755d",
-            "#79706e", "#bab0ac", "#d67195", "#439894", "#8c6d31", "#c7c7c7", "#000000"]
+            "#79706e", "#bab0ac", "#d67195", "#439894", "#8c6d31", "#c7c7c7", "#000000", "#1f77b4", "#17becf",
+            "#bcbd22", "#7f7f7f"]
 CATEGORY_SCALE = alt.Scale(domain=list(ALL_CATEGORIES), range=_PALETTE[: len(ALL_CATEGORIES)])
+DECOMPOSITION_SCALE = alt.Scale(domain=list(DECOMPOSITION), range=["#4c78a8", "#72b7b2", "#e45756", "#f58518", "#d3d3d3"])
+_DECOMPOSITION_ORDER = "indexof(" + str(list(DECOMPOSITION)).replace("'", '"') + ", datum.category)"
 WIDE = 720
 
 
@@ -95,31 +98,48 @@ def topology(cells: pl.DataFrame) -> alt.LayerChart:
 
 
 def anatomy_by_step(rows: pl.DataFrame) -> alt.FacetChart:
-    """Stacked time per category per step and rank; exposed communication as a black tick on top."""
-    frame = rows.with_columns(pl.col("step").cast(pl.Utf8).fill_null("window").alias("step_label"),
-                              pl.col("rank").cast(pl.Utf8).fill_null("?").alias("rank_label"))
+    """Where each step went, per rank: the non-overlapping decomposition (compute only, communication hidden
+    under compute, exposed communication, memory work under neither, idle), stacked: it sums to the step."""
+    frame = (rows.filter(pl.col("category").is_in(DECOMPOSITION))
+             .with_columns(pl.col("step").cast(pl.Utf8).fill_null("window").alias("step_label"),
+                           pl.col("rank").cast(pl.Utf8).fill_null("?").alias("rank_label")))
     x = alt.X("step_label:N", title="step", sort=None)
-    bars = alt.Chart().transform_filter("datum.category != 'exposed_comm'").mark_bar().encode(
+    bars = alt.Chart(frame).mark_bar().encode(
         x=x, y=alt.Y("sum(time_ms):Q", title="time per step (ms)"),
-        color=alt.Color("category:N", scale=CATEGORY_SCALE, title="category"),
+        color=alt.Color("category:N", scale=DECOMPOSITION_SCALE, title="part of the step"),
+        order=alt.Order("order:Q"),
         opacity=alt.condition("datum.warmup", alt.value(0.45), alt.value(1.0)),
         tooltip=["step_label", "category", alt.Tooltip("time_ms:Q", format=",.3f"), "warmup"])
-    exposed = alt.Chart().transform_filter("datum.category == 'exposed_comm'").mark_tick(
-        color="black", thickness=3, size=18).encode(x=x, y="time_ms:Q", tooltip=["step_label", "time_ms"])
-    return alt.layer(bars, exposed, data=frame).properties(width=360, height=240).facet(
+    return bars.transform_calculate(order=_DECOMPOSITION_ORDER).properties(width=360, height=240).facet(
         column=alt.Column("rank_label:N", title="rank")).properties(
-        title="per step and rank (faded = warm-up; black tick = exposed communication, ms)")
+        title="per step and rank: parts that sum to the step (faded = warm-up)")
 
 
 def anatomy_by_rank(window: pl.DataFrame) -> alt.Chart:
-    """Steady-state ms per step per rank, stacked by category (idle and exposed comm included)."""
-    frame = window.with_columns(pl.col("rank").cast(pl.Utf8).fill_null("?"))
+    """Steady state, ms per step per rank, the non-overlapping decomposition stacked (it sums to the step)."""
+    frame = window.filter(pl.col("category").is_in(DECOMPOSITION)).with_columns(
+        pl.col("rank").cast(pl.Utf8).fill_null("?"))
     return alt.Chart(frame).mark_bar().encode(
         y=alt.Y("rank:N", title="rank"), x=alt.X("per_step_ms:Q", title="time per step (ms)"),
-        color=alt.Color("category:N", scale=CATEGORY_SCALE, title="category",
-                        legend=alt.Legend(orient="bottom", columns=6)),
+        color=alt.Color("category:N", scale=DECOMPOSITION_SCALE, title="part of the step",
+                        legend=alt.Legend(orient="bottom", columns=5)),
+        order=alt.Order("order:Q"),
         tooltip=["rank", "category", alt.Tooltip("per_step_ms:Q", format=",.3f")],
-    ).properties(width=WIDE, height=alt.Step(28), title="per rank")
+    ).transform_calculate(order=_DECOMPOSITION_ORDER).properties(
+        width=WIDE, height=alt.Step(28), title="per rank: parts that sum to the step")
+
+
+def anatomy_categories(window: pl.DataFrame) -> alt.Chart:
+    """Steady state busy time per kernel / memory category and rank, side by side, NOT stacked: the categories
+    overlap (communication runs under compute), so their sum is no step time."""
+    frame = window.filter(pl.col("category").is_in(list(KERNEL_CATEGORIES + MEMORY_CATEGORIES))).with_columns(
+        pl.col("rank").cast(pl.Utf8).fill_null("?"))
+    return alt.Chart(frame).mark_bar().encode(
+        y=alt.Y("category:N", title=None), yOffset=alt.YOffset("rank:N"),
+        x=alt.X("per_step_ms:Q", title="busy time per step (ms; categories overlap, not additive)"),
+        color=alt.Color("rank:N", title="rank"),
+        tooltip=["rank", "category", alt.Tooltip("per_step_ms:Q", format=",.3f")],
+    ).properties(width=WIDE, title="busy time by category (overlapping)")
 
 
 def anatomy_phases(window: pl.DataFrame) -> alt.Chart:

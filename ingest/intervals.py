@@ -167,6 +167,21 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
         .filter(pl.col("end_ns") > pl.col("start_ns"))
     )
     busy_in_span = union_ns(clipped, _KEYS).rename({"union_ns": "busy_in_span_ns"})
+    # The non-overlapping decomposition of the span (issue 16): compute only + communication hidden under
+    # compute + exposed communication + memory work under neither + idle = the span, exactly.
+    c_in = clipped.filter(pl.col("category").is_in(COMPUTE_CATEGORIES))
+    m_in = clipped.filter(pl.col("category").is_in(COMM_CATEGORIES))
+    part = (sp.select(*_KEYS)
+            .join(union_ns(c_in, _KEYS).rename({"union_ns": "c_ns"}), on=_KEYS, how="left", nulls_equal=True)
+            .join(union_ns(m_in, _KEYS).rename({"union_ns": "m_ns"}), on=_KEYS, how="left", nulls_equal=True)
+            .join(intersection_ns(m_in, c_in, _KEYS).rename({"both_ns": "cm_ns"}), on=_KEYS, how="left", nulls_equal=True)
+            .join(busy_in_span, on=_KEYS, how="left", nulls_equal=True)
+            .with_columns(pl.col("c_ns", "m_ns", "cm_ns", "busy_in_span_ns").fill_null(0))
+            .with_columns(((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
+                          (pl.col("cm_ns") / 1e6).alias("comm_hidden"),
+                          ((pl.col("m_ns") - pl.col("cm_ns")) / 1e6).alias("exposed_comm"),
+                          ((pl.col("busy_in_span_ns") - (pl.col("c_ns") + pl.col("m_ns") - pl.col("cm_ns"))).clip(0)
+                           / 1e6).alias("memcpy_only")))
     per_step = (
         sp.join(busy, on=_KEYS, how="left", nulls_equal=True)
         .join(busy_in_span, on=_KEYS, how="left", nulls_equal=True)
@@ -184,7 +199,8 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
     )
     derived = pl.concat([
         per_step.select(*_KEYS, pl.lit("idle").alias("category"), pl.col("idle_ms").alias("time_ms")),
-        per_step.select(*_KEYS, pl.lit("exposed_comm").alias("category"), pl.col("exposed_ms").alias("time_ms")),
+        *(part.select(*_KEYS, pl.lit(name).alias("category"), pl.col(name).alias("time_ms"))
+          for name in ("exposed_comm", "compute_only", "comm_hidden", "memcpy_only")),
     ])
     rows = pl.concat([by_cat, derived]).sort([*_KEYS, "category"], nulls_last=True)
     return rows, per_step.select(*_KEYS, "gpu_ms", "kernels", "comm_ms", "overlap_pct")

@@ -21,7 +21,10 @@ KERNEL_CATEGORIES = (
     "other",
 )
 MEMORY_CATEGORIES = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p", "memset")
-DERIVED_CATEGORIES = ("idle", "exposed_comm")
+# Derived from the intervals, not from names. compute_only + comm_hidden + exposed_comm + memcpy_only + idle
+# partition the step span (they sum to it); the kernel and memory categories above overlap one another.
+DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle")
+DERIVED_CATEGORIES = ("idle", "exposed_comm", "compute_only", "comm_hidden", "memcpy_only")
 ALL_CATEGORIES = KERNEL_CATEGORIES + MEMORY_CATEGORIES + DERIVED_CATEGORIES
 COMM_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c.startswith("nccl_"))
 

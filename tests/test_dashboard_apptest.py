@@ -265,9 +265,12 @@ def test_anatomy_view_draws_categories_ranks_phases_and_nvtx(store_ids, monkeypa
     _no_exception(at)
     text = _texts(at)
     assert "mfu_2gpu_before.sqlite" in text
-    assert len(_charts(at)) == 4  # per step x rank, per rank, warm-up vs steady, NVTX
+    assert len(_charts(at)) == 5  # per step x rank, per rank, categories (overlapping), warm-up vs steady, NVTX
     spec = json.dumps([c.proto.spec for c in _charts(at)])
     assert "exposed_comm" in spec and "idle" in spec
+    # the stacked charts stack only the parts that sum to the step (issue 16), named for a reader
+    assert "parts that sum to the step" in spec and "compute_only" in spec and "comm_hidden" in spec
+    assert "categories overlap, not additive" in spec
 
 
 def test_compare_view_comparable_pair_shows_ratio_anatomy_and_drift(store_ids, monkeypatch):

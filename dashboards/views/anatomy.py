@@ -36,14 +36,17 @@ def render(data: Data) -> None:
     params = {"receipt_id": receipt_id, "source_sha256": src["sha256"]}
     rows = data.query("anatomy_rows", **params)
     window = pl.DataFrame(rep["window"])
-    st.caption("Categories are unions of busy time on the device, so they overlap (communication under compute); "
-               "idle is the step span with no GPU work; exposed comm is communication not hidden under compute.")
+    st.caption("Stacked charts show parts that sum to the step's GPU span: compute only, communication hidden "
+               "under compute, exposed communication, memory work under neither, idle. The busy time of each kernel "
+               "category is shown apart and not stacked: categories overlap (communication runs under compute).")
 
     st.markdown("#### Per step and rank")
     st.altair_chart(charts.anatomy_by_step(rows))
     st.markdown("#### Per rank, steady state")
     steady = window.filter(pl.col("phase").is_in(["steady", "window"]))
     st.altair_chart(charts.anatomy_by_rank(steady))
+    st.markdown("#### Busy time by category, steady state (overlapping, not additive)")
+    st.altair_chart(charts.anatomy_categories(steady))
     st.markdown("#### Warm-up vs steady")
     if not window.filter(pl.col("phase") == "warmup").height:
         st.caption("This export has no warm-up steps marked (no step markers, or the capture began after warm-up): "
