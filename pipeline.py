@@ -306,7 +306,10 @@ def _reraise_interrupt(exc: Exception) -> None:
     (as KeyboardInterrupt does elsewhere) instead of reading as one more failed file."""
     import duckdb
 
-    if isinstance(exc, duckdb.InterruptException):
+    # Fetching a result into polars through Arrow surfaces the same interrupt as a RuntimeError with DuckDB's
+    # message (seen under `receipts ingest FOLDER` + Ctrl-C: one file reported FAILED, the batch went on).
+    interrupted = isinstance(exc, RuntimeError) and str(exc).startswith("Query interrupted")
+    if isinstance(exc, duckdb.InterruptException) or interrupted:
         raise KeyboardInterrupt from exc
 
 

@@ -12,6 +12,7 @@ from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
 from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.duckdb_lock import open_with_lock_wait
+from receipts.store.duckdb_tx import transaction
 
 
 class DuckDBStore(Store):
@@ -41,27 +42,21 @@ class DuckDBStore(Store):
     def _merge_json(self, receipt_id, column, facts, source_rows) -> bool:
         # One writer process per DuckDB file (its lock), and the read sits inside the write transaction.
         con = self.con
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con) as tx:
             if con.execute("SELECT 1 FROM receipt_sources WHERE receipt_id = ? AND sha256 = ?",
                            [receipt_id, source_rows[0]["sha256"]]).fetchone():
-                con.execute("ROLLBACK")
+                tx.rollback()
                 return False
             insert_rows(con, "receipt_sources", source_rows)
             current = con.execute(f"SELECT {column} FROM receipts WHERE id = ?", [receipt_id]).fetchone()  # column: ours
             con.execute(f"UPDATE receipts SET {column} = ? WHERE id = ?",
                         [self._merged(current[0] if current else None, facts), receipt_id])
-            con.execute("COMMIT")
-            return True
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        return True
 
     def _retag(self, receipt_id, expected, changes, history) -> int:
         con = self.con
         columns = list(expected)        # names from RETAG_COLUMNS (ours), never from input
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             row = con.execute(f"SELECT {', '.join(columns)} FROM receipts WHERE id = ?", [receipt_id]).fetchone()
             check_unchanged(self.url, receipt_id, columns, row, expected)
             last = con.execute("SELECT coalesce(max(seq), 0) FROM identity_history WHERE receipt_id = ?",
@@ -71,23 +66,18 @@ class DuckDBStore(Store):
                 con.execute(f"UPDATE receipts SET {', '.join(f'{c} = ?' for c in changes)} WHERE id = ?",
                             [*changes.values(), receipt_id])
             insert_rows(con, "identity_history", [{"changed_by": os_user(), **r} for r in rows])
-            con.execute("COMMIT")
-            return rows[-1]["seq"]
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        return rows[-1]["seq"]
 
     def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None) -> bool:
         con = self.con
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con) as tx:
             if content_sha256 is not None and con.execute(
                     "SELECT 1 FROM receipts WHERE content_sha256 = ?", [content_sha256]).fetchone():
-                con.execute("ROLLBACK")
+                tx.rollback()
                 return False
             if attach is not None and con.execute(
                     "SELECT 1 FROM anatomy_sources WHERE receipt_id = ? AND source_sha256 = ?", list(attach)).fetchone():
-                con.execute("ROLLBACK")
+                tx.rollback()
                 return False
             for table, rows in small.items():
                 if rows:
@@ -102,11 +92,7 @@ class DuckDBStore(Store):
                 new_id, earlier = supersede
                 con.executemany("UPDATE receipts SET superseded_by = ? WHERE id = ? AND superseded_by IS NULL",
                                 [[new_id, old_id] for old_id in earlier])
-            con.execute("COMMIT")
-            return True
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        return True
 
 
 def os_user() -> str:
@@ -154,8 +140,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, url: str) -> None:
         return
     if tables - set(metadata.tables):
         raise StoreError(url, f"is a DuckDB file of something else (tables: {', '.join(sorted(tables))[:200]})")
-    con.execute("BEGIN TRANSACTION")
-    for statement in ddl_statements():
-        con.execute(statement)
-    con.execute("INSERT INTO schema_meta VALUES ('schema_version', ?), ('created_by', 'receipts')", [str(SCHEMA_VERSION)])
-    con.execute("COMMIT")
+    with transaction(con):
+        for statement in ddl_statements():
+            con.execute(statement)
+        con.execute("INSERT INTO schema_meta VALUES ('schema_version', ?), ('created_by', 'receipts')",
+                    [str(SCHEMA_VERSION)])

@@ -116,13 +116,10 @@ class DuckDBTarget:
     @contextmanager
     def transaction(self) -> Iterator[None]:
         # One DuckDB file has one writer process at a time, so the transaction itself is the lock.
-        self.con.execute("BEGIN TRANSACTION")
-        try:
+        from receipts.store.duckdb_tx import transaction
+
+        with transaction(self.con):
             yield
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
-        self.con.execute("COMMIT")
 
     def execute(self, statement: str, params: list[Any] | None = None) -> list[tuple]:
         return self.con.execute(statement, params or []).fetchall()
