@@ -468,3 +468,22 @@ def test_topology_with_nics_shows_gpus_only_by_default(tmp_path, monkeypatch):
     at = _app(db, monkeypatch, view="receipt", id=rid)
     _no_exception(at)
     assert at.toggle and at.toggle[0].label == "GPUs only" and at.toggle[0].value is True
+
+
+def test_nccl_tests_bus_bandwidth_attached_to_a_receipt_is_shown(tmp_path, monkeypatch):
+    """nccl-tests output attached with --attach appeared nowhere (issue 16); real all_reduce_perf output."""
+    from cli_helpers import cli, cli_json
+    from conftest import realdata
+
+    perf = realdata("sysinfo", "a3mega_2x8xH100_all_reduce_perf.md")
+    db = str(tmp_path / "n.duckdb")
+    log = Path(__file__).resolve().parent / "data" / "gpu" / "fsdp2_2gpu_nsys" / "run.log"
+    assert cli(db, "ingest", str(log)).exit_code == 0
+    result = cli(db, "ingest", "--attach", "fsdp2_2gpu_nsys", "--force", str(perf))
+    assert result.exit_code == 0, result.output
+    rep = cli_json(db, "show", "fsdp2_2gpu_nsys")[1]
+    at = _app(db, monkeypatch, view="receipt", id=rep["id"])
+    _no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    want = rep["topology"]["nccl_tests"]["avg_busbw_gbps"]
+    assert metrics["avg bus bandwidth"] == f"{want:.1f} GB/s"

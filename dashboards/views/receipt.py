@@ -98,6 +98,22 @@ def _topology(data: Data, receipt_id: str) -> None:
     st.altair_chart(charts.topology(cells))
 
 
+def _nccl_tests(rep: dict) -> None:
+    """nccl-tests output attached to the receipt (its bus bandwidth is the interconnect's own receipt)."""
+    nt = (rep.get("topology") or {}).get("nccl_tests")
+    if not nt:
+        return
+    st.markdown("#### nccl-tests")
+    cols = st.columns(3)
+    cols[0].metric("avg bus bandwidth", f"{nt['avg_busbw_gbps']:.1f} GB/s" if nt.get("avg_busbw_gbps") is not None else "unknown")
+    cols[1].metric("max bus bandwidth", f"{nt['max_busbw_gbps']:.1f} GB/s" if nt.get("max_busbw_gbps") else "unknown")
+    cols[2].metric("GPUs in the test", str(nt.get("n_gpus_total") or "unknown"))
+    rows = pl.DataFrame(nt.get("rows") or [])
+    if rows.height:
+        with st.expander("per message size"):
+            st.dataframe(rows, hide_index=True, width="stretch")
+
+
 def _steps(data: Data, rep: dict) -> None:
     ss = rep["steady_state"]
     unit = rep.get("series_unit") or "step"
@@ -184,6 +200,7 @@ def render(data: Data) -> None:
         _env(data, receipt_id)
         st.markdown("#### Topology")
         _topology(data, receipt_id)
+        _nccl_tests(rep)
     st.markdown("#### Step time")
     _steps(data, rep)
     st.markdown("#### Memory")
