@@ -196,10 +196,16 @@ def anatomy_side_by_side(diff: pl.DataFrame, a_name: str, b_name: str) -> alt.HC
     return alt.hconcat(pair, delta)
 
 
-def _history_x(by: str) -> alt.X:
+def _history_x(by: str, frame: pl.DataFrame | None = None) -> alt.X:
     if by == "git_rev":
         return alt.X("git_rev:N", title="source revision", sort=None)
-    return alt.X("run_at:T", title="run date (UTC)")
+    # Vega's automatic time ticks turn runs seconds apart into '.900 .900 :58': name the unit instead.
+    fmt = "%Y-%m-%d %H:%M"
+    if frame is not None and frame.height and frame["run_at"].drop_nulls().len():
+        dates = frame["run_at"].drop_nulls()
+        span_s = (dates.max() - dates.min()).total_seconds() if dates.len() > 1 else 0
+        fmt = "%H:%M:%S" if span_s < 3600 else "%m-%d %H:%M" if span_s < 30 * 86400 else "%Y-%m-%d"
+    return alt.X("run_at:T", title="run date (UTC)", axis=alt.Axis(format=fmt, labelAngle=-30))
 
 
 def history_step_time(history: pl.DataFrame, by: str = "run_at") -> alt.LayerChart:
@@ -207,7 +213,7 @@ def history_step_time(history: pl.DataFrame, by: str = "run_at") -> alt.LayerCha
     frame = history.filter(pl.col("median_step_ms").is_not_null())
     if by == "git_rev":
         frame = frame.with_columns(pl.col("git_rev").fill_null("(unrecorded)"))
-    x = _history_x(by)
+    x = _history_x(by, frame)
     tip = ["run_name", "receipt_id", "run_at", "git_rev", alt.Tooltip("median_step_ms:Q", format=",.2f"),
            alt.Tooltip("z:Q", format="+.1f", title="z (noise floors)"),
            alt.Tooltip("change_pct:Q", format="+.2f", title="change point (%)")]
@@ -225,9 +231,10 @@ def history_memory(history: pl.DataFrame, by: str = "run_at") -> alt.Chart:
     frame = history.filter(pl.col("peak_reserved_bytes").is_not_null() | pl.col("peak_allocated_bytes").is_not_null())
     if by == "git_rev":
         frame = frame.with_columns(pl.col("git_rev").fill_null("(unrecorded)"))
-    return alt.Chart(frame).transform_fold(["peak_allocated_bytes", "peak_reserved_bytes"], as_=["kind", "bytes"]) \
+    named = frame.rename({"peak_allocated_bytes": "peak allocated", "peak_reserved_bytes": "peak reserved"})
+    return alt.Chart(named).transform_fold(["peak allocated", "peak reserved"], as_=["kind", "bytes"]) \
         .transform_calculate(gib=f"datum.bytes / {GIB}").mark_line(point=True).encode(
-        x=_history_x(by), y=alt.Y("gib:Q", title="peak memory (GiB)"), color=alt.Color("kind:N", title=None),
+        x=_history_x(by, frame), y=alt.Y("gib:Q", title="peak memory (GiB)"), color=alt.Color("kind:N", title=None),
         tooltip=["run_name:N", "kind:N", alt.Tooltip("gib:Q", format=",.2f")],
     ).properties(width=WIDE, height=200, title="peak memory")
 

@@ -487,3 +487,19 @@ def test_nccl_tests_bus_bandwidth_attached_to_a_receipt_is_shown(tmp_path, monke
     metrics = {m.label: m.value for m in at.metric}
     want = rep["topology"]["nccl_tests"]["avg_busbw_gbps"]
     assert metrics["avg bus bandwidth"] == f"{want:.1f} GB/s"
+
+
+def test_history_axis_names_its_time_unit():
+    """Runs seconds apart read '.900 .900 :58' with Vega's automatic ticks (issue 16): the format follows the span."""
+    pytest.importorskip("altair")
+    from datetime import datetime, timedelta
+
+    import polars as pl
+
+    from receipts.dashboards import charts
+
+    t0 = datetime(2026, 11, 23, 10, 0, 0)
+    frame = pl.DataFrame({"run_at": [t0 + timedelta(seconds=i) for i in range(5)]})
+    assert charts._history_x("run_at", frame).to_dict()["axis"]["format"] == "%H:%M:%S"
+    frame = pl.DataFrame({"run_at": [t0 + timedelta(days=40 * i) for i in range(5)]})
+    assert charts._history_x("run_at", frame).to_dict()["axis"]["format"] == "%Y-%m-%d"
