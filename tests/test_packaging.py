@@ -33,7 +33,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     top = {n.split("/")[0] for n in names if not n.startswith("receipts-")}
     assert top == {"receipts"}, top  # never generic top-level modules such as `schema`
     for data in ("receipts/schema/registry.toml", "receipts/schema/kernel_categories.toml",
-                 "receipts/sql/steady_steps.sql", "receipts/dashboards/app.py"):
+                 "receipts/sql/steady_steps_many.sql", "receipts/dashboards/app.py"):
         assert data in names, data
     assert not any(n.startswith("receipts/tests/") for n in names)
 

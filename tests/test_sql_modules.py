@@ -1,0 +1,50 @@
+"""SQL as checked modules (issue 17): every sql/*.sql has a header saying what it answers, what it reads and
+what it returns; every file is used by the code; and the tables a header names exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from receipts.schema.tables import metadata
+
+REPO = Path(__file__).resolve().parents[1]
+SQL = sorted((REPO / "sql").glob("*.sql"))
+CODE = [p for d in ("analysis", "cli", "dashboards", "store", "ingest") for p in (REPO / d).rglob("*.py")] + \
+       [REPO / "pipeline.py", REPO / "lifecycle.py"]
+
+
+def header(path: Path) -> str:
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line[2:].strip())
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("path", SQL, ids=lambda p: p.name)
+def test_header_says_what_it_answers_reads_and_returns(path):
+    text = header(path)
+    assert text and not text.startswith(("Reads", "Columns")), f"{path.name}: first say what it answers"
+    assert re.search(r"^Reads", text, re.M), f"{path.name}: no 'Reads:' line"
+    assert re.search(r"^Columns:", text, re.M), f"{path.name}: no 'Columns:' line"
+
+
+@pytest.mark.parametrize("path", [p for p in SQL if not p.name.startswith("_")], ids=lambda p: p.name)
+def test_the_tables_a_header_reads_exist(path):
+    reads = re.search(r"^Reads:(.*?)(?:Params:|$)", header(path), re.M | re.S).group(1)
+    reads = re.sub(r"\([^)]*\)", "", reads)  # asides in parentheses are prose
+    named = set(re.findall(r"\b([a-z][a-z_]+)\b", reads.split(".")[0]))
+    tables = {t for t in named if "_" in t or t == "receipts"}
+    assert tables, f"{path.name}: 'Reads:' names no table"
+    missing = tables - set(metadata.tables)
+    assert not missing, f"{path.name}: reads {sorted(missing)}, which schema/tables.py does not define"
+
+
+def test_every_sql_file_is_used():
+    code = "\n".join(p.read_text() for p in CODE)
+    unused = [p.name for p in SQL if not re.search(rf"""["']{re.escape(p.stem)}["']""", code)]
+    assert not unused, f"sql files no code loads: {unused}"
