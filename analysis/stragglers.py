@@ -162,7 +162,7 @@ def analyse(events: pl.DataFrame, step_ms: float | None = None) -> StragglerRepo
         for rs in rank_rows:
             share_ok = rs.last_arrival_share >= STRAGGLER_SHARE and (len(ranks) <= 2 or rs.last_arrival_share >= 2 * fair)
             if share_ok and step_ms:
-                candidate = _straggler(rs.rank, per_rank, ev, n_steps, step_ms)
+                candidate = _straggler(rs.rank, per_rank, ev, step_ms)
                 if candidate.impact_ms_per_step >= IMPACT_BAR * step_ms:
                     stragglers.append(candidate)
         note = (f"named when arriving last at >= {STRAGGLER_SHARE:.0%} of {n_coll} matched collectives with a what-if "
@@ -174,7 +174,7 @@ def analyse(events: pl.DataFrame, step_ms: float | None = None) -> StragglerRepo
                            tuple(stragglers), per_step if per_step.height else _empty_per_step(), per_kind)
 
 
-def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame, n_steps: int) -> float:
+def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame) -> float:
     """Median over the other ranks of their median step's wait at `rank`'s late collectives not covered by their
     own compute (steps without such a wait count as 0). The median step, as step times are compared: a few
     slow steps of the whole job do not inflate the what-if."""
@@ -198,8 +198,8 @@ def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame
     return float(np.median(per_other))
 
 
-def _straggler(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame, n_steps: int, step_ms: float) -> Straggler:
-    impact_ms = exposed_wait_ms_per_step(rank, per_rank, ev, n_steps)
+def _straggler(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame, step_ms: float) -> Straggler:
+    impact_ms = exposed_wait_ms_per_step(rank, per_rank, ev)
     cause, detail = _cause(rank, per_rank, ev)
     return Straggler(rank, impact_ms, 100.0 * impact_ms / step_ms, cause, detail)
 

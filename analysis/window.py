@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from receipts.schema.model import StepWindow, mark_warmup  # noqa: F401  (mark_warmup: applying a window is the model's; choosing one is here)
+# Choosing a window is here; applying one (mark_warmup) is the model's, re-exported for callers of this module.
+from receipts.schema.model import StepWindow, mark_warmup
 
 WARMUP_PHASES = ("compile", "warmup", "warm-up", "warm_up")
 SLOW_FACTOR = 1.25
 SETTLE_RUN = 5
+# A final step shorter than this fraction of the median step (or with that little GPU work) was cut short.
+TAIL_FRACTION = 0.1
 RULE_NAME = "leading-slow-steps-v2"
 
 
@@ -76,8 +79,6 @@ def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int 
     )
 
 
-
-
 def cut_short_tail(steps: pl.DataFrame, busy_ms: dict[int, float] | None = None) -> int | None:
     """The last step when it was cut short: a profiler's final step often closes as the capture stops, with
     no GPU work or a few microseconds of it (a tail, not a steady step). Returns that step or None.
@@ -93,16 +94,10 @@ def cut_short_tail(steps: pl.DataFrame, busy_ms: dict[int, float] | None = None)
     return last if (tail_ms < TAIL_FRACTION * rest or no_work) else None
 
 
-# A final step shorter than this fraction of the median step (or with that little GPU work) was cut short.
-TAIL_FRACTION = 0.1
-
-
 def in_window(steps: pl.DataFrame, window: StepWindow) -> pl.DataFrame:
-    """A profile's per-step frame with `warmup` set from the receipt's window, so the anatomy's steady state
-    is the receipt's: every step outside [first_step, last_step] counts as not steady. A window without
-    steady steps leaves the profile's own marking."""
+    """A profile's per-step frame with `warmup` set from the receipt's window (mark_warmup), so the anatomy's
+    steady state is the receipt's; a step-less row (null step) stays steady. A window without steady steps
+    leaves the profile's own marking."""
     if window.first_step is None or window.last_step is None:
         return steps
-    return steps.with_columns(
-        (pl.col("step").is_null().not_() & ~pl.col("step").is_between(window.first_step, window.last_step))
-        .alias("warmup"))
+    return mark_warmup(steps, window).with_columns(pl.col("warmup").fill_null(False))
