@@ -16,7 +16,7 @@ from receipts.analysis.lanes import lane_floors, lane_of
 from receipts.analysis.noise import NoiseFloor, default_floor
 from receipts.analysis.record import StoredReceipt
 from receipts.analysis.stats import RatioCI, RunInterval, Summary
-from receipts.analysis.stragglers import explains
+from receipts.analysis.stragglers import explains, stored_report
 from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
 
 if TYPE_CHECKING:
@@ -163,16 +163,6 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
     floor = lane_floors(store, [lane])[lane] if lane is not None and lane == lane_of(b) else None
     return compare(a, b, floor=floor, min_effect=min_effect,
                    stragglers=(stored_report(store, a_id), stored_report(store, b_id)))
-
-
-def stored_report(store: "Store", receipt_id: str) -> dict | None:
-    """The straggler report of a receipt's newest multi-rank export (anatomy_sources.stragglers_json)."""
-    import json
-
-    for row in store.query("stragglers", {"receipt_id": receipt_id}).iter_rows(named=True):
-        if row["stragglers_json"]:
-            return json.loads(row["stragglers_json"])
-    return None
 
 
 def floor_json(f: NoiseFloor | None) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from receipts.analysis.changepoint import MAX_PVALUE, MIN_MAGNITUDE, ChangePoint
 from receipts.analysis.lanes import Lane, floors_from_runs, lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor
 from receipts.analysis.stats import median_interval
+from receipts.analysis.stragglers import stored_report
 
 if TYPE_CHECKING:
     from receipts.store import Store
@@ -105,8 +106,6 @@ def read_history(store: "Store", lane: Lane, *, tag: str | None = None) -> LaneH
     steps = store.query("steady_steps_many", {"ids": ids}) if ids else pl.DataFrame()
     series = ({key[0]: frame["step_ms"].to_numpy() for key, frame in steps.partition_by("receipt_id", as_dict=True).items()}
               if steps.height else {})
-    from receipts.analysis.compare import stored_report
-
     reports = {rid: rep for rid in ids if (rep := stored_report(store, rid)) is not None}
     return history(lane, rows, series, floor, tag=tag, stragglers=reports)
 

@@ -37,13 +37,18 @@ Method
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import polars as pl
 
 from receipts.ingest.intervals import intersection_ns, union_ns
 from receipts.schema.categories import COMM_CATEGORIES, KERNEL_CATEGORIES
+
+if TYPE_CHECKING:  # analysis reads through the Store interface
+    from receipts.store import Store
 
 TIE_NS = 5_000               # arrivals within 5 us are a tie: nobody arrived last
 CLOCK_BAR_NS = 100_000       # median end skew above this (and above half the latency): clocks or match broken
@@ -246,6 +251,19 @@ def _cause(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame) -> tuple[str, st
         return "unclear", detail
     top, value = max(diff.items(), key=lambda kv: kv[1])
     return (top if value >= CAUSE_SHARE * extra else "unclear"), detail
+
+
+def stored_reports(rows: Iterable[dict]) -> list[dict]:
+    """The reports of a receipt's exports from sql/stragglers.sql rows (newest first), each with the export it
+    came from; exports without one (single-rank, or no communication) are skipped."""
+    return [{**json.loads(r["stragglers_json"]), "source": r["path"], "source_format": r["source_format"]}
+            for r in rows if r["stragglers_json"]]
+
+
+def stored_report(store: "Store", receipt_id: str) -> dict | None:
+    """The report of a receipt's newest multi-rank export, or None."""
+    found = stored_reports(store.query("stragglers", {"receipt_id": receipt_id}).iter_rows(named=True))
+    return found[0] if found else None
 
 
 EXPLAINS_SHARE = 0.5  # a straggler explains a difference when its impact change covers >= half of it

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from receipts.analysis.stragglers import stored_reports
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.errors import UsageError
 
@@ -31,9 +31,7 @@ def stragglers(
     """
     with settings(ctx).read_store() as store:
         receipt_id = store.resolve(ref)
-        rows = store.query("stragglers", {"receipt_id": receipt_id}).to_dicts()
-    reports = [{**json.loads(r["stragglers_json"]), "source": r["path"], "source_format": r["source_format"]}
-               for r in rows if r["stragglers_json"]]
+        reports = stored_reports(store.query("stragglers", {"receipt_id": receipt_id}).iter_rows(named=True))
     if not reports:
         raise UsageError(f"{ref}: no multi-rank profiler export with communication is attached "
                          "(attach an nsys export of several ranks or a folder of per-rank Kineto traces)")

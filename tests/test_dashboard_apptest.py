@@ -503,3 +503,24 @@ def test_history_axis_names_its_time_unit():
     assert charts._history_x("run_at", frame).to_dict()["axis"]["format"] == "%H:%M:%S"
     frame = pl.DataFrame({"run_at": [t0 + timedelta(days=40 * i) for i in range(5)]})
     assert charts._history_x("run_at", frame).to_dict()["axis"]["format"] == "%Y-%m-%d"
+
+
+def test_stragglers_view_names_the_export_the_report_came_from(tmp_path, monkeypatch):
+    """With a single-rank export attached after the multi-rank one, the newest export has no report: the page
+    must name the export its report came from, not whichever export is listed first."""
+    from cli_helpers import cli
+
+    gpu = Path(__file__).resolve().parent / "data" / "gpu"
+    plant = gpu / "straggler" / "straggler_plant_nsys.sqlite.gz"
+    db = str(tmp_path / "s.duckdb")
+    assert cli(db, "ingest", str(gpu / "straggler" / "straggler_plant_nsys" / "run.log")).exit_code == 0
+    assert cli(db, "ingest", "--attach", "straggler_plant_nsys", str(plant)).exit_code == 0
+    import time
+
+    time.sleep(1.1)  # ingested_at has one-second resolution: the single-rank export is the newer one
+    result = cli(db, "ingest", "--attach", "straggler_plant_nsys", "--force", str(gpu / "fsdp2_1gpu_nsys.sqlite.gz"))
+    assert result.exit_code == 0, result.output
+    at = _app(db, monkeypatch, view="stragglers")
+    _no_exception(at)
+    assert any(str(plant.resolve()) in c.value for c in at.caption)
+    assert not any("fsdp2_1gpu_nsys" in c.value for c in at.caption)

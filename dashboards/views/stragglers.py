@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import polars as pl
 import streamlit as st
 
+from receipts.analysis.stragglers import stored_reports
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
 
@@ -16,10 +15,10 @@ def render(data: Data) -> None:
     have = data.query("dash_anatomy_receipts")
     reports: dict[str, dict] = {}
     for rid in have["id"].to_list():
-        rows = data.query("stragglers", receipt_id=rid)
-        found = next((json.loads(r["stragglers_json"]) for r in rows.iter_rows(named=True) if r["stragglers_json"]), None)
-        if found is not None:
-            reports[rid] = {**found, "source": rows["path"][0]}
+        # the newest multi-rank export's report, with its own path (not the path of whichever export came first)
+        found = stored_reports(data.query("stragglers", receipt_id=rid).iter_rows(named=True))
+        if found:
+            reports[rid] = found[0]
     if not reports:
         st.info("No receipt has a multi-rank profiler export attached (an nsys export of several ranks, or a folder "
                 "of per-rank Kineto traces).")
