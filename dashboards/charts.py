@@ -20,6 +20,8 @@ CATEGORY_SCALE = alt.Scale(domain=list(ALL_CATEGORIES), range=_PALETTE[: len(ALL
 DECOMPOSITION_SCALE = alt.Scale(domain=list(DECOMPOSITION), range=["#4c78a8", "#72b7b2", "#e45756", "#f58518", "#d3d3d3"])
 _DECOMPOSITION_ORDER = "indexof(" + str(list(DECOMPOSITION)).replace("'", '"') + ", datum.category)"
 WIDE = 720
+# Peak-memory columns as a reader names them in legends.
+_PEAK_NAMES = {"peak_allocated_bytes": "peak allocated", "peak_reserved_bytes": "peak reserved"}
 
 
 def lane_counts(lanes: pl.DataFrame) -> alt.Chart:
@@ -72,8 +74,7 @@ def memory_series(mem: pl.DataFrame) -> alt.LayerChart:
 def memory_peaks(per_rank: pl.DataFrame) -> alt.Chart:
     """Per-rank peaks when the log printed no per-step memory."""
     frame = per_rank.with_columns(pl.col("rank").cast(pl.Utf8).fill_null("logging rank"))
-    frame = frame.rename({"peak_allocated_bytes": "peak allocated", "peak_reserved_bytes": "peak reserved"})
-    return alt.Chart(frame).transform_fold(["peak allocated", "peak reserved"], as_=["kind", "bytes"]) \
+    return alt.Chart(frame.rename(_PEAK_NAMES)).transform_fold(list(_PEAK_NAMES.values()), as_=["kind", "bytes"]) \
         .transform_calculate(gib=f"datum.bytes / {GIB}").mark_bar().encode(
         y=alt.Y("rank:N", title="rank"), x=alt.X("gib:Q", title="peak memory (GiB)"),
         yOffset=alt.YOffset("kind:N"), color=alt.Color("kind:N", title=None),
@@ -231,8 +232,7 @@ def history_memory(history: pl.DataFrame, by: str = "run_at") -> alt.Chart:
     frame = history.filter(pl.col("peak_reserved_bytes").is_not_null() | pl.col("peak_allocated_bytes").is_not_null())
     if by == "git_rev":
         frame = frame.with_columns(pl.col("git_rev").fill_null("(unrecorded)"))
-    named = frame.rename({"peak_allocated_bytes": "peak allocated", "peak_reserved_bytes": "peak reserved"})
-    return alt.Chart(named).transform_fold(["peak allocated", "peak reserved"], as_=["kind", "bytes"]) \
+    return alt.Chart(frame.rename(_PEAK_NAMES)).transform_fold(list(_PEAK_NAMES.values()), as_=["kind", "bytes"]) \
         .transform_calculate(gib=f"datum.bytes / {GIB}").mark_line(point=True).encode(
         x=_history_x(by, frame), y=alt.Y("gib:Q", title="peak memory (GiB)"), color=alt.Color("kind:N", title=None),
         tooltip=["run_name:N", "kind:N", alt.Tooltip("gib:Q", format=",.2f")],
