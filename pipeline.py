@@ -6,6 +6,9 @@ Parsers stay pure; this module resolves identity and hands complete receipts to 
 
 from __future__ import annotations
 
+if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
+    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
+
 import gzip
 import re
 import shutil

@@ -1,7 +1,7 @@
 """Preflight lint: pure rules over collected machine facts (seed 003, "the operator playbook").
 
 Each rule is a function `PreflightFacts -> list[Finding]`; nothing here probes the machine, so
-tests feed facts directly. Collection lives in receipts.capture.provenance.preflight_facts.
+tests feed facts directly. Collection lives in receipts.launch.provenance.preflight_facts.
 
 Severity: 'error' = the run would be broken or not comparable (the command exits non-zero);
 'warning' = a known cost or risk the operator should decide about.

@@ -125,7 +125,7 @@ def main() -> None:
 
     import psycopg
 
-    from receipts.store.postgres_store import redact_url
+    from receipts.store.urls import redact_url
 
     admin_url = postgres_url()
     dbname = f"receipts_bench_{uuid.uuid4().hex[:8]}"

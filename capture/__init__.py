@@ -1,8 +1,14 @@
-"""Capture at the source: the in-training `Recorder` and the `receipts run` launcher.
+"""Capture inside training: the `Recorder` (NVTX ranges, torch memory readback, RECEIPT lines) and the
+provenance facts the launcher and `preflight` collect. Standard library only, never the store: this
+runs in the training process, where a missing dataframe stack must never cost a run its receipt.
 
 torch and nvtx are optional (`pip install receipts[capture]`): importing this package never
-imports them; the Recorder looks for them when it is created.
+imports them; the Recorder looks for them when it is created. The launcher that wraps a training
+command and ingests its log is receipts.launch.
 """
+
+if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
+    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
 
 from receipts.capture.recorder import Recorder, StepHandle
 

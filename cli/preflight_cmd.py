@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from receipts.analysis.preflight import run_preflight
-from receipts.capture.provenance import preflight_facts
+from receipts.launch.provenance import preflight_facts
 from receipts.cli.context import console, handle_errors, print_json
 
 _MARK = {"error": "[bold red]error[/]", "warning": "[yellow]warning[/]"}

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from receipts.capture.launcher import run as launch
+from receipts.launch.launcher import run as launch
 from receipts.cli.context import err_console, handle_errors, settings
 from receipts.cli.ingest_cmd import _say as say_outcome
 

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
+    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
+
 import os
 from pathlib import Path
 
 from receipts.errors import StoreError
 from receipts.store.base import Store, WriteResult
+from receipts.store.urls import is_server_url
 
 DEFAULT_DB = "receipts.duckdb"
 
-__all__ = ["Store", "WriteResult", "open_store", "default_url", "DEFAULT_DB"]
+__all__ = ["Store", "WriteResult", "open_store", "default_url", "is_server_url", "DEFAULT_DB"]
 
 
 def default_url() -> str:
     return os.environ.get("RECEIPTS_DB") or DEFAULT_DB
-
-
-def is_server_url(url: str | Path) -> bool:
-    return str(url).startswith(("postgresql://", "postgres://", "postgresql+psycopg://"))
 
 
 def open_store(url: str | Path | None = None, *, read_only: bool = False) -> Store:
@@ -46,7 +46,8 @@ def _open_pg_reader(url: str) -> Store:
     such a role reads as "no receipts schema" until pg_catalog says why."""
     import psycopg
 
-    from receipts.store.postgres_store import PostgresStore, libpq_dsn, redact_url
+    from receipts.store.postgres_store import PostgresStore
+    from receipts.store.urls import libpq_dsn, redact_url
 
     try:
         store = PostgresStore(url, read_only=True)

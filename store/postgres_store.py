@@ -14,41 +14,13 @@ import duckdb
 import polars as pl
 import psycopg
 from psycopg import sql as pgsql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from receipts.duck import connect
 from receipts.errors import StoreError
 from receipts.schema.tables import metadata
 from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.migrations import PostgresTarget, ensure_schema
-
-URL_PREFIXES = ("postgresql+psycopg://", "postgresql://", "postgres://")
-
-
-def libpq_dsn(url: str) -> str:
-    """`postgresql+psycopg://…` (SQLAlchemy spelling) or a libpq URI -> a key=value libpq string.
-
-    Both psycopg and DuckDB's postgres extension link libpq, so one string serves both; key=value form
-    quotes passwords with odd characters safely."""
-    if url.startswith("postgresql+psycopg://"):
-        url = "postgresql://" + url[len("postgresql+psycopg://"):]
-    try:
-        return make_conninfo(**conninfo_to_dict(url))
-    except psycopg.ProgrammingError as exc:
-        raise StoreError(redact_url(url), f"not a PostgreSQL URL: {exc}") from exc
-
-
-def redact_url(url: str) -> str:
-    """The URL as printed in errors and status lines: never with its password."""
-    try:
-        params = conninfo_to_dict(url.replace("postgresql+psycopg://", "postgresql://", 1))
-    except psycopg.ProgrammingError:
-        return "postgresql://…"
-    user = params.get("user", "")
-    host = params.get("host", "")
-    port = f":{params['port']}" if params.get("port") else ""
-    return f"postgresql://{user + '@' if user else ''}{host}{port}/{params.get('dbname', '')}"
-
+from receipts.store.urls import libpq_dsn, redact_url
 
 class PostgresStore(Store):
     def __init__(self, url: str, *, read_only: bool = False):

@@ -14,7 +14,8 @@ def test_launcher_and_recorder_import_without_the_dataframe_stack():
     code = (
         "import sys\n"
         f"for m in {BLOCKED!r}: sys.modules[m] = None\n"
-        "from receipts.capture import launcher, recorder\n"
+        "from receipts.capture import recorder\n"
+        "from receipts.launch import launcher\n"
         "from receipts.ingest.topology import parse_text\n"
         "print('ok')\n"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.parser
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -16,13 +17,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.duckdb*",
+                                    ".pytest_cache", ".hypothesis", ".import_linter_cache", ".mypy_cache", "runs")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    # Built from a copy of the sources: a checkout's stale build/ folder would ship modules long deleted.
     # --no-isolation builds with this environment's setuptools (the [test] extra pins >=77,
     # which the SPDX `license = "MIT"` needs; a stock venv ships an older one).
+    source = tmp_path_factory.mktemp("src") / "receipts"
+    shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
     out = tmp_path_factory.mktemp("dist")
     built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
-                            str(REPO)], capture_output=True, text=True)
+                            str(source)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-4000:]
     return next(out.glob("receipts-*.whl"))
 
@@ -36,6 +44,13 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
                  "receipts/sql/steady_steps_many.sql", "receipts/dashboards/app.py"):
         assert data in names, data
     assert not any(n.startswith("receipts/tests/") for n in names)
+    # The package list is computed (setup.py), never kept by hand: every folder of the source tree with an
+    # __init__.py ships, and the build script itself does not.
+    packages = {str(init.parent.relative_to(REPO)) for init in REPO.rglob("__init__.py")
+                if not init.relative_to(REPO).parts[0].startswith((".", "build", "dist", "tests", "benchmarks"))}
+    shipped = {n.removeprefix("receipts/").rpartition("/")[0] or "." for n in names if n.endswith("/__init__.py")}
+    assert shipped == packages, shipped ^ packages
+    assert "receipts/setup.py" not in names
 
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

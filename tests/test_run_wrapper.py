@@ -16,7 +16,7 @@ import pytest
 from polars.testing import assert_series_equal
 
 from conftest import realdata
-from receipts.capture.launcher import CommandNotFound, run
+from receipts.launch.launcher import CommandNotFound, run
 from receipts.ingest import native
 from receipts.ingest.textlog import read_log
 
@@ -315,7 +315,7 @@ def test_run_then_ingest_into_the_store(tmp_path):
 
 
 def test_git_revision_outside_a_checkout_comes_from_the_ci_variable(tmp_path):
-    from receipts.capture.provenance import git_provenance
+    from receipts.launch.provenance import git_provenance
 
     copied_tree = tmp_path / "job"  # a tree copied without .git, as schedulers and containers do
     copied_tree.mkdir()

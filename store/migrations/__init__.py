@@ -17,6 +17,9 @@ are not offered: keep a copy (`receipts push` or the DuckDB file) before upgradi
 
 from __future__ import annotations
 
+if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
+    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
+
 import importlib
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +29,7 @@ from typing import Any, Iterator
 
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements
-from receipts.store import is_server_url
+from receipts.store.urls import is_server_url
 
 # In order; each module's VERSION is its position (1-based). Add new revisions at the end.
 REVISION_MODULES = ("v0001_initial", "v0002_lookup_indexes", "v0003_identity_lifecycle", "v0004_gpu_counts",
@@ -160,7 +163,7 @@ def open_target(url: str, *, create: bool = False) -> Iterator[DuckDBTarget | Po
     if is_server_url(url):
         import psycopg
 
-        from receipts.store.postgres_store import libpq_dsn, redact_url
+        from receipts.store.urls import libpq_dsn, redact_url
 
         try:
             conn = psycopg.connect(libpq_dsn(url), autocommit=True)

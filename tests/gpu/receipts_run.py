@@ -1,7 +1,7 @@
 """Device-side stand-in for `receipts run --no-ingest`.
 
 The GPU machine's python3 has torch but not polars/duckdb, which the CLI's store layer imports;
-this calls the same library function the `run` command calls (receipts.capture.launcher.run)
+this calls the same library function the `run` command calls (receipts.launch.launcher.run)
 with ingest off. The run directories come back and are ingested here, on the CPU side.
 
     python3 tests/gpu/receipts_run.py --host-lineage h200-device-x2 --preset toy_fsdp2_v1 \
@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from receipts.capture.launcher import run
+from receipts.launch.launcher import run
 from receipts.errors import ReceiptsError
 
 

@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-from receipts.capture import provenance
+from receipts.launch import provenance
 from receipts.capture.recorder import ENV_LAUNCHER
 from receipts.schema.receipt_format import RECORD_VERSION, encode
 from receipts.errors import ReceiptsError, UsageError
@@ -106,7 +106,7 @@ def _nproc(command: list[str]) -> int | None:
 def build_header(*, command: list[str], environ: Mapping[str, str], cwd: Path, rules: EnvRules,
                  host_lineage: str | None, preset: str | None, regime: str | None, run_name: str,
                  tags: tuple[str, ...]) -> dict:
-    """Every launcher-side fact, redacted. Pure apart from the probes in capture.provenance."""
+    """Every launcher-side fact, redacted. Pure apart from the probes in launch.provenance."""
     from receipts.ingest.topology import parse_text as parse_topology, rank_map
 
     gpus = provenance.nvidia_smi_gpus()
