@@ -18,9 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import click
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from receipts import __version__
 
@@ -53,22 +52,25 @@ COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "histo
 
 
 class LazyGroup(TyperGroup):
-    """A Typer group that imports a command's module only when that command runs (or shows its help)."""
+    """A Typer group that imports a command's module only when that command runs (or shows its help).
+
+    Typer's own classes only, never `click`: recent Typer vendors click, so a slim install has no click
+    package to import (tests/test_packaging.py runs the CLI with click absent). `ctx` is typer's Context."""
 
     _listing = False  # True while the top-level help lists the commands: summaries, no imports
     _loaded: frozenset[str] = frozenset()
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         self._load_unlisted()
         return list(dict.fromkeys([*COMMANDS, *self.commands]))
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name not in COMMANDS:
             self._load_unlisted()
         elif cmd_name not in self.commands:
             if self._listing:
                 summary = _summary(*COMMANDS[cmd_name])
-                return click.Command(cmd_name, help=summary, short_help=summary)
+                return TyperCommand(cmd_name, help=summary, short_help=summary, rich_markup_mode=None)
             self._load(COMMANDS[cmd_name][0])
         return self.commands.get(cmd_name)
 
@@ -87,7 +89,7 @@ class LazyGroup(TyperGroup):
         for name, command in typer.main.get_group(sub).commands.items():
             self.commands.setdefault(name, command)
 
-    def format_help(self, ctx: click.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True
         try:
             super().format_help(ctx, formatter)

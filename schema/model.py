@@ -17,15 +17,15 @@ import polars as pl
 RECEIPT_MODEL_VERSION = 1
 
 STEP_SCHEMA: dict[str, pl.DataType] = {
-    "step": pl.Int64,            # training iteration as the log numbers it
-    "rank": pl.Int32,            # global rank the value comes from; null = as printed by the logging rank
-    "step_ms": pl.Float64,       # wall time of the step (or mean over the logging interval)
-    "tokens_per_s": pl.Float64,  # throughput as printed (global unless the format says per-device)
-    "loss": pl.Float64,
-    "mfu_pct": pl.Float64,       # model FLOPs utilisation, percent
-    "allocated_bytes": pl.Int64,  # torch allocated (current or max over the step, as printed)
-    "reserved_bytes": pl.Int64,   # torch reserved by the caching allocator
-    "line": pl.Int64,            # 1-based line in the source file: evidence stays attached
+    "step": pl.Int64(),            # training iteration as the log numbers it
+    "rank": pl.Int32(),            # global rank the value comes from; null = as printed by the logging rank
+    "step_ms": pl.Float64(),       # wall time of the step (or mean over the logging interval)
+    "tokens_per_s": pl.Float64(),  # throughput as printed (global unless the format says per-device)
+    "loss": pl.Float64(),
+    "mfu_pct": pl.Float64(),       # model FLOPs utilisation, percent
+    "allocated_bytes": pl.Int64(),  # torch allocated (current or max over the step, as printed)
+    "reserved_bytes": pl.Int64(),   # torch reserved by the caching allocator
+    "line": pl.Int64(),            # 1-based line in the source file: evidence stays attached
 }
 
 
@@ -36,7 +36,7 @@ def empty_steps() -> pl.DataFrame:
 def steps_frame(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame:
     """Coerce parser output to STEP_SCHEMA: missing columns become nulls, order is fixed."""
     frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows)
-    cols = []
+    cols: list[pl.Expr | pl.Series] = []
     for name, dtype in STEP_SCHEMA.items():
         if name in frame.columns:
             cols.append(frame[name].cast(dtype, strict=False).alias(name))
@@ -237,31 +237,31 @@ def sha256_file(path: Path) -> str:
 
 
 ANATOMY_ROW_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int32,        # global rank (distributedInfo / process order); never guessed as 0
-    "step": pl.Int64,        # null = the whole profiled window
-    "category": pl.Utf8,     # gemm, attention, moe, nccl_*, memcpy_*, memset, other, idle, exposed_comm
-    "time_ms": pl.Float64,   # busy time of that category on the rank's device (interval union per category)
-    "warmup": pl.Boolean,    # step inside the warm-up / compile window (badput)
+    "rank": pl.Int32(),        # global rank (distributedInfo / process order); never guessed as 0
+    "step": pl.Int64(),        # null = the whole profiled window
+    "category": pl.Utf8(),     # gemm, attention, moe, nccl_*, memcpy_*, memset, other, idle, exposed_comm
+    "time_ms": pl.Float64(),   # busy time of that category on the rank's device (interval union per category)
+    "warmup": pl.Boolean(),    # step inside the warm-up / compile window (badput)
 }
 
 ANATOMY_STEP_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int32,
-    "step": pl.Int64,
-    "start_ns": pl.Int64,    # step marker start on the trace's clock
-    "wall_ms": pl.Float64,   # marker duration (NVTX range / ProfilerStep#N)
-    "gpu_ms": pl.Float64,    # union of the step's GPU work (kernels, memcpy, memset)
-    "kernels": pl.Int64,     # kernels attributed to the step (memcpy, memset and CUDA-graph replays not counted)
-    "comm_ms": pl.Float64,   # union of NCCL kernels
-    "overlap_pct": pl.Float64,  # share of comm_ms hidden under compute kernels on the same device
-    "warmup": pl.Boolean,
+    "rank": pl.Int32(),
+    "step": pl.Int64(),
+    "start_ns": pl.Int64(),    # step marker start on the trace's clock
+    "wall_ms": pl.Float64(),   # marker duration (NVTX range / ProfilerStep#N)
+    "gpu_ms": pl.Float64(),    # union of the step's GPU work (kernels, memcpy, memset)
+    "kernels": pl.Int64(),     # kernels attributed to the step (memcpy, memset and CUDA-graph replays not counted)
+    "comm_ms": pl.Float64(),   # union of NCCL kernels
+    "overlap_pct": pl.Float64(),  # share of comm_ms hidden under compute kernels on the same device
+    "warmup": pl.Boolean(),
 }
 
 ANATOMY_NVTX_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int32,
-    "range_name": pl.Utf8,   # NVTX text / user annotation, e.g. 'ablock', 'step 12'
-    "count": pl.Int64,
-    "total_ms": pl.Float64,  # sum of range durations (CPU side, as nsys nvtx_sum reports)
-    "gpu_ms": pl.Float64,    # union of GPU work launched inside the ranges (null when not computed)
+    "rank": pl.Int32(),
+    "range_name": pl.Utf8(),   # NVTX text / user annotation, e.g. 'ablock', 'step 12'
+    "count": pl.Int64(),
+    "total_ms": pl.Float64(),  # sum of range durations (CPU side, as nsys nvtx_sum reports)
+    "gpu_ms": pl.Float64(),    # union of GPU work launched inside the ranges (null when not computed)
 }
 
 
