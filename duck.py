@@ -26,7 +26,8 @@ def extension_directory() -> str | None:
 
 
 def connect(database: str = ":memory:", *, read_only: bool = False, extensions: tuple[str, ...] = ()) -> duckdb.DuckDBPyConnection:
-    config = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
     ext_dir = extension_directory()
     if ext_dir:
         config["extension_directory"] = ext_dir

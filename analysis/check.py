@@ -24,6 +24,7 @@ the message says which lane and how to create one), `rumor` (incomplete identity
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 
@@ -154,7 +155,7 @@ class LaneReads:
 
 def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: str, last: int) -> LaneReads:
     """The tagged runs of every candidate's lane in one query, and the baseline receipts in one load."""
-    lanes = sorted({lane_of(r) for r in candidates.values()} - {None}, key=str)
+    lanes = sorted({lane for r in candidates.values() if (lane := lane_of(r)) is not None}, key=str)
     rows: dict[Lane, list[dict]] = {lane: [] for lane in lanes}
     if lanes:
         frame = lane_runs(store, lanes, tag=tag, last=max(last, FLOOR_WINDOW) + len(candidates))
@@ -251,18 +252,22 @@ def rumor_message(candidate: StoredReceipt) -> str:
 def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: LaneReads) -> CandidateCheck:
     """The verdict on one candidate against its baseline."""
     own = median_interval(candidate.steady_step_ms)
-    base = dict(ref=ref, receipt_id=candidate.id, run_name=candidate.run_name, lane=lane_of(candidate),
-                median_step_ms=own.median if own else None, ended_early=candidate.ended_early)
+    base = functools.partial(CandidateCheck, ref=ref, receipt_id=candidate.id, run_name=candidate.run_name,
+                             lane=lane_of(candidate), median_step_ms=own.median if own else None,
+                             ended_early=candidate.ended_early)
     baseline = baseline_for(candidate, tag=tag, last=last, reads=reads)
     if baseline is None:
-        return CandidateCheck(**base, outcome="rumor", message=rumor_message(candidate))
+        return base(outcome="rumor", message=rumor_message(candidate))
     if own is None:
-        return CandidateCheck(**base, outcome="unmeasured", baseline=baseline, message=(
+        return base(outcome="unmeasured", baseline=baseline, message=(
             f"{candidate.run_name}: fewer than 2 steady-state steps with a step time; nothing to compare"))
     if not baseline.used:
-        return CandidateCheck(**base, outcome="no_baseline", baseline=baseline,
+        return base(outcome="no_baseline", baseline=baseline,
                               message=no_baseline_message(candidate, baseline))
     verdict = decide([baseline.intervals[b.id] for b in baseline.used], [own], baseline.floor, grow="candidate")
+    if verdict is None:  # a side without a positive median step time
+        return base(outcome="unmeasured", baseline=baseline, message=(
+            f"{candidate.run_name}: no positive steady-state step time on one side; nothing to compare"))
     newest = reads.receipts[baseline.used[-1].id]
-    return CandidateCheck(**base, outcome="judged", baseline=baseline, verdict=verdict, message=verdict.why,
+    return base(outcome="judged", baseline=baseline, verdict=verdict, message=verdict.why,
                           drift={k: v for k, v in drift(newest, candidate).items() if v})

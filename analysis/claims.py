@@ -173,7 +173,8 @@ def parse_claims(text: str, path: str = "<claims>") -> ClaimsFile:
     return ClaimsFile(path, int(version), claims)
 
 
-def _line(node: yaml.Node) -> int:
+def _line(node: yaml.Node | yaml.Event) -> int:
+    assert node.start_mark is not None  # PyYAML marks everything it parses from text
     return node.start_mark.line + 1
 
 
@@ -185,13 +186,13 @@ def _check_events(text: str, path: str) -> None:
             depth += 1
             if depth > MAX_DEPTH:
                 raise InputError(path, f"nested more than {MAX_DEPTH} levels deep; a claims file needs 3 "
-                                       "(top level, the claims list, a claim)", line=event.start_mark.line + 1)
+                                       "(top level, the claims list, a claim)", line=_line(event))
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
         tag = getattr(event, "tag", None)
         if tag is not None and tag != "!" and tag not in _ALLOWED_TAGS:
             raise InputError(path, f"unsupported YAML tag {tag!r}; a claims file holds plain values "
-                                   "(text, numbers, true/false, lists, mappings)", line=event.start_mark.line + 1)
+                                   "(text, numbers, true/false, lists, mappings)", line=_line(event))
 
 
 def _error_line(exc: yaml.YAMLError, text: str) -> int | None:

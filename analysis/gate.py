@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from receipts.analysis.check import Baseline, baseline_for, no_baseline_message, read_lanes, rumor_message
-from receipts.analysis.claims import Claim, ClaimsFile
+from receipts.analysis.claims import DEFAULT_BASELINE_LAST, Claim, ClaimsFile
 from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, identity_differences
 from receipts.analysis.lanes import Lane, lane_floors, lane_of
 from receipts.analysis.noise import NoiseFloor, default_floor
@@ -137,7 +137,7 @@ def collect_evidence(store: "Store", refs: list[str]) -> dict[str, Evidence | Un
 
 def claim_floors(store: "Store", evidence: Mapping[str, Evidence | Unresolved]) -> dict[Lane, NoiseFloor]:
     """The noise floor of every lane a loaded receipt belongs to, in one query."""
-    lanes = {lane_of(e.receipt) for e in evidence.values() if isinstance(e, Evidence)} - {None}
+    lanes = {lane for e in evidence.values() if isinstance(e, Evidence) and (lane := lane_of(e.receipt)) is not None}
     return lane_floors(store, sorted(lanes, key=str))
 
 
@@ -146,17 +146,18 @@ def tag_baselines(store: "Store", claims_file: ClaimsFile, evidence: dict[str, E
     """The baseline of each `baseline: tag:T` claim (by claim name; None for a rumor candidate), one read per
     (tag, last); the baseline runs' receipts are added to `evidence` under their ids."""
     out: dict[str, Baseline | None] = {}
-    groups: dict[tuple[str, int], list[Claim]] = {}
+    groups: dict[tuple[str, int], list[tuple[Claim, StoredReceipt]]] = {}
     for c in claims_file.claims:
-        if c.baseline_tag is not None and isinstance(evidence.get(c.candidate), Evidence):
-            groups.setdefault((c.baseline_tag, c.last), []).append(c)
+        found = evidence.get(c.candidate)
+        if c.baseline_tag is not None and isinstance(found, Evidence):
+            groups.setdefault((c.baseline_tag, c.last or DEFAULT_BASELINE_LAST), []).append((c, found.receipt))
     for (tag, last), claims in groups.items():
-        candidates = {evidence[c.candidate].receipt.id: evidence[c.candidate].receipt for c in claims}
+        candidates = {receipt.id: receipt for _, receipt in claims}
         reads = read_lanes(store, candidates, tag=tag, last=last)
         for rid, r in reads.receipts.items():
             evidence.setdefault(rid, Evidence(r, r.phases))
-        for c in claims:
-            out[c.name] = baseline_for(evidence[c.candidate].receipt, tag=tag, last=last, reads=reads)
+        for c, receipt in claims:
+            out[c.name] = baseline_for(receipt, tag=tag, last=last, reads=reads)
     return out
 
 
@@ -205,7 +206,7 @@ def evaluate_tag_claim(claim: Claim, baseline: Baseline | None, evidence: Mappin
     if not ids:
         return ClaimResult(claim, False, (reason("no_baseline", no_baseline_message(b, baseline)),), None, None, b.id,
                            baseline_excluded=excluded)
-    runs = [evidence[rid] for rid in ids]
+    runs = [e for rid in ids if isinstance(e := evidence[rid], Evidence)]  # tag_baselines loaded every one
     newest = runs[-1].receipt
     reasons = list(_drift_reasons(claim, drift(newest, b), reason))
     reasons += _ended_early_reasons(claim, newest, b, reason)
@@ -222,11 +223,12 @@ def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evi
     def reason(code: str, text: str) -> Reason:
         return Reason(code, f"{claim.name}: {text}")
 
-    missing = [(role, e) for role, e in (("baseline", baseline), ("candidate", candidate)) if isinstance(e, Unresolved)]
-    if missing:
-        reasons = tuple(reason("unknown_receipt", f"unknown receipt: {role} {e.message}") for role, e in missing)
+    if isinstance(baseline, Unresolved) or isinstance(candidate, Unresolved):
+        missing = [(role, e) for role, e in (("baseline", baseline), ("candidate", candidate))
+                   if isinstance(e, Unresolved)]
+        unknown = tuple(reason("unknown_receipt", f"unknown receipt: {role} {e.message}") for role, e in missing)
         ids = [None if isinstance(e, Unresolved) else e.receipt.id for e in (baseline, candidate)]
-        return ClaimResult(claim, False, reasons, None, ids[0], ids[1])
+        return ClaimResult(claim, False, unknown, None, ids[0], ids[1])
     a, b = baseline.receipt, candidate.receipt
     # compare()'s refusal rules, in its order: a rumor first, then differing identity fields.
     if not (a.complete and b.complete):
@@ -288,7 +290,8 @@ def warmup_problems(e: Evidence, *, spike_factor: float = SPIKE_FACTOR) -> list[
         out.append(f"window starts at step {first} but warm-up runs through step {r.warmup_last_step}")
     for name, lo, hi in e.phases:
         lo, hi = (lo if lo is not None else hi), (hi if hi is not None else lo)
-        if name.lower() in WARMUP_PHASES and lo is not None and first is not None and lo <= last and hi >= first:
+        if (name.lower() in WARMUP_PHASES and lo is not None and hi is not None and first is not None
+                and last is not None and lo <= last and hi >= first):
             out.append(f"a '{name}' phase (steps {lo}..{hi}) overlaps the steady window {first}..{last}")
     x = r.steady_step_ms[np.isfinite(r.steady_step_ms)]
     if x.size:
@@ -306,8 +309,9 @@ def _series(claim: Claim, r: StoredReceipt) -> np.ndarray:
 
 def _verdict(claim: Claim, a: Sequence[StoredReceipt], b: StoredReceipt, floor: NoiseFloor) -> VerdictResult | None:
     """analysis.verdict.decide on the claimed metric: the baseline run(s) against the candidate, the lane's floor."""
-    ia, ib = [median_interval(_series(claim, r)) for r in a], median_interval(_series(claim, b))
-    if any(i is None for i in ia) or ib is None:
+    ia = [i for r in a if (i := median_interval(_series(claim, r))) is not None]
+    ib = median_interval(_series(claim, b))
+    if len(ia) < len(a) or ib is None:
         return None
     return decide(ia, [ib], floor, min_effect=claim.min_effect, lower_is_better=claim.metric == "step_time",
                   grow="both" if len(a) == 1 else "candidate")
@@ -318,17 +322,17 @@ def _speed(claim: Claim, baselines: Sequence[Evidence], candidate: Evidence, rea
     out = []
     label = "step time" if claim.metric == "step_time" else "tokens/s"
     for role, e in [*(("baseline", b) for b in baselines), ("candidate", candidate)]:
-        s = e.receipt
-        summary = summarize(_series(claim, s))
+        run = e.receipt
+        summary = summarize(_series(claim, run))
         n = summary.n if summary else 0
         if n < claim.min_steps:
-            out.append(reason("too_few_steps", f"{role} {s.run_name} has {n} steady-state steps with {label} "
+            out.append(reason("too_few_steps", f"{role} {run.run_name} has {n} steady-state steps with {label} "
                                                f"(min_steps {claim.min_steps})"))
         for problem in warmup_problems(e):
-            out.append(reason("warmup_in_window", f"warm-up inside the steady window of {role} {s.run_name}: "
+            out.append(reason("warmup_in_window", f"warm-up inside the steady window of {role} {run.run_name}: "
                                                   f"{problem} [{WARMUP_RULE}]"))
         if summary and summary.cv > claim.max_cv:
-            out.append(reason("noise", f"{role} {s.run_name} is too noisy: CV of {label} {summary.cv:.1%} "
+            out.append(reason("noise", f"{role} {run.run_name} is too noisy: CV of {label} {summary.cv:.1%} "
                                        f"> max_cv {claim.max_cv:.1%}"))
     v = _verdict(claim, [b.receipt for b in baselines], candidate.receipt, floor)
     if v is None:
@@ -342,6 +346,7 @@ def _speed(claim: Claim, baselines: Sequence[Evidence], candidate: Evidence, rea
                         f"speedup = baseline/candidate median {label if claim.metric == 'step_time' else 'time per token'}; "
                         f"{'baseline: ' + what + '; ' if what else ''}{v.method}; noise floor {v.floor.note}")
     s = claim.speedup
+    assert s is not None  # a speed claim always states its speedup
     lo_ok, hi_ok = s * (1 - claim.tolerance), s * (1 + claim.tolerance)
     ci = f"{value:.3f}x [{low:.3f}, {high:.3f}] ({v.confidence:.0%} CI, run-to-run noise included)"
     if high < lo_ok or low > hi_ok:
@@ -370,6 +375,7 @@ def _memory(claim: Claim, a: StoredReceipt, b: StoredReceipt, reason):
     if absent:
         return None, [reason("no_measurement", f"no {claim.metric} peak recorded for {' and '.join(absent)}")]
     change, claimed = pb - pa, claim.change_bytes
+    assert claimed is not None  # a memory claim always states its change
     tol = claim.tolerance_bytes if claim.tolerance_bytes is not None else claim.tolerance * abs(claimed)
     tol_text = f"{_gib(claim.tolerance_bytes)} (tolerance_bytes)" if claim.tolerance_bytes is not None else f"{claim.tolerance:.1%}"
     measured = Measured(claim.metric, "bytes", float(change), None, None, None,

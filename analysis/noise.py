@@ -85,6 +85,7 @@ def noise_floor(runs: Sequence[tuple[str, float]], *, min_runs: int = MIN_RUNS,
         return NoiseFloor(medians.size, default_pct, "default", ids, center,
                           f"default {default_pct:g}% (the lane has {have} with a steady state; "
                           f"{min_runs - medians.size} more give it a measured floor)")
+    assert center is not None  # medians.size >= min_runs >= 1
     mad = float(np.median(np.abs(medians - center)))
     b = mad_factor(medians.size)
     pct = max(MIN_FLOOR_PCT, 100.0 * b * MAD_TO_SIGMA * mad / center)

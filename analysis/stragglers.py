@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, cast
 
 import numpy as np
 import polars as pl
@@ -141,8 +141,8 @@ def analyse(events: pl.DataFrame, step_ms: float | None = None) -> StragglerRepo
                 .sort("rank", "step"))
     n_steps = max(per_step["step"].n_unique(), 1) if per_step.height else 1
     n_coll = coll.height
-    median_end_skew = float(coll["end_skew_ns"].median())
-    median_latency = float(coll["latency_ns"].median())
+    median_end_skew = cast(float, coll["end_skew_ns"].median())
+    median_latency = cast(float, coll["latency_ns"].median())
     clock_ok = not (median_end_skew > CLOCK_BAR_NS and median_end_skew > 0.5 * median_latency)
     rank_rows = []
     for r in ranks:

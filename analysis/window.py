@@ -13,6 +13,8 @@ The rule is stored on the receipt (window_rule) and always shown beside the numb
 
 from __future__ import annotations
 
+from typing import cast
+
 import polars as pl
 
 # Choosing a window is here; applying one (mark_warmup) is the model's, re-exported for callers of this module.
@@ -62,7 +64,7 @@ def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int 
         n = len(ms)
         if n >= 4:
             half = n // 2
-            limit = SLOW_FACTOR * float(pl.Series(ms[half:]).median())
+            limit = SLOW_FACTOR * cast(float, pl.Series(ms[half:]).median())
             settled = next((i for i in range(1, half + 1) if all(v <= limit for v in ms[i:i + SETTLE_RUN])), half)
             warmup_last = step_list[settled - 1]
     if tail is not None and tail in step_list:
@@ -87,7 +89,7 @@ def cut_short_tail(steps: pl.DataFrame, busy_ms: dict[int, float] | None = None)
     if times.height < 3:
         return None
     last = int(times["step"][-1])
-    rest = float(times["step_ms"][:-1].median())
+    rest = cast(float, times["step_ms"][:-1].median())  # height >= 3: never None
     tail_ms = float(times["step_ms"][-1])
     no_work = busy_ms is not None and busy_ms.get(last, 0.0) < TAIL_FRACTION * max(
         (v for k, v in busy_ms.items() if k != last), default=0.0)

@@ -225,10 +225,11 @@ class Recorder:
         torch = self._torch
         if loss is None or not isinstance(loss, torch.Tensor) or not loss.is_cuda:
             return None
-        if self._loss_ring is None:
-            self._loss_ring = torch.zeros(self.max_pending_steps + 2, dtype=torch.float32, pin_memory=True)
-        slot = self._loss_ring[self._loss_slot]
-        self._loss_slot = (self._loss_slot + 1) % len(self._loss_ring)
+        ring = self._loss_ring
+        if ring is None:
+            ring = self._loss_ring = torch.zeros(self.max_pending_steps + 2, dtype=torch.float32, pin_memory=True)
+        slot = ring[self._loss_slot]
+        self._loss_slot = (self._loss_slot + 1) % len(ring)
         slot.copy_(loss.detach().reshape(()), non_blocking=True)
         return slot
 

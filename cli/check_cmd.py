@@ -108,7 +108,7 @@ def headline(result: CheckResult) -> str:
 
 
 def _state(c: CandidateCheck) -> str:
-    return c.verdict_name if c.outcome == "judged" else c.outcome.replace("_", " ")
+    return (c.verdict_name or "judged") if c.outcome == "judged" else c.outcome.replace("_", " ")
 
 
 # ---------------------------------------------------------------------------------------- text

@@ -104,7 +104,7 @@ def _debug(args: tuple, kwargs: dict) -> bool:
     """--debug from the command's own typer.Context argument (every command takes one)."""
     # Duck-typed: typer hands commands its vendored click's Context, not always a typer.Context.
     ctx = kwargs.get("ctx") or next((a for a in args if hasattr(a, "find_root")), None)
-    return bool(getattr(ctx.find_root().obj, "debug", False)) if hasattr(ctx, "find_root") else False
+    return ctx is not None and bool(getattr(ctx.find_root().obj, "debug", False))
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -129,5 +129,5 @@ def handle_errors(fn: Callable) -> Callable:
         except Exception as exc:  # noqa: BLE001 - the one place every unexpected error becomes exit 2
             report_error(exc, debug=_debug(args, kwargs))
             raise typer.Exit(EXIT_INPUT) from None
-    wrapper.handles_errors = True  # tests/test_ingest_hygiene.py checks every command carries it
+    setattr(wrapper, "handles_errors", True)  # tests/test_ingest_hygiene.py checks every command carries it
     return wrapper

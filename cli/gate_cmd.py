@@ -63,6 +63,7 @@ def fmt_claimed(r: ClaimResult) -> str:
     if c.is_speed:
         return f"claimed {c.speedup:.3f}x +- {c.tolerance:.1%}"
     tol = f"{c.tolerance_bytes / 2**30:.3f} GiB" if c.tolerance_bytes is not None else f"{c.tolerance:.1%}"
+    assert c.change_bytes is not None  # a memory claim always states its change
     return f"claimed {c.change_bytes / 2**30:+.3f} GiB +- {tol}"
 
 

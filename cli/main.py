@@ -109,7 +109,7 @@ def _summary(module: str, attr: str) -> str:
         elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
               and any(isinstance(t, ast.Name) and t.id == attr for t in node.targets)):
             text = next((k.value.value for k in node.value.keywords
-                         if k.arg == "help" and isinstance(k.value, ast.Constant)), "")
+                         if k.arg == "help" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)), "")
     return " ".join(text.split("\n\n")[0].split())
 
 

@@ -72,8 +72,8 @@ def parse_text(text: str, *, path: str | Path = "<nccl-tests>") -> NcclTestResul
     oob = None
     for no, line in enumerate(text.splitlines(), start=1):
         if line.startswith("# nThread"):
-            for m in re.finditer(r"([A-Za-z][A-Za-z ]*?):?\s+(\S*[^\s:])(?=\s|$)", line[2:]):
-                params[m.group(1).strip()] = m.group(2)
+            for param in re.finditer(r"([A-Za-z][A-Za-z ]*?):?\s+(\S*[^\s:])(?=\s|$)", line[2:]):
+                params[param.group(1).strip()] = param.group(2)
             continue
         m = re.match(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s+(.*)$",
                      line)

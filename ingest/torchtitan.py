@@ -19,6 +19,8 @@ end_to_end metric it covers the whole interval, including logging, GC and checkp
 from __future__ import annotations
 
 import re
+from datetime import datetime
+from typing import cast
 
 import polars as pl
 
@@ -88,7 +90,7 @@ def parse(log: LogText) -> ParsedRun:
         if peak is not None
     )
     header = _header(log)
-    started = steps["at"].drop_nulls().min()
+    started = cast("datetime | None", steps["at"].drop_nulls().min())
     return ParsedRun(
         source_format=FORMAT,
         format_version=None,

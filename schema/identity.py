@@ -227,8 +227,9 @@ def _regime_problems(raw: str, registry: Registry) -> list[UnknownValue]:
     typos = [w for w in words if (fixes[w] or "").lower() != w.lower()]
     fixed = raw
     for word in typos:
-        if fixes[word]:
-            fixed = re.sub(rf"(?i)(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])", fixes[word], fixed, count=1)
+        fix = fixes[word]
+        if fix:
+            fixed = re.sub(rf"(?i)(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])", fix, fixed, count=1)
     for word in typos or words:
         own = fixes[word] if (fixes[word] or "").lower() != word.lower() else None
         out.append(UnknownValue("regime", raw, f"has the unrecognised word {word!r}", fixed if fixed != raw else own))

@@ -132,14 +132,14 @@ class Store(ABC):
         already attached."""
 
     def _add_anatomy(self, bulk, small, receipt_id, anatomy, source, ingested_at) -> None:
-        raw_path = self._write_raw_events(anatomy, source) if anatomy.raw_events is not None else None
+        raw_path = self._write_raw_events(anatomy.raw_events, source) if anatomy.raw_events is not None else None
         for table, frame in R.anatomy_frames(receipt_id, source.sha256, anatomy).items():
             bulk[table] = pl.concat([bulk[table], frame]) if table in bulk else frame
         small.setdefault("anatomy_sources", []).append(R.anatomy_source_row(receipt_id, source.sha256, anatomy, raw_path))
         if not any(r["sha256"] == source.sha256 for r in small.get("receipt_sources", [])):
             small.setdefault("receipt_sources", []).extend(R.source_rows(receipt_id, (source,), ingested_at))
 
-    def _write_raw_events(self, anatomy: Anatomy, source: SourceFile) -> str | None:
+    def _write_raw_events(self, raw_events: pl.DataFrame, source: SourceFile) -> str | None:
         """Raw events as Parquet beside the store, named by the export's sha256; never needed by views."""
         folder = self.raw_events_dir()
         if folder is None:
@@ -148,7 +148,7 @@ class Store(ABC):
         path = folder / f"{source.sha256}.parquet"
         if not path.exists():
             tmp = path.with_suffix(".parquet.tmp")
-            anatomy.raw_events.write_parquet(tmp)
+            raw_events.write_parquet(tmp)
             tmp.replace(path)
         return str(path)
 

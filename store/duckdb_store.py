@@ -59,8 +59,8 @@ class DuckDBStore(Store):
         with transaction(con):
             row = con.execute(f"SELECT {', '.join(columns)} FROM receipts WHERE id = ?", [receipt_id]).fetchone()
             check_unchanged(self.url, receipt_id, columns, row, expected)
-            last = con.execute("SELECT coalesce(max(seq), 0) FROM identity_history WHERE receipt_id = ?",
-                               [receipt_id]).fetchone()[0]
+            last = (con.execute("SELECT coalesce(max(seq), 0) FROM identity_history WHERE receipt_id = ?",
+                                [receipt_id]).fetchone() or (0,))[0]
             rows = next_history_rows(self.url, receipt_id, last, history)
             if changes:
                 con.execute(f"UPDATE receipts SET {', '.join(f'{c} = ?' for c in changes)} WHERE id = ?",

@@ -96,20 +96,20 @@ class PostgresStore(Store):
                 row = self.conn.execute(pgsql.SQL("SELECT {} FROM receipts WHERE id = %s FOR UPDATE").format(
                     pgsql.SQL(", ").join(map(pgsql.Identifier, columns))), (receipt_id,)).fetchone()
                 check_unchanged(self.url, receipt_id, columns, row, expected)
-                last = self.conn.execute("SELECT coalesce(max(seq), 0) FROM identity_history WHERE receipt_id = %s",
-                                         (receipt_id,)).fetchone()[0]
+                last = (self.conn.execute("SELECT coalesce(max(seq), 0) FROM identity_history WHERE receipt_id = %s",
+                                          (receipt_id,)).fetchone() or (0,))[0]
                 rows = next_history_rows(self.url, receipt_id, last, history)
                 if changes:
                     self.conn.execute(pgsql.SQL("UPDATE receipts SET {} WHERE id = %s").format(
                         pgsql.SQL(", ").join(pgsql.SQL("{} = %s").format(pgsql.Identifier(c)) for c in changes)),
                         [*changes.values(), receipt_id])
                 names = _columns("identity_history")
-                for row in rows:
+                for entry in rows:
                     # changed_by: the role running this retag (current_user), or the one a pushed row names.
                     self.conn.execute(pgsql.SQL("INSERT INTO identity_history ({}) VALUES ({})").format(
                         pgsql.SQL(", ").join(map(pgsql.Identifier, names)),
                         pgsql.SQL(", ").join(pgsql.SQL("coalesce(%s, current_user)") if c == "changed_by"
-                                             else pgsql.Placeholder() for c in names)), [row.get(c) for c in names])
+                                             else pgsql.Placeholder() for c in names)), [entry.get(c) for c in names])
                 return rows[-1]["seq"]
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise StoreError(self.url, "this role may not write (read-only); use a writer role to retag") from exc
@@ -126,6 +126,7 @@ class PostgresStore(Store):
                 # The guard row goes first: its UNIQUE/PK constraint decides races between writers. A
                 # concurrent writer of the same content waits on the index entry until the first commits
                 # (then DO NOTHING) or aborts (then it inserts). Never read-then-write.
+                conflict: tuple[str, ...]
                 if content_sha256 is not None:
                     guard_table, conflict = "receipts", ("content_sha256",)
                 else:

@@ -129,4 +129,8 @@ def anatomy_source_row(receipt_id: str, source_sha256: str, anatomy: Anatomy, ra
             "attribution": anatomy.attribution, "unattributed": anatomy.unattributed,
             "raw_events_path": raw_path, "warnings_json": dumps(list(anatomy.warnings)),
             "stragglers_json": None if anatomy.straggler_summary is None else dumps(
-                {**anatomy.straggler_summary, "per_step": anatomy.straggler_steps.to_dicts()})}
+                {**anatomy.straggler_summary, "per_step": _rows_of(anatomy.straggler_steps)})}
+
+
+def _rows_of(frame: pl.DataFrame | None) -> list[dict[str, Any]]:
+    return [] if frame is None else frame.to_dicts()

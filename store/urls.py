@@ -23,7 +23,7 @@ def libpq_dsn(url: str) -> str:
     if url.startswith("postgresql+psycopg://"):
         url = "postgresql://" + url[len("postgresql+psycopg://"):]
     try:
-        return make_conninfo(**conninfo_to_dict(url))
+        return make_conninfo("", **conninfo_to_dict(url))
     except psycopg.ProgrammingError as exc:
         raise StoreError(redact_url(url), f"not a PostgreSQL URL: {exc}") from exc
 
@@ -37,8 +37,8 @@ def redact_url(url: str) -> str:
         params = conninfo_to_dict(url.replace("postgresql+psycopg://", "postgresql://", 1))
     except psycopg.ProgrammingError:
         return "postgresql://…"
-    user = params.get("user", "")
-    host = params.get("host", "")
+    user = str(params.get("user") or "")
+    host = str(params.get("host") or "")
     port = f":{params['port']}" if params.get("port") else ""
     return f"postgresql://{user + '@' if user else ''}{host}{port}/{params.get('dbname', '')}"
 

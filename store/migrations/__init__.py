@@ -259,6 +259,7 @@ def ensure_schema(target, *, create: bool) -> None:
             raise StoreError(target.url, "has no receipts schema (run `receipts db init` with a writer role)")
         init(target)
         current = stored_version(target)
+        assert current is not None, "init stamps the schema version"
     if current < SCHEMA_VERSION:
         raise StoreError(target.url, f"schema version {current} is older than this build's {SCHEMA_VERSION}: "
                                      f"run `receipts --db <url> db upgrade`")
