@@ -323,11 +323,20 @@ def test_git_revision_outside_a_checkout_comes_from_the_ci_variable(tmp_path):
     sha = "0123456789abcdef0123456789abcdef01234567"
     found = git_provenance(cwd=copied_tree, environ={"GITHUB_SHA": sha, "GIT_COMMIT": "other"})
     assert found == {"git_rev": sha, "git_status": "not a git checkout; revision from $GITHUB_SHA"}
-    # Inside a checkout, the checkout's own HEAD wins over any variable.
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / ".git").exists():
-        own = git_provenance(cwd=repo, environ={"GITHUB_SHA": sha})
-        assert own["git_rev"] != sha and len(own["git_rev"]) == 40
+    # Inside a checkout, the checkout's own HEAD wins over any variable: a repository made here, so the test
+    # runs (and can fail) whether or not the project itself was cloned with .git.
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "train.py").write_text("print('step')\n")
+    subprocess.run([*git, "add", "train.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    own = git_provenance(cwd=repo, environ={"GITHUB_SHA": sha})
+    assert own["git_rev"] == head and own["git_status"] == "clean"
+    (repo / "train.py").write_text("print('step 2')\n")
+    assert git_provenance(cwd=repo, environ={})["git_status"] == "1 modified"
 
 
 # ---------------------------------------------------------------- an unmodified third-party script
