@@ -120,6 +120,25 @@ class Store(ABC):
         return self._merge_json(receipt_id, f"{section}_json", facts,
                                 R.source_rows(receipt_id, (source,), R.now_iso(), forced=forced))
 
+    # ---- copies from another store (`receipts push`, store/sync.py): rows as stored, not re-derived ----------
+    def copy_receipt_rows(self, *, content_sha256: str, small: dict[str, list[dict[str, Any]]],
+                          bulk: dict[str, pl.DataFrame], supersedes: tuple[str, ...] = ()) -> bool:
+        """A receipt's rows exactly as another store holds them (ids, ingested_at, warm-up flags), in one
+        transaction; False when a receipt with this content is already here. `supersedes`: the ids this
+        receipt superseded there, superseded here too."""
+        return self._write(content_sha256=content_sha256, small=small, bulk=bulk,
+                           supersede=(small["receipts"][0]["id"], supersedes) if supersedes else None)
+
+    def copy_attachment_rows(self, receipt_id: str, source_sha256: str, *, small: dict[str, list[dict[str, Any]]],
+                             bulk: dict[str, pl.DataFrame]) -> bool:
+        """An export's anatomy rows as another store holds them; False when that export is already attached."""
+        return self._write(content_sha256=None, small=small, bulk=bulk, attach=(receipt_id, source_sha256))
+
+    def copy_facts(self, receipt_id: str, column: str, facts: dict[str, Any], source_row: dict[str, Any]) -> bool:
+        """Merge another store's fact column (`topology_json`, `software_json`) for one attached fact file, the
+        same merge `attach_facts` does under its row lock; False when that file is already attached here."""
+        return self._merge_json(receipt_id, column, facts, [source_row])
+
     @staticmethod
     def _merged(current: str | None, facts: dict[str, Any]) -> str:
         return R.dumps({**json.loads(current or "{}"), **facts})

@@ -2,7 +2,7 @@
 DuckDB file, then pushes to the team's PostgreSQL store when it can reach it.
 
 Rows are copied as stored (ids, ingested_at, warm-up flags), not re-derived, so both stores answer
-every sql/ query the same. Each receipt goes in its own transaction through the target's `_write`,
+every sql/ query the same. Each receipt goes in its own transaction through the target's copy API (Store.copy_*),
 whose unique constraints decide what is already there: pushing twice, or from two nodes at once,
 copies each receipt exactly once.
 """
@@ -135,7 +135,7 @@ def _copy_facts(source: Store, target: Store, receipt_id: str, fact_sources: lis
     copied = 0
     for row in fact_sources:
         column = f"{FACT_SECTIONS[row['role']]}_json"
-        copied += target._merge_json(receipt_id, column, json.loads(merged[column] or "{}"), [row])
+        copied += target.copy_facts(receipt_id, column, json.loads(merged[column] or "{}"), row)
     return copied
 
 
@@ -154,8 +154,7 @@ def _copy_receipt(source: Store, target: Store, receipt_id: str, content_sha256:
     bulk.update(anatomy_bulk)
     # Receipts this one superseded locally, pushed earlier while still current, are superseded there too.
     earlier = tuple(source.sql("SELECT id FROM receipts WHERE superseded_by = $id", params)["id"].to_list())
-    return target._write(content_sha256=content_sha256, small=small, bulk=bulk,
-                         supersede=(receipt_id, earlier) if earlier else None)
+    return target.copy_receipt_rows(content_sha256=content_sha256, small=small, bulk=bulk, supersedes=earlier)
 
 
 def _copy_attachment(source: Store, target: Store, receipt_id: str, source_sha256: str) -> bool:
@@ -163,4 +162,4 @@ def _copy_attachment(source: Store, target: Store, receipt_id: str, source_sha25
     # The target's anatomy_sources primary key (receipt_id, source_sha256) decides the race (attach=).
     small["receipt_sources"] = _rows(_select(source, "receipt_sources", "receipt_id = $id AND sha256 = $sha",
                                              {"id": receipt_id, "sha": source_sha256}))
-    return target._write(content_sha256=None, small=small, bulk=bulk, attach=(receipt_id, source_sha256))
+    return target.copy_attachment_rows(receipt_id, source_sha256, small=small, bulk=bulk)

@@ -43,3 +43,91 @@ def test_every_leaf_command_carries_an_example():
         if getattr(command, "commands", None):
             continue
         assert "Example:" in (command.help or ""), f"`receipts {name}` help has no 'Example:'"
+
+
+def _options(command) -> set[str]:
+    return {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+
+
+def _readme_invocations():
+    """Every `receipts ...` the README shows, inline or in a code block: (command path, its options)."""
+    import re
+    import shlex
+
+    text = "\n".join(line.split("#")[0] for line in README.splitlines())  # a trailing comment is not an option
+    found = re.findall(r"`(receipts [^`\n]+)`", text) + re.findall(r"^\s*(?:\$ )?(receipts [^\n`]+)$", text, re.M)
+    for snippet in found:
+        try:
+            words = shlex.split(snippet.split("|")[0].split("&&")[0].replace("…", "x").rstrip("\\"), posix=True)
+        except ValueError:  # an unbalanced quote in prose: split on spaces
+            words = snippet.split()
+        yield snippet, words[1:]
+
+
+def test_every_option_the_readme_shows_exists():
+    """A renamed or removed option leaves the README lying: every `--flag` shown after `receipts CMD` must be
+    an option of CMD (or of `receipts` itself), every COMMAND a command."""
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    global_options = _options(group)
+    checked = 0
+    for snippet, words in _readme_invocations():
+        path = []
+        command = group
+        for word in words:
+            if word.startswith("-") or word == "--":
+                break
+            sub = command.get_command(ctx, word) if hasattr(command, "get_command") else None
+            if sub is None:
+                break
+            command, path = sub, [*path, word]
+        if not path:
+            continue
+        for word in words:
+            if word == "--":
+                break  # what follows `--` belongs to the launched command (receipts run -- torchrun ...)
+            if word.startswith("--"):
+                option = word.split("=")[0]
+                assert option in _options(command) | global_options, \
+                    f"README shows `{snippet}` but `receipts {' '.join(path)}` has no {option}"
+                checked += 1
+    assert checked >= 15, checked  # the README shows many; finding few means this parser broke
+
+
+# Statements Python assembles: the only interpolations allowed, each a table/column name from the schema's own
+# lists, a fixed SQL fragment chosen in code, or an ATTACH path/DSN quoted as a literal (ATTACH takes no bound
+# parameters). A new interpolation of anything else (a value!) fails here until it becomes a parameter.
+SQL_INTERPOLATIONS = {
+    "store/sync.py": {"columns", "table", "where"},
+    "store/postgres_store.py": {"quoted", "column"},
+    "store/duckdb_store.py": {"table", "names", "placeholders", "column", "columns", "', '.join(columns)",
+                              "', '.join(f'{c} = ?' for c in changes)"},
+    "ingest/nsys.py": {"pid", "kind", "name if kind == 'kernel' else 'NULL'", "short if kind == 'kernel' else 'NULL'",
+                       "copy if kind == 'memcpy' else 'NULL'", "table", "str(path.resolve()).replace(chr(39), chr(39) * 2)",
+                       "_PID_MASK", "RUNTIME", "domain", "text", "nvtx_table", "join", "GRAPH", "sm", "KERNEL", "col"},
+}
+
+
+def test_sql_is_assembled_only_from_names_never_from_values():
+    import ast
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    keyword = re.compile(r"^\s*(SELECT|UPDATE|INSERT|CREATE|ATTACH|WITH|DELETE|ALTER|DROP|COPY)\b", re.I)
+    product = [p for d in ("analysis", "store", "cli", "dashboards", "ingest", "schema", "launch", "capture", "sql")
+               for p in (root / d).rglob("*.py")] + [root / f for f in ("pipeline.py", "lifecycle.py", "duck.py")]
+    seen = 0
+    for path in product:
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant)
+                    and isinstance(node.values[0].value, str) and keyword.match(node.values[0].value)):
+                continue
+            where = path.relative_to(root).as_posix()
+            for part in node.values:
+                if isinstance(part, ast.FormattedValue):
+                    expr = ast.get_source_segment(source, part.value)
+                    assert expr in SQL_INTERPOLATIONS.get(where, set()), \
+                        f"{where}:{node.lineno} splices {expr!r} into SQL: pass a value as a parameter"
+                    seen += 1
+    assert seen > 10, seen
