@@ -1,6 +1,7 @@
 -- Current receipts (superseded ones are left out) for the lane view, filtered, each with its lane key and
 -- whether it is a rumor.
--- Reads: receipts, receipt_steps.
+-- Reads: receipts, receipt_summaries (the stored steady-state summary), receipt_steps (only receipts stored
+--        without a summary, through steady_step_times).
 -- Params: $hosts, $presets, $regimes (VARCHAR[] or NULL = any), $tag (text or NULL), $since, $until
 --         (ISO date text or NULL; compared with run_at), $search (text or NULL: case-insensitive substring of
 --         run name, id, hostname or a raw identity value).
@@ -27,23 +28,14 @@ WITH r AS (
       AND ($search IS NULL
            OR contains(lower(concat_ws(' ', run_name, id, hostname, raw_host_lineage, raw_preset, raw_regime)),
                        lower($search)))
-), one AS (
-    -- Fast path: a receipt logged by one rank (or by the logging rank only, rank null) has one row per
-    -- step, so the median of its rows is the median of its per-step times. Grouping 10k receipts' millions
-    -- of rows by (receipt, step) instead costs seconds; only multi-rank receipts take that path below.
-    SELECT s.receipt_id, count(*) AS n, median(s.step_ms) AS median_step_ms,
-           min(s.rank) IS DISTINCT FROM max(s.rank) AS multi_rank
-    FROM receipt_steps s SEMI JOIN picked p ON p.id = s.receipt_id
-    WHERE NOT s.warmup AND s.step_ms IS NOT NULL
-    GROUP BY s.receipt_id
+), summarised AS (
+    -- Summaries are stored at ingest (analysis/summary.py): the lane view reads one row per receipt.
+    SELECT m.receipt_id, m.n_steady_steps, m.median_step_ms
+    FROM receipt_summaries m SEMI JOIN picked p ON p.id = m.receipt_id
 ), t AS (
-    -- one time per step: a step ends when its slowest rank does
-    SELECT s.receipt_id, s.step, max(s.step_ms) AS step_ms
-    FROM receipt_steps s SEMI JOIN (SELECT receipt_id FROM one WHERE multi_rank) o ON o.receipt_id = s.receipt_id
-    WHERE NOT s.warmup AND s.step_ms IS NOT NULL
-    GROUP BY s.receipt_id, s.step
+    SELECT * FROM steady_step_times((SELECT list(id) FROM picked WHERE id NOT IN (SELECT receipt_id FROM summarised)))
 ), m AS (
-    SELECT receipt_id, n AS n_steady_steps, median_step_ms FROM one WHERE NOT multi_rank
+    SELECT * FROM summarised
     UNION ALL
     SELECT receipt_id, count(*), median(step_ms) FROM t GROUP BY receipt_id
 )

@@ -1,6 +1,6 @@
 -- One lane's current receipts over time (superseded ones left out): steady-state step time and peak
 -- memory, oldest first.
--- Reads: receipts, receipt_steps.
+-- Reads: receipts, receipt_steps (through steady_step_times).
 -- Params: $host_lineage, $preset_family, $launch_regime (the canonical identity triple of the lane).
 -- Columns: receipt_id, run_name, run_at (timestamp: started_at, else ingested_at, UTC),
 --          git_rev (text: source revision from provenance, null when unrecorded), n_steps (steady steps),
@@ -11,10 +11,7 @@ WITH lane AS (
     WHERE identity_complete AND superseded_by IS NULL AND host_lineage = $host_lineage AND preset_family = $preset_family
       AND launch_regime = $launch_regime
 ), t AS (
-    SELECT s.receipt_id, s.step, max(s.step_ms) AS step_ms
-    FROM receipt_steps s SEMI JOIN lane l ON l.id = s.receipt_id
-    WHERE NOT s.warmup AND s.step_ms IS NOT NULL
-    GROUP BY s.receipt_id, s.step
+    SELECT * FROM steady_step_times((SELECT list(id) FROM lane))
 ), m AS (
     SELECT receipt_id, count(*) AS n_steps, median(step_ms) AS median_step_ms,
            quantile_cont(step_ms, 0.10) AS p10_step_ms, quantile_cont(step_ms, 0.90) AS p90_step_ms

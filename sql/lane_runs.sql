@@ -1,6 +1,7 @@
 -- The current runs of one or more lanes, in run order, each with its steady-state median: the input of
 -- a lane's noise floor (analysis.noise) and of `receipts history`.
--- Reads: receipts, receipt_summaries (stored medians), receipt_steps (only receipts stored without a summary).
+-- Reads: receipts, receipt_summaries (stored medians), receipt_steps (only receipts stored without a summary,
+--        through steady_step_times).
 -- Params: $hosts, $presets, $regimes (VARCHAR[], parallel: lane i is (hosts[i], presets[i], regimes[i]),
 --         canonical identity values); $tag (text or NULL: only receipts carrying this lineage tag);
 --         $last (integer or NULL: only each lane's most recent $last runs).
@@ -31,10 +32,7 @@ WITH lanes AS (
     SELECT m.receipt_id, m.n_steady_steps AS n_steps, m.median_step_ms
     FROM receipt_summaries m SEMI JOIN picked p ON p.id = m.receipt_id
 ), t AS (
-    SELECT s.receipt_id, s.step, max(s.step_ms) AS step_ms
-    FROM receipt_steps s SEMI JOIN picked p ON p.id = s.receipt_id
-    WHERE NOT s.warmup AND s.step_ms IS NOT NULL AND s.receipt_id NOT IN (SELECT receipt_id FROM summarised)
-    GROUP BY s.receipt_id, s.step
+    SELECT * FROM steady_step_times((SELECT list(id) FROM picked WHERE id NOT IN (SELECT receipt_id FROM summarised)))
 ), m AS (
     SELECT * FROM summarised
     UNION ALL

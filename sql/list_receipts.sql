@@ -1,7 +1,7 @@
 -- Every current receipt (or, with $all, every receipt) with its identity and steady-state headline,
 -- newest first. Current = not superseded by a later ingest of the same run.
 -- Reads: receipts, receipt_summaries (the stored steady-state summary), receipt_steps (only for receipts stored
---        before summaries existed).
+--        before summaries existed, through steady_step_times).
 -- Params: $all (bool: include superseded receipts).
 -- Columns: id, run_name, host_lineage, preset_family, launch_regime, identity_complete (bool),
 --          raw_host_lineage, raw_preset, raw_regime, machine_class, source_format, tags_json,
@@ -12,9 +12,7 @@ WITH unsummarised AS (
     SELECT id FROM receipts r
     WHERE NOT EXISTS (SELECT 1 FROM receipt_summaries m WHERE m.receipt_id = r.id)
 ), t AS (
-    SELECT receipt_id, step, max(step_ms) AS step_ms
-    FROM receipt_steps WHERE NOT warmup AND step_ms IS NOT NULL AND receipt_id IN (SELECT id FROM unsummarised)
-    GROUP BY receipt_id, step
+    SELECT * FROM steady_step_times((SELECT list(id) FROM unsummarised))
 ), s AS (
     SELECT receipt_id, n_steady_steps, median_step_ms FROM receipt_summaries
     UNION ALL

@@ -217,6 +217,12 @@ class Store(ABC):
         (new id, earlier ids): set the earlier receipts' superseded_by, where null, in the same transaction."""
 
     # ---- reads ------------------------------------------------------------------------------
+    @staticmethod
+    def _create_macros(con: Any) -> None:
+        """The building blocks sql/ queries call, on a DuckDB connection that already sees the store's tables
+        (a macro binds its tables when created): sql/_steady_step_times.sql."""
+        con.execute(load_query("_steady_step_times"))
+
     @abstractmethod
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
         """Run one analysis query (DuckDB SQL) over the store's tables."""

@@ -29,6 +29,7 @@ class DuckDBStore(Store):
             ensure_schema(self.con, self.url)
         else:
             check_version(self.con, self.url)
+        self._create_macros(self.con)
 
     def raw_events_dir(self) -> Path:
         return self.raw_dir or self.path.parent / (self.path.name + ".raw")

@@ -52,6 +52,7 @@ class PostgresStore(Store):
             # A string literal, not a parameter: ATTACH takes no prepared parameters (duckdb 1.4.4).
             con.execute(f"ATTACH '{quoted}' AS pg (TYPE postgres, READ_ONLY)")
             con.execute("USE pg.public")
+            self._create_macros(con)
             self._duck = con
         return self._duck
 

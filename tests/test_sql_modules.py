@@ -48,3 +48,38 @@ def test_every_sql_file_is_used():
     code = "\n".join(p.read_text() for p in CODE)
     unused = [p.name for p in SQL if not re.search(rf"""["']{re.escape(p.stem)}["']""", code)]
     assert not unused, f"sql files no code loads: {unused}"
+
+
+def test_a_steps_time_is_defined_once_in_sql():
+    """"A step's time is its slowest rank's" lives in sql/_steady_step_times.sql only (a macro every store
+    connection creates); the queries call steady_step_times(...) instead of grouping receipt_steps themselves."""
+    grouping = re.compile(r"max\(\s*(\w+\.)?step_ms\s*\)", re.I)
+    owners = [p.name for p in SQL if grouping.search(p.read_text())]
+    assert owners == ["_steady_step_times.sql"], owners
+
+
+def test_the_macro_and_the_ingest_time_series_agree_on_a_multi_rank_run(tmp_path):
+    """Its in-memory twin, analysis.summary.steady_series (the summary computed at ingest, before anything is
+    stored), gives the same per-step series as the macro over the stored rows, on a real 2-rank log."""
+    import numpy as np
+
+    from cli_helpers import cli
+    from conftest import GPU_DATA
+    from receipts.analysis.summary import steady_series
+    from receipts.store import open_store
+
+    db = str(tmp_path / "s.duckdb")
+    assert cli(db, "ingest", str(GPU_DATA / "fsdp2_2gpu_nsys" / "run.log")).exit_code == 0
+    store = open_store(db, read_only=True)
+    try:
+        rid = store.resolve("fsdp2_2gpu_nsys")
+        steps = store.sql("SELECT step, rank, step_ms, tokens_per_s, warmup FROM receipt_steps WHERE receipt_id = $id",
+                          {"id": rid})
+        assert steps["rank"].n_unique() == 2
+        from_sql = store.query("steady_steps_many", {"ids": [rid]})
+    finally:
+        store.close()
+    step_ms, tokens = steady_series(steps)
+    assert from_sql.height == step_ms.size > 10
+    assert np.array_equal(from_sql["step_ms"].to_numpy(), step_ms)
+    assert np.array_equal(from_sql["tokens_per_s"].drop_nulls().to_numpy(), tokens)
