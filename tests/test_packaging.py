@@ -164,3 +164,19 @@ def test_the_cli_runs_without_the_click_package(argv, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode in (0, 2), done.stderr  # `list` on a missing store: one error line, exit 2
+
+
+@pytest.mark.slow
+def test_the_version_has_one_source(wheel):
+    """pyproject.toml takes the version from receipts/__init__.py (dynamic): the wheel, `receipts --version` and
+    the package agree, and pyproject.toml states no second copy."""
+    from receipts import __version__
+
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        version = email.parser.Parser().parsestr(z.read(meta).decode())["Version"]
+    assert version == __version__
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
