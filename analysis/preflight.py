@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 # PyTorch's default for TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (ProcessGroupNCCL: 8 minutes).
 TORCH_HEARTBEAT_DEFAULT_S = 480
@@ -41,10 +42,13 @@ class PreflightFacts:
     paths: tuple[PathFact, ...] = ()
 
 
+Severity = Literal["error", "warning"]  # an error fails `receipts preflight` (exit 2); a warning is said
+
+
 @dataclass(frozen=True)
 class Finding:
     rule: str
-    severity: str             # 'error' | 'warning'
+    severity: Severity
     reason: str
     fix: str
     evidence: dict = field(default_factory=dict)

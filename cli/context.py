@@ -73,8 +73,42 @@ def settings(ctx: typer.Context) -> Settings:
     return ctx.find_root().obj
 
 
+def _json_default(value: Any) -> Any:
+    """What the standard encoder cannot write, said explicitly: anything else is a bug, not a string."""
+    import dataclasses
+    import datetime
+    import math
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _finite(dataclasses.asdict(value))
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    item = getattr(value, "item", None)  # numpy scalars: their Python number (NaN -> null below)
+    if callable(item) and getattr(value, "shape", None) == ():
+        number = item()
+        return None if isinstance(number, float) and not math.isfinite(number) else number
+    raise TypeError(f"--json cannot encode {type(value).__name__}: {value!r}")
+
+
 def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    """The one JSON encoder of every `--json`: dataclasses as objects, dates as ISO 8601, numpy scalars as
+    numbers; NaN/inf (not JSON) as null; an unknown type is an error rather than its repr as a string."""
+    sys.stdout.write(json.dumps(_finite(value), indent=2, default=_json_default, allow_nan=False) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    """float('nan') is not JSON: null, in nested dicts and lists too."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def one_line(exc: BaseException) -> str:
