@@ -17,7 +17,7 @@ import tempfile
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, cast
 
 import polars as pl
 
@@ -288,8 +288,8 @@ def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = Id
 
     Each receipt is written in its own transaction, so a failure leaves what came before it stored and
     nothing of itself; the caller decides whether to go on (the generator does, when asked for the next)."""
-    kw = dict(identity=identity, run_name=run_name, registry=registry, attach=attach, tags=tags, fmt=fmt,
-              rules=rules, keep_raw=keep_raw, force=force)
+    kw: dict[str, Any] = dict(identity=identity, run_name=run_name, registry=registry, attach=attach, tags=tags,
+                              fmt=fmt, rules=rules, keep_raw=keep_raw, force=force)
     for target in ingest_targets(paths, recursive=recursive):
         if isinstance(target, IngestFailure):
             yield target
@@ -407,7 +407,8 @@ def with_stragglers(anatomy: Anatomy) -> Anatomy:
         return anatomy
     steady = anatomy.steps.filter(~pl.col("warmup") & pl.col("step").is_not_null())
     events = anatomy.events.join(steady.select("rank", "step"), on=["rank", "step"]) if steady.height else anatomy.events
-    step_ms = steady.group_by("step").agg(pl.col("wall_ms").max())["wall_ms"].median() if steady.height else None
+    step_ms = (cast("float | None", steady.group_by("step").agg(pl.col("wall_ms").max())["wall_ms"].median())
+               if steady.height else None)
     report = stragglers.analyse(events, step_ms)
     if report is None:
         return anatomy

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
@@ -85,7 +85,7 @@ def ingest(
 def _row(item: IngestOutcome | IngestFailure) -> dict:
     if isinstance(item, IngestFailure):
         exc = item.error
-        error = {"type": type(exc).__name__, "message": one_line(exc)}
+        error: dict[str, Any] = {"type": type(exc).__name__, "message": one_line(exc)}
         if isinstance(exc, InputError):
             error.update(path=str(exc.path), line=exc.line, table=exc.table)
         return {"path": item.path, "status": "failed", "error": error}

@@ -6,6 +6,9 @@ Bytes are drawn in GiB (1 GiB = 2**30 bytes, as torch.cuda memory APIs and nvidi
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import cast
+
 import altair as alt
 import polars as pl
 
@@ -35,7 +38,7 @@ def lane_counts(lanes: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDE, height=alt.Step(22), title="receipts per lane")
 
 
-def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerChart:
+def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerChart | alt.FacetChart:
     """Step time per step (slowest rank: a step ends when its last rank does), warm-up window shaded."""
     timed = steps.filter(pl.col("step_ms").is_not_null())
     x = alt.X("step:Q", title="step (iteration)")
@@ -43,7 +46,7 @@ def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerC
     # zero. Warm-up steps above the scale are clipped at its top (their values stay in the tooltip).
     steady = timed.filter(pl.col("step") > warmup_last_step) if warmup_last_step is not None else timed
     per_step = steady.group_by("step").agg(pl.col("step_ms").max())["step_ms"]
-    top = float(per_step.quantile(0.99)) * 1.15 if per_step.len() else None
+    top = cast(float, per_step.quantile(0.99)) * 1.15 if per_step.len() else None
     y = alt.Y("max(step_ms):Q", title="step time (ms; warm-up clipped)" if top else "step time (ms)",
               scale=alt.Scale(domain=[0, top], clamp=True) if top else alt.Undefined)
     line = alt.Chart(timed).mark_line(strokeWidth=1, clip=True).encode(
@@ -56,7 +59,7 @@ def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerC
     return alt.layer(*layers, line).properties(width=WIDE, height=240, title="step time (warm-up shaded, excluded)")
 
 
-def memory_series(mem: pl.DataFrame) -> alt.LayerChart:
+def memory_series(mem: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """Allocated vs reserved per step; the shaded band between them is the allocator's gap."""
     # Legends say what a reader calls the series, not the column they came from.
     base = alt.Chart(mem).transform_calculate(
@@ -82,7 +85,7 @@ def memory_peaks(per_rank: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDE, title="peak allocated vs reserved per rank")
 
 
-def topology(cells: pl.DataFrame) -> alt.LayerChart:
+def topology(cells: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """The connection matrix; GPU pairs off NVLink in red."""
     frame = cells.with_columns(
         pl.when(pl.col("unhealthy")).then(pl.lit("GPU pair off NVLink"))
@@ -167,7 +170,7 @@ def nvtx_families(families: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDE, height=alt.Step(18), title="NVTX ranges")
 
 
-def ratio_ci(value: float, low: float, high: float, confidence: float) -> alt.LayerChart:
+def ratio_ci(value: float, low: float, high: float, confidence: float) -> alt.LayerChart | alt.FacetChart:
     """B/A median step time with its CI against the no-change line at 1."""
     frame = pl.DataFrame({"label": ["B / A step time"], "value": [value], "low": [low], "high": [high]})
     title = f"ratio of median step times B/A ({confidence:.0%} CI; < 1 = B faster)"
@@ -204,12 +207,13 @@ def _history_x(by: str, frame: pl.DataFrame | None = None) -> alt.X:
     fmt = "%Y-%m-%d %H:%M"
     if frame is not None and frame.height and frame["run_at"].drop_nulls().len():
         dates = frame["run_at"].drop_nulls()
-        span_s = (dates.max() - dates.min()).total_seconds() if dates.len() > 1 else 0
+        first, last = cast(datetime, dates.min()), cast(datetime, dates.max())
+        span_s = (last - first).total_seconds() if dates.len() > 1 else 0
         fmt = "%H:%M:%S" if span_s < 3600 else "%m-%d %H:%M" if span_s < 30 * 86400 else "%Y-%m-%d"
     return alt.X("run_at:T", title="run date (UTC)", axis=alt.Axis(format=fmt, labelAngle=-30))
 
 
-def history_step_time(history: pl.DataFrame, by: str = "run_at") -> alt.LayerChart:
+def history_step_time(history: pl.DataFrame, by: str = "run_at") -> alt.LayerChart | alt.FacetChart:
     """Steady-state median per receipt with its p10-p90 band; change points (analysis.history) as red triangles."""
     frame = history.filter(pl.col("median_step_ms").is_not_null())
     if by == "git_rev":

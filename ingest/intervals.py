@@ -14,6 +14,8 @@ bincount): millions of kernels merge in about a second, where group-by/over() pi
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import polars as pl
 
@@ -29,7 +31,7 @@ def _codes(column: pl.Series) -> np.ndarray:
     if column.dtype == pl.Utf8 or column.dtype == pl.Categorical:
         column = column.rank("dense")
     values = column.cast(pl.Int64)
-    sentinel = (values.max() or 0) + 1
+    sentinel = int(cast(int, values.max() or 0)) + 1
     return values.fill_null(sentinel).to_numpy()
 
 

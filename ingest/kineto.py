@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import cast
 
 import polars as pl
 
@@ -140,12 +141,14 @@ def _typed(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
 
 def _ranks(traces: list[Trace], warnings: list[str]) -> list[int]:
     """distributedInfo.rank; absent, the file's position in the run, said out loud (HTA PR #179)."""
-    ranks, seen = [], {}
+    ranks: list[int] = []
+    seen: dict[int, str] = {}
     for i, t in enumerate(traces):
         dist = t.meta.get("distributedInfo")
-        rank = dist.get("rank") if isinstance(dist, dict) else None
-        if not _small_int(rank):
-            rank = i
+        given = dist.get("rank") if isinstance(dist, dict) else None
+        stated = _small_int(given)
+        rank = cast(int, given) if stated else i
+        if not stated:
             warnings.append(f"{t.path.name}: no distributedInfo.rank; rank {i} taken from the file's position "
                             "in the run (not a default of 0)")
         if rank in seen:
@@ -156,8 +159,8 @@ def _ranks(traces: list[Trace], warnings: list[str]) -> list[int]:
 
 
 def _world_size(traces: list[Trace], warnings: list[str]) -> int | None:
-    sizes = [d.get("world_size") for t in traces if isinstance(d := t.meta.get("distributedInfo"), dict)]
-    sizes = {s for s in sizes if _small_int(s) and s > 0}
+    given = [d.get("world_size") for t in traces if isinstance(d := t.meta.get("distributedInfo"), dict)]
+    sizes = {s for s in given if isinstance(s, int) and _small_int(s) and s > 0}
     if len(sizes) > 1:
         warnings.append(f"traces disagree on distributedInfo.world_size: {sorted(sizes)}")
     if not sizes:

