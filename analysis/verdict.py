@@ -70,10 +70,6 @@ class VerdictResult:
     runs_needed: int | None   # inconclusive only: more runs of each side that would settle it
     method: str
 
-    @property
-    def direction_ok(self) -> bool:
-        return self.verdict in ("faster", "slower")
-
 
 def _efficiency(n: int) -> float:
     return 1.0 if n <= 2 else math.pi / 2.0

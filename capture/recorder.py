@@ -115,7 +115,6 @@ class Recorder:
         self._fd, self._stream, self._owned_fd = _open_log(log)
         self._pending: deque[_Pending] = deque()
         self._phases: list[_Phase] = []
-        self._last_step: int | None = None
         self._current_step: int | None = None
         self._closed = False
         self._write_header(header_facts or {})
@@ -198,7 +197,6 @@ class Recorder:
                     pending.allocated_bytes, pending.reserved_bytes = self._memory_now()
             self._nvtx_pop()
             self._current_step = None
-            self._last_step = handle.step
             for ph in self._phases:
                 ph.last_step = handle.step
             self._pending.append(pending)

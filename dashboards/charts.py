@@ -12,14 +12,10 @@ from typing import cast
 import altair as alt
 import polars as pl
 
-from receipts.schema.categories import ALL_CATEGORIES, DECOMPOSITION, KERNEL_CATEGORIES, MEMORY_CATEGORIES
+from receipts.schema.categories import DECOMPOSITION, KERNEL_CATEGORIES, MEMORY_CATEGORIES
 
 GIB = float(1 << 30)
 # One colour per category everywhere, so a reader learns it once; idle grey, exposed comm black.
-_PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b", "#ff9da6", "#9d755d",
-            "#79706e", "#bab0ac", "#d67195", "#439894", "#8c6d31", "#c7c7c7", "#000000", "#1f77b4", "#17becf",
-            "#bcbd22", "#7f7f7f"]
-CATEGORY_SCALE = alt.Scale(domain=list(ALL_CATEGORIES), range=_PALETTE[: len(ALL_CATEGORIES)])
 DECOMPOSITION_SCALE = alt.Scale(domain=list(DECOMPOSITION), range=["#4c78a8", "#72b7b2", "#e45756", "#f58518", "#d3d3d3"])
 _DECOMPOSITION_ORDER = "indexof(" + str(list(DECOMPOSITION)).replace("'", '"') + ", datum.category)"
 WIDE = 720

@@ -22,8 +22,6 @@ FORMAT_ALIASES = {
     "megatron-deepspeed": "megatron", "nanochat": "nanochat", "torchtitan": "torchtitan",
     "modded-nanogpt": "modded_nanogpt", "modded_nanogpt": "modded_nanogpt", "mllog": "mllog", "mlperf": "mllog",
 }
-PROFILE_FORMATS = ("nsys", "kineto")
-SYSINFO_FORMATS = ("topology", "collect_env", "nccl_tests")
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"

@@ -24,8 +24,6 @@ MEMORY_CATEGORIES = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p", "me
 # Derived from the intervals, not from names. compute_only + comm_hidden + exposed_comm + memcpy_only + idle
 # partition the step span (they sum to it); the kernel and memory categories above overlap one another.
 DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle")
-DERIVED_CATEGORIES = ("idle", "exposed_comm", "compute_only", "comm_hidden", "memcpy_only")
-ALL_CATEGORIES = KERNEL_CATEGORIES + MEMORY_CATEGORIES + DERIVED_CATEGORIES
 COMM_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c.startswith("nccl_"))
 
 
@@ -38,14 +36,6 @@ class CategoryRules:
             if pattern.search(kernel_name):
                 return category
         return "other"
-
-    def as_sql_case(self) -> tuple[str, list[str]]:
-        """A parameterised CASE over `name` for DuckDB (regexp_matches), with its parameters."""
-        parts, params = [], []
-        for category, pattern in self.rules:
-            parts.append("WHEN regexp_matches(name, ?) THEN ?")
-            params.extend(["(?i)" + pattern.pattern, category])
-        return "CASE " + " ".join(parts) + " ELSE 'other' END", params
 
 
 def _rules_from(data: dict, path: str) -> list[tuple[str, re.Pattern[str]]]:

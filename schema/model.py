@@ -7,7 +7,7 @@ lines; everything else is small and lives in dataclasses. Units live in names.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -215,9 +215,6 @@ class Receipt:
     def peak_reserved_bytes(self) -> int | None:
         vals = [m.peak_reserved_bytes for m in self.parsed.memory if m.peak_reserved_bytes is not None]
         return max(vals) if vals else None
-
-    def with_tags(self, tags: tuple[str, ...]) -> "Receipt":
-        return replace(self, tags=tuple(sorted(set(self.tags) | set(tags))))
 
 
 def short_gpu_name(model: str) -> str:
