@@ -1,8 +1,10 @@
-"""Step-time anatomy of one receipt, as plain data (what `anatomy --json` prints and the dashboard draws)."""
+"""Step-time anatomy of one receipt as a typed result: what `anatomy` prints (its --json is this, field for
+field) and the dashboard draws."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from receipts.errors import UsageError
@@ -11,7 +13,31 @@ if TYPE_CHECKING:
     from receipts.store import Store
 
 
-def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AnatomySource:
+    """The profiler export the anatomy comes from."""
+    sha256: str
+    format: str                 # 'nsys' | 'kineto'
+    path: str | None
+    schema_version: int | None
+    step_marker: str | None     # what marked the steps (an NVTX range name, ProfilerStep#)
+    attribution: str | None     # how GPU work reached a step
+    unattributed: int | None    # GPU activities that reached no step
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AnatomyReport:
+    receipt_id: str
+    source: AnatomySource
+    other_sources: tuple[str, ...]   # sha256 of the receipt's other attached exports (none when one was chosen)
+    rows: list[dict[str, Any]]       # rank, step, category, time_ms, warmup; step null = steady-window totals
+    window: list[dict[str, Any]]     # sql/anatomy_window.sql: per rank, phase and category
+    steps: list[dict[str, Any]]      # sql/anatomy_steps.sql: per rank and step
+    nvtx: list[dict[str, Any]]       # sql/anatomy_nvtx.sql: per rank and NVTX range
+
+
+def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None = None) -> AnatomyReport:
     sources = store.query("anatomy_sources", {"receipt_id": receipt_id})
     if sources.height == 0:
         raise UsageError(f"receipt {receipt_id} has no profiler export attached "
@@ -35,15 +61,15 @@ def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None
     ]
     per_step = [{"rank": r["rank"], "step": r["step"], "category": r["category"], "time_ms": r["time_ms"],
                  "warmup": r["warmup"]} for r in rows.iter_rows(named=True) if r["step"] is not None]
-    return {
-        "receipt_id": receipt_id,
-        "source": {"sha256": source["source_sha256"], "format": source["source_format"], "path": source["path"],
-                   "schema_version": source["schema_version"], "step_marker": source["step_marker"],
-                   "attribution": source["attribution"], "unattributed": source["unattributed"],
-                   "warnings": json.loads(source["warnings_json"])},
-        "other_sources": sources["source_sha256"].to_list()[1:] if source_sha256 is None else [],
-        "rows": per_step + steady_totals,
-        "window": window.to_dicts(),
-        "steps": steps.to_dicts(),
-        "nvtx": nvtx.to_dicts(),
-    }
+    return AnatomyReport(
+        receipt_id=receipt_id,
+        source=AnatomySource(sha256=source["source_sha256"], format=source["source_format"], path=source["path"],
+                             schema_version=source["schema_version"], step_marker=source["step_marker"],
+                             attribution=source["attribution"], unattributed=source["unattributed"],
+                             warnings=tuple(json.loads(source["warnings_json"]))),
+        other_sources=tuple(sources["source_sha256"].to_list()[1:]) if source_sha256 is None else (),
+        rows=per_step + steady_totals,
+        window=window.to_dicts(),
+        steps=steps.to_dicts(),
+        nvtx=nvtx.to_dicts(),
+    )

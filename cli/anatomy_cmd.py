@@ -36,18 +36,18 @@ def anatomy(
     if as_json:
         print_json(report)
         return
-    src = report["source"]
-    console.print(escape(f"anatomy of {report['receipt_id']} from {src['format']} {src['path']} "
-                         f"(schema {src['schema_version']})"))
-    console.print(escape(f"steps: {src['step_marker']}; attribution: {src['attribution']}; "
-                         f"unattributed activities: {src['unattributed']}"))
-    for w in src["warnings"]:
+    src = report.source
+    console.print(escape(f"anatomy of {report.receipt_id} from {src.format} {src.path} "
+                         f"(schema {src.schema_version})"))
+    console.print(escape(f"steps: {src.step_marker}; attribution: {src.attribution}; "
+                         f"unattributed activities: {src.unattributed}"))
+    for w in src.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
     if by == "nvtx":
         table = Table(title="NVTX ranges")
         for c in ("rank", "range", "count", "total ms"):
             table.add_column(c)
-        for r in report["nvtx"][:60]:
+        for r in report.nvtx[:60]:
             table.add_row(str(r["rank"]), escape(r["range_name"]), str(r["count"]), f"{r['total_ms']:,.3f}")
         console.print(table)
         return
@@ -55,7 +55,7 @@ def anatomy(
         table = Table(title="per rank, ms per step (steady vs warm-up)")
         for c in ("rank", "phase", "category", "ms/step", "total ms", "steps"):
             table.add_column(c)
-        for r in report["window"]:
+        for r in report.window:
             table.add_row(str(r["rank"]), r["phase"], escape(r["category"]), f"{r['per_step_ms']:,.3f}", f"{r['time_ms']:,.3f}",
                           str(r["n_steps"]))
         console.print(table)
@@ -63,7 +63,7 @@ def anatomy(
     table = Table(title="per step")
     for c in ("rank", "step", "wall ms", "gpu ms", "comm ms", "overlap %", "warm-up"):
         table.add_column(c)
-    for r in report["steps"]:
+    for r in report.steps:
         table.add_row(str(r["rank"]), str(r["step"]), f"{r['wall_ms'] or 0:,.3f}", f"{r['gpu_ms'] or 0:,.3f}",
                       f"{r['comm_ms'] or 0:,.3f}", "-" if r["overlap_pct"] is None else f"{r['overlap_pct']:.1f}",
                       "yes" if r["warmup"] else "")

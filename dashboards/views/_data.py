@@ -15,6 +15,7 @@ import streamlit as st
 from receipts.store import Store, open_store
 
 if TYPE_CHECKING:
+    from receipts.analysis.anatomy import AnatomyReport
     from receipts.analysis.compare import Comparison
     from receipts.analysis.noise import NoiseFloor
 
@@ -46,7 +47,7 @@ class Data:
     def report(self, receipt_id: str) -> dict[str, Any]:
         return _report(self.url, self.version, receipt_id, self)
 
-    def anatomy(self, receipt_id: str, source_sha256: str | None = None) -> dict[str, Any]:
+    def anatomy(self, receipt_id: str, source_sha256: str | None = None) -> "AnatomyReport":
         return _anatomy(self.url, self.version, receipt_id, source_sha256, self)
 
     def compare(self, a_id: str, b_id: str) -> "Comparison":
@@ -75,7 +76,7 @@ def _report(url: str, version: str, receipt_id: str, _data: Data) -> dict[str, A
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
-def _anatomy(url: str, version: str, receipt_id: str, source_sha256: str | None, _data: Data) -> dict[str, Any]:
+def _anatomy(url: str, version: str, receipt_id: str, source_sha256: str | None, _data: Data) -> "AnatomyReport":
     from receipts.analysis.anatomy import anatomy_report
 
     return anatomy_report(_data.store, receipt_id, source_sha256=source_sha256)

@@ -28,14 +28,14 @@ def render(data: Data) -> None:
         return
     st.query_params["id"] = receipt_id
     rep = data.anatomy(receipt_id)
-    src = rep["source"]
-    st.caption(f"{src['format']} export {src['path']} (schema {src['schema_version']}) · steps: {src['step_marker']} · "
-               f"attribution: {src['attribution']} · unattributed activities: {src['unattributed']}")
-    for w in src["warnings"]:
+    src = rep.source
+    st.caption(f"{src.format} export {src.path} (schema {src.schema_version}) · steps: {src.step_marker} · "
+               f"attribution: {src.attribution} · unattributed activities: {src.unattributed}")
+    for w in src.warnings:
         st.warning(w)
-    params = {"receipt_id": receipt_id, "source_sha256": src["sha256"]}
+    params = {"receipt_id": receipt_id, "source_sha256": src.sha256}
     rows = data.query("anatomy_rows", **params)
-    window = pl.DataFrame(rep["window"])
+    window = pl.DataFrame(rep.window)
     st.caption("Stacked charts show parts that sum to the step's GPU span: compute only, communication hidden "
                "under compute, exposed communication, memory work under neither, idle. The busy time of each kernel "
                "category is shown apart and not stacked: categories overlap (communication runs under compute).")
