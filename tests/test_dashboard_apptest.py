@@ -524,3 +524,24 @@ def test_stragglers_view_names_the_export_the_report_came_from(tmp_path, monkeyp
     _no_exception(at)
     assert any(str(plant.resolve()) in c.value for c in at.caption)
     assert not any("fsdp2_1gpu_nsys" in c.value for c in at.caption)
+
+
+def test_lane_filters_live_in_the_url(store_ids, monkeypatch):
+    """A filtered lane view is a link: the filters are written into the URL, and a link (or a reload) with
+    them opens the view filtered. A value this store does not have is dropped, not an error."""
+    db, ids = store_ids
+    at = _app(db, monkeypatch)
+    at.multiselect[0].set_value([OTHER_HOST]).run()
+    at.text_input[0].set_value("gtx").run()
+    assert at.query_params["host"] in ([OTHER_HOST], OTHER_HOST) and at.query_params["q"] in (["gtx"], "gtx")
+    at.text_input[0].set_value("").run()
+    assert "q" not in at.query_params
+
+    opened = _app(db, monkeypatch, view="lanes", host=OTHER_HOST, tag="v25")
+    _no_exception(opened)
+    assert opened.multiselect[0].value == [OTHER_HOST]
+    assert opened.selectbox[0].value == "v25"
+    assert {m.label: m.value for m in opened.metric}["receipts"] == "0"  # yarn (v25) is not on the other host
+    shared = _app(db, monkeypatch, view="lanes", host="no-such-host", q="soap")
+    _no_exception(shared)
+    assert shared.multiselect[0].value == [] and list(shared.dataframe[1].value["run_name"]) == ["soap"]

@@ -22,21 +22,50 @@ def _options(opts: pl.DataFrame, kind: str) -> list[str]:
     return opts.filter(pl.col("kind") == kind)["value"].to_list()
 
 
+def _from_url(param: str, options: list[str]) -> list[str]:
+    """A filter's values from the link (repeated ?host=a&host=b), kept only if this store has them."""
+    return [v for v in st.query_params.get_all(param) if v in options]
+
+
+def _to_url(values: dict[str, str | list[str] | None]) -> None:
+    """Write the filters into the link, so a reload keeps them and a filtered view can be shared."""
+    for param, value in values.items():
+        if value:
+            st.query_params[param] = value
+        elif param in st.query_params:
+            del st.query_params[param]
+
+
 def _filters(data: Data) -> dict:
     opts = data.query("dash_filter_options")
+    hosts_all, presets_all, regimes_all = (_options(opts, k) for k in ("host_lineage", "preset_family", "launch_regime"))
+    tags_all = _options(opts, "tag")
     cols = st.columns([3, 3, 3, 2])
-    hosts = cols[0].multiselect("host lineage", _options(opts, "host_lineage"))
-    presets = cols[1].multiselect("preset family", _options(opts, "preset_family"))
-    regimes = cols[2].multiselect("launch regime", _options(opts, "launch_regime"))
-    tag = cols[3].selectbox("lineage tag", [None, *_options(opts, "tag")], format_func=lambda t: t or "any")
+    hosts = cols[0].multiselect("host lineage", hosts_all, default=_from_url("host", hosts_all), key="lanes_host")
+    presets = cols[1].multiselect("preset family", presets_all, default=_from_url("preset", presets_all),
+                                  key="lanes_preset")
+    regimes = cols[2].multiselect("launch regime", regimes_all, default=_from_url("regime", regimes_all),
+                                  key="lanes_regime")
+    tag_choices = [None, *tags_all]
+    url_tag = st.query_params.get("tag")
+    tag = cols[3].selectbox("lineage tag", tag_choices, format_func=lambda t: t or "any", key="lanes_tag",
+                            index=tag_choices.index(url_tag) if url_tag in tag_choices else 0)
     cols = st.columns([3, 5])
     days = [date.fromisoformat(d) for d in _options(opts, "date")]
     since = until = None
     if days:
-        picked = cols[0].date_input("run date", value=(min(days), max(days)))
-        if isinstance(picked, (tuple, list)) and len(picked) == 2:
+        lo, hi = min(days), max(days)
+        try:
+            wanted = (date.fromisoformat(st.query_params.get("since", "")), date.fromisoformat(st.query_params.get("until", "")))
+        except ValueError:
+            wanted = (lo, hi)
+        picked = cols[0].date_input("run date", value=wanted, key="lanes_dates")
+        if isinstance(picked, (tuple, list)) and len(picked) == 2 and tuple(picked) != (lo, hi):
             since, until = (d.isoformat() for d in picked)
-    search = cols[1].text_input("search (run name, id, hostname, raw identity)").strip() or None
+    search = cols[1].text_input("search (run name, id, hostname, raw identity)", value=st.query_params.get("q", ""),
+                                key="lanes_search").strip() or None
+    _to_url({"host": hosts, "preset": presets, "regime": regimes, "tag": tag, "since": since, "until": until,
+             "q": search})
     return {"hosts": hosts or None, "presets": presets or None, "regimes": regimes or None, "tag": tag,
             "since": since, "until": until, "search": search}
 
