@@ -179,6 +179,29 @@ def ratio_ci(value: float, low: float, high: float, confidence: float) -> alt.La
     return alt.layer(rule, bar, point).properties(width=WIDE, height=alt.Step(40), title="step time ratio with its CI")
 
 
+def compare_series(series: pl.DataFrame, a_name: str, b_name: str) -> alt.LayerChart | alt.FacetChart:
+    """A's and B's steady step times overlaid, aligned by position in the steady window."""
+    named = series.with_columns(pl.when(pl.col("side") == "A").then(pl.lit(f"A {a_name}"))
+                                .otherwise(pl.lit(f"B {b_name}")).alias("run"))
+    color = alt.Color("run:N", title=None, scale=alt.Scale(range=["#4c78a8", "#f58518"]), legend=alt.Legend(orient="top"))
+    lines = alt.Chart(named).mark_line(strokeWidth=1, opacity=0.8).encode(
+        x=alt.X("steady_index:Q", title="steady step (0 = first step after warm-up)"),
+        y=alt.Y("step_ms:Q", title="step time (ms)", scale=alt.Scale(zero=False)),
+        color=color, tooltip=["run", "step", alt.Tooltip("step_ms:Q", format=".3f")])
+    return alt.layer(lines).properties(width=WIDE, height=220, title="steady step time, A over B")
+
+
+def compare_distributions(series: pl.DataFrame, a_name: str, b_name: str) -> alt.Chart:
+    """The two runs' step-time distributions as box plots (median, quartiles, whiskers to 1.5 IQR)."""
+    named = series.with_columns(pl.when(pl.col("side") == "A").then(pl.lit(f"A {a_name}"))
+                                .otherwise(pl.lit(f"B {b_name}")).alias("run"))
+    return alt.Chart(named).mark_boxplot(extent=1.5, size=28).encode(
+        y=alt.Y("run:N", title=None),
+        x=alt.X("step_ms:Q", title="steady step time (ms)", scale=alt.Scale(zero=False)),
+        color=alt.Color("run:N", legend=None, scale=alt.Scale(range=["#4c78a8", "#f58518"]))).properties(
+        width=WIDE, height=120, title="distribution of steady step times")
+
+
 def anatomy_side_by_side(diff: pl.DataFrame, a_name: str, b_name: str) -> alt.HConcatChart:
     """A and B per category, and B minus A (positive = B spends more there)."""
     both = diff.unpivot(index="category", on=["a_ms_per_step", "b_ms_per_step"], variable_name="run",

@@ -283,7 +283,27 @@ def test_compare_view_comparable_pair_shows_ratio_anatomy_and_drift(store_ids, m
     assert any(m.label == "lane noise floor" for m in at.metric)
     for kind in ("recipe", "runtime", "infrastructure"):
         assert f"**{kind}**" in text
-    assert len(_charts(at)) == 2  # ratio with CI, anatomy side by side
+    assert len(_charts(at)) == 4  # ratio with CI, step times overlaid, their distributions, anatomy side by side
+    assert "Step times, overlaid" in text
+
+
+def test_compare_overlay_aligns_both_runs_by_steady_position(store_ids):
+    """sql/dash_compare_series.sql over real receipts: each run's steady steps, numbered from 0 after its own
+    warm-up, each step's time its slowest rank's (the steady_step_times macro)."""
+    from receipts.store import open_store
+
+    db, ids = store_ids
+    store = open_store(db, read_only=True)
+    try:
+        series = store.query("dash_compare_series", {"a_id": ids["a"], "b_id": ids["b"]})
+        steady = store.query("steady_steps_many", {"ids": [ids["a"], ids["b"]]})
+    finally:
+        store.close()
+    for side, rid in (("A", ids["a"]), ("B", ids["b"])):
+        own = series.filter(series["side"] == side)
+        assert own["receipt_id"].unique().to_list() == [rid]
+        assert own["steady_index"].to_list() == list(range(own.height))
+        assert own["step_ms"].to_list() == steady.filter(steady["receipt_id"] == rid)["step_ms"].to_list()
 
 
 def test_compare_view_refusal_is_the_page(store_ids, monkeypatch):

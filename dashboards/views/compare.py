@@ -101,6 +101,13 @@ def render(data: Data) -> None:
     if c.tokens_ratio is not None:
         st.caption(f"tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
     st.dataframe(_summary_table(c), hide_index=True)
+    series = data.query("dash_compare_series", a_id=a, b_id=b)
+    if series.height:
+        st.markdown("#### Step times, overlaid")
+        st.altair_chart(charts.compare_series(series, c.a.run_name, c.b.run_name))
+        st.altair_chart(charts.compare_distributions(series, c.a.run_name, c.b.run_name))
+        st.caption("The verdict is about runs, not steps: these show each run's own noise; the interval above "
+                   "adds the lane's run-to-run noise.")
     st.markdown("#### Anatomy, side by side")
     diff = data.query("dash_anatomy_diff", a_id=a, b_id=b)
     if diff.height == 0:
