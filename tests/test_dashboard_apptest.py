@@ -565,3 +565,16 @@ def test_lane_filters_live_in_the_url(store_ids, monkeypatch):
     shared = _app(db, monkeypatch, view="lanes", host="no-such-host", q="soap")
     _no_exception(shared)
     assert shared.multiselect[0].value == [] and list(shared.dataframe[1].value["run_name"]) == ["soap"]
+
+
+def test_anatomy_view_says_where_the_export_is_and_how_to_open_it(store_ids, monkeypatch):
+    db, ids = store_ids
+    at = _app(db, monkeypatch, view="anatomy", id=ids["a"])
+    _no_exception(at)
+    expander = next(e for e in at.expander if e.label == "Open the source export")
+    shown = [c.value for c in expander.code]
+    assert len(shown) == 1 and shown[0].endswith("mfu_2gpu_before.sqlite")
+    text = "\n".join(m.value for m in expander.markdown)
+    assert "nsys-ui" in text and "mfu_2gpu_before.nsys-rep" in text
+    # the export is on this machine (the store was built from it here): offered for download
+    assert any(b.label == "download mfu_2gpu_before.sqlite" for b in expander.get("download_button"))

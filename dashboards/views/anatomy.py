@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import polars as pl
 import streamlit as st
 
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
+
+if TYPE_CHECKING:
+    from receipts.analysis.anatomy import AnatomySource
 
 TOP_NVTX = 30
 
@@ -33,6 +39,7 @@ def render(data: Data) -> None:
                f"attribution: {src.attribution} · unattributed activities: {src.unattributed}")
     for w in src.warnings:
         st.warning(w)
+    _open_the_source(src)
     params = {"receipt_id": receipt_id, "source_sha256": src.sha256}
     rows = data.query("anatomy_rows", **params)
     window = pl.DataFrame(rep.window)
@@ -62,3 +69,28 @@ def render(data: Data) -> None:
     steps = data.query("anatomy_steps", **params)
     with st.expander("per-step table (wall, GPU busy, communication, overlap)"):
         st.dataframe(steps, hide_index=True, width="stretch")
+
+
+# Offered for download up to this size: a browser holds the whole file. Read only when clicked.
+MAX_DOWNLOAD_BYTES = 512 << 20
+
+
+def _open_the_source(src: "AnatomySource") -> None:
+    """Where the numbers come from, and how to look at it in the tool that made it."""
+    with st.expander("Open the source export"):
+        st.code(str(src.path), language=None)
+        if src.format == "nsys":
+            stem = Path(str(src.path or "run.sqlite")).name.removesuffix(".gz").removesuffix(".sqlite")
+            report = Path(str(src.path or "")).with_name(stem + ".nsys-rep")
+            st.markdown(f"Nsight Systems: open the report in the GUI, `nsys-ui {report}` (the .sqlite is its "
+                        "export; `nsys stats` on either gives the same kernel totals).")
+        else:
+            st.markdown("PyTorch profiler trace: open it in [Perfetto](https://ui.perfetto.dev) (Open trace file) "
+                        "or in `chrome://tracing`; HolisticTraceAnalysis reads the same files.")
+        path = Path(str(src.path)) if src.path else None
+        if path is not None and path.is_file() and path.stat().st_size <= MAX_DOWNLOAD_BYTES:
+            st.download_button(f"download {path.name}", data=path.read_bytes, file_name=path.name,
+                               key=f"download_{src.sha256[:12]}")
+        elif path is not None and not path.is_file():
+            st.caption("The file is not at this path on the dashboard's machine (ingested elsewhere, or moved); "
+                       f"its sha256 is {src.sha256}.")
