@@ -179,6 +179,7 @@ def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
         world_size=anatomy.world_size,
         ranks_traced=anatomy.ranks_traced,
         gpus_on_host=anatomy.gpus_on_host,
+        started_at=anatomy.started_at,
         warnings=anatomy.warnings,
         memory=(),
         tail_step=cut_short_tail(frame, busy),

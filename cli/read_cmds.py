@@ -45,7 +45,8 @@ def list_receipts(
             "n_steady_steps": r["n_steady_steps"], "median_step_ms": r["median_step_ms"],
             "series_unit": r["series_unit"], "time_to_train_s": r["time_to_train_s"],
             "peak_allocated_bytes": r["peak_allocated_bytes"], "peak_reserved_bytes": r["peak_reserved_bytes"],
-            "ended_early": r["ended_early"], "ingested_at": r["ingested_at"], "superseded_by": r["superseded_by"],
+            "ended_early": r["ended_early"], "started_at": r["started_at"], "ingested_at": r["ingested_at"],
+            "superseded_by": r["superseded_by"],
         } for r in rows])
         return
     n_superseded = sum(1 for r in rows if r["superseded_by"])

@@ -33,7 +33,7 @@ from receipts.ingest.intervals import anatomy_rows
 from receipts.ingest.kineto_stream import KINETO_KEYS, Trace, stream_trace
 from receipts.schema.categories import CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, Anatomy,
-                                   IdentityClaim)
+                                   IdentityClaim, epoch_iso)
 
 _MEMCPY_KIND = {"HtoD": "memcpy_h2d", "DtoH": "memcpy_d2h", "DtoD": "memcpy_d2d", "PtoP": "memcpy_p2p"}
 _MEMCPY_NAME = re.compile(r"(HtoD|DtoH|DtoD|PtoP)")
@@ -109,6 +109,10 @@ def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fal
             software[f"distributed_{key}" if key == "backend" else key] = str(dist[key])
     hostname = next((str(t.meta[k]) for t in traces for k in ("hostname", "host_name", "hostName") if t.meta.get(k)), None)
     schema = traces[0].meta.get("schemaVersion")
+    # With baseTimeNanoseconds on every rank, timestamps are epoch ns: the capture started at its first event.
+    first_ns = steps["start_ns"].min() if steps.height else gpu["start_ns"].min() if gpu.height else None
+    started_at = (epoch_iso(cast(int, first_ns) / 1e9)
+                  if first_ns is not None and all(b for b in bases.values()) else None)
     return Anatomy(
         source_format="kineto",
         schema_version=None if schema is None else str(schema),
@@ -125,7 +129,7 @@ def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fal
         gpu_count=_gpus_on_host(traces) or len(gpu_ranks) or None,
         world_size=world_size,
         ranks_traced=len(traces),
-        gpus_on_host=_gpus_on_host(traces),
+        gpus_on_host=_gpus_on_host(traces), started_at=started_at,
         software=software,
         warnings=tuple(warnings),
         events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns"),

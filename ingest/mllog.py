@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
 
 import polars as pl
 
 from receipts.errors import InputError
 from receipts.ingest.textlog import LogText, cut_short_note
-from receipts.schema.model import ParsedRun, steps_frame
+from receipts.schema.model import ParsedRun, epoch_iso, steps_frame
 
 FORMAT = "mllog"
 RECORD = r":::MLLOG (\{.*)$"
@@ -148,10 +147,7 @@ def _sysjson(log: LogText) -> dict:
 
 
 def _iso(time_ms: int) -> str | None:
-    try:
-        return datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc).isoformat()
-    except (OverflowError, OSError, ValueError):  # a damaged epoch far outside the calendar: no start time
-        return None
+    return epoch_iso(time_ms / 1000)
 
 
 def _loads(payload: str):

@@ -7,6 +7,7 @@ lines; everything else is small and lives in dataclasses. Units live in names.
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,15 @@ class Receipt:
         return max(vals) if vals else None
 
 
+def epoch_iso(seconds: float) -> str | None:
+    """Seconds since the epoch as ISO-8601 UTC (a receipt's started_at); None for a value outside the calendar
+    (a damaged timestamp gives no start time rather than an error or a date in year 50,000)."""
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def short_gpu_name(model: str) -> str:
     """'NVIDIA H200' / 'NVIDIA H100 80GB HBM3' -> 'H200' / 'H100'; unknown names pass through."""
     import re
@@ -280,6 +290,7 @@ class Anatomy:
     world_size: int | None = None
     ranks_traced: int | None = None  # ranks (processes) whose GPU activity the export holds
     gpus_on_host: int | None = None  # CUDA devices the export lists for the host
+    started_at: str | None = None    # ISO-8601 UTC: the capture's start as the export states it, else None
     env: tuple[EnvVar, ...] = ()
     software: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
