@@ -22,6 +22,7 @@ from typing import Any, Iterator, cast
 import polars as pl
 
 from receipts.analysis import stragglers
+from receipts.analysis.anatomy import steady_kernel_totals
 from receipts.analysis import summary as steady_summary
 from receipts.analysis.window import choose_window, cut_short_tail, in_window, mark_warmup
 from receipts.errors import InputError
@@ -387,7 +388,7 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
         seen = MachineSeen(anatomy.gpu_model, anatomy.gpu_count if anatomy.source_format == "nsys" else None,
                            anatomy.gpu_count if anatomy.source_format != "nsys" else None)
         forced = check_attachment(store, receipt_id, path, seen, force=force)
-        anatomy = with_stragglers(replace(anatomy, steps=in_window(anatomy.steps, _stored_window(store, receipt_id))))
+        anatomy = in_receipt_window(anatomy, _stored_window(store, receipt_id))
         created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
         return IngestOutcome(str(path), receipt_id, attach, created, "anatomy",
                              warnings=anatomy.warnings + _forced_note(forced))
@@ -396,9 +397,18 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
     name = run_name or side.get("run_name") or path.name.split(".")[0]
     receipt = build_receipt(parsed, source=source, claim=side_claim.merged(identity), registry=registry,
                             run_name=name, tags=tuple(tags))
-    anatomy = with_stragglers(replace(anatomy, steps=in_window(anatomy.steps, receipt.window)))
+    anatomy = in_receipt_window(anatomy, receipt.window)
     return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
                           named=bool(run_name or side.get("run_name")), anatomies=((anatomy, source),))
+
+
+def in_receipt_window(anatomy: Anatomy, window: StepWindow) -> Anatomy:
+    """The anatomy under its receipt's steady window (one window per receipt), with what is computed over the
+    steady steps: the straggler report and the kernel totals by name."""
+    anatomy = with_stragglers(replace(anatomy, steps=in_window(anatomy.steps, window)))
+    if anatomy.kernel_steps is None:
+        return anatomy
+    return replace(anatomy, kernels=steady_kernel_totals(anatomy.kernel_steps, anatomy.steps))
 
 
 def with_stragglers(anatomy: Anatomy) -> Anatomy:

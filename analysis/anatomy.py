@@ -7,7 +7,10 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from receipts.errors import UsageError
+from receipts.schema.model import ANATOMY_KERNEL_SCHEMA
 
 if TYPE_CHECKING:
     from receipts.store import Store
@@ -35,9 +38,11 @@ class AnatomyReport:
     window: list[dict[str, Any]]     # sql/anatomy_window.sql: per rank, phase and category
     steps: list[dict[str, Any]]      # sql/anatomy_steps.sql: per rank and step
     nvtx: list[dict[str, Any]]       # sql/anatomy_nvtx.sql: per rank and NVTX range
+    kernels: list[dict[str, Any]]    # sql/anatomy_kernels.sql: the top kernels of each category, steady steps
 
 
-def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None = None) -> AnatomyReport:
+def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None = None,
+                   top_kernels: int = 10) -> AnatomyReport:
     sources = store.query("anatomy_sources", {"receipt_id": receipt_id})
     if sources.height == 0:
         raise UsageError(f"receipt {receipt_id} has no profiler export attached "
@@ -54,6 +59,7 @@ def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None
     window = store.query("anatomy_window", params)
     steps = store.query("anatomy_steps", params)
     nvtx = store.query("anatomy_nvtx", params)
+    kernels = store.query("anatomy_kernels", {**params, "top": top_kernels})
     # Window totals (step null) for the steady state, per rank: the contract's "step: null" rows.
     steady_totals = [
         {"rank": r["rank"], "step": None, "category": r["category"], "time_ms": r["time_ms"]}
@@ -72,4 +78,18 @@ def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None
         window=window.to_dicts(),
         steps=steps.to_dicts(),
         nvtx=nvtx.to_dicts(),
+        kernels=kernels.to_dicts(),
     )
+
+
+def steady_kernel_totals(kernel_steps: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Kernel calls and time by (rank, category, name) over each rank's steady steps (steps marked warm-up by
+    the receipt's window are left out), with the number of those steps: ANATOMY_KERNEL_SCHEMA."""
+    steady = steps.filter(~pl.col("warmup") & pl.col("step").is_not_null()).select("rank", "step")
+    n_steps = steady.group_by("rank").agg(pl.len().cast(pl.Int64).alias("steps"))
+    return (kernel_steps.join(steady, on=["rank", "step"])
+            .group_by("rank", "category", "name")
+            .agg(pl.col("calls").sum().cast(pl.Int64), pl.col("time_ms").sum().alias("total_ms"))
+            .join(n_steps, on="rank")
+            .select([pl.col(c).cast(t) for c, t in ANATOMY_KERNEL_SCHEMA.items()])
+            .sort("rank", "total_ms", "name", descending=[False, True, False]))

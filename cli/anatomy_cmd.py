@@ -1,4 +1,4 @@
-"""`receipts anatomy`: where step time went, per step, per rank, per NVTX range."""
+"""`receipts anatomy`: where step time went, per step, per rank, per NVTX range, per kernel."""
 
 from __future__ import annotations
 
@@ -21,18 +21,19 @@ def register(app: typer.Typer) -> None:
 def anatomy(
     ctx: typer.Context,
     ref: str = typer.Argument(..., help="Receipt id, id prefix or run name."),
-    by: str = typer.Option("rank", "--by", help="step | rank | nvtx"),
+    by: str = typer.Option("rank", "--by", help="step | rank | nvtx | kernel"),
+    top: int = typer.Option(10, "--top", min=1, help="With --by kernel (and in --json): kernels kept per category."),
     source: Optional[str] = typer.Option(None, "--source", help="sha256 prefix of the export (default: newest)."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (rows, steps, window, nvtx)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (rows, steps, window, nvtx, kernels)."),
 ) -> None:
     """Step-time anatomy by category (GEMM, attention, MoE, NCCL, memcpy, idle, exposed comm).
 
     Example: receipts anatomy run_b --by step
     """
-    if by not in ("step", "rank", "nvtx"):
-        raise UsageError(f"--by must be step, rank or nvtx (got {by!r})")
+    if by not in ("step", "rank", "nvtx", "kernel"):
+        raise UsageError(f"--by must be step, rank, nvtx or kernel (got {by!r})")
     with settings(ctx).read_store() as store:
-        report = anatomy_report(store, store.resolve(ref), source_sha256=source)
+        report = anatomy_report(store, store.resolve(ref), source_sha256=source, top_kernels=top)
     if as_json:
         print_json(report)
         return
@@ -49,6 +50,21 @@ def anatomy(
             table.add_column(c)
         for r in report.nvtx[:60]:
             table.add_row(str(r["rank"]), escape(r["range_name"]), str(r["count"]), f"{r['total_ms']:,.3f}")
+        console.print(table)
+        return
+    if by == "kernel":
+        if not report.kernels:
+            console.print("no kernel names stored for this export (attached before schema 7, or it ran no kernels "
+                          "in the steady window)")
+            return
+        table = Table(title=f"top {top} kernels per category, steady steps, all ranks (ms/step: per rank-step)")
+        for c in ("category", "calls", "ms/step", "% of cat."):
+            table.add_column(c, no_wrap=True)
+        table.add_column("kernel", overflow="fold")  # last: C++ template names are long, and folding keeps them whole
+        for r in report.kernels:
+            table.add_row(escape(r["category"]), f"{r['calls']:,}",
+                          "-" if r["ms_per_step"] is None else f"{r['ms_per_step']:,.3f}", f"{r['share_pct']:.1f}",
+                          escape(r["name"]))
         console.print(table)
         return
     if by == "rank":

@@ -77,6 +77,7 @@ def _json_default(value: Any) -> Any:
     """What the standard encoder cannot write, said explicitly: anything else is a bug, not a string."""
     import dataclasses
     import datetime
+    import decimal
     import math
 
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -87,6 +88,8 @@ def _json_default(value: Any) -> Any:
         return str(value)
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
+    if isinstance(value, decimal.Decimal):  # a SQL sum of integers: the number it is
+        return int(value) if value == value.to_integral_value() else float(value)
     item = getattr(value, "item", None)  # numpy scalars: their Python number (NaN -> null below)
     if callable(item) and getattr(value, "shape", None) == ():
         number = item()

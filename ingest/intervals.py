@@ -206,3 +206,12 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
     ])
     rows = pl.concat([by_cat, derived]).sort([*_KEYS, "category"], nulls_last=True)
     return rows, per_step.select(*_KEYS, "gpu_ms", "kernels", "comm_ms", "overlap_pct")
+
+
+def kernel_steps(kernels: pl.DataFrame) -> pl.DataFrame:
+    """Kernel time per (rank, step, category, name) from kernel activities (rank, step, category, name,
+    start_ns, end_ns): calls and the sum of durations in ms. Activities without a rank or step are left out."""
+    return (kernels.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+            .group_by("rank", "step", "category", pl.col("name").fill_null("(unnamed)"))
+            .agg(pl.len().cast(pl.Int64).alias("calls"),
+                 ((pl.col("end_ns") - pl.col("start_ns")).sum() / 1e6).alias("time_ms")))

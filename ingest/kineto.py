@@ -29,7 +29,7 @@ from typing import cast
 import polars as pl
 
 from receipts.errors import InputError
-from receipts.ingest.intervals import anatomy_rows
+from receipts.ingest.intervals import anatomy_rows, kernel_steps
 from receipts.ingest.kineto_stream import KINETO_KEYS, Trace, stream_trace
 from receipts.schema.categories import CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, Anatomy,
@@ -133,6 +133,7 @@ def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fal
         software=software,
         warnings=tuple(warnings),
         events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns"),
+        kernel_steps=kernel_steps(events.filter(pl.col("kind") == "kernel")),
         raw_events=gpu.select("rank", "step", "category", "name", "start_ns", "end_ns", "device", "stream",
                               pl.col("corr").alias("correlation"), "launch_ns", "attributed_by") if keep_raw else None,
     )

@@ -40,7 +40,7 @@ import polars as pl
 
 from receipts import duck
 from receipts.errors import InputError
-from receipts.ingest.intervals import anatomy_rows
+from receipts.ingest.intervals import anatomy_rows, kernel_steps
 from receipts.schema.categories import CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA,
                                    Anatomy, EnvVar, IdentityClaim, epoch_iso)
@@ -210,6 +210,8 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         warnings=tuple(warnings),
         raw_events=raw,
         events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns"),
+        kernel_steps=kernel_steps(events.filter(pl.col("kind") == "kernel").with_columns(
+            pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))),
     )
 
 

@@ -263,6 +263,17 @@ ANATOMY_STEP_SCHEMA: dict[str, pl.DataType] = {
     "warmup": pl.Boolean(),
 }
 
+# Kernels by name, steady steps only: the rows behind a top-N table. A sum of kernel durations (as `nsys stats`
+# cuda_gpu_kern_sum reports), not a union: kernels on different streams overlap.
+ANATOMY_KERNEL_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "category": pl.Utf8(),
+    "name": pl.Utf8(),       # the kernel name as the export states it (nsys: demangled; Kineto: its name)
+    "calls": pl.Int64(),
+    "total_ms": pl.Float64(),
+    "steps": pl.Int64(),     # the rank's steady steps the totals are over
+}
+
 ANATOMY_NVTX_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "range_name": pl.Utf8(),   # NVTX text / user annotation, e.g. 'ablock', 'step 12'
@@ -298,6 +309,10 @@ class Anatomy:
     # Every attributed GPU activity (rank, step, category, start_ns, end_ns): what cross-rank analysis
     # (analysis/stragglers.py) reads; kept in memory only, never stored.
     events: "pl.DataFrame | None" = None
+    # Kernel time per (rank, step, category, name): calls, time_ms. In memory only; the pipeline reduces it to
+    # the steady steps of the receipt's window (`kernels`, stored in anatomy_kernels).
+    kernel_steps: "pl.DataFrame | None" = None
+    kernels: "pl.DataFrame | None" = None           # ANATOMY_KERNEL_SCHEMA
     # Filled by the pipeline from analysis/stragglers.py, stored with the anatomy (straggler_* tables).
     straggler_steps: "pl.DataFrame | None" = None   # rank, step, wait_ms, imposed_ms, last_arrivals, collectives
     straggler_summary: "dict | None" = None          # report_json without per_step

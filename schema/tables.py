@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 # Bump with a migration (store/migrations) whenever a table changes.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -181,6 +181,18 @@ anatomy_nvtx = Table(
     Column("gpu_ms", Double),
 )
 
+anatomy_kernels = Table(
+    "anatomy_kernels", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rank", Integer),
+    Column("category", Text, nullable=False),
+    Column("name", Text, nullable=False),                 # kernel name as the export states it
+    Column("calls", BigInteger, nullable=False),          # steady steps only (the receipt's window)
+    Column("total_ms", Double, nullable=False),           # ms, sum of kernel durations (not a union)
+    Column("steps", BigInteger, nullable=False),          # the rank's steady steps the totals are over
+)
+
 anatomy_sources = Table(
     "anatomy_sources", metadata,
     Column("receipt_id", Text, nullable=False),
@@ -201,12 +213,13 @@ Index("ix_receipt_memory_receipt", receipt_memory.c.receipt_id)
 Index("ix_anatomy_rows_receipt", anatomy_rows.c.receipt_id)
 Index("ix_anatomy_steps_receipt", anatomy_steps.c.receipt_id)
 Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)
+Index("ix_anatomy_kernels_receipt", anatomy_kernels.c.receipt_id)
 Index("ix_receipts_run_name", receipts.c.run_name)
 Index("ix_receipts_ingested_at", receipts.c.ingested_at)
 Index("ix_receipts_lane", receipts.c.host_lineage, receipts.c.preset_family, receipts.c.launch_regime)
 Index("ix_receipts_run_key", receipts.c.run_key)
 
-BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx")
+BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels")
 
 
 def ddl_statements() -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from receipts.schema.identity import identity_columns
-from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, RECEIPT_MODEL_VERSION,
+from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, RECEIPT_MODEL_VERSION,
                                    Anatomy, Receipt, SourceFile, mark_warmup)
 
 
@@ -120,6 +120,8 @@ def anatomy_frames(receipt_id: str, source_sha256: str, anatomy: Anatomy) -> dic
         "anatomy_rows": rows.select(*prefix, *ANATOMY_ROW_SCHEMA),
         "anatomy_steps": steps.select(*prefix, *ANATOMY_STEP_SCHEMA),
         "anatomy_nvtx": _typed(anatomy.nvtx, ANATOMY_NVTX_SCHEMA).select(*prefix, *ANATOMY_NVTX_SCHEMA),
+        "anatomy_kernels": _typed(anatomy.kernels if anatomy.kernels is not None else pl.DataFrame(),
+                                  ANATOMY_KERNEL_SCHEMA).select(*prefix, *ANATOMY_KERNEL_SCHEMA),
     }
 
 

@@ -59,6 +59,19 @@ def render(data: Data) -> None:
         st.caption("This export has no warm-up steps marked (no step markers, or the capture began after warm-up): "
                    "only one phase to show.")
     st.altair_chart(charts.anatomy_phases(window))
+    st.markdown("#### Top kernels per category, steady state")
+    if not rep.kernels:
+        st.caption("No kernel names stored for this export (attached before schema 7, or no kernels in the "
+                   "steady window).")
+    else:
+        st.dataframe(pl.DataFrame(rep.kernels).select("category", "name", "calls", "ms_per_step", "share_pct", "total_ms"),
+                     hide_index=True, width="stretch",
+                     column_config={"name": st.column_config.TextColumn("kernel", width="large"),
+                                    "ms_per_step": st.column_config.NumberColumn("ms per rank-step", format="%.3f"),
+                                    "share_pct": st.column_config.NumberColumn("% of category", format="%.1f"),
+                                    "total_ms": st.column_config.NumberColumn("total ms (all ranks)", format="%.2f")})
+        st.caption("Sum of kernel durations (as `nsys stats` cuda_gpu_kern_sum reports), over the receipt's steady "
+                   "steps; the top 10 of each category, longest categories first.")
     st.markdown("#### Per NVTX range")
     families = data.query("dash_nvtx_families", **params)
     if families.height == 0:
