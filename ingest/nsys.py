@@ -3,9 +3,11 @@
 Reading: the schema (table and column names) and the small tables come from Python's sqlite3,
 because `PRAGMA table_info` is exact and those tables are a few hundred rows. The large tables
 (kernels, memcpy, memset, runtime calls, NVTX) are scanned by DuckDB's sqlite extension (loaded
-from the duckdb-ext wheel, no download): it reads only the named columns, runs the correlation
-join and the step ASOF join as hash / sort-merge operators over all cores, and hands polars one
-Arrow frame. Fetching millions of rows through sqlite3 builds a Python object per value instead.
+from the duckdb-ext wheel, no download) in ONE pass: it reads only the named columns, joins each
+activity to its launching runtime call (a hash join over all cores) and hands polars one Arrow frame.
+The step of each activity is then a binary search of its launch time over its process's step ranges
+(numpy), not an ASOF join that sorts every row. Fetching millions of rows through sqlite3 builds a
+Python object per value instead.
 
 Definitions (the receipt says them too, in Anatomy.attribution and .step_marker):
 - rank: processes that launched GPU work, ordered by (lowest deviceId, pid). Overridden by the
@@ -36,6 +38,7 @@ import tempfile
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import polars as pl
 
 from receipts import duck
@@ -55,6 +58,7 @@ GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 _ACTIVITY_COLS = ("start", "end", "deviceId", "streamId", "correlationId")
 _PID_MASK = 0xFFFFFF  # globalTid = (hw << 48) | (pid << 24) | tid; globalPid has tid = 0
 # CUpti_ActivityMemcpyKind, used when the export has no ENUM_CUDA_MEMCPY_OPER (nsys 2022.x had none).
+_KIND = {"kernel": 0, "memcpy": 1, "memset": 2, "graph": 3}  # activity kind codes (UTINYINT)
 _COPY_KINDS = {0: "UNKNOWN", 1: "HTOD", 2: "DTOH", 3: "HTOA", 4: "ATOH", 5: "ATOA", 6: "ATOD", 7: "DTOA",
                8: "DTOD", 9: "HTOH", 10: "PTOP", 11: "UVM_HTOD", 12: "UVM_DTOH", 13: "UVM_DTOD"}
 _COPY_CATEGORY = {"HTOD": "memcpy_h2d", "HTOA": "memcpy_h2d", "UVM_HTOD": "memcpy_h2d",
@@ -120,9 +124,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     try:
         # ATTACH takes no bound parameters: the path is a quoted literal.
         con.execute(f"ATTACH '{str(path.resolve()).replace(chr(39), chr(39) * 2)}' AS nsys (TYPE sqlite, READ_ONLY)")
-        graph_trace = _make_views(con, path, schema, kernel_cols, nvtx_table)
-        if graph_trace is not None:
-            warnings.append(_graph_note(con, graph_trace))
+        _make_views(con, path, schema, kernel_cols, nvtx_table)
         ranges = con.sql(load_query("_nsys_ranges")).pl() if nvtx_table else _empty_ranges()
         step_of = _step_numbers(ranges["text"].unique().to_list(), step_pattern, path)
         step_ranges = (ranges.with_columns(pl.col("text").replace_strict(step_of, default=None, return_dtype=pl.Int64)
@@ -133,24 +135,21 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         if step_ranges.height and RUNTIME not in schema:
             raise InputError(path, f"step ranges found but table {RUNTIME} is absent: GPU work cannot reach a step "
                                    "(re-profile with --trace=cuda)", table=RUNTIME)
-        con.register("_step_ranges", step_ranges.sort("pid_key", "range_start_ns").to_arrow())
-        kernel_ids = con.sql("SELECT DISTINCT name_id FROM _gpu WHERE kind = 'kernel'").fetchall()
-        con.register("_kernel_cat", pl.DataFrame(
-            {"name_id": [i for (i,) in kernel_ids],
-             "category": [rules.classify(names.get(i, "")) for (i,) in kernel_ids]},
-            schema={"name_id": pl.Int64, "category": pl.Utf8}).to_arrow())
-        con.register("_copy_cat", pl.DataFrame(
-            {"copy_kind": list(copy_names), "category": [_COPY_CATEGORY.get(n, "other") for n in copy_names.values()]},
-            schema={"copy_kind": pl.Int64, "category": pl.Utf8}).to_arrow())
+        # The one pass over the large tables: activity + its launch time (hash join on (process, correlation id)).
         activity = con.sql(load_query("_nsys_activity")).pl()
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
-        repeated = (con.sql("SELECT count(*) FROM _rt WHERE calls > 1").fetchone() or (0,))[0]
     except duckdb.Error as exc:
         bad_table, what = _damaged_table(path, schema, nvtx_table)
         raise InputError(path, f"cannot read the export: {what or _first_line(exc)}; the file may be cut short or "
                                "corrupt", table=bad_table) from exc
     finally:
         con.close()
+    repeated = int(activity["repeated"][0]) if activity.height else 0
+    activity, graph_trace = _graph_mode(path, schema, activity.drop("repeated"))
+    if graph_trace is not None:
+        warnings.append(_graph_note(activity, graph_trace))
+    activity = _categorise(activity, names, copy_names, rules)
+    activity = activity.with_columns(_attribute_steps(activity, step_ranges)).drop("launch_ns", "in_graph", "copy_kind")
     if repeated:
         warnings.append(f"{repeated} (process, correlationId) pairs of {RUNTIME} repeat: each GPU activity is "
                         "attributed through the earliest runtime call with its correlation id")
@@ -185,7 +184,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     if keep_raw:
         raw = (activity.filter(pl.col("rank").is_not_null())
                .with_columns(pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))
-               .with_columns(pl.when(pl.col("kind") == "kernel").then(pl.col("name"))
+               .with_columns(pl.when(pl.col("kind") == _KIND["kernel"]).then(pl.col("name"))
                              .otherwise(pl.col("category")).alias("name"))
                .with_columns(pl.col("short_id").replace_strict(names, default=None, return_dtype=pl.Utf8)
                              .alias("short_name"))
@@ -399,23 +398,18 @@ def _env_evidence(environ: dict[str, str], rules: EnvRules | None = None) -> tup
 
 # --- large tables (DuckDB over the sqlite file) ---------------------------------------------------
 
-def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None) -> str | None:
+def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None) -> None:
     """Temp views with fixed column names over the export's version-dependent ones. Identifiers
     come only from the fixed names in this module, checked against PRAGMA table_info.
-    Returns how CUDA graphs were traced: 'graph', 'node', or None when the export shows no graph work."""
+    Graph replays (GRAPH_TRACE) are always in `_gpu`: whether they count is decided after the one scan
+    (`_graph_mode`), from the kernels' in_graph column, so no probe scans the kernel table first."""
     parts = [_activity_select(KERNEL, kernel_cols, "kernel")]
     for table, kind in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
         if table in schema:
             parts.append(_activity_select(table, _require(path, schema, table, _ACTIVITY_COLS,
                                                           ("globalPid", "globalTid")), kind))
-    graph_trace = None
-    if "graphNodeId" in kernel_cols and con.execute(
-            f'SELECT 1 FROM nsys."{KERNEL}" WHERE graphNodeId IS NOT NULL LIMIT 1').fetchone():
-        graph_trace = "node"
-    elif GRAPH in schema:
-        parts.append(_activity_select(GRAPH, _require(path, schema, GRAPH, _ACTIVITY_COLS,
-                                                      ("globalPid", "globalTid")), "graph"))
-        graph_trace = "graph"
+    if GRAPH in schema and _has_activity_cols(schema[GRAPH]):
+        parts.append(_activity_select(GRAPH, schema[GRAPH], "graph"))
     con.execute("CREATE TEMP VIEW _gpu AS " + " UNION ALL ".join(parts))
     if RUNTIME in schema:
         _require(path, schema, RUNTIME, ("start", "correlationId", "globalTid"))
@@ -436,16 +430,32 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
         con.execute(f"CREATE TEMP VIEW _nvtx AS SELECT n.globalTid - (n.globalTid & {_PID_MASK}) AS pid_key, "
                     f'n.eventType AS event_type, n.start AS start_ns, n."end" AS end_ns, {domain} AS domain_id, '
                     f'{text} AS text FROM nsys."{nvtx_table}" AS n {join}')
-    return graph_trace
 
 
-def _graph_note(con, graph_trace: str) -> str:
+def _has_activity_cols(cols: list[str]) -> bool:
+    return set(_ACTIVITY_COLS) <= set(cols) and bool({"globalPid", "globalTid"} & set(cols))
+
+
+def _graph_mode(path: Path, schema: dict, activity: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+    """How CUDA graphs were traced: 'node' when any kernel ran inside a graph (its graph rows, if the export
+    had both, are then left out: counted once), 'graph' when the export has GRAPH_TRACE, else None."""
+    is_graph = pl.col("kind") == _KIND["graph"]
+    if activity["in_graph"].any():
+        return activity.filter(~is_graph), "node"
+    if GRAPH in schema:
+        _require(path, schema, GRAPH, _ACTIVITY_COLS, ("globalPid", "globalTid"))
+        return activity, "graph"
+    return activity, None
+
+
+def _graph_note(activity: pl.DataFrame, graph_trace: str) -> str:
     """What the anatomy can and cannot say about CUDA-graph work, by trace mode."""
     if graph_trace == "node":
-        (n,) = con.execute(f'SELECT count(*) FROM nsys."{KERNEL}" WHERE graphNodeId IS NOT NULL').fetchone()
+        n = activity["in_graph"].sum()
         return (f"CUDA graphs traced per node (--cuda-graph-trace=node): {n} kernels ran inside graph replays and are "
                 "categorised by name like any kernel")
-    n, total_ms = con.execute(f'SELECT count(*), coalesce(sum("end" - start), 0) / 1e6 FROM nsys."{GRAPH}"').fetchone()
+    graphs = activity.filter(pl.col("kind") == _KIND["graph"])
+    n, total_ms = graphs.height, int((graphs["end_ns"] - graphs["start_ns"]).sum() or 0) / 1e6
     return (f"CUDA graphs traced per graph (--cuda-graph-trace=graph, nsys's default): {n} replays ({total_ms:.1f} ms) "
             "are busy time of category cuda_graph; the kernels inside them are not in the export, so GEMM / attention "
             "/ communication detail inside graphs needs re-profiling with --cuda-graph-trace=node")
@@ -457,11 +467,52 @@ def _activity_select(table: str, cols: list[str], kind: str) -> str:
     name = "demangledName" if "demangledName" in cols else "shortName" if "shortName" in cols else "NULL"
     short = "shortName" if "shortName" in cols else name
     copy = "copyKind" if "copyKind" in cols else "NULL"
+    in_graph = "graphNodeId IS NOT NULL" if kind == "kernel" and "graphNodeId" in cols else "false"
     return (f"SELECT {pid} AS pid_key, deviceId AS device_id, streamId AS stream_id, correlationId AS corr_id, "
-            f"start AS start_ns, \"end\" AS end_ns, '{kind}' AS kind, "
+            f"start AS start_ns, \"end\" AS end_ns, {_KIND[kind]}::UTINYINT AS kind, "
             f"{name if kind == 'kernel' else 'NULL'}::BIGINT AS name_id, "
             f"{short if kind == 'kernel' else 'NULL'}::BIGINT AS short_id, "
-            f"{copy if kind == 'memcpy' else 'NULL'}::BIGINT AS copy_kind FROM nsys.\"{table}\"")
+            f"{copy if kind == 'memcpy' else 'NULL'}::BIGINT AS copy_kind, {in_graph} AS in_graph "
+            f"FROM nsys.\"{table}\"")
+
+
+def _categorise(activity: pl.DataFrame, names: dict[int, str], copy_names: dict[int, str],
+                rules: CategoryRules) -> pl.DataFrame:
+    """Category per activity: kernels by name (kernel_categories.toml, Python re, once per distinct name),
+    memcpy by direction, memset, cuda_graph for a graph replay."""
+    kind = pl.col("kind")
+    kernel_ids = activity.filter(kind == _KIND["kernel"])["name_id"].drop_nulls().unique().to_list()
+    kernel_cat = {i: rules.classify(names.get(i, "")) for i in kernel_ids}
+    copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
+    return activity.with_columns(
+        pl.when(kind == _KIND["kernel"])
+        .then(pl.col("name_id").replace_strict(kernel_cat, default="other", return_dtype=pl.Utf8))
+        .when(kind == _KIND["memset"]).then(pl.lit("memset"))
+        .when(kind == _KIND["graph"]).then(pl.lit("cuda_graph"))
+        .otherwise(pl.col("copy_kind").replace_strict(copy_cat, default="other", return_dtype=pl.Utf8))
+        .fill_null("other")
+        .alias("category"))
+
+
+def _attribute_steps(activity: pl.DataFrame, step_ranges: pl.DataFrame) -> pl.Series:
+    """Step per activity (null: no step range claimed it): the latest step range of the launching process that
+    started at or before the launch claims the activity if it was still open at the launch (end exclusive).
+    One binary search per activity over its process's ranges sorted by start: the ASOF join, without sorting
+    the millions of activities."""
+    step = np.zeros(activity.height, dtype=np.int64)
+    claimed = np.zeros(activity.height, dtype=bool)
+    if step_ranges.height and activity.height:
+        pid = activity["pid_key"].to_numpy()
+        has_launch = activity["launch_ns"].is_not_null().to_numpy()
+        launch = activity["launch_ns"].fill_null(0).to_numpy()
+        for (p,), ranges in step_ranges.sort("pid_key", "range_start_ns").group_by("pid_key", maintain_order=True):
+            rows = np.flatnonzero((pid == p) & has_launch)
+            at = np.searchsorted(ranges["range_start_ns"].to_numpy(), launch[rows], side="right") - 1
+            rows, at = rows[at >= 0], at[at >= 0]
+            still_open = launch[rows] < ranges["range_end_ns"].to_numpy()[at]
+            step[rows[still_open]] = ranges["step"].to_numpy()[at[still_open]]
+            claimed[rows[still_open]] = True
+    return pl.select(pl.when(pl.Series(claimed)).then(pl.Series(step)).alias("step")).to_series()
 
 
 def _empty_ranges() -> pl.DataFrame:

@@ -1,39 +1,24 @@
--- GPU activity of an Nsight Systems export, each attributed to the step whose NVTX range was open
--- on ANY thread of the launching process when the launching runtime call started.
+-- GPU activity of an Nsight Systems export with the start of its launching runtime call: the one pass
+-- over the large tables (kernel, memcpy, memset, graph replays joined to the runtime calls).
 -- Reads (temp views made by ingest/nsys.py from the export's own column names):
---   _gpu(pid_key, device_id, stream_id, corr_id, start_ns, end_ns, kind, name_id, short_id, copy_kind)
---                                              kind 'graph': one CUDA-graph replay (GRAPH_TRACE), whose
---                                              correlation id is its cudaGraphLaunch call's
+--   _gpu(pid_key, device_id, stream_id, corr_id, start_ns, end_ns, kind, name_id, short_id, copy_kind, in_graph)
+--                                              kind: 0 kernel, 1 memcpy, 2 memset, 3 graph (one CUDA-graph
+--                                              replay of GRAPH_TRACE, whose correlation id is its
+--                                              cudaGraphLaunch call's); in_graph: a kernel row that ran
+--                                              inside a graph (--cuda-graph-trace=node)
 --   _rt(pid_key, corr_id, launch_ns, calls)    CUPTI_ACTIVITY_KIND_RUNTIME, one row per (process, correlation
 --                                              id): the earliest call, and how many calls carried that id
---   _step_ranges(pid_key, step, range_start_ns, range_end_ns)
---   _kernel_cat(name_id, category)             categories from kernel_categories.toml (Python re)
---   _copy_cat(copy_kind, category)             memcpy_h2d / _d2h / _d2d / _p2p
--- Why any thread: FSDP / autograd launch backward and collectives from other threads than the
--- one that pushed `step N` (FORMATS.md: same-thread matching finds < 1/3 of the kernels).
--- Columns: pid_key (globalPid), device_id, stream_id, kind ('kernel'|'memcpy'|'memset'|'graph'),
---          name_id / short_id (StringIds ids of the kernel's demangled / short name, NULL for
---          memcpy and memset), category,
---          start_ns, end_ns (GPU clock, ns), launch_ns (runtime call start, ns; NULL when the
---          call was not captured), step (NULL = no step range claimed it).
-WITH launched AS (
-    SELECT g.*, r.launch_ns  -- _rt is unique on (pid_key, corr_id): at most one match, a linear hash join
-    FROM _gpu AS g
-    LEFT JOIN _rt AS r ON r.pid_key = g.pid_key AND r.corr_id = g.corr_id
-)
-SELECT l.pid_key, l.device_id, l.stream_id, l.kind, l.name_id, l.short_id,
-       CASE l.kind
-           WHEN 'kernel' THEN coalesce(kc.category, 'other')
-           WHEN 'memset' THEN 'memset'
-           WHEN 'graph' THEN 'cuda_graph'
-           ELSE coalesce(cc.category, 'other')
-       END AS category,
-       l.start_ns, l.end_ns, l.launch_ns,
-       -- ASOF picks the latest step range that started at or before the launch; it only claims
-       -- the activity if that range was still open (end exclusive).
-       CASE WHEN l.launch_ns < s.range_end_ns THEN s.step END AS step
-FROM launched AS l
-ASOF LEFT JOIN _step_ranges AS s
-    ON s.pid_key = l.pid_key AND l.launch_ns >= s.range_start_ns
-LEFT JOIN _kernel_cat AS kc ON kc.name_id = l.name_id
-LEFT JOIN _copy_cat AS cc ON cc.copy_kind = l.copy_kind
+-- The step (NVTX range open at launch_ns) and the category are assigned in ingest/nsys.py over these
+-- columns (a binary search per activity, a dict per distinct name): an ASOF join here sorted every row.
+-- Columns: pid_key (globalPid), device_id, stream_id, kind, name_id / short_id (StringIds ids of the
+--          kernel's demangled / short name, NULL for other kinds), copy_kind (memcpy only), in_graph,
+--          start_ns, end_ns (GPU clock, ns), launch_ns (runtime call start, ns; NULL when the call was not
+--          captured), repeated (the number of (process, correlation id) pairs of the runtime table with
+--          more than one call; the same value on every row).
+WITH rt AS MATERIALIZED (FROM _rt)
+SELECT g.pid_key, g.device_id, g.stream_id, g.kind, g.name_id, g.short_id, g.copy_kind, g.in_graph,
+       g.start_ns, g.end_ns,
+       r.launch_ns,  -- rt is unique on (pid_key, corr_id): at most one match, a linear hash join
+       (SELECT count(*) FROM rt WHERE calls > 1) AS repeated
+FROM _gpu AS g
+LEFT JOIN rt AS r ON r.pid_key = g.pid_key AND r.corr_id = g.corr_id

@@ -1,0 +1,99 @@
+"""The nsys parser's every output pinned on every real export (issue 15 item 4: the one-pass ingest must give
+the numbers the previous implementation gave, to the last bit).
+
+tests/data/gpu/nsys_expected.json was written by the implementation before the one-pass rewrite
+(DuckDB correlation + ASOF join, probe scans) with `python tests/test_nsys_expected.py --write`, run against
+that code: per export, the anatomy rows and steps in full (floats as JSON writes them: exact), every scalar
+field and warning, and a SHA-256 of the sorted NVTX, per-activity (`events`, `raw_events`) frames and of the
+captured environment (those run to megabytes on the exports with 17,000 NVTX range names).
+The exports cover CUDA-graph replays traced per graph and per node, duplicate runtime rows (saxpy's
+cudaLaunchKernel_v7000), several GPUs and processes, NVTX steps on other threads than the launches, exports
+without steps, memcpy, memset or NVTX, and nsys versions from 2021 to 2026.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from receipts.ingest import nsys
+from receipts.schema.categories import load_category_rules
+
+TESTS = Path(__file__).resolve().parent
+EXPECTED = TESTS / "data" / "gpu" / "nsys_expected.json"
+REAL_NSYS = TESTS.parents[1] / "shared" / "realdata" / "nsys"
+EXPORTS = ([f"realdata/{p.name}" for p in sorted(REAL_NSYS.glob("*.sqlite"))]
+           + [str(p.relative_to(TESTS / "data")) for p in sorted((TESTS / "data").glob("**/*.sqlite.gz"))])
+
+
+def _frame(df: pl.DataFrame) -> dict:
+    df = df.sort(df.columns, nulls_last=True)
+    return {"columns": {c: str(t) for c, t in df.schema.items()}, "rows": df.rows()}
+
+
+def _digest(df: pl.DataFrame | None) -> dict | None:
+    if df is None:
+        return None
+    df = df.sort(df.columns, nulls_last=True)
+    return {"height": df.height, "columns": {c: str(t) for c, t in df.schema.items()},
+            "sha256": hashlib.sha256(df.write_csv().encode()).hexdigest()}
+
+
+def snapshot(a) -> dict:
+    """Everything parse() returns, in a form JSON holds exactly."""
+    return {
+        "rows": _frame(a.rows), "steps": _frame(a.steps), "nvtx": _digest(a.nvtx),
+        "events": _digest(a.events), "raw_events": _digest(a.raw_events),
+        "scalars": {k: getattr(a, k) for k in ("source_format", "schema_version", "step_marker", "attribution",
+                                               "unattributed", "gpu_model", "gpu_count", "world_size",
+                                               "ranks_traced", "gpus_on_host", "software")},
+        "claim": repr(a.claim), "warnings": list(a.warnings),
+        "env": hashlib.sha256(repr(a.env).encode()).hexdigest(),
+    }
+
+
+def _source(name: str, scratch: Path) -> Path:
+    if name.startswith("realdata/"):
+        path = REAL_NSYS / name.removeprefix("realdata/")
+        if not path.exists():
+            pytest.skip(f"real data not present: {path}")
+        return path
+    plain = scratch / Path(name).name.removesuffix(".gz")
+    if not plain.exists():
+        plain.write_bytes(gzip.decompress((TESTS / "data" / name).read_bytes()))
+    return plain
+
+
+def _parse(name: str, scratch: Path) -> dict:
+    a = nsys.parse(_source(name, scratch), rules=load_category_rules(cwd=TESTS), keep_raw=True)
+    # Through JSON and back, so tuples and lists compare as the stored file does.
+    return json.loads(json.dumps(snapshot(a)))
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict:
+    return json.loads(EXPECTED.read_text())
+
+
+def test_every_export_is_pinned(expected):
+    assert sorted(expected) == sorted(EXPORTS)
+
+
+@pytest.mark.parametrize("name", EXPORTS)
+def test_parse_equals_the_previous_implementation(name, expected, tmp_path):
+    got, want = _parse(name, tmp_path), expected[name]
+    for key in want:
+        assert got[key] == want[key], f"{name}: {key} differs"
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        EXPECTED.write_text(json.dumps({n: _parse(n, Path(tmp)) for n in EXPORTS}, separators=(",", ":")) + "\n")
+    print(f"wrote {EXPECTED}")
