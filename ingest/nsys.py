@@ -209,7 +209,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         warnings=tuple(warnings),
         raw_events=raw,
         events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns"),
-        kernel_steps=kernel_steps(events.filter(pl.col("kind") == "kernel").with_columns(
+        kernel_steps=kernel_steps(events.filter(pl.col("kind") == _KIND["kernel"]).with_columns(
             pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))),
     )
 
