@@ -6,8 +6,9 @@ Bytes are drawn in GiB (1 GiB = 2**30 bytes, as torch.cuda memory APIs and nvidi
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
-from typing import cast
+from typing import Any, Callable, cast
 
 import altair as alt
 import polars as pl
@@ -19,10 +20,23 @@ GIB = float(1 << 30)
 DECOMPOSITION_SCALE = alt.Scale(domain=list(DECOMPOSITION), range=["#4c78a8", "#72b7b2", "#e45756", "#f58518", "#d3d3d3"])
 _DECOMPOSITION_ORDER = "indexof(" + str(list(DECOMPOSITION)).replace("'", '"') + ", datum.category)"
 WIDE = 720
+
+
+def _fit_width(make: Callable[..., Any]) -> Callable[..., Any]:
+    """Streamlit sizes a chart without an `autosize` with type "fit": the whole chart, axes, title and legend
+    included, squeezed into `height`, so a 220-pixel chart drew its data in 80. "fit-x" stretches the width
+    to the page and keeps `height` for the data, as the chart asks. Not for facets and concatenations, which
+    Streamlit already lays out by their content."""
+    @functools.wraps(make)
+    def sized(*args: Any, **kwargs: Any) -> Any:
+        chart = make(*args, **kwargs)
+        return None if chart is None else chart.properties(autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+    return sized
 # Peak-memory columns as a reader names them in legends.
 _PEAK_NAMES = {"peak_allocated_bytes": "peak allocated", "peak_reserved_bytes": "peak reserved"}
 
 
+@_fit_width
 def lane_counts(lanes: pl.DataFrame) -> alt.Chart:
     """Receipts per lane; rumors (incomplete identity) in red."""
     return alt.Chart(lanes).mark_bar().encode(
@@ -34,6 +48,7 @@ def lane_counts(lanes: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDE, height=alt.Step(22), title="receipts per lane")
 
 
+@_fit_width
 def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerChart | alt.FacetChart:
     """Step time per step (slowest rank: a step ends when its last rank does), warm-up window shaded."""
     timed = steps.filter(pl.col("step_ms").is_not_null())
@@ -55,6 +70,7 @@ def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerC
     return alt.layer(*layers, line).properties(width=WIDE, height=240, title="step time (warm-up shaded, excluded)")
 
 
+@_fit_width
 def memory_series(mem: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """Allocated vs reserved per step; the shaded band between them is the allocator's gap."""
     # Legends say what a reader calls the series, not the column they came from.
@@ -70,6 +86,7 @@ def memory_series(mem: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     return alt.layer(gap, lines).properties(width=WIDE, height=220, title="allocated vs reserved (gap shaded)")
 
 
+@_fit_width
 def memory_peaks(per_rank: pl.DataFrame) -> alt.Chart:
     """Per-rank peaks when the log printed no per-step memory."""
     frame = per_rank.with_columns(pl.col("rank").cast(pl.Utf8).fill_null("logging rank"))
@@ -81,6 +98,7 @@ def memory_peaks(per_rank: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDE, title="peak allocated vs reserved per rank")
 
 
+@_fit_width
 def topology(cells: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """The connection matrix; GPU pairs off NVLink in red."""
     frame = cells.with_columns(
@@ -115,6 +133,7 @@ def anatomy_by_step(rows: pl.DataFrame) -> alt.FacetChart:
         title="per step and rank: parts that sum to the step (faded = warm-up)")
 
 
+@_fit_width
 def anatomy_by_rank(window: pl.DataFrame) -> alt.Chart:
     """Steady state, ms per step per rank, the non-overlapping decomposition stacked (it sums to the step)."""
     frame = window.filter(pl.col("category").is_in(DECOMPOSITION)).with_columns(
@@ -129,6 +148,7 @@ def anatomy_by_rank(window: pl.DataFrame) -> alt.Chart:
         width=WIDE, height=alt.Step(28), title="per rank: parts that sum to the step")
 
 
+@_fit_width
 def anatomy_categories(window: pl.DataFrame) -> alt.Chart:
     """Steady state busy time per kernel / memory category and rank, side by side, NOT stacked: the categories
     overlap (communication runs under compute), so their sum is no step time."""
@@ -142,6 +162,7 @@ def anatomy_categories(window: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDE, title="busy time by category (overlapping)")
 
 
+@_fit_width
 def anatomy_phases(window: pl.DataFrame) -> alt.Chart:
     """Warm-up beside steady state, ms per step by category (mean over ranks). Horizontal: category
     names stay readable, and Streamlit's fit-to-container cannot squeeze rotated labels into the plot."""
@@ -154,6 +175,7 @@ def anatomy_phases(window: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDE, height=alt.Step(22), title="warm-up vs steady")
 
 
+@_fit_width
 def nvtx_families(families: pl.DataFrame) -> alt.Chart:
     """NVTX range families by total time; block families (ablock/eblock/mblock/rblock) highlighted."""
     frame = families.with_columns(pl.col("rank").cast(pl.Utf8).fill_null("?"))
@@ -166,6 +188,7 @@ def nvtx_families(families: pl.DataFrame) -> alt.Chart:
     ).properties(width=WIDE, height=alt.Step(18), title="NVTX ranges")
 
 
+@_fit_width
 def ratio_ci(value: float, low: float, high: float, confidence: float) -> alt.LayerChart | alt.FacetChart:
     """B/A median step time with its CI against the no-change line at 1."""
     frame = pl.DataFrame({"label": ["B / A step time"], "value": [value], "low": [low], "high": [high]})
@@ -179,27 +202,55 @@ def ratio_ci(value: float, low: float, high: float, confidence: float) -> alt.La
     return alt.layer(rule, bar, point).properties(width=WIDE, height=alt.Step(40), title="step time ratio with its CI")
 
 
+def _named_sides(series: pl.DataFrame, a_name: str, b_name: str) -> pl.DataFrame:
+    return series.with_columns(pl.when(pl.col("side") == "A").then(pl.lit(f"A {a_name}"))
+                               .otherwise(pl.lit(f"B {b_name}")).alias("run"))
+
+
+def _bulk_range(values: pl.Series) -> tuple[float, float]:
+    """The 1st to 99th percentile, padded: one 20x spike must not flatten thousands of steady steps."""
+    lo, hi = cast(float, values.quantile(0.01)), cast(float, values.quantile(0.99))
+    pad = max((hi - lo) * 0.1, hi * 0.01)
+    return max(lo - pad, 0.0), hi + pad
+
+
+_SIDE_COLORS = alt.Scale(range=["#4c78a8", "#f58518"])
+
+
+@_fit_width
 def compare_series(series: pl.DataFrame, a_name: str, b_name: str) -> alt.LayerChart | alt.FacetChart:
-    """A's and B's steady step times overlaid, aligned by position in the steady window."""
-    named = series.with_columns(pl.when(pl.col("side") == "A").then(pl.lit(f"A {a_name}"))
-                                .otherwise(pl.lit(f"B {b_name}")).alias("run"))
-    color = alt.Color("run:N", title=None, scale=alt.Scale(range=["#4c78a8", "#f58518"]), legend=alt.Legend(orient="top"))
-    lines = alt.Chart(named).mark_line(strokeWidth=1, opacity=0.8).encode(
+    """A's and B's steady step times as points, aligned by position in the steady window (points, not lines:
+    a run alternating between two step times, e.g. an eval every 10th step, reads as two bands, not a smear).
+    The y axis spans the bulk of both runs (1st-99th percentile); spikes sit on its edge."""
+    named = _named_sides(series, a_name, b_name)
+    lo, hi = _bulk_range(named["step_ms"])
+    points = alt.Chart(named).mark_circle(size=6, opacity=0.45, clip=True).encode(
         x=alt.X("steady_index:Q", title="steady step (0 = first step after warm-up)"),
-        y=alt.Y("step_ms:Q", title="step time (ms)", scale=alt.Scale(zero=False)),
-        color=color, tooltip=["run", "step", alt.Tooltip("step_ms:Q", format=".3f")])
-    return alt.layer(lines).properties(width=WIDE, height=220, title="steady step time, A over B")
+        y=alt.Y("step_ms:Q", title="step time (ms)", scale=alt.Scale(domain=[lo, hi], clamp=True)),
+        color=alt.Color("run:N", title=None, scale=_SIDE_COLORS, legend=alt.Legend(orient="top")),
+        tooltip=["run", "step", alt.Tooltip("step_ms:Q", format=".3f")])
+    return alt.layer(points).properties(width=WIDE, height=220, title="steady step time, A and B")
 
 
-def compare_distributions(series: pl.DataFrame, a_name: str, b_name: str) -> alt.Chart:
-    """The two runs' step-time distributions as box plots (median, quartiles, whiskers to 1.5 IQR)."""
-    named = series.with_columns(pl.when(pl.col("side") == "A").then(pl.lit(f"A {a_name}"))
-                                .otherwise(pl.lit(f"B {b_name}")).alias("run"))
-    return alt.Chart(named).mark_boxplot(extent=1.5, size=28).encode(
-        y=alt.Y("run:N", title=None),
-        x=alt.X("step_ms:Q", title="steady step time (ms)", scale=alt.Scale(zero=False)),
-        color=alt.Color("run:N", legend=None, scale=alt.Scale(range=["#4c78a8", "#f58518"]))).properties(
-        width=WIDE, height=120, title="distribution of steady step times")
+@_fit_width
+def compare_distributions(series: pl.DataFrame, a_name: str, b_name: str, bins: int = 60) -> alt.Chart:
+    """Each run's steady step times as a histogram of the share of its steps (runs of different lengths
+    compare), over the bulk of both runs; steps beyond it are counted in the edge bins."""
+    named = _named_sides(series, a_name, b_name)
+    lo, hi = _bulk_range(named["step_ms"])
+    width = (hi - lo) / bins or 1.0
+    shares = (named.with_columns(((pl.col("step_ms").clip(lo, hi) - lo) / width).floor().clip(0, bins - 1)
+                                 .cast(pl.Int64).alias("bin"))
+              .group_by("run", "bin").agg(pl.len().alias("n"))
+              .with_columns((pl.col("n") / pl.col("n").sum().over("run")).alias("share"),
+                            (lo + pl.col("bin") * width).alias("from_ms"), (lo + (pl.col("bin") + 1) * width).alias("to_ms")))
+    return alt.Chart(shares).mark_bar(opacity=0.6).encode(
+        x=alt.X("from_ms:Q", title="steady step time (ms)", scale=alt.Scale(domain=[lo, hi])), x2="to_ms:Q",
+        y=alt.Y("share:Q", stack=None, title="share of the run's steps", axis=alt.Axis(format="%")), y2=alt.datum(0),
+        color=alt.Color("run:N", title=None, scale=_SIDE_COLORS, legend=alt.Legend(orient="top")),
+        tooltip=["run", alt.Tooltip("from_ms:Q", format=".1f"), alt.Tooltip("to_ms:Q", format=".1f"),
+                 alt.Tooltip("share:Q", format=".1%")]).properties(
+        width=WIDE, height=180, title="distribution of steady step times (share of each run's steps)")
 
 
 def anatomy_side_by_side(diff: pl.DataFrame, a_name: str, b_name: str) -> alt.HConcatChart:
@@ -232,6 +283,7 @@ def _history_x(by: str, frame: pl.DataFrame | None = None) -> alt.X:
     return alt.X("run_at:T", title="run date (UTC)", axis=alt.Axis(format=fmt, labelAngle=-30))
 
 
+@_fit_width
 def history_step_time(history: pl.DataFrame, by: str = "run_at") -> alt.LayerChart | alt.FacetChart:
     """Steady-state median per receipt with its p10-p90 band; change points (analysis.history) as red triangles."""
     frame = history.filter(pl.col("median_step_ms").is_not_null())
@@ -251,6 +303,7 @@ def history_step_time(history: pl.DataFrame, by: str = "run_at") -> alt.LayerCha
                                                    title="step time (bar: p10-p90; red triangle: change point)")
 
 
+@_fit_width
 def history_memory(history: pl.DataFrame, by: str = "run_at") -> alt.Chart:
     frame = history.filter(pl.col("peak_reserved_bytes").is_not_null() | pl.col("peak_allocated_bytes").is_not_null())
     if by == "git_rev":
@@ -262,6 +315,7 @@ def history_memory(history: pl.DataFrame, by: str = "run_at") -> alt.Chart:
     ).properties(width=WIDE, height=200, title="peak memory")
 
 
+@_fit_width
 def rank_wait_heatmap(per_step: pl.DataFrame) -> alt.Chart:
     """Rank x step heatmap of each rank's wait at collectives (the rank that never waits is the straggler)."""
     return (alt.Chart(per_step).mark_rect()

@@ -118,8 +118,8 @@ def test_every_view_renders_charts_in_chromium(dashboard):
     views = [
         ("lanes", {}, 1, "Lanes"),
         ("receipt", {"id": ids["rumor"]}, 3, "Fragmentation drift"),
-        ("anatomy", {"id": ids["a"]}, 4, "mfu_2gpu_before.sqlite"),
-        ("compare", {"a": ids["a"], "b": ids["b"]}, 2, "Same lane"),
+        ("anatomy", {"id": ids["a"]}, 4, "Top kernels per category"),
+        ("compare", {"a": ids["a"], "b": ids["b"]}, 4, "Step times, overlaid"),
         ("history", {"host": mod.HOST, "preset": mod.PRESET, "regime": mod.REGIME}, 2, "Lane history"),
     ]
     with chromium_page(root / "profile") as page:
@@ -145,3 +145,35 @@ def test_every_view_renders_charts_in_chromium(dashboard):
         page.locator('[data-testid="stSidebar"]').get_by_text("Anatomy", exact=True).click()
         wait_for_view(page, 4)
         assert "view=anatomy" in page.url
+
+
+def test_links_filters_and_sources_in_chromium(dashboard):
+    """Issue 16's bullets as a person meets them in a browser: a filtered lane view survives a reload and
+    is a link; a stale link says so; compare overlays the two runs; the anatomy names its source export and
+    its top kernels; a receipt compared with itself is called out; no deploy menu."""
+    base, ids, root = dashboard
+    mod = _apptest_module()
+    with chromium_page(root / "profile-links") as page:
+        page.goto(f"{base}/?{urlencode({'view': 'lanes', 'host': mod.OTHER_HOST})}")
+        wait_for_view(page, 1)
+        assert page.get_by_text(mod.OTHER_HOST).count() >= 1
+        page.reload()
+        wait_for_view(page, 1)
+        assert f"host={mod.OTHER_HOST}" in page.url  # still filtered after a reload: the URL holds the filter
+        metrics = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
+        assert metrics[0] == "1", metrics  # one receipt on the other host
+
+        page.goto(f"{base}/?{urlencode({'view': 'receipt', 'id': 'deadbeef'})}")
+        page.get_by_text("no receipt deadbeef in this store").wait_for(timeout=30_000)
+
+        page.goto(f"{base}/?{urlencode({'view': 'compare', 'a': ids['a'], 'b': ids['a']})}")
+        page.get_by_text("A and B are the same receipt").wait_for(timeout=30_000)
+
+        page.goto(f"{base}/?{urlencode({'view': 'anatomy', 'id': ids['a']})}")
+        wait_for_view(page, 4)
+        page.get_by_text("Open the source export").click()
+        page.get_by_text("nsys-ui").wait_for(timeout=10_000)
+        assert "mfu_2gpu_before.nsys-rep" in page.inner_text("body")
+        assert page.get_by_text("Top kernels per category, steady state").count() == 1
+        assert page.locator('[data-testid="stMainMenu"]').count() == 0 or \
+            "Deploy" not in page.inner_text('[data-testid="stToolbar"]')
