@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from receipts.cli.context import (EXIT_INPUT, EXIT_INTERRUPTED, console, err_console, handle_errors, one_line,
                                    print_json, report_error, settings)
+from receipts.cli.progress import IngestProgress
 from receipts.errors import InputError, UsageError
 from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each, ingest_targets
 from receipts.schema.categories import load_category_rules
@@ -65,13 +66,14 @@ def ingest(
     registry = cfg.registry(strict=strict)
     rows: list[dict] = []
     try:
-        with cfg.store() as store:
+        with cfg.store() as store, IngestProgress(list(paths), err_console, recursive=recursive) as progress:
             if raw_dir is not None:
                 store.raw_dir = raw_dir.resolve()
             for item in ingest_each(store, list(paths), identity=claim, run_name=run_name, registry=registry,
                                     attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw,
                                     recursive=recursive, force=force):
                 rows.append(_row(item))
+                progress.done(item.path)
                 if not as_json:
                     _say(item, debug=cfg.debug)
     except KeyboardInterrupt:

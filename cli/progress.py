@@ -1,0 +1,95 @@
+"""The ingest progress bar: on stderr, only on a terminal, only for a batch that runs longer than a second.
+
+Parsers return data and never print; the pipeline yields one outcome per file as soon as it is stored. This
+bar follows those outcomes: bytes and files done of the batch, the file in progress, time elapsed. A batch
+that ends within the delay never draws it, so quick ingests and scripts (stderr not a terminal) see no change.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TaskID, TextColumn,
+                           TimeElapsedColumn)
+
+from receipts.pipeline import IngestFailure, ingest_targets
+
+DELAY_S = 1.0
+
+
+def target_bytes(target: Path) -> int:
+    """A file's size, or the sum of the files in a run directory / trace folder (what the ingest reads)."""
+    try:
+        if target.is_dir():
+            return sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+        return target.stat().st_size
+    except OSError:
+        return 0
+
+
+class IngestProgress:
+    """Use as a context manager around the ingest loop and call `done(path)` after each outcome."""
+
+    def __init__(self, paths: list[Path], console: Console, *, recursive: bool = False, delay_s: float = DELAY_S):
+        self.enabled = console.is_terminal
+        self._console = console
+        self._delay_s = delay_s
+        self._sizes: dict[str, int] = {}
+        self._order: list[str] = []
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self._timer: threading.Timer | None = None
+        self._started = False
+        self._files_done = 0
+        if self.enabled:
+            for target in ingest_targets(list(paths), recursive=recursive):
+                key = target.path if isinstance(target, IngestFailure) else str(target)
+                self._order.append(key)
+                self._sizes[key] = 0 if isinstance(target, IngestFailure) else target_bytes(Path(key))
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def __enter__(self) -> IngestProgress:
+        if not self.enabled or not self._order:
+            return self
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+            TextColumn("{task.fields[files]}"), TimeElapsedColumn(),
+            console=self._console, transient=True, refresh_per_second=8)
+        self._task = self._progress.add_task(self._label(0), total=sum(self._sizes.values()) or None,
+                                             files=self._files_text())
+        self._timer = threading.Timer(self._delay_s, self._start)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def _start(self) -> None:
+        if self._progress is not None and not self._started:
+            self._started = True
+            self._progress.start()
+
+    def _label(self, index: int) -> str:
+        if index >= len(self._order):
+            return "done"
+        return f"ingesting {Path(self._order[index]).name}"
+
+    def _files_text(self) -> str:
+        return f"{self._files_done}/{len(self._order)} files"
+
+    def done(self, path: str) -> None:
+        """One outcome is in: advance by its bytes, name the next file."""
+        if self._progress is None or self._task is None:
+            return
+        self._files_done += 1
+        self._progress.update(self._task, advance=self._sizes.get(path, 0), files=self._files_text(),
+                              description=self._label(self._files_done))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._progress is not None and self._started:
+            self._progress.stop()
