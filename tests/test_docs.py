@@ -102,9 +102,10 @@ SQL_INTERPOLATIONS = {
     "store/postgres_store.py": {"quoted", "column"},
     "store/duckdb_store.py": {"table", "names", "placeholders", "column", "columns", "', '.join(columns)",
                               "', '.join(f'{c} = ?' for c in changes)"},
-    "ingest/nsys.py": {"pid", "kind", "name if kind == 'kernel' else 'NULL'", "short if kind == 'kernel' else 'NULL'",
-                       "copy if kind == 'memcpy' else 'NULL'", "table", "str(path.resolve()).replace(chr(39), chr(39) * 2)",
-                       "_PID_MASK", "RUNTIME", "domain", "text", "nvtx_table", "join", "GRAPH", "sm", "KERNEL", "col"},
+    "ingest/nsys.py": {"pid", "_KIND[kind]", "name if kind == 'kernel' else 'NULL'", "short if kind == 'kernel' else 'NULL'",
+                       "copy if kind == 'memcpy' else 'NULL'", "in_graph", "table",
+                       "str(path.resolve()).replace(chr(39), chr(39) * 2)", "_PID_MASK", "RUNTIME", "domain", "text",
+                       "nvtx_table", "join", "sm", "col"},
 }
 
 
