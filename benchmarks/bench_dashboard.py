@@ -56,9 +56,18 @@ WHERE r.id LIKE '%-%' AND s.step <= f.step0 + $steps
 """
 SOURCES_SQL = """
 INSERT INTO receipt_sources
-SELECT r.id, s.sha256 || '-' || r.id, s.path, s.size_bytes, s.format, s.role, s.ingested_at
+SELECT r.id, s.sha256 || '-' || r.id, s.path, s.size_bytes, s.format, s.role, s.ingested_at, s.forced
 FROM receipts r JOIN receipt_sources s ON s.receipt_id = split_part(r.id, '-', 1) AND s.role = 'log'
 WHERE r.id LIKE '%-%'
+"""
+
+# Ingest stores a steady-state summary per receipt (schema 6), which the lane view reads; the copies get theirs
+# from their own steps through the same macro (rule 'bench': the Python readers recompute, the SQL ones use it).
+SUMMARIES_SQL = """
+INSERT INTO receipt_summaries
+SELECT receipt_id, 'bench-copy', count(*), median(step_ms), '{}'
+FROM steady_step_times((SELECT list(id) FROM receipts WHERE id LIKE '%-%'))
+GROUP BY receipt_id
 """
 
 
@@ -80,6 +89,7 @@ def grow(db: Path, n_receipts: int, steps: int) -> int:
         con.execute(GROW_SQL, {"n_per": n_per, "n_base": n_base})
         con.execute(STEPS_SQL, {"steps": steps})
         con.execute(SOURCES_SQL)
+        con.execute(SUMMARIES_SQL)
         con.execute("COMMIT")
         con.execute("CHECKPOINT")  # fold the WAL in: read-only openers would otherwise replay it every time
         return store.sql("SELECT count(*) AS n FROM receipts")["n"][0]
