@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, cast
 
+import numpy as np
 import polars as pl
 
 from receipts.analysis import stragglers
@@ -409,6 +410,25 @@ def in_receipt_window(anatomy: Anatomy, window: StepWindow) -> Anatomy:
     if anatomy.kernel_steps is None:
         return anatomy
     return replace(anatomy, kernels=steady_kernel_totals(anatomy.kernel_steps, anatomy.steps))
+
+
+def resummarize(store: Store, *, batch: int = 500) -> int:
+    """Give every receipt a steady-state summary made under this build's rule (analysis/summary.py RULE): those
+    stored before summaries existed, or under an older rule, are summarised from their stored step series, the
+    same series and functions the read path uses. Returns how many were (re)written."""
+    stale = store.query("stale_summaries", {"rule": steady_summary.RULE})["receipt_id"].to_list()
+    for start in range(0, len(stale), batch):
+        ids = stale[start:start + batch]
+        steps = store.query("steady_steps_many", {"ids": ids})
+        by_receipt = {key[0]: frame for key, frame in steps.partition_by("receipt_id", as_dict=True).items()}
+        made = {}
+        for rid in ids:
+            own = by_receipt.get(rid)
+            step_ms = own["step_ms"].to_numpy() if own is not None else np.empty(0)
+            tokens = own["tokens_per_s"].drop_nulls().to_numpy() if own is not None else np.empty(0)
+            made[rid] = steady_summary.summarise(step_ms, tokens)
+        store.replace_summaries(made)
+    return len(stale)
 
 
 def with_stragglers(anatomy: Anatomy) -> Anatomy:

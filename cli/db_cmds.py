@@ -39,6 +39,9 @@ def upgrade(ctx: typer.Context) -> None:
 
     Example: receipts --db postgresql://receipts@db.internal/receipts db upgrade
     """
+    from receipts.analysis.summary import RULE
+    from receipts.pipeline import resummarize
+
     cfg = settings(ctx)
     with migrations.open_target(cfg.db) as target:
         applied = migrations.upgrade(target)
@@ -48,6 +51,12 @@ def upgrade(ctx: typer.Context) -> None:
                       f"(applied {', '.join(map(str, applied))})")
     else:
         console.print(f"{st.backend} store {st.url} is at schema version {st.schema_version} ({st.state})")
+    # Summaries are versioned by the rule that made them: under a new rule (or none yet), make them again, so
+    # every reader (show, list, lane floors, the dashboard) reads numbers of this build's rule.
+    with cfg.store() as store:
+        n = resummarize(store)
+    if n:
+        console.print(f"re-summarised {n} receipt{'s' if n != 1 else ''} under rule {RULE}")
 
 
 @db_app.command("status")

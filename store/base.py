@@ -120,6 +120,16 @@ class Store(ABC):
         return self._merge_json(receipt_id, f"{section}_json", facts,
                                 R.source_rows(receipt_id, (source,), R.now_iso(), forced=forced))
 
+    def replace_summaries(self, summaries: dict[str, dict[str, Any]]) -> None:
+        """Store steady-state summaries (analysis/summary.py's stored form) by receipt id, replacing any row a
+        receipt had, in one transaction: `receipts db upgrade` re-summarises receipts under a new rule."""
+        if summaries:
+            self._replace_rows("receipt_summaries", [R.summary_row(rid, s) for rid, s in summaries.items()])
+
+    @abstractmethod
+    def _replace_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """In one transaction: delete the rows of `table` with these rows' receipt_ids, insert the rows."""
+
     # ---- copies from another store (`receipts push`, store/sync.py): rows as stored, not re-derived ----------
     def copy_receipt_rows(self, *, content_sha256: str, small: dict[str, list[dict[str, Any]]],
                           bulk: dict[str, pl.DataFrame], supersedes: tuple[str, ...] = ()) -> bool:

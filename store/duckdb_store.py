@@ -69,6 +69,12 @@ class DuckDBStore(Store):
             insert_rows(con, "identity_history", [{"changed_by": os_user(), **r} for r in rows])
         return rows[-1]["seq"]
 
+    def _replace_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        with transaction(self.con):
+            self.con.execute(f"DELETE FROM {table} WHERE list_contains(?, receipt_id)",  # table: ours
+                             [[r["receipt_id"] for r in rows]])
+            insert_rows(self.con, table, rows)
+
     def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None) -> bool:
         con = self.con
         with transaction(con) as tx:

@@ -118,6 +118,12 @@ class PostgresStore(Store):
             raise StoreError(self.url, f"permission denied: {str(exc).strip()} (docs/teams.md lists the writer's "
                                        "grants; after `db upgrade` to schema 3 the UPDATE grant is needed again)") from exc
 
+    def _replace_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        with self.conn.transaction():
+            self.conn.execute(pgsql.SQL("DELETE FROM {} WHERE receipt_id = ANY(%s)").format(pgsql.Identifier(table)),
+                              ([r["receipt_id"] for r in rows],))
+            _insert_rows(self.conn, table, rows)
+
     def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None) -> bool:
         if self.read_only:
             raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")

@@ -79,12 +79,14 @@ def step_frame(receipt: Receipt) -> pl.DataFrame:
 
 
 def summary_rows(receipt: Receipt) -> list[dict[str, Any]]:
-    s = receipt.summary
-    if s is None:
-        return []
+    return [] if receipt.summary is None else [summary_row(receipt.id, receipt.summary)]
+
+
+def summary_row(receipt_id: str, s: dict[str, Any]) -> dict[str, Any]:
+    """A receipt_summaries row from analysis/summary.py's stored form."""
     step = s["step_ms"]["summary"]
-    return [{"receipt_id": receipt.id, "rule": s["rule"], "n_steady_steps": step["n"] if step else 0,
-             "median_step_ms": step["median"] if step else None, "summary_json": dumps(s)}]
+    return {"receipt_id": receipt_id, "rule": s["rule"], "n_steady_steps": step["n"] if step else 0,
+            "median_step_ms": step["median"] if step else None, "summary_json": dumps(s)}
 
 
 def env_rows(receipt: Receipt) -> list[dict[str, Any]]:

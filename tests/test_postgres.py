@@ -526,3 +526,20 @@ def test_keep_raw_on_postgres_needs_a_named_folder(pg_url, tmp_path):
     expected = folder / f"{_sha256(EXPORT)}.parquet"
     assert _raw_paths(pg_url) == [str(expected)]
     _check_parquet(expected)
+
+
+def test_db_upgrade_resummarises_stale_summaries_on_postgres(pg_url, tmp_path):
+    """The PostgreSQL half of tests/test_summaries.py's re-summarise: rows replaced in one transaction."""
+    from receipts.analysis.summary import RULE
+
+    logs = _logs(tmp_path / "logs", 3)
+    _cli("--db", pg_url, "ingest", *map(str, logs))
+    before = _psql(pg_url, "SELECT receipt_id, rule, n_steady_steps, median_step_ms, summary_json "
+                           "FROM receipt_summaries ORDER BY receipt_id")
+    _psql(pg_url, "UPDATE receipt_summaries SET rule = 'steady-summary-v0', median_step_ms = 0")
+    _psql(pg_url, "DELETE FROM receipt_summaries WHERE receipt_id = %s", (before[0][0],))
+    done = _cli("--db", pg_url, "db", "upgrade")
+    assert f"re-summarised 3 receipts under rule {RULE}" in done.stdout
+    after = _psql(pg_url, "SELECT receipt_id, rule, n_steady_steps, median_step_ms, summary_json "
+                          "FROM receipt_summaries ORDER BY receipt_id")
+    assert after == before and len(after) == 3

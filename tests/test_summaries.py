@@ -87,3 +87,30 @@ def test_show_reads_no_step_rows_when_a_summary_is_stored(store, monkeypatch):
     assert cli(db, "show", ids[0]).exit_code == 0
     assert cli(db, "compare", "aa_01", "slow_1").exit_code == 0
     assert "steady_steps_many" not in asked and "receipt_summaries_many" in asked
+
+
+@pytest.mark.parametrize("stale", ["missing", "older rule"])
+def test_db_upgrade_resummarises_under_the_current_rule(store, tmp_path, stale):
+    """Summaries are versioned by the rule that made them (issue 15): `receipts db upgrade` makes every missing
+    or older-rule summary again from the stored steps, to exactly what ingest stores today, so the SQL readers
+    (list, lane floors, the dashboard) never read another rule's numbers."""
+    import shutil
+
+    db, ids = store
+    with open_store(db, read_only=True) as s:
+        before = s.sql("SELECT * FROM receipt_summaries ORDER BY receipt_id").rows()
+    copy = str(tmp_path / "stale.duckdb")
+    shutil.copyfile(db, copy)
+    with open_store(copy) as s:
+        if stale == "missing":
+            s.sql("DELETE FROM receipt_summaries WHERE receipt_id IN (SELECT id FROM receipts ORDER BY id LIMIT 3)")
+        else:
+            s.sql("UPDATE receipt_summaries SET rule = 'steady-summary-v0', median_step_ms = median_step_ms * 2, "
+                  "summary_json = replace(summary_json, $old, 'steady-summary-v0')", {"old": summary.RULE})
+    result = cli(copy, "db", "upgrade")
+    assert result.exit_code == 0, result.stderr
+    assert f"re-summarised {3 if stale == 'missing' else len(ids)} receipts under rule {summary.RULE}" in result.stdout
+    with open_store(copy, read_only=True) as s:
+        after = s.sql("SELECT * FROM receipt_summaries ORDER BY receipt_id").rows()
+    assert after == before
+    assert "re-summarised" not in cli(copy, "db", "upgrade").stdout  # nothing stale the second time
