@@ -53,8 +53,10 @@ def list_receipts(
     title = f"{len(rows)} receipts" + (f" ({n_superseded} superseded, marked in the last column)" if show_all
                                        else " (current; --all adds superseded ones)")
     table = Table(title=title, show_lines=False)
+    # Time to train is MLPerf's headline; a store without MLPerf receipts gets no column of dashes.
+    with_ttt = any(r["time_to_train_s"] is not None for r in rows)
     for col in ("id", "run", "host lineage", "preset family", "regime", "machine", "steady n", "median step",
-                "time to train", "peak alloc"):
+                *(["time to train"] if with_ttt else []), "peak alloc"):
         table.add_column(col)
     if show_all:
         table.add_column("superseded by")
@@ -64,7 +66,7 @@ def list_receipts(
                       ("host_lineage", "preset_family", "launch_regime", "machine_class")),
                       f"{r['n_steady_steps']} {r['series_unit']}s" if r["series_unit"] != "step" else str(r["n_steady_steps"]),
                       fmt_ms(r["median_step_ms"]) + (f"/{r['series_unit']}" if r["series_unit"] != "step" else ""),
-                      fmt_duration(r["time_to_train_s"]), fmt_bytes(r["peak_allocated_bytes"]),
+                      *([fmt_duration(r["time_to_train_s"])] if with_ttt else []), fmt_bytes(r["peak_allocated_bytes"]),
                       *([(r["superseded_by"] or "-")[:12]] if show_all else []))
     console.print(table)
 
