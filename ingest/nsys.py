@@ -168,7 +168,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         unattributed = 0
         marker = f"none: no NVTX range matches {step_pattern!r}; one window (step null) covers the whole capture"
         warnings.append(f"no NVTX ranges matching {step_pattern!r} found in table {nvtx_table or 'NVTX_EVENTS'}")
-    rows, steps = _anatomy(events, step_ranges, rank_of, has_steps)
+    rows, steps, kernels = _anatomy(events, step_ranges, rank_of, has_steps, names)
     nvtx = _nvtx_frame(ranges, rank_of)
     # The model of the devices that ran kernels: Windows exports also list display adapters (Intel HD,
     # 'Microsoft Basic Render Driver'), which are no CUDA device (smCount 0) and ran nothing.
@@ -184,6 +184,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     if keep_raw:
         raw = (activity.filter(pl.col("rank").is_not_null())
                .with_columns(pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))
+               .with_columns(pl.col("category").cast(pl.Utf8))
                .with_columns(pl.when(pl.col("kind") == _KIND["kernel"]).then(pl.col("name"))
                              .otherwise(pl.col("category")).alias("name"))
                .with_columns(pl.col("short_id").replace_strict(names, default=None, return_dtype=pl.Utf8)
@@ -208,9 +209,9 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
                                     "os": env_rows.get("OsDescription")}.items() if v},
         warnings=tuple(warnings),
         raw_events=raw,
-        events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns"),
-        kernel_steps=kernel_steps(events.filter(pl.col("kind") == _KIND["kernel"]).with_columns(
-            pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))),
+        events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", pl.col("category").cast(pl.Utf8),
+                                                                  "start_ns", "end_ns"),
+        kernel_steps=kernels,
     )
 
 
@@ -484,13 +485,15 @@ def _categorise(activity: pl.DataFrame, names: dict[int, str], copy_names: dict[
     kernel_ids = activity.filter(kind == _KIND["kernel"])["name_id"].drop_nulls().unique().to_list()
     kernel_cat = {i: rules.classify(names.get(i, "")) for i in kernel_ids}
     copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
+    # An Enum (a small integer per activity) until a chunk or an output needs the text.
+    enum = pl.Enum(sorted({*kernel_cat.values(), *copy_cat.values(), "memset", "cuda_graph", "other"}))
     return activity.with_columns(
         pl.when(kind == _KIND["kernel"])
-        .then(pl.col("name_id").replace_strict(kernel_cat, default="other", return_dtype=pl.Utf8))
-        .when(kind == _KIND["memset"]).then(pl.lit("memset"))
-        .when(kind == _KIND["graph"]).then(pl.lit("cuda_graph"))
-        .otherwise(pl.col("copy_kind").replace_strict(copy_cat, default="other", return_dtype=pl.Utf8))
-        .fill_null("other")
+        .then(pl.col("name_id").replace_strict(kernel_cat, default="other", return_dtype=enum))
+        .when(kind == _KIND["memset"]).then(pl.lit("memset", dtype=enum))
+        .when(kind == _KIND["graph"]).then(pl.lit("cuda_graph", dtype=enum))
+        .otherwise(pl.col("copy_kind").replace_strict(copy_cat, default="other", return_dtype=enum))
+        .fill_null(pl.lit("other", dtype=enum))
         .alias("category"))
 
 
@@ -559,11 +562,22 @@ def _ranks(activity: pl.DataFrame, environ: dict[str, str], thread_ranks: dict[i
 
 # --- frames ------------------------------------------------------------------------------
 
-def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool):
-    events = events.filter(pl.col("rank").is_not_null())
-    spans = events.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
-                                               pl.col("end_ns").max().alias("span_end_ns"))
-    rows, per_step = anatomy_rows(events.select("rank", "step", "category", "start_ns", "end_ns"), spans)
+def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool,
+             names: dict[int, str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(rows, steps, kernel_steps). Every number is per (rank, step), so the interval arithmetic runs over chunks
+    of whole (rank, step) groups: its intermediates follow the chunk, not the capture."""
+    events = events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns",
+                                                                "kind", "name_id")
+    parts = []
+    for chunk in _step_chunks(events):
+        chunk = chunk.with_columns(pl.col("category").cast(pl.Utf8))
+        spans = chunk.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
+                                                  pl.col("end_ns").max().alias("span_end_ns"))
+        rows, per_step = anatomy_rows(chunk.select("rank", "step", "category", "start_ns", "end_ns"), spans)
+        kernels = kernel_steps(chunk.filter(pl.col("kind") == _KIND["kernel"]).with_columns(
+            pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name")))
+        parts.append((rows, per_step, spans, kernels))
+    rows, per_step, spans, kernels = (pl.concat([p[i] for p in parts]) for i in range(4))
     if has_steps:
         markers = (step_ranges.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None,
                                                                              return_dtype=pl.Int32).alias("rank"))
@@ -581,7 +595,34 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
     warm = steps.select("rank", "step", "warmup")
     rows = rows.join(warm, on=["rank", "step"], how="left", nulls_equal=True).with_columns(pl.col("warmup").fill_null(False))
     return (rows.select([pl.col(c).cast(t) for c, t in ANATOMY_ROW_SCHEMA.items()]).sort("rank", "step", "category"),
-            steps.select([pl.col(c).cast(t) for c, t in ANATOMY_STEP_SCHEMA.items()]).sort("rank", "step"))
+            steps.select([pl.col(c).cast(t) for c, t in ANATOMY_STEP_SCHEMA.items()]).sort("rank", "step"),
+            kernels)
+
+
+_CHUNK_EVENTS = 1 << 20  # activities per interval-arithmetic chunk (whole (rank, step) groups)
+
+
+def _step_chunks(events: pl.DataFrame):
+    """`events` cut into slices of whole (rank, step) groups of about _CHUNK_EVENTS activities each, at least
+    two groups per slice: polars divides a one-row column by a literal exactly but a longer one through the
+    reciprocal (1 ulp apart), so a one-group slice would give milliseconds a bit off the unchunked ones."""
+    if events.height <= _CHUNK_EVENTS:
+        yield events
+        return
+    events = events.sort("rank", "step", nulls_last=True)
+    group_ends = events.group_by("rank", "step", maintain_order=True).len()["len"].cum_sum().to_numpy()
+    # Cut after the group in which each multiple of the chunk size falls.
+    wanted = np.searchsorted(group_ends, np.arange(_CHUNK_EVENTS, events.height, _CHUNK_EVENTS), side="left") + 1
+    n = len(group_ends)
+    bounds = [0]  # group indices: slice i holds groups bounds[i] .. bounds[i + 1] - 1
+    for end in [*sorted(set(wanted.tolist())), n]:
+        if end - bounds[-1] >= 2:
+            bounds.append(end)
+    if bounds[-1] != n:  # a last single group joins the slice before it (or is the only one)
+        bounds[-1:] = [n] if len(bounds) > 1 else [0, n]
+    rows = [0, *group_ends[[g - 1 for g in bounds[1:]]].tolist()]
+    for lo, hi in zip(rows, rows[1:]):
+        yield events.slice(lo, hi - lo)
 
 
 def _nvtx_frame(ranges: pl.DataFrame, rank_of: dict) -> pl.DataFrame:

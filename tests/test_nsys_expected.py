@@ -1,11 +1,12 @@
 """The nsys parser's every output pinned on every real export (issue 15 item 4: the one-pass ingest must give
 the numbers the previous implementation gave, to the last bit).
 
-tests/data/gpu/nsys_expected.json was written by the implementation before the one-pass rewrite
-(DuckDB correlation + ASOF join, probe scans) with `python tests/test_nsys_expected.py --write`, run against
-that code: per export, the anatomy rows and steps in full (floats as JSON writes them: exact), every scalar
-field and warning, and a SHA-256 of the sorted NVTX, per-activity (`events`, `raw_events`) frames and of the
-captured environment (those run to megabytes on the exports with 17,000 NVTX range names).
+tests/data/gpu/nsys_expected.json was written by the implementation before the one-pass rewrite (commit
+d350a84: DuckDB correlation + ASOF join, probe scans) with `python tests/test_nsys_expected.py --write` run
+against that code: per export, the anatomy rows and steps in full (floats as JSON writes them: exact), every
+scalar field and warning, and a SHA-256 of the sorted NVTX, per-activity (`events`, `raw_events`) and
+per-kernel-name (`kernel_steps`) frames and of the captured environment (the NVTX frames alone run to
+megabytes on the exports with 17,000 range names).
 The exports cover CUDA-graph replays traced per graph and per node, duplicate runtime rows (saxpy's
 cudaLaunchKernel_v7000), several GPUs and processes, NVTX steps on other threads than the launches, exports
 without steps, memcpy, memset or NVTX, and nsys versions from 2021 to 2026.
@@ -49,7 +50,7 @@ def snapshot(a) -> dict:
     """Everything parse() returns, in a form JSON holds exactly."""
     return {
         "rows": _frame(a.rows), "steps": _frame(a.steps), "nvtx": _digest(a.nvtx),
-        "events": _digest(a.events), "raw_events": _digest(a.raw_events),
+        "events": _digest(a.events), "raw_events": _digest(a.raw_events), "kernel_steps": _digest(a.kernel_steps),
         "scalars": {k: getattr(a, k) for k in ("source_format", "schema_version", "step_marker", "attribution",
                                                "unattributed", "gpu_model", "gpu_count", "world_size",
                                                "ranks_traced", "gpus_on_host", "software")},
@@ -87,6 +88,17 @@ def test_every_export_is_pinned(expected):
 
 @pytest.mark.parametrize("name", EXPORTS)
 def test_parse_equals_the_previous_implementation(name, expected, tmp_path):
+    got, want = _parse(name, tmp_path), expected[name]
+    for key in want:
+        assert got[key] == want[key], f"{name}: {key} differs"
+
+
+@pytest.mark.parametrize("name", ["gpu/fsdp2_2gpu_nsys.sqlite.gz", "gpu/cudagraph/graphs_nsys_node.sqlite.gz",
+                                  "realdata/mfu_2gpu_after.sqlite"])
+def test_chunked_interval_arithmetic_gives_the_same_numbers(name, expected, tmp_path, monkeypatch):
+    """Captures past nsys._CHUNK_EVENTS activities are computed in chunks of whole (rank, step) groups;
+    with a chunk of 1,000 these exports take dozens of chunks, cut inside ranks."""
+    monkeypatch.setattr(nsys, "_CHUNK_EVENTS", 1000)
     got, want = _parse(name, tmp_path), expected[name]
     for key in want:
         assert got[key] == want[key], f"{name}: {key} differs"
