@@ -145,6 +145,18 @@ def intersection_ns(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.Dat
     return key_rows.with_columns(pl.Series("both_ns", total, dtype=pl.Int64)).filter(pl.col("both_ns") > 0)
 
 
+def _spans_cover(ev: pl.DataFrame, sp: pl.DataFrame) -> bool:
+    """Whether clipping to the spans would change nothing: every event has positive length and lies inside
+    the span of its (rank, step), which exists."""
+    if ev.height == 0:
+        return False
+    bounds = ev.group_by(_KEYS).agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"),
+                                    (pl.col("end_ns") <= pl.col("start_ns")).any().alias("empty"))
+    inside = bounds.join(sp, on=_KEYS, how="inner", nulls_equal=True).filter(
+        ~pl.col("empty") & (pl.col("span_start_ns") <= pl.col("lo")) & (pl.col("hi") <= pl.col("span_end_ns")))
+    return inside.height == bounds.height
+
+
 def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per (rank, step): time by category (union), idle inside the span, exposed comm.
 
@@ -162,21 +174,29 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
     hidden = intersection_ns(comm, compute, _KEYS)
     sp = spans.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
     # Busy time inside the span only, so idle never goes negative when work spills past the marker.
-    clipped = (
-        ev.join(sp, on=_KEYS, how="inner", nulls_equal=True)
-        .with_columns(pl.max_horizontal("start_ns", "span_start_ns").alias("start_ns"),
-                      pl.min_horizontal("end_ns", "span_end_ns").alias("end_ns"))
-        .filter(pl.col("end_ns") > pl.col("start_ns"))
-    )
-    busy_in_span = union_ns(clipped, _KEYS).rename({"union_ns": "busy_in_span_ns"})
+    if _spans_cover(ev, sp):
+        # Nothing to clip (nsys: the span is the step's own work): the unions above are the in-span ones.
+        c_in = compute
+        busy_in_span = busy.rename({"union_ns": "busy_in_span_ns"})
+        m_union, cm = comm_union.rename({"comm_ns": "m_ns"}), hidden.rename({"both_ns": "cm_ns"})
+    else:
+        clipped = (
+            ev.join(sp, on=_KEYS, how="inner", nulls_equal=True)
+            .with_columns(pl.max_horizontal("start_ns", "span_start_ns").alias("start_ns"),
+                          pl.min_horizontal("end_ns", "span_end_ns").alias("end_ns"))
+            .filter(pl.col("end_ns") > pl.col("start_ns"))
+        )
+        busy_in_span = union_ns(clipped, _KEYS).rename({"union_ns": "busy_in_span_ns"})
+        c_in = clipped.filter(pl.col("category").is_in(COMPUTE_CATEGORIES))
+        m_in = clipped.filter(pl.col("category").is_in(COMM_CATEGORIES))
+        m_union = union_ns(m_in, _KEYS).rename({"union_ns": "m_ns"})
+        cm = intersection_ns(m_in, c_in, _KEYS).rename({"both_ns": "cm_ns"})
     # The non-overlapping decomposition of the span (issue 16): compute only + communication hidden under
     # compute + exposed communication + memory work under neither + idle = the span, exactly.
-    c_in = clipped.filter(pl.col("category").is_in(COMPUTE_CATEGORIES))
-    m_in = clipped.filter(pl.col("category").is_in(COMM_CATEGORIES))
     part = (sp.select(*_KEYS)
             .join(union_ns(c_in, _KEYS).rename({"union_ns": "c_ns"}), on=_KEYS, how="left", nulls_equal=True)
-            .join(union_ns(m_in, _KEYS).rename({"union_ns": "m_ns"}), on=_KEYS, how="left", nulls_equal=True)
-            .join(intersection_ns(m_in, c_in, _KEYS).rename({"both_ns": "cm_ns"}), on=_KEYS, how="left", nulls_equal=True)
+            .join(m_union, on=_KEYS, how="left", nulls_equal=True)
+            .join(cm, on=_KEYS, how="left", nulls_equal=True)
             .join(busy_in_span, on=_KEYS, how="left", nulls_equal=True)
             .with_columns(pl.col("c_ns", "m_ns", "cm_ns", "busy_in_span_ns").fill_null(0))
             .with_columns(((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
