@@ -189,7 +189,7 @@ def _gpus_on_host(traces: list[Trace]) -> int | None:
 def _gpu_model(t: Trace) -> str | None:
     props = t.meta.get("deviceProperties")
     props = [p for p in props if isinstance(p, dict) and p.get("name")] if isinstance(props, list) else []
-    used = {d for d in t.gpu["device"] if d is not None}
+    used = set(t.gpu["device"].drop_nulls().to_list())
     for p in props:
         if _small_int(p.get("id")) and p.get("id") in used:
             return str(p["name"])
@@ -218,19 +218,14 @@ def _frames(t: Trace, rank: int) -> tuple[pl.DataFrame, ...]:
     base = _time_base(t)
     r = pl.lit(rank, dtype=pl.Int32).alias("rank")
     dur_ns = (pl.col("dur") * 1000).round().cast(pl.Int64).clip(lower_bound=0)
-    gpu = (pl.DataFrame(t.gpu, schema={"name": pl.Utf8, "kind": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64,
-                                       "device": pl.Int64, "stream": pl.Int64, "corr": pl.Int64}, strict=False)
-           .select(r, "name", "kind", _ns("ts", base).alias("start_ns"), (_ns("ts", base) + dur_ns).alias("end_ns"),
-                   "device", "stream", "corr"))
-    launch = (pl.DataFrame(t.launch, schema={"corr": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64}, strict=False)
-              .select(r, "corr", pl.col("pid").alias("l_pid"), _ns("ts", base).alias("l_ns"))
+    gpu = t.gpu.select(r, "name", "kind", _ns("ts", base).alias("start_ns"), (_ns("ts", base) + dur_ns).alias("end_ns"),
+                       "device", "stream", "corr")
+    launch = (t.launch.select(r, "corr", pl.col("pid").alias("l_pid"), _ns("ts", base).alias("l_ns"))
               .unique(["rank", "corr"], keep="first"))
-    steps = (pl.DataFrame(t.step, schema={"step": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64})
-             .select(r, "step", "pid", _ns("ts", base).alias("start_ns"), dur_ns.alias("dur_ns"))
+    steps = (t.step.select(r, "step", "pid", _ns("ts", base).alias("start_ns"), dur_ns.alias("dur_ns"))
              .with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
              .sort("start_ns").unique(["rank", "step"], keep="first", maintain_order=True))
-    notes = (pl.DataFrame(t.note, schema={"name": pl.Utf8, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64})
-             .select(r, "name", "pid", _ns("ts", base).alias("start_ns"), dur_ns.alias("dur_ns")))
+    notes = t.note.select(r, "name", "pid", _ns("ts", base).alias("start_ns"), dur_ns.alias("dur_ns"))
     return gpu, launch, steps, notes
 
 

@@ -1,11 +1,17 @@
 """Streaming reader for PyTorch profiler (Kineto) Chrome traces: keeps only the events the anatomy needs.
 
 FORMATS.md: traces of hundreds of MB are common (HTA #250 needed 950 GB for 200 GB in memory), so the
-file is streamed in blocks, split into events at the separator the writer used between top-level
-events, and only events whose category the anatomy needs are JSON-decoded (GPU kernels, memcpy,
-memset; runtime/driver launches, for correlation; user annotations; ProfilerStep#N). A split that
-falls inside a string or nested object leaves a fragment that does not decode: it is joined to the
-next piece and retried, so odd layouts cost speed, never correctness.
+file is streamed in blocks of whole events (cut at the separator the writer used between top-level
+events) and nothing but the kept columns outlives a block. Each block is decoded in one msgspec call
+into a typed struct holding only the fields the anatomy reads (category, name, pid, ts, dur and three
+args): every other key is skipped in C, no Python object is built for it, and picking the kept events
+(GPU kernels, memcpy, memset; runtime/driver launches, for correlation; user annotations;
+ProfilerStep#N) is a few list comprehensions per block, not a Python call per event.
+
+A block that does not decode that way (a split inside a string or nested object, or a field of an
+unexpected type) sends the file to the reference path: each needed event decoded on its own, a
+fragment that does not decode joined to the next piece and retried, and a damaged value named. Odd
+layouts cost speed, never correctness; both paths keep the same columns (tests/test_kineto_stream.py).
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
+import numpy as np
+import polars as pl
+
 from receipts.errors import InputError
 
 try:  # optional: about 2x faster decoding of the kept events
@@ -29,6 +39,15 @@ except ImportError:  # pragma: no cover
     _loads = json.loads  # orjson is a dependency; this is the fallback when its wheel is missing
     _DecodeError = (json.JSONDecodeError, UnicodeDecodeError)
 
+try:  # ISA-L's inflate: 3x zlib's on these traces; gzip is the fallback when its wheel is missing
+    from isal import igzip as _gzip
+    from isal.isal_zlib import error as _IsalError
+
+    _GzipError: tuple[type[Exception], ...] = (EOFError, OSError, zlib.error, _IsalError)
+except ImportError:  # pragma: no cover
+    _gzip = gzip  # type: ignore[assignment]
+    _GzipError = (EOFError, OSError, zlib.error)
+
 _BLOCK_BYTES = 8 << 20
 _MAX_JOINS = 256  # fragments re-joined before an undecodable event is called corrupt
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
@@ -37,47 +56,106 @@ _CAT = re.compile(rb'"cat"\s*:\s*"([^"]*)"')
 # cudaLaunchKernelExC (newer GPUs, HTA #61), cuLaunchKernel(Ex), hip(Ext)(Module)LaunchKernel,
 # cudaGraphLaunch, cudaLaunchCooperativeKernel, cudaMemcpy*/cudaMemset* (their gpu_memcpy/memset).
 _LAUNCH = re.compile(rb'"name"\s*:\s*"[^"]*(Launch|Memcpy|Memset|memcpy|memset)')
-_GPU_CATS = {b"kernel": "kernel", b"gpu_memcpy": "memcpy", b"gpu_memset": "memset",
-             b"Kernel": "kernel", b"Memcpy": "memcpy", b"Memset": "memset"}  # capitalised: Kineto ~2021
+_LAUNCH_NAME = re.compile(r"Launch|Memcpy|Memset|memcpy|memset")
+_GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
+             "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}  # capitalised: Kineto ~2021
+_GPU_CATS = {k.encode(): v for k, v in _GPU_KIND.items()}
 _LAUNCH_CATS = {b"cuda_runtime", b"cuda_driver", b"Runtime"}
 _STEP_CATS = {b"cpu_op", b"user_annotation", b"Operator"}
+_LAUNCH_STR = {c.decode() for c in _LAUNCH_CATS}
+_STEP_STR = {c.decode() for c in _STEP_CATS}
+_WANTED = {*_GPU_KIND, *_LAUNCH_STR, "user_annotation"}  # the categories a block keeps (ProfilerStep#N apart)
 # Categories only Kineto writes; a Chrome trace without any of them (and without Kineto's top-level
 # keys) is another tool's trace and is refused rather than read as an empty profile.
 _KINETO_CATS = {b"cpu_op", b"user_annotation", b"gpu_user_annotation", b"cuda_runtime", b"cuda_driver",
                 b"kernel", b"gpu_memcpy", b"gpu_memset", b"python_function", b"ac2g", b"Operator",
                 b"Runtime", b"Kernel", b"Trace"}
 _KINETO_CAT = re.compile(rb'"cat"\s*:\s*"(' + b"|".join(sorted(_KINETO_CATS)) + rb')"')
-# Where an event the anatomy needs may be: its category (ProfilerStep#N names are found apart).
-_NEEDED_CATS = rb'(kernel|gpu_memcpy|gpu_memset|Kernel|Memcpy|Memset|cuda_runtime|cuda_driver|Runtime|user_annotation)"'
-_NEEDED = re.compile(rb'"cat"\s*:\s*"' + _NEEDED_CATS)
-_NEEDED_KINETO = re.compile(rb'"cat": "' + _NEEDED_CATS)
 KINETO_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
 _STEP_NAME = re.compile(r"^ProfilerStep\s*#\s*(\d{1,18})$")
+
+# The kept columns, one table each; ts/dur stay float microseconds as the trace wrote them.
+GPU_SCHEMA = {"name": pl.Utf8, "kind": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64,
+              "device": pl.Int64, "stream": pl.Int64, "corr": pl.Int64}
+LAUNCH_SCHEMA = {"corr": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64}
+STEP_SCHEMA = {"step": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64}
+NOTE_SCHEMA = {"name": pl.Utf8, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64}
+_SCHEMAS = {"gpu": GPU_SCHEMA, "launch": LAUNCH_SCHEMA, "step": STEP_SCHEMA, "note": NOTE_SCHEMA}
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The args the anatomy reads; any type is accepted here and judged per kept event (_ids)."""
+
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    """One trace event as a block decodes it: every other key is skipped without building an object.
+
+    gc=False: decoded JSON cannot form a reference cycle, and tracking 10^5 structs a block made the
+    collector run over them again and again (half the decode time)."""
+
+    cat: str = ""
+    name: str = ""
+    pid: Any = None
+    ts: float | None = None
+    dur: float | None = None
+    args: _Args | None = None
+
+
+_BLOCK = msgspec.json.Decoder(list[_Event])
+_NO_ARGS = _Args()
 
 
 @dataclass
 class Trace:
-    """What one file leaves after streaming: metadata and the kept events, column-wise."""
+    """What one file leaves after streaming: metadata and the kept events, one frame per table."""
 
     path: Path
     meta: dict = field(default_factory=dict)
-    gpu: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("name", "kind", "ts", "dur", "device", "stream", "corr")})
-    launch: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("corr", "pid", "ts")})
-    step: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("step", "pid", "ts", "dur")})
-    note: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("name", "pid", "ts", "dur")})
+    gpu: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=GPU_SCHEMA))
+    launch: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=LAUNCH_SCHEMA))
+    step: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEP_SCHEMA))
+    note: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NOTE_SCHEMA))
     kineto_events: int = 0
+    healed: bool = False  # True when a block needed the reference (per-event) path
+
+
+class _Kept:
+    """The kept columns while a file streams: whole blocks as frames, single events as rows until flushed."""
+
+    def __init__(self) -> None:
+        self.frames: dict[str, list[pl.DataFrame]] = {t: [] for t in _SCHEMAS}
+        self.rows: dict[str, dict[str, list]] = {t: {c: [] for c in s} for t, s in _SCHEMAS.items()}
+
+    def add(self, table: str, columns: dict[str, Any]) -> None:
+        if len(next(iter(columns.values()))):
+            self.frames[table].append(pl.DataFrame(columns, schema=_SCHEMAS[table], strict=False))
+
+    def flush(self) -> None:
+        for table, columns in self.rows.items():
+            self.add(table, columns)
+            self.rows[table] = {c: [] for c in columns}
+
+    def into(self, trace: Trace) -> None:
+        self.flush()
+        for table, frames in self.frames.items():
+            if frames:
+                setattr(trace, table, pl.concat(frames, how="vertical", rechunk=True))
 
 
 def _open(path: Path):
     with open(path, "rb") as f:
         magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    return _gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
 def _read(stream, path: Path) -> bytes:
     try:
         return stream.read(_BLOCK_BYTES)
-    except (EOFError, OSError, zlib.error) as exc:
+    except _GzipError as exc:
         raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a complete "
                                "PyTorch profiler trace (.pt.trace.json.gz)") from exc
 
@@ -96,11 +174,15 @@ def _json_object(text: bytes, path: Path, what: str) -> dict:
 _MAX_US = 9.0e15
 
 
+def _bad_time(path: Path, name: object, key: str, value: object) -> InputError:
+    return InputError(path, f"event {str(name)[:60]!r} has {key!r} = {str(value)[:40]}; "
+                            "expected a finite number of microseconds (a damaged trace?)")
+
+
 def _microseconds(trace: Trace, ev: dict, key: str) -> float:
     value = ev[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not -_MAX_US < value < _MAX_US:
-        raise InputError(trace.path, f"event {str(ev.get('name', ''))[:60]!r} has {key!r} = {str(value)[:40]}; "
-                                     "expected a finite number of microseconds (a damaged trace?)")
+        raise _bad_time(trace.path, ev.get("name", ""), key, value)
     return float(value)
 
 
@@ -109,8 +191,18 @@ def _id(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63 else None
 
 
-def _take(trace: Trace, ev: dict) -> None:
-    """Keep the fields the anatomy needs from one decoded event."""
+def _ids(values: list) -> list | pl.Series:
+    """_id over a column: one C-level type check when every value is an int64 or null (real traces)."""
+    if set(map(type, values)) <= {int, type(None)}:
+        try:
+            return pl.Series(values, dtype=pl.Int64)
+        except (OverflowError, TypeError, pl.exceptions.PolarsError):
+            pass  # an integer past int64: judged one by one below
+    return [_id(v) for v in values]
+
+
+def _take(kept: _Kept, trace: Trace, ev: dict) -> None:
+    """Reference path: keep the fields the anatomy needs from one decoded event."""
     args = ev.get("args")
     args = args if isinstance(args, dict) else {}
     cat = str(ev.get("cat", "")).encode()
@@ -120,7 +212,7 @@ def _take(trace: Trace, ev: dict) -> None:
     name = str(ev.get("name", ""))
     kind = _GPU_CATS.get(cat)
     if kind is not None:
-        g = trace.gpu
+        g = kept.rows["gpu"]
         g["name"].append(name)
         g["kind"].append(kind)
         g["ts"].append(float(ts))
@@ -131,58 +223,88 @@ def _take(trace: Trace, ev: dict) -> None:
         return
     step = _STEP_NAME.match(name)
     if step is not None and cat in _STEP_CATS:
-        s = trace.step
+        s = kept.rows["step"]
         s["step"].append(int(step.group(1)))
         s["pid"].append(str(ev.get("pid")))
         s["ts"].append(float(ts))
         s["dur"].append(float(dur))
     elif cat == b"user_annotation":
-        n = trace.note
+        n = kept.rows["note"]
         n["name"].append(name)
         n["pid"].append(str(ev.get("pid")))
         n["ts"].append(float(ts))
         n["dur"].append(float(dur))
     elif cat in _LAUNCH_CATS and _id(args.get("correlation")) is not None:
-        la = trace.launch
+        la = kept.rows["launch"]
         la["corr"].append(_id(args["correlation"]))
         la["pid"].append(str(ev.get("pid")))
         la["ts"].append(float(ts))
 
 
 class _Layout(Exception):
-    """The fast scan met a piece that is not one whole event: redo the file with the healing scan."""
+    """The fast scan met a block it cannot take whole: redo the file with the reference path."""
 
 
-def _scan_fast(trace: Trace, region: bytes, sep: bytes) -> None:
-    """Find the needed events by regex over a block of whole events; decode only those."""
+def _timed(events: list[_Event], path: Path) -> list[_Event]:
+    """The events with both ts and dur (others carry no interval), each checked like _microseconds."""
+    events = [e for e in events if e.ts is not None and e.dur is not None]
+    if events:
+        ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
+        dur = np.fromiter((e.dur for e in events), dtype=np.float64, count=len(events))
+        bad = ~((np.abs(ts) < _MAX_US) & (np.abs(dur) < _MAX_US))  # NaN compares False: bad too
+        if bad.any():
+            e = events[int(np.argmax(bad))]
+            key = "ts" if not abs(e.ts) < _MAX_US else "dur"  # type: ignore[arg-type]
+            raise _bad_time(path, e.name, key, getattr(e, key))
+    return events
+
+
+def _scan_block(kept: _Kept, trace: Trace, region: bytes) -> None:
+    """Decode a block of whole events in one call; keep the needed ones column-wise."""
     if not trace.kineto_events and _KINETO_CAT.search(region):
         trace.kineto_events = 1
-    # Kineto writes '"cat": "x"' everywhere; a literal prefix lets the regex engine skip ahead (2x).
-    uniform = region.count(b'"cat"') == region.count(b'"cat": "')
-    hits = [(m.start(), m.end(), m.group(1)) for m in (_NEEDED_KINETO if uniform else _NEEDED).finditer(region)]
-    at = region.find(b'"ProfilerStep')
-    while at >= 0:
-        hits.append((at, at + 13, None))
-        at = region.find(b'"ProfilerStep', at + 13)
-    seen = set()
-    for first, last, cat in hits:
-        start = region.rfind(sep, 0, first)
-        start = 0 if start < 0 else start + len(sep)
-        if start in seen:
-            continue  # a ProfilerStep user_annotation is found twice
-        seen.add(start)
-        end = region.find(sep, last)
-        piece = region[start:] if end < 0 else region[start:end]
-        if cat in _LAUNCH_CATS and _LAUNCH.search(piece) is None:
-            continue
-        try:
-            _take(trace, _loads(b"{" + piece + b"}"))
-        except _DecodeError as exc:
-            raise _Layout from exc
+    try:
+        events = _BLOCK.decode(b"[{" + region + b"}]")
+    except msgspec.DecodeError as exc:  # ValidationError included: a field of an unexpected type
+        raise _Layout from exc
+    wanted = [e for e in events if e.cat in _WANTED]
+    if b'"ProfilerStep' in region:  # ProfilerStep#N is a cpu_op (or user_annotation) on the CPU side
+        steps = [e for e in events if e.cat in _STEP_STR and e.name.startswith("ProfilerStep") and _STEP_NAME.match(e.name)]
+    else:
+        steps = []
+    path = trace.path
+    gpu = _timed([e for e in wanted if e.cat in _GPU_KIND], path)
+    steps = _timed(steps, path)
+    notes = [e for e in wanted if e.cat == "user_annotation"]
+    marker = {n for n in {e.name for e in notes} if _STEP_NAME.match(n)}  # a regex per name, not per event
+    notes = _timed([e for e in notes if e.name not in marker] if marker else notes, path)
+    launch = [e for e in wanted if e.cat in _LAUNCH_STR]
+    launcher = {n for n in {e.name for e in launch} if _LAUNCH_NAME.search(n)}
+    launch = _timed([e for e in launch if e.name in launcher], path)
+    if gpu:
+        args = [e.args or _NO_ARGS for e in gpu]
+        kept.add("gpu", {"name": [e.name for e in gpu], "kind": [_GPU_KIND[e.cat] for e in gpu],
+                         "ts": [e.ts for e in gpu], "dur": [e.dur for e in gpu],
+                         "device": _ids([a.device for a in args]), "stream": _ids([a.stream for a in args]),
+                         "corr": _ids([a.correlation for a in args])})
+    if steps:
+        kept.add("step", {"step": [int(_STEP_NAME.match(e.name).group(1)) for e in steps],  # type: ignore[union-attr]
+                          "pid": list(map(str, (e.pid for e in steps))),
+                          "ts": [e.ts for e in steps], "dur": [e.dur for e in steps]})
+    if notes:
+        kept.add("note", {"name": [e.name for e in notes], "pid": list(map(str, (e.pid for e in notes))),
+                          "ts": [e.ts for e in notes], "dur": [e.dur for e in notes]})
+    if launch:
+        corr = _ids([(e.args or _NO_ARGS).correlation for e in launch])
+        has = [c is not None for c in corr]
+        if not all(has):
+            launch = [e for e, h in zip(launch, has) if h]
+            corr = [c for c in corr if c is not None]
+        kept.add("launch", {"corr": corr, "pid": list(map(str, (e.pid for e in launch))), "ts": [e.ts for e in launch]})
 
 
-def _keep(trace: Trace, piece: bytes) -> bool:
-    """Healing scan: decode one piece if needed; False when it is not a whole event (join it to the next)."""
+def _keep(kept: _Kept, trace: Trace, piece: bytes) -> bool:
+    """Reference path: decode one piece if needed; False when it is not a whole event (join it to the next)."""
     m = _CAT.search(piece)
     if m is None:
         return True  # metadata ('M') and instant events without a category: nothing to keep
@@ -193,22 +315,28 @@ def _keep(trace: Trace, piece: bytes) -> bool:
               or cat == b"user_annotation" or (cat in _STEP_CATS and b"ProfilerStep" in piece))
     if needed:
         try:
-            _take(trace, _loads(b"{" + piece + b"}"))
+            _take(kept, trace, _loads(b"{" + piece + b"}"))
         except _DecodeError:
             return False
     return True
 
 
-def stream_trace(path: Path) -> Trace:
-    """Stream one trace file; header/footer keys into meta, kept events into columns."""
-    try:
-        return _stream_once(path, fast=True)
-    except _Layout:
-        return _stream_once(path, fast=False)
+def stream_trace(path: Path, *, fast: bool = True) -> Trace:
+    """Stream one trace file; header/footer keys into meta, kept events into frames.
+
+    fast=False forces the reference path (every needed event decoded on its own) for the equality tests."""
+    if fast:
+        try:
+            return _stream_once(path, fast=True)
+        except _Layout:
+            pass
+    trace = _stream_once(path, fast=False)
+    trace.healed = True
+    return trace
 
 
 def _stream_once(path: Path, *, fast: bool) -> Trace:
-    trace = Trace(path)
+    trace, kept = Trace(path), _Kept()
     try:
         stream = _open(path)
     except OSError as exc:
@@ -238,27 +366,29 @@ def _stream_once(path: Path, *, fast: bool) -> Trace:
                 if fast:
                     cut = pending.rfind(sep)
                     if cut >= 0:
-                        _scan_fast(trace, pending[:cut], sep)
+                        _scan_block(kept, trace, pending[:cut])
                         pending = pending[cut + len(sep):]
                 else:
                     pieces = pending.split(sep)
                     pending = pieces.pop()
                     for piece in pieces:
                         piece = carry + piece
-                        carry, joins = (b"", 0) if _keep(trace, piece) else (piece + sep, joins + 1)
+                        carry, joins = (b"", 0) if _keep(kept, trace, piece) else (piece + sep, joins + 1)
                         if joins > _MAX_JOINS:  # not a split inside a string or nested object: corrupt
                             raise InputError(path, "a trace event is not valid JSON: " + repr(carry[:120])[2:-1])
+                    kept.flush()
                 if eof:
                     break
                 block = _read(stream, path)
                 eof = not block
                 pending += block
-            tail = _last_event(trace, carry + pending, path)
+            tail = _last_event(kept, trace, carry + pending, path)
     footer = tail.strip()
     if footer.startswith(b","):
         trace.meta.update(_json_object(b"{" + footer[1:], path, "the trailer after traceEvents"))
     elif footer != b"}":
         raise InputError(path, "unexpected text after the traceEvents array; expected the end of the trace object")
+    kept.into(trace)
     return trace
 
 
@@ -274,7 +404,7 @@ def _separator(body: bytes, path: Path) -> bytes:
     return ("}" + m.group(0)).encode() if m else b"\x00no-separator\x00"
 
 
-def _last_event(trace: Trace, rest: bytes, path: Path) -> bytes:
+def _last_event(kept: _Kept, trace: Trace, rest: bytes, path: Path) -> bytes:
     """Decode the final event and return what follows the array's closing bracket."""
     text = rest.decode("utf-8", "replace")
     try:
@@ -282,7 +412,7 @@ def _last_event(trace: Trace, rest: bytes, path: Path) -> bytes:
     except ValueError as exc:
         raise InputError(path, f"trace ends inside traceEvents ({str(exc)[:200]}); the file looks cut short") from exc
     if isinstance(ev, dict):
-        _take(trace, ev)
+        _take(kept, trace, ev)
         trace.kineto_events += str(ev.get("cat", "")).encode() in _KINETO_CATS
     m = re.match(r"\s*\]", text[end - 1:])
     if m is None:
