@@ -7,6 +7,9 @@ against HTA's TraceAnalysis load + get_temporal_breakdown + get_comm_comp_overla
 its own process (imports excluded) by `hta_reference.py --time-only`. Each side runs --repeat times
 and the best wall time is kept (the machine is shared: best-of is the least noisy estimate). CPU
 seconds are printed beside wall seconds: on a shared, loaded machine they are the steadier measure.
+Peak RSS per trace set: ours in a fresh process that parses only that set (`--rss-of FILE...`, beside
+the RSS of the same process after its imports, and the set's decompressed JSON size: the stream
+keeps a block and the kept columns, never the whole document), HTA's in its own --time-only process.
 The idle and overlap columns show both sides' numbers over HTA's window (tests/test_kineto.py
 hta_comparable); where they differ, the cause is a documented definitional difference (that module's
 docstring): negative_queue_length / trace_diff_test (HTA drops activities without a launch record),
@@ -16,6 +19,7 @@ fsdp2_2gpu_h200 (HTA's last-step cut-off at the GPU-side ProfilerStep copy).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -52,21 +56,63 @@ def ours_seconds(files: list[Path], repeat: int):
     return best, cpu, anatomy
 
 
+def _status_mib(key: str) -> float:
+    """VmRSS (now) or VmHWM (peak) of this process from /proc (Linux), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
+def rss_of(files: list[Path]) -> None:
+    """Child mode: parse one set in this fresh process; print its RSS after the imports and the peak while
+    parsing (the import-time peak is reset first through clear_refs, so it cannot hide the parser's)."""
+    rules = load_category_rules()
+    imports = _status_mib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # Linux >= 4.0: VmHWM := VmRSS
+    parse_files(files, rules=rules)
+    print(json.dumps({"imports_mib": imports, "peak_mib": _status_mib("VmHWM")}))
+
+
+def ours_rss(files: list[Path]) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--rss-of", *map(str, files)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def json_mb(files: list[Path]) -> float:
+    """Decompressed size of the set's JSON, streamed (what loading the whole document would hold as text)."""
+    total = 0
+    for f in files:
+        with gzip.open(f) if f.name.endswith(".gz") else open(f, "rb") as stream:
+            while chunk := stream.read(8 << 20):
+                total += len(chunk)
+    return total / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python")
+    parser.add_argument("--rss-of", nargs="+", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rss_of:
+        rss_of(args.rss_of)
+        return
+    print("command: " + " ".join([Path(sys.executable).name, *sys.argv]) + f"   (load average {os.getloadavg()[0]:.1f})")
     sys.path.insert(0, str(HERE.parent / "tests"))
     from test_kineto import hta_comparable  # the same comparison the golden tests make
 
-    print(f"{'trace set':22s} {'MB gz':>6s} {'ours s':>7s} {'HTA s':>7s} {'ratio':>6s} {'ours cpu':>8s} {'HTA cpu':>8s} "
-          f"{'ratio':>6s}  idle ms ours/HTA   overlap % ours/HTA")
+    print(f"{'trace set':22s} {'MB gz':>6s} {'MB json':>7s} {'ours s':>7s} {'HTA s':>7s} {'ratio':>6s} {'ours cpu':>8s} "
+          f"{'HTA cpu':>8s} {'ratio':>6s} {'RSS MiB ours (imports)':>22s} {'HTA':>5s}  idle ms ours/HTA   overlap % ours/HTA")
     total = [0.0, 0.0, 0.0, 0.0]
+    peaks: list[float] = []
     for name, files in TRACE_SETS.items():
         size_mb = sum(f.stat().st_size for f in files) / 1e6
         ours, ours_cpu, anatomy = ours_seconds(files, args.repeat)
         hta, hta_cpu, result = hta_seconds(args.hta_python, files, args.repeat)
+        rss = ours_rss(files)
+        peaks.append(rss["peak_mib"])
         total = [a + b for a, b in zip(total, (ours, hta, ours_cpu, hta_cpu))]
         cmp = [hta_comparable(anatomy, int(rank)) for rank in result["ranks"]]
         idle = sum(c["idle_us"] for c in cmp) / 1e3
@@ -74,10 +120,13 @@ def main() -> None:
         ov = [c["overlap_pct"] for c in cmp]
         hov = [r["comm_comp_overlap_pct"] for r in result["ranks"].values()]
         fmt = lambda xs: "/".join("-" if x is None else f"{x:.1f}" for x in xs)  # noqa: E731
-        print(f"{name:22s} {size_mb:6.2f} {ours:7.3f} {hta:7.3f} {hta / ours:5.1f}x {ours_cpu:8.3f} {hta_cpu:8.3f} "
-              f"{hta_cpu / ours_cpu:5.1f}x  {idle:8.1f}/{hta_idle:<8.1f}  {fmt(ov)}/{fmt(hov)}")
+        ours_mem = f"{rss['peak_mib']:.0f} ({rss['imports_mib']:.0f})"
+        print(f"{name:22s} {size_mb:6.2f} {json_mb(files):7.1f} {ours:7.3f} {hta:7.3f} {hta / ours:5.1f}x {ours_cpu:8.3f} "
+              f"{hta_cpu:8.3f} {hta_cpu / ours_cpu:5.1f}x {ours_mem:>22s} {result['max_rss_mib']:5.0f}  "
+              f"{idle:8.1f}/{hta_idle:<8.1f}  {fmt(ov)}/{fmt(hov)}")
     o, h, oc, hc = total
-    print(f"{'all':22s} {'':6s} {o:7.3f} {h:7.3f} {h / o:5.1f}x {oc:8.3f} {hc:8.3f} {hc / oc:5.1f}x")
+    print(f"{'all':22s} {'':6s} {'':7s} {o:7.3f} {h:7.3f} {h / o:5.1f}x {oc:8.3f} {hc:8.3f} {hc / oc:5.1f}x "
+          f"{'max ' + format(max(peaks), '.0f'):>22s}")
 
 
 if __name__ == "__main__":

@@ -98,7 +98,14 @@ def analyse(files: list[Path]) -> tuple[dict, float]:
                 "busy_time_gpu_cats_only_us": float((true_gpu["end"] - true_gpu["ts"]).sum()),
                 "iterations": [int(i) for i in analyzer.t.get_iterations(rank)],
             }
-    return {"ranks": ranks, "cpu_seconds": cpu_seconds}, seconds
+    return {"ranks": ranks, "cpu_seconds": cpu_seconds, "max_rss_mib": _max_rss_mib()}, seconds
+
+
+def _max_rss_mib() -> float:
+    """Peak RSS of this process or of the largest worker HTA forked to parse ranks (Linux: KiB)."""
+    import resource
+
+    return max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
 
 
 def _children_cpu() -> float:
@@ -129,6 +136,7 @@ def main() -> None:
     for name, files in TRACE_SETS.items():
         result, seconds = analyse(files)
         result.pop("cpu_seconds")
+        result.pop("max_rss_mib")
         golden = {"trace_set": name, "files": [f.name for f in files], "tool": f"HolisticTraceAnalysis {version}",
                   "command": "benchmarks/hta_reference.py", **result}
         (OUT / f"{name}.json").write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")

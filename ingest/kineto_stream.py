@@ -21,8 +21,10 @@ import json
 import re
 import zlib
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import msgspec
 import numpy as np
@@ -39,14 +41,15 @@ except ImportError:  # pragma: no cover
     _loads = json.loads  # orjson is a dependency; this is the fallback when its wheel is missing
     _DecodeError = (json.JSONDecodeError, UnicodeDecodeError)
 
-try:  # ISA-L's inflate: 3x zlib's on these traces; gzip is the fallback when its wheel is missing
-    from isal import igzip as _gzip
+_GzipError: tuple[type[Exception], ...] = (EOFError, OSError, zlib.error)
+_gzip_open: Callable[..., Any] = gzip.open
+try:  # ISA-L's inflate: 3x zlib's on these traces; gzip stays the fallback where its wheel is missing
+    from isal import igzip
     from isal.isal_zlib import error as _IsalError
 
-    _GzipError: tuple[type[Exception], ...] = (EOFError, OSError, zlib.error, _IsalError)
+    _gzip_open, _GzipError = igzip.open, (*_GzipError, cast(type[Exception], _IsalError))  # typed as an instance
 except ImportError:  # pragma: no cover
-    _gzip = gzip  # type: ignore[assignment]
-    _GzipError = (EOFError, OSError, zlib.error)
+    pass
 
 _BLOCK_BYTES = 8 << 20
 _MAX_JOINS = 256  # fragments re-joined before an undecodable event is called corrupt
@@ -149,7 +152,7 @@ class _Kept:
 def _open(path: Path):
     with open(path, "rb") as f:
         magic = f.read(2)
-    return _gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    return _gzip_open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
 def _read(stream, path: Path) -> bytes:
@@ -245,62 +248,71 @@ class _Layout(Exception):
     """The fast scan met a block it cannot take whole: redo the file with the reference path."""
 
 
-def _timed(events: list[_Event], path: Path) -> list[_Event]:
-    """The events with both ts and dur (others carry no interval), each checked like _microseconds."""
-    events = [e for e in events if e.ts is not None and e.dur is not None]
+_cat, _name, _pid, _ts, _dur, _args = (attrgetter(k) for k in ("cat", "name", "pid", "ts", "dur", "args"))
+
+
+def _having(events: list[_Event], test: Callable[[str], bool]) -> list[_Event]:
+    """The events whose category passes `test`, in order; map/compress keep the loop in C."""
+    return list(compress(events, map(test, map(_cat, events))))
+
+
+def _timed(events: list[_Event], path: Path) -> tuple[list[_Event], list[float], list[float]]:
+    """The events with both ts and dur (others carry no interval), each checked like _microseconds;
+    returned with their ts and dur columns."""
+    ts, dur = list(map(_ts, events)), list(map(_dur, events))
+    if None in ts or None in dur:
+        events = [e for e in events if e.ts is not None and e.dur is not None]
+        ts, dur = list(map(_ts, events)), list(map(_dur, events))
     if events:
-        ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
-        dur = np.fromiter((e.dur for e in events), dtype=np.float64, count=len(events))
-        bad = ~((np.abs(ts) < _MAX_US) & (np.abs(dur) < _MAX_US))  # NaN compares False: bad too
+        t, d = np.array(ts, dtype=np.float64), np.array(dur, dtype=np.float64)
+        bad = ~((np.abs(t) < _MAX_US) & (np.abs(d) < _MAX_US))  # NaN compares False: bad too
         if bad.any():
             e = events[int(np.argmax(bad))]
             key = "ts" if not abs(e.ts) < _MAX_US else "dur"  # type: ignore[arg-type]
             raise _bad_time(path, e.name, key, getattr(e, key))
-    return events
+    return events, ts, dur
 
 
-def _scan_block(kept: _Kept, trace: Trace, region: bytes) -> None:
-    """Decode a block of whole events in one call; keep the needed ones column-wise."""
-    if not trace.kineto_events and _KINETO_CAT.search(region):
+def _scan_block(kept: _Kept, trace: Trace, buf: bytearray, end: int) -> None:
+    """Decode buf[:end], a JSON array of whole events, in one call; keep the needed ones column-wise."""
+    if not trace.kineto_events and _KINETO_CAT.search(buf, 0, end):
         trace.kineto_events = 1
     try:
-        events = _BLOCK.decode(b"[{" + region + b"}]")
+        with memoryview(buf) as view, view[:end] as block:
+            events = _BLOCK.decode(block)
     except msgspec.DecodeError as exc:  # ValidationError included: a field of an unexpected type
         raise _Layout from exc
-    wanted = [e for e in events if e.cat in _WANTED]
-    if b'"ProfilerStep' in region:  # ProfilerStep#N is a cpu_op (or user_annotation) on the CPU side
-        steps = [e for e in events if e.cat in _STEP_STR and e.name.startswith("ProfilerStep") and _STEP_NAME.match(e.name)]
-    else:
-        steps = []
+    wanted = _having(events, _WANTED.__contains__)
     path = trace.path
-    gpu = _timed([e for e in wanted if e.cat in _GPU_KIND], path)
-    steps = _timed(steps, path)
-    notes = [e for e in wanted if e.cat == "user_annotation"]
-    marker = {n for n in {e.name for e in notes} if _STEP_NAME.match(n)}  # a regex per name, not per event
-    notes = _timed([e for e in notes if e.name not in marker] if marker else notes, path)
-    launch = [e for e in wanted if e.cat in _LAUNCH_STR]
-    launcher = {n for n in {e.name for e in launch} if _LAUNCH_NAME.search(n)}
-    launch = _timed([e for e in launch if e.name in launcher], path)
+    gpu, g_ts, g_dur = _timed(_having(wanted, _GPU_KIND.__contains__), path)
     if gpu:
-        args = [e.args or _NO_ARGS for e in gpu]
-        kept.add("gpu", {"name": [e.name for e in gpu], "kind": [_GPU_KIND[e.cat] for e in gpu],
-                         "ts": [e.ts for e in gpu], "dur": [e.dur for e in gpu],
-                         "device": _ids([a.device for a in args]), "stream": _ids([a.stream for a in args]),
-                         "corr": _ids([a.correlation for a in args])})
-    if steps:
-        kept.add("step", {"step": [int(_STEP_NAME.match(e.name).group(1)) for e in steps],  # type: ignore[union-attr]
-                          "pid": list(map(str, (e.pid for e in steps))),
-                          "ts": [e.ts for e in steps], "dur": [e.dur for e in steps]})
+        args = [a if a is not None else _NO_ARGS for a in map(_args, gpu)]
+        kept.add("gpu", {"name": list(map(_name, gpu)), "kind": list(map(_GPU_KIND.__getitem__, map(_cat, gpu))),
+                         "ts": g_ts, "dur": g_dur, "device": _ids(list(map(attrgetter("device"), args))),
+                         "stream": _ids(list(map(attrgetter("stream"), args))),
+                         "corr": _ids(list(map(attrgetter("correlation"), args)))})
+    if buf.find(b'"ProfilerStep', 0, end) >= 0:  # ProfilerStep#N: a cpu_op (or user_annotation) on the CPU side
+        steps = [e for e in _having(events, _STEP_STR.__contains__)
+                 if e.name.startswith("ProfilerStep") and _STEP_NAME.match(e.name)]
+        steps, s_ts, s_dur = _timed(steps, path)
+        if steps:
+            kept.add("step", {"step": [int(_STEP_NAME.match(n).group(1)) for n in map(_name, steps)],  # type: ignore[union-attr]
+                              "pid": list(map(str, map(_pid, steps))), "ts": s_ts, "dur": s_dur})
+    notes = _having(wanted, "user_annotation".__eq__)
+    marker = {n for n in set(map(_name, notes)) if _STEP_NAME.match(n)}  # a regex per name, not per event
+    notes, n_ts, n_dur = _timed([e for e in notes if e.name not in marker] if marker else notes, path)
     if notes:
-        kept.add("note", {"name": [e.name for e in notes], "pid": list(map(str, (e.pid for e in notes))),
-                          "ts": [e.ts for e in notes], "dur": [e.dur for e in notes]})
+        kept.add("note", {"name": list(map(_name, notes)), "pid": list(map(str, map(_pid, notes))),
+                          "ts": n_ts, "dur": n_dur})
+    launch = _having(wanted, _LAUNCH_STR.__contains__)
+    launcher = {n for n in set(map(_name, launch)) if _LAUNCH_NAME.search(n)}
+    launch, l_ts, _ = _timed([e for e in launch if e.name in launcher], path)
     if launch:
-        corr = _ids([(e.args or _NO_ARGS).correlation for e in launch])
-        has = [c is not None for c in corr]
-        if not all(has):
-            launch = [e for e, h in zip(launch, has) if h]
-            corr = [c for c in corr if c is not None]
-        kept.add("launch", {"corr": corr, "pid": list(map(str, (e.pid for e in launch))), "ts": [e.ts for e in launch]})
+        corr = _ids([(a if a is not None else _NO_ARGS).correlation for a in map(_args, launch)])
+        if any(c is None for c in corr):
+            has = [c is not None for c in corr]
+            launch, l_ts, corr = (list(compress(col, has)) for col in (launch, l_ts, corr))
+        kept.add("launch", {"corr": corr, "pid": list(map(str, map(_pid, launch))), "ts": l_ts})
 
 
 def _keep(kept: _Kept, trace: Trace, piece: bytes) -> bool:
@@ -361,28 +373,7 @@ def _stream_once(path: Path, *, fast: bool) -> Trace:
             if not body.startswith(b"{"):
                 raise InputError(path, "traceEvents is not an array of event objects")
             sep = _separator(body, path)
-            pending, carry, joins = body[1:], b"", 0
-            while True:
-                if fast:
-                    cut = pending.rfind(sep)
-                    if cut >= 0:
-                        _scan_block(kept, trace, pending[:cut])
-                        pending = pending[cut + len(sep):]
-                else:
-                    pieces = pending.split(sep)
-                    pending = pieces.pop()
-                    for piece in pieces:
-                        piece = carry + piece
-                        carry, joins = (b"", 0) if _keep(kept, trace, piece) else (piece + sep, joins + 1)
-                        if joins > _MAX_JOINS:  # not a split inside a string or nested object: corrupt
-                            raise InputError(path, "a trace event is not valid JSON: " + repr(carry[:120])[2:-1])
-                    kept.flush()
-                if eof:
-                    break
-                block = _read(stream, path)
-                eof = not block
-                pending += block
-            tail = _last_event(kept, trace, carry + pending, path)
+            tail = (_fast_events if fast else _reference_events)(kept, trace, stream, body, sep)
     footer = tail.strip()
     if footer.startswith(b","):
         trace.meta.update(_json_object(b"{" + footer[1:], path, "the trailer after traceEvents"))
@@ -390,6 +381,47 @@ def _stream_once(path: Path, *, fast: bool) -> Trace:
         raise InputError(path, "unexpected text after the traceEvents array; expected the end of the trace object")
     kept.into(trace)
     return trace
+
+
+def _fast_events(kept: _Kept, trace: Trace, stream, body: bytes, sep: bytes) -> bytes:
+    """Blocks of whole events, each decoded in place as '[' + events + ']' (the separator's comma after
+    the last whole event is overwritten with ']'); one copy of each byte, not one per slice."""
+    buf = bytearray(b"[") + body
+    eof = False
+    while True:
+        cut = buf.rfind(sep)
+        if cut > 0:
+            buf[cut + 1] = 0x5D  # ']'
+            _scan_block(kept, trace, buf, cut + 2)
+            del buf[1:cut + len(sep) - 1]  # keep '[' and the next event's '{'
+        if eof:
+            break
+        block = _read(stream, trace.path)
+        eof = not block
+        buf += block
+    return _last_event(kept, trace, bytes(buf[2:]), trace.path)
+
+
+def _reference_events(kept: _Kept, trace: Trace, stream, body: bytes, sep: bytes) -> bytes:
+    """Split at the separator and decode each needed event on its own; a fragment that does not decode is
+    joined to the next piece (a split inside a string or nested object) until it does."""
+    path, eof = trace.path, False
+    pending, carry, joins = body[1:], b"", 0
+    while True:
+        pieces = pending.split(sep)
+        pending = pieces.pop()
+        for piece in pieces:
+            piece = carry + piece
+            carry, joins = (b"", 0) if _keep(kept, trace, piece) else (piece + sep, joins + 1)
+            if joins > _MAX_JOINS:  # not a split inside a string or nested object: corrupt
+                raise InputError(path, "a trace event is not valid JSON: " + repr(carry[:120])[2:-1])
+        kept.flush()
+        if eof:
+            break
+        block = _read(stream, path)
+        eof = not block
+        pending += block
+    return _last_event(kept, trace, carry + pending, path)
 
 
 def _separator(body: bytes, path: Path) -> bytes:
