@@ -1,0 +1,133 @@
+"""The fast Kineto reader (a block of events per msgspec call) against the reference reader (each needed
+event decoded on its own with orjson): the same kept columns and the same anatomy on every real trace,
+and the reference path taken, with the same result, where a block cannot be decoded whole."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from functools import partial
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import GPU_DATA, REALDATA, realdata
+
+from receipts.errors import InputError
+from receipts.ingest import kineto
+from receipts.ingest.kineto_stream import Trace, stream_trace
+from receipts.schema.categories import load_category_rules
+
+RULES = load_category_rules()
+# Every Kineto trace of shared/realdata (MANIFEST.md, checked below) and every one we captured.
+REAL = ("cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "df_index_resolver__df_index_resolver.json.gz",
+        "distributed_info_unavailable__distributed_info_not_found.json.gz",
+        "mi300__ddp_resnet18_no_pool__train_resnet18.json.gz", "nccl_parser_config__nccl_data.json.gz",
+        "negative_queue_length_values_check__rank0.json.gz", "rank_unavailable__rank_not_found.json.gz",
+        "resnet50_num_workers_0__worker0.1623143566756.pt.trace.json.gz", "torch_compile_triton__trace.json.gz",
+        "trace_diff__control__control.json.gz", "trace_diff__test__test.json.gz",
+        "trace_filter__sampled_rank-0.json.gz", "trace_filter__sampled_rank-1.json.gz",
+        "triton_example__triton_example.json.gz")
+OURS = sorted(str(p.relative_to(GPU_DATA)) for p in GPU_DATA.glob("**/*.pt.trace.json*"))
+TABLES = ("gpu", "launch", "step", "note")
+
+
+def _same_trace(fast: Trace, ref: Trace) -> None:
+    assert not fast.healed and ref.healed
+    assert fast.meta == ref.meta
+    assert bool(fast.kineto_events) == bool(ref.kineto_events)
+    for table in TABLES:
+        a, b = getattr(fast, table), getattr(ref, table)
+        assert a.schema == b.schema, table
+        assert a.equals(b, null_equal=True), table
+
+
+def _same_anatomy(paths: list[Path], monkeypatch) -> None:
+    fast = kineto.parse_files(paths, rules=RULES, keep_raw=True)
+    monkeypatch.setattr(kineto, "stream_trace", partial(stream_trace, fast=False))
+    ref = kineto.parse_files(paths, rules=RULES, keep_raw=True)
+    for name in ("rows", "steps", "nvtx", "events", "raw_events"):
+        assert getattr(fast, name).equals(getattr(ref, name), null_equal=True), name
+    order = ["rank", "step", "category", "name"]
+    assert fast.kernel_steps.sort(order).equals(ref.kernel_steps.sort(order))
+    assert (fast.warnings, fast.unattributed, fast.gpu_model, fast.started_at) == \
+           (ref.warnings, ref.unattributed, ref.gpu_model, ref.started_at)
+
+
+def test_the_list_is_every_kineto_trace_of_the_manifest():
+    manifest = realdata("MANIFEST.md").read_text()
+    assert sorted(re.findall(r"^\| kineto/(\S+) \|", manifest, flags=re.M)) == sorted(REAL)
+    assert len(OURS) >= 7
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_fast_reader_keeps_what_the_reference_keeps_realdata(name, monkeypatch):
+    path = realdata("kineto", name)
+    _same_trace(stream_trace(path), stream_trace(path, fast=False))
+    _same_anatomy([path], monkeypatch)
+
+
+@pytest.mark.parametrize("rel", OURS)
+def test_fast_reader_keeps_what_the_reference_keeps_our_captures(rel, monkeypatch):
+    path = GPU_DATA / rel
+    _same_trace(stream_trace(path), stream_trace(path, fast=False))
+    _same_anatomy([path], monkeypatch)
+
+
+def test_two_rank_set_same_anatomy(monkeypatch):
+    _same_anatomy([realdata("kineto", "trace_filter__sampled_rank-0.json.gz"),
+                   REALDATA / "kineto" / "trace_filter__sampled_rank-1.json.gz"], monkeypatch)
+
+
+def _rewritten(tmp_path: Path, mutate) -> Path:
+    with gzip.open(realdata("kineto", "nccl_parser_config__nccl_data.json.gz")) as f:
+        raw = json.load(f)
+    mutate(raw["traceEvents"])
+    out = tmp_path / "rank0.pt.trace.json"
+    out.write_text(json.dumps(raw, indent=2))  # Kineto-like layout: the fast reader's separator is found
+    return out
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda evs: evs[5].update(name=7),  # a name that is not a string
+    lambda evs: evs[9].update(args=["x"]),  # args that are not an object
+    lambda evs: evs[11].update(cat=None),  # a null category
+], ids=["int-name", "list-args", "null-cat"])
+def test_a_block_of_unexpected_types_takes_the_reference_path(tmp_path, mutate):
+    path = _rewritten(tmp_path, mutate)
+    fast = stream_trace(path)
+    assert fast.healed  # the whole file went through the reference path ...
+    ref = stream_trace(path, fast=False)
+    for table in TABLES:  # ... and kept what it keeps
+        assert getattr(fast, table).equals(getattr(ref, table), null_equal=True)
+    assert fast.gpu.height > 3000
+
+
+def _first_kernel(evs: list[dict]) -> dict:
+    return next(e for e in evs if e.get("cat") == "kernel")
+
+
+@pytest.mark.parametrize("key, value", [("ts", 1e17), ("dur", -2e16)])
+def test_a_damaged_time_is_named_by_both_paths(tmp_path, key, value):
+    path = _rewritten(tmp_path, lambda evs: _first_kernel(evs).update({key: value}))
+    messages = []
+    for fast in (True, False):
+        with pytest.raises(InputError, match=f"has '{key}' = .*expected a finite number of microseconds") as err:
+            stream_trace(path, fast=fast)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+
+
+def test_ids_that_are_not_int64_are_unknown_on_both_paths(tmp_path):
+    def mutate(evs: list[dict]) -> None:
+        kernels = [e for e in evs if e.get("cat") == "kernel"]
+        kernels[0]["args"]["stream"] = 2**70  # past int64
+        kernels[1]["args"]["device"] = True  # a bool is not an id
+        kernels[2]["args"]["correlation"] = 3.5
+
+    path = _rewritten(tmp_path, mutate)
+    fast, ref = stream_trace(path), stream_trace(path, fast=False)
+    assert not fast.healed
+    assert fast.gpu.equals(ref.gpu, null_equal=True)
+    assert fast.gpu.head(3).select(pl.col("stream", "device", "corr").is_null().sum()).row(0) == (1, 1, 1)
