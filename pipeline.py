@@ -28,6 +28,7 @@ from receipts.analysis import summary as steady_summary
 from receipts.analysis.window import choose_window, cut_short_tail, in_window, mark_warmup
 from receipts.errors import InputError
 from receipts.ingest import sniff, sysinfo
+from receipts.ingest.rank_map import RankMap
 from receipts.ingest.sanity import checked_anatomy, checked_run
 from receipts.ingest.textlog import read_log
 from receipts.lifecycle import MachineSeen, check_attachment, machine_of_facts, write_current
@@ -130,9 +131,10 @@ def parse_log(path: Path, fmt: str | None = None) -> ParsedRun:
 
 
 def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
-                  env_rules: EnvRules | None = None) -> Anatomy:
+                  env_rules: EnvRules | None = None, ranks: RankMap = RankMap()) -> Anatomy:
     """`env_rules`: the loaded configuration's secret rules (Registry.env_rules) for an export's captured
-    environment; None reads the shipped ones only."""
+    environment; None reads the shipped ones only. `ranks`: how the traces of a multi-rank Kineto profile
+    are read (worker processes, Dask; ingest/rank_map.py)."""
     if kind == "nsys-gz":
         with tempfile.TemporaryDirectory(prefix="receipts-nsys-") as tmp:
             plain = Path(tmp) / path.name.removesuffix(".gz")
@@ -152,13 +154,10 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
 
         sqlite_path = nsys.export_report(path) if kind == "nsys-rep" else path
         return checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules), path)
-    from receipts.ingest import kineto
+    from receipts.ingest import kineto, rank_map
 
-    if kind == "kineto-dir":
-        return checked_anatomy(kineto.parse_dir(path, rules=rules, keep_raw=keep_raw), path)
-    if kind == "kineto-files":
-        return checked_anatomy(kineto.parse_files(run_dir_traces(path), rules=rules, keep_raw=keep_raw), path)
-    return checked_anatomy(kineto.parse_files([path], rules=rules, keep_raw=keep_raw), path)
+    traces = {"kineto-dir": kineto.trace_files, "kineto-files": run_dir_traces}.get(kind, lambda p: [p])(path)
+    return checked_anatomy(rank_map.parse_kineto(traces, rules=rules, keep_raw=keep_raw, plan=ranks), path)
 
 
 def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
@@ -286,13 +285,13 @@ def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = Id
                 run_name: str | None = None, registry: Registry, attach: str | None = None,
                 tags: tuple[str, ...] = (), fmt: str | None = None, rules: CategoryRules | None = None,
                 keep_raw: bool = False, recursive: bool = False,
-                force: bool = False) -> Iterator[IngestOutcome | IngestFailure]:
+                force: bool = False, ranks: RankMap = RankMap()) -> Iterator[IngestOutcome | IngestFailure]:
     """Ingest each file, folder or run directory, yielding its outcome (or its failure) as soon as it is known.
 
     Each receipt is written in its own transaction, so a failure leaves what came before it stored and
     nothing of itself; the caller decides whether to go on (the generator does, when asked for the next)."""
     kw: dict[str, Any] = dict(identity=identity, run_name=run_name, registry=registry, attach=attach, tags=tags,
-                              fmt=fmt, rules=rules, keep_raw=keep_raw, force=force)
+                              fmt=fmt, rules=rules, keep_raw=keep_raw, force=force, ranks=ranks)
     for target in ingest_targets(paths, recursive=recursive):
         if isinstance(target, IngestFailure):
             yield target
@@ -332,7 +331,7 @@ def ingest_paths(store: Store, paths: list[Path], **kw) -> list[IngestOutcome]:
 def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], fmt: str | None,
                     rules: CategoryRules | None, keep_raw: bool,
-                    force: bool = False) -> Iterator[IngestOutcome | IngestFailure]:
+                    force: bool = False, ranks: RankMap = RankMap()) -> Iterator[IngestOutcome | IngestFailure]:
     """A `receipts run` directory: the log is the receipt; exports found there attach to it, each on its own."""
     first = _ingest_one(store, run_dir / "run.log", identity=identity, run_name=run_name or run_dir.name,
                         registry=registry, attach=attach, tags=tags, fmt=fmt, rules=rules, keep_raw=keep_raw)
@@ -341,7 +340,8 @@ def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run
         try:
             outcome = _ingest_profile(store, profile, kind, identity=IdentityClaim(), run_name=None,
                                       registry=registry, attach=first.receipt_id, tags=(),
-                                      rules=rules or load_category_rules(), keep_raw=keep_raw, force=force)
+                                      rules=rules or load_category_rules(), keep_raw=keep_raw, force=force,
+                                      ranks=ranks)
             yield replace(outcome, run_name=first.run_name)
         except Exception as exc:  # noqa: BLE001 - the log is stored; say which export failed
             _reraise_interrupt(exc)
@@ -350,12 +350,12 @@ def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run
 
 def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: str | None, registry: Registry,
                 attach: str | None, tags: tuple[str, ...], fmt: str | None, rules: CategoryRules | None,
-                keep_raw: bool, force: bool = False) -> IngestOutcome:
+                keep_raw: bool, force: bool = False, ranks: RankMap = RankMap()) -> IngestOutcome:
     kind = "kineto-dir" if path.is_dir() else sniff.sniff_kind(path)
     if kind in PROFILE_KINDS:
         return _ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
                                attach=attach, tags=tags, rules=rules or load_category_rules(), keep_raw=keep_raw,
-                               force=force)
+                               force=force, ranks=ranks)
     if kind in FACT_SECTIONS:
         if attach is None:
             raise InputError(path, f"is `{kind}` output: machine facts belong to a run; give --attach RUN")
@@ -379,8 +379,8 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
-                    keep_raw: bool, force: bool = False) -> IngestOutcome:
-    anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules)
+                    keep_raw: bool, force: bool = False, ranks: RankMap = RankMap()) -> IngestOutcome:
+    anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks)
     source = _source(path, anatomy.source_format, anatomy.source_format,
                      run_dir_traces(path) if kind == "kineto-files" else None)
     if attach is not None:

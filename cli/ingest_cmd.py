@@ -12,6 +12,7 @@ from receipts.cli.context import (EXIT_INPUT, EXIT_INTERRUPTED, console, err_con
                                    print_json, report_error, settings)
 from receipts.cli.progress import IngestProgress
 from receipts.errors import InputError, UsageError
+from receipts.ingest.rank_map import RankMap
 from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each, ingest_targets
 from receipts.schema.categories import load_category_rules
 from receipts.schema.model import IdentityClaim
@@ -48,6 +49,14 @@ def ingest(
     recursive: bool = typer.Option(False, "-r", "--recursive", help="Also read the sub-folders of a folder of logs."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output: one object per file, with "
                                                         "status ingested / unchanged / failed (and the error)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1,
+                                          help="Worker processes reading a multi-rank profile's traces (one per "
+                                               "rank at most); 1 reads them in this process. Default: one per "
+                                               "core when the traces are large enough to pay for it."),
+    dask: Optional[str] = typer.Option(None, "--dask", envvar="DASK_SCHEDULER_ADDRESS",
+                                       help="Read the ranks on Dask (pip install 'receipts[dask]'): 'local' starts "
+                                            "a LocalCluster of --workers processes; a scheduler file (.json) or "
+                                            "address (tcp://host:8786) uses a running cluster."),
 ) -> None:
     """Ingest files; each becomes one receipt (or anatomy attached to one). Idempotent.
 
@@ -71,7 +80,7 @@ def ingest(
                 store.raw_dir = raw_dir.resolve()
             for item in ingest_each(store, list(paths), identity=claim, run_name=run_name, registry=registry,
                                     attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw,
-                                    recursive=recursive, force=force):
+                                    recursive=recursive, force=force, ranks=RankMap(workers, dask)):
                 rows.append(_row(item))
                 progress.done(item.path)
                 if not as_json:

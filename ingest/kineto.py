@@ -23,6 +23,7 @@ allocations) and, in a kineto schedule, follows straight on the warmup phase.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -38,8 +39,8 @@ from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANAT
 _MEMCPY_KIND = {"HtoD": "memcpy_h2d", "DtoH": "memcpy_d2h", "DtoD": "memcpy_d2d", "PtoP": "memcpy_p2p"}
 _MEMCPY_NAME = re.compile(r"(HtoD|DtoH|DtoD|PtoP)")
 
-def parse_dir(path: Path, *, rules: CategoryRules, keep_raw: bool = False) -> Anatomy:
-    """A folder of *.pt.trace.json(.gz) / *.json(.gz), one file per rank, is one run."""
+def trace_files(path: Path) -> list[Path]:
+    """The traces of a folder, one file per rank (*.json / *.json.gz), in natural name order (rank2 < rank10)."""
     path = Path(path)
     if not path.is_dir():
         raise InputError(path, "is not a directory of PyTorch profiler traces")
@@ -47,46 +48,67 @@ def parse_dir(path: Path, *, rules: CategoryRules, keep_raw: bool = False) -> An
     files = sorted((p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))), key=natural)
     if not files:
         raise InputError(path, "no PyTorch profiler traces (*.pt.trace.json[.gz] or *.json[.gz]) in this folder")
-    return parse_files(files, rules=rules, keep_raw=keep_raw)
+    return files
+
+
+def parse_dir(path: Path, *, rules: CategoryRules, keep_raw: bool = False) -> Anatomy:
+    """A folder of *.pt.trace.json(.gz) / *.json(.gz), one file per rank, is one run."""
+    return parse_files(trace_files(path), rules=rules, keep_raw=keep_raw)
 
 
 def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = False) -> Anatomy:
-    """One run: one Kineto trace per rank, in rank order when the traces do not say their rank."""
+    """One run: one Kineto trace per rank, in rank order when the traces do not say their rank.
+
+    The serial path of the map in ingest/rank_map.py: each trace is read on its own (read_rank), the ranks
+    are joined by combine."""
     if not paths:
         raise InputError(".", "no trace files given; expected one PyTorch profiler trace per rank")
-    traces = [stream_trace(Path(p)) for p in paths]
-    for t in traces:
-        if t.kineto_events == 0 and not any(k in t.meta for k in KINETO_KEYS):
-            raise InputError(t.path, "a Chrome trace without PyTorch profiler (Kineto) markers: no schemaVersion, "
-                                     "deviceProperties or distributedInfo and no cpu_op/kernel/cuda_runtime events "
-                                     "(a trace from another tool?)")
-    warnings: list[str] = []
-    ranks = _ranks(traces, warnings)
-    world_size = _world_size(traces, warnings)
-    bases = {t.path.name: _time_base(t) if t.meta.get("baseTimeNanoseconds") is not None else None for t in traces}
-    if len(set(bases.values())) > 1:
-        warnings.append("ranks do not share a time base (baseTimeNanoseconds: " + ", ".join(
-            f"{n}={b if b is not None else 'absent'}" for n, b in bases.items())
-            + "); each rank is put on its own base + ts clock and cross-rank alignment assumes those agree")
-    gpu, launch, steps, notes = (pl.concat(frames, how="vertical") for frames in zip(
-        *(_frames(t, r) for t, r in zip(traces, ranks))))
+    return combine([read_rank(Path(p), i, rules=rules, keep_raw=keep_raw) for i, p in enumerate(paths)])
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """One rank's trace reduced to its anatomy rows, all rank-local: what a worker sends back (per step and
+    category, plus the GPU intervals the straggler analysis matches across ranks), never the trace itself."""
+
+    path: Path
+    rank: int
+    rank_stated: bool                # False: distributedInfo.rank absent, the file's position taken
+    meta: dict                       # the trace's top-level keys (distributedInfo, deviceProperties, ...)
+    base_ns: int | None              # baseTimeNanoseconds, None when absent
+    gpu_model: str | None
+    has_gpu: bool
+    has_steps: bool
+    fallback: int                    # activities attributed by their own GPU start
+    unattributed: int
+    first_step_ns: int | None
+    first_gpu_ns: int | None
+    rows: pl.DataFrame
+    steps: pl.DataFrame
+    nvtx: pl.DataFrame
+    events: pl.DataFrame
+    kernel_steps: pl.DataFrame
+    raw_events: pl.DataFrame | None
+
+
+def read_rank(path: Path, position: int, *, rules: CategoryRules, keep_raw: bool = False) -> RankTrace:
+    """One trace (the `position`-th of its run) into its rank's rows: everything of the anatomy that needs
+    no other rank. Runs in a worker process for many ranks."""
+    t = stream_trace(Path(path))
+    if t.kineto_events == 0 and not any(k in t.meta for k in KINETO_KEYS):
+        raise InputError(t.path, "a Chrome trace without PyTorch profiler (Kineto) markers: no schemaVersion, "
+                                 "deviceProperties or distributedInfo and no cpu_op/kernel/cuda_runtime events "
+                                 "(a trace from another tool?)")
+    dist = t.meta.get("distributedInfo")
+    given = dist.get("rank") if isinstance(dist, dict) else None
+    stated = _small_int(given)
+    rank = cast(int, given) if stated else position
+    base = _time_base(t) if t.meta.get("baseTimeNanoseconds") is not None else None
+    gpu, launch, steps, notes = _frames(t, rank)
     gpu = _categorise(gpu, rules)
     gpu, counts = _attribute(gpu, launch, steps)
-    gpu_ranks = set(gpu["rank"].unique().to_list())
-    step_ranks = set(steps["rank"].unique().to_list())
-    for t, r in zip(traces, ranks):
-        if r not in gpu_ranks:
-            warnings.append(f"rank {r} ({t.path.name}): no GPU activity (CPU-only profile); no GPU anatomy for it")
-        if r not in step_ranks:
-            warnings.append(f"rank {r} ({t.path.name}): no ProfilerStep#N marker; its whole profiled window is one "
-                            "step (null) spanning its first to last GPU activity")
-    if counts["fallback"]:
-        warnings.append(f"{counts['fallback']} GPU activities had no launch inside a step window of their process and "
-                        "were attributed by their own GPU start time")
-    if counts["unattributed"]:
-        warnings.append(f"{counts['unattributed']} GPU activities fell outside every ProfilerStep window "
-                        "(unattributed: kept in raw events, not in the anatomy rows)")
-    events = gpu.filter(pl.col("step").is_not_null() | ~pl.col("rank").is_in(list(step_ranks)))
+    has_steps = steps.height > 0
+    events = gpu.filter(pl.col("step").is_not_null() | pl.lit(not has_steps))
     spans = _spans(events, steps)
     rows, per_step = anatomy_rows(events.select("rank", "step", "category", "start_ns", "end_ns"), spans)
     step_frame = _step_frame(steps, spans, per_step)
@@ -94,48 +116,108 @@ def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fal
     rows = rows.join(warm, on=["rank", "step"], how="left", nulls_equal=True).with_columns(pl.col("warmup").fill_null(False))
     nvtx = (notes.group_by("rank", pl.col("name").alias("range_name"))
             .agg(pl.len().alias("count"), (pl.col("dur_ns").sum() / 1e6).alias("total_ms"))
-            .with_columns(pl.lit(None, dtype=pl.Float64).alias("gpu_ms")).sort("rank", "range_name"))
-    models = [m for m in (_gpu_model(t) for t in traces) if m]
+            .with_columns(pl.lit(None, dtype=pl.Float64).alias("gpu_ms")))
+    return RankTrace(
+        path=t.path, rank=rank, rank_stated=stated, meta=t.meta, base_ns=base, gpu_model=_gpu_model(t),
+        has_gpu=gpu.height > 0, has_steps=has_steps, fallback=counts["fallback"], unattributed=counts["unattributed"],
+        first_step_ns=cast("int | None", steps["start_ns"].min()), first_gpu_ns=cast("int | None", gpu["start_ns"].min()),
+        rows=_typed(rows, ANATOMY_ROW_SCHEMA), steps=_typed(step_frame, ANATOMY_STEP_SCHEMA),
+        nvtx=_typed(nvtx, ANATOMY_NVTX_SCHEMA),
+        events=_typed(events.select("rank", "step", "category", "start_ns", "end_ns"), _EVENT_SCHEMA),
+        kernel_steps=_typed(kernel_steps(events.filter(pl.col("kind") == "kernel")), _KERNEL_STEP_SCHEMA),
+        raw_events=_typed(gpu.select("rank", "step", "category", "name", "start_ns", "end_ns", "device", "stream",
+                                     pl.col("corr").alias("correlation"), "launch_ns", "attributed_by"), _RAW_SCHEMA)
+        if keep_raw else None,
+    )
+
+
+_EVENT_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "category": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
+_KERNEL_STEP_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "category": pl.Utf8, "name": pl.Utf8, "calls": pl.Int64,
+                       "time_ms": pl.Float64}
+_RAW_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "category": pl.Utf8, "name": pl.Utf8, "start_ns": pl.Int64,
+               "end_ns": pl.Int64, "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64,
+               "launch_ns": pl.Int64, "attributed_by": pl.Utf8}
+
+
+def combine(parts: list[RankTrace]) -> Anatomy:
+    """The reduce: the ranks' rows side by side (in rank order where the traces sort them), with what needs
+    them all: duplicate ranks, world size, time bases, GPU models, the run's start and its warnings."""
+    if not parts:
+        raise InputError(".", "no trace files given; expected one PyTorch profiler trace per rank")
+    warnings: list[str] = []
+    seen: dict[int, str] = {}
+    for p in parts:
+        if not p.rank_stated:
+            warnings.append(f"{p.path.name}: no distributedInfo.rank; rank {p.rank} taken from the file's position "
+                            "in the run (not a default of 0)")
+        if p.rank in seen:
+            raise InputError(p.path, f"rank {p.rank} also comes from {seen[p.rank]}; a run takes one trace per rank")
+        seen[p.rank] = p.path.name
+    metas = [p.meta for p in parts]
+    world_size = _world_size(metas, warnings)
+    bases = {p.path.name: p.base_ns for p in parts}
+    if len(set(bases.values())) > 1:
+        warnings.append("ranks do not share a time base (baseTimeNanoseconds: " + ", ".join(
+            f"{n}={b if b is not None else 'absent'}" for n, b in bases.items())
+            + "); each rank is put on its own base + ts clock and cross-rank alignment assumes those agree")
+    gpu_ranks = {p.rank for p in parts if p.has_gpu}
+    step_ranks = {p.rank for p in parts if p.has_steps}
+    for p in parts:
+        if p.rank not in gpu_ranks:
+            warnings.append(f"rank {p.rank} ({p.path.name}): no GPU activity (CPU-only profile); no GPU anatomy for it")
+        if p.rank not in step_ranks:
+            warnings.append(f"rank {p.rank} ({p.path.name}): no ProfilerStep#N marker; its whole profiled window is one "
+                            "step (null) spanning its first to last GPU activity")
+    fallback, unattributed = sum(p.fallback for p in parts), sum(p.unattributed for p in parts)
+    if fallback:
+        warnings.append(f"{fallback} GPU activities had no launch inside a step window of their process and "
+                        "were attributed by their own GPU start time")
+    if unattributed:
+        warnings.append(f"{unattributed} GPU activities fell outside every ProfilerStep window "
+                        "(unattributed: kept in raw events, not in the anatomy rows)")
+    models = [p.gpu_model for p in parts if p.gpu_model]
     if len(set(models)) > 1:
         warnings.append("ranks report different GPU models: " + ", ".join(sorted(set(models))))
     software = {}
     for key in ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "hip_runtime_version",
                 "hip_driver_version", "roctracer_version"):
-        if traces[0].meta.get(key) is not None:
-            software[key] = str(traces[0].meta[key])
-    dist = traces[0].meta.get("distributedInfo") or {}
+        if metas[0].get(key) is not None:
+            software[key] = str(metas[0][key])
+    dist = metas[0].get("distributedInfo") or {}
     for key in ("backend", "nccl_version"):
         if isinstance(dist, dict) and dist.get(key) is not None:
             software[f"distributed_{key}" if key == "backend" else key] = str(dist[key])
-    hostname = next((str(t.meta[k]) for t in traces for k in ("hostname", "host_name", "hostName") if t.meta.get(k)), None)
-    schema = traces[0].meta.get("schemaVersion")
+    hostname = next((str(m[k]) for m in metas for k in ("hostname", "host_name", "hostName") if m.get(k)), None)
+    schema = metas[0].get("schemaVersion")
     # With baseTimeNanoseconds on every rank, timestamps are epoch ns: the capture started at its first event.
-    first_ns = steps["start_ns"].min() if steps.height else gpu["start_ns"].min() if gpu.height else None
-    started_at = (epoch_iso(cast(int, first_ns) / 1e9)
+    firsts = [p.first_step_ns for p in parts if p.has_steps] or [p.first_gpu_ns for p in parts if p.has_gpu]
+    first_ns = min(cast("list[int]", firsts)) if firsts else None
+    started_at = (epoch_iso(first_ns / 1e9)
                   if first_ns is not None and all(b for b in bases.values()) else None)
+    gpus_on_host = _gpus_on_host(metas)
     return Anatomy(
         source_format="kineto",
         schema_version=None if schema is None else str(schema),
-        rows=_typed(rows, ANATOMY_ROW_SCHEMA),
-        steps=_typed(step_frame, ANATOMY_STEP_SCHEMA),
-        nvtx=_typed(nvtx, ANATOMY_NVTX_SCHEMA),
+        rows=pl.concat([p.rows for p in parts]),
+        steps=pl.concat([p.steps for p in parts]).sort("rank", "step", nulls_last=True),
+        nvtx=pl.concat([p.nvtx for p in parts]).sort("rank", "range_name"),
         step_marker="ProfilerStep#N (Kineto cpu_op/user_annotation)" if step_ranks else
                     "none: no ProfilerStep#N in the trace; the whole profiled window is one step (null)",
         attribution="correlation id: the launching cuda_runtime/cuda_driver call inside ProfilerStep#N on any thread "
                     "of its process; else the activity's own GPU start inside a step window; else unattributed",
-        unattributed=counts["unattributed"],
+        unattributed=unattributed,
         claim=IdentityClaim(hostname=hostname),
-        gpu_model=max(set(models), key=models.count) if models else None,
-        gpu_count=_gpus_on_host(traces) or len(gpu_ranks) or None,
+        gpu_model=max(models, key=models.count) if models else None,  # a tie: the first rank's
+        gpu_count=gpus_on_host or len(gpu_ranks) or None,
         world_size=world_size,
-        ranks_traced=len(traces),
-        gpus_on_host=_gpus_on_host(traces), started_at=started_at,
+        ranks_traced=len(parts),
+        gpus_on_host=gpus_on_host, started_at=started_at,
         software=software,
         warnings=tuple(warnings),
-        events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns"),
-        kernel_steps=kernel_steps(events.filter(pl.col("kind") == "kernel")),
-        raw_events=gpu.select("rank", "step", "category", "name", "start_ns", "end_ns", "device", "stream",
-                              pl.col("corr").alias("correlation"), "launch_ns", "attributed_by") if keep_raw else None,
+        events=pl.concat([p.events for p in parts]),
+        kernel_steps=pl.concat([p.kernel_steps for p in parts]),
+        raw_events=pl.concat([cast(pl.DataFrame, p.raw_events) for p in parts])
+        if all(p.raw_events is not None for p in parts) else None,
     )
 
 
@@ -144,27 +226,8 @@ def _typed(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
                          for c, t in schema.items()])
 
 
-def _ranks(traces: list[Trace], warnings: list[str]) -> list[int]:
-    """distributedInfo.rank; absent, the file's position in the run, said out loud (HTA PR #179)."""
-    ranks: list[int] = []
-    seen: dict[int, str] = {}
-    for i, t in enumerate(traces):
-        dist = t.meta.get("distributedInfo")
-        given = dist.get("rank") if isinstance(dist, dict) else None
-        stated = _small_int(given)
-        rank = cast(int, given) if stated else i
-        if not stated:
-            warnings.append(f"{t.path.name}: no distributedInfo.rank; rank {i} taken from the file's position "
-                            "in the run (not a default of 0)")
-        if rank in seen:
-            raise InputError(t.path, f"rank {rank} also comes from {seen[rank]}; a run takes one trace per rank")
-        seen[rank] = t.path.name
-        ranks.append(rank)
-    return ranks
-
-
-def _world_size(traces: list[Trace], warnings: list[str]) -> int | None:
-    given = [d.get("world_size") for t in traces if isinstance(d := t.meta.get("distributedInfo"), dict)]
+def _world_size(metas: list[dict], warnings: list[str]) -> int | None:
+    given = [d.get("world_size") for m in metas if isinstance(d := m.get("distributedInfo"), dict)]
     sizes = {s for s in given if isinstance(s, int) and _small_int(s) and s > 0}
     if len(sizes) > 1:
         warnings.append(f"traces disagree on distributedInfo.world_size: {sorted(sizes)}")
@@ -178,11 +241,11 @@ def _small_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
-def _gpus_on_host(traces: list[Trace]) -> int | None:
+def _gpus_on_host(metas: list[dict]) -> int | None:
     """The GPUs a rank's process could see (deviceProperties), the largest list among the traces: a rank-0
     trace of a 64-rank job on 8-GPU hosts lists 8, not 1."""
-    counts = [len([p for p in props if isinstance(p, dict)]) for t in traces
-              if isinstance(props := t.meta.get("deviceProperties"), list)]
+    counts = [len([p for p in props if isinstance(p, dict)]) for m in metas
+              if isinstance(props := m.get("deviceProperties"), list)]
     return max(counts) if counts and max(counts) > 0 else None
 
 

@@ -1,0 +1,202 @@
+"""Many ranks in parallel: one task per rank's trace, a small reduce into one anatomy (issue 15, item 5).
+
+The map is ingest/kineto.read_rank: one Kineto trace into its rank's rows (per step and category, the
+per-step kernel totals, the GPU intervals the straggler analysis matches across ranks); the trace itself
+never leaves the worker. The reduce is kineto.combine, the same function the serial path
+(kineto.parse_files) ends in, so the anatomy is the same whichever way the ranks were read
+(tests/test_ranks_parallel.py).
+
+Where the tasks run (RankMap):
+- in this process, one rank after the other: one trace, `workers=1`, or (by default) a set too small to
+  pay for starting worker processes (AUTO_MIN_BYTES);
+- in a pool of worker processes on this machine (`workers=N`; by default one per core, at most one per rank);
+- on Dask (`dask=`): 'local' starts a LocalCluster of `workers` processes, a scheduler file (.json) or a
+  scheduler address (tcp://..., also DASK_SCHEDULER_ADDRESS) uses a running cluster, whose workers must
+  reach the trace paths and import `receipts`. Dask is the optional extra `receipts[dask]`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import resource
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from receipts.errors import InputError, UsageError
+
+if TYPE_CHECKING:  # imported where the map runs: `receipts --help` and log ingest never load the trace reader
+    from receipts.ingest import kineto
+    from receipts.schema.categories import CategoryRules
+    from receipts.schema.model import Anatomy
+
+# Below this many bytes of traces the default stays in-process: a spawned worker pays ~1 s importing
+# polars before its first task (benchmarks/bench_ranks.py), more than a few small traces take to read.
+AUTO_MIN_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class RankMap:
+    """How the ranks of one profile are read: `workers` processes (None: one per core when the set is large
+    enough to pay for them, see AUTO_MIN_BYTES), or on Dask (`dask`: 'local', a scheduler file or address)."""
+
+    workers: int | None = None
+    dask: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and self.workers < 1:
+            raise UsageError(f"--workers {self.workers}: give 1 (read the ranks one after the other) or more")
+
+
+@dataclass
+class MapStats:
+    """What a map cost: where it ran and each worker's peak RSS (KiB, its high-water mark after its last task)."""
+
+    where: str = "serial"
+    peak_rss_kib: dict[str, int] = field(default_factory=dict)
+
+
+def parse_kineto(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = False,
+                 plan: RankMap = RankMap(), stats: MapStats | None = None) -> Anatomy:
+    """One run's Kineto traces (one per rank, in run order) into one anatomy, the ranks read as `plan` says."""
+    if not paths:
+        raise InputError(".", "no trace files given; expected one PyTorch profiler trace per rank")
+    from receipts.ingest import kineto
+
+    return kineto.combine(read_ranks(paths, rules=rules, keep_raw=keep_raw, plan=plan, stats=stats))
+
+
+def read_ranks(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = False, plan: RankMap = RankMap(),
+               stats: MapStats | None = None) -> list[kineto.RankTrace]:
+    """The map alone: each trace into its rank's rows, in the order of `paths`; the first failing trace (in
+    that order) raises its error here."""
+    stats = stats if stats is not None else MapStats()
+    tasks = [(Path(p), i, rules, keep_raw) for i, p in enumerate(paths)]
+    if plan.dask is not None:
+        results = _on_dask(tasks, plan, stats)
+    else:
+        workers = _workers(paths, plan.workers)
+        results = _in_pool(tasks, workers, stats) if workers > 1 else _serial(tasks, stats)
+    parts: list[kineto.RankTrace] = []
+    for outcome in results:
+        if isinstance(outcome, _Failed):
+            raise InputError(outcome.path, outcome.message, outcome.line, outcome.table)
+        parts.append(outcome)
+    return parts
+
+
+def _workers(paths: list[Path], asked: int | None) -> int:
+    if asked is not None:
+        return min(asked, len(paths))
+    size = sum(p.stat().st_size for p in map(Path, paths) if p.is_file())
+    return min(os.cpu_count() or 1, len(paths)) if size >= AUTO_MIN_BYTES else 1
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A task's InputError, carried back field by field (a dataclass exception does not survive pickling
+    with its keyword fields)."""
+
+    path: str
+    message: str
+    line: int | None
+    table: str | None
+
+
+_Task = tuple[Path, int, "CategoryRules", bool]
+_Result = tuple["kineto.RankTrace | _Failed", str, int]
+
+
+def _read_task(path: Path, position: int, rules: CategoryRules, keep_raw: bool) -> _Result:
+    """One rank, in whichever process runs it; returns its rows (or its input error), the process and its peak RSS."""
+    from receipts.ingest import kineto
+
+    try:
+        out: kineto.RankTrace | _Failed = kineto.read_rank(path, position, rules=rules, keep_raw=keep_raw)
+    except InputError as exc:
+        out = _Failed(str(exc.path), exc.message, exc.line, exc.table)
+    return out, f"pid {os.getpid()}", _peak_rss_kib()
+
+
+def _peak_rss_kib() -> int:
+    """This process's own peak RSS: VmHWM (reset at exec); ru_maxrss would report a spawned worker's parent's."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _collect(results: Iterator[_Result], stats: MapStats) -> Iterator[kineto.RankTrace | _Failed]:
+    for out, worker, rss in results:
+        stats.peak_rss_kib[worker] = max(stats.peak_rss_kib.get(worker, 0), rss)
+        yield out
+
+
+def _serial(tasks: list[_Task], stats: MapStats) -> list[kineto.RankTrace | _Failed]:
+    stats.where = "serial"
+    results: list[kineto.RankTrace | _Failed] = []
+    for out in _collect((_read_task(*t) for t in tasks), stats):
+        results.append(out)
+        if isinstance(out, _Failed):
+            break  # serial reading stops at the first bad trace, as the pool's caller does
+    return results
+
+
+def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> list[kineto.RankTrace | _Failed]:
+    # spawn, not fork: polars' thread pool in a forked child can deadlock (polars' own warning).
+    stats.where = f"{workers} worker processes"
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        return list(_collect(pool.map(_read_task, *zip(*tasks)), stats))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> list[kineto.RankTrace | _Failed]:
+    client, close = _dask_client(plan)
+    stats.where = f"Dask ({plan.dask}, {len(client.scheduler_info().get('workers', {}))} workers)"
+    try:
+        futures = client.map(_read_task, *zip(*tasks), pure=False)
+        return list(_collect(iter(client.gather(futures)), stats))
+    finally:
+        close()
+
+
+def _dask_client(plan: RankMap) -> tuple[Any, Callable[[], None]]:
+    """A Dask client for `plan.dask` and how to let it go: a LocalCluster is ours to close, a running
+    cluster is only disconnected from."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise UsageError("--dask needs Dask's distributed scheduler, an optional extra: pip install "
+                         "'receipts[dask]' (or drop --dask to read the ranks in worker processes here)") from None
+    target = str(plan.dask)
+    try:
+        if target == "local":
+            cluster = LocalCluster(n_workers=plan.workers or min(os.cpu_count() or 1, 8), threads_per_worker=1,
+                                   processes=True, dashboard_address=None)
+            client = Client(cluster)
+
+            def close() -> None:
+                client.close()
+                cluster.close()
+            return client, close
+        if target.endswith(".json"):
+            if not Path(target).is_file():
+                raise UsageError(f"--dask {target}: no such scheduler file (written by `dask scheduler "
+                                 "--scheduler-file FILE`)")
+            client = Client(scheduler_file=target, timeout="20s")
+        else:
+            client = Client(address=target, timeout="20s")
+    except UsageError:
+        raise
+    except (OSError, TimeoutError, ValueError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"--dask {target}: cannot reach the Dask scheduler ({why}); give 'local', a scheduler "
+                         "file (.json) or an address such as tcp://host:8786") from exc
+    return client, client.close
