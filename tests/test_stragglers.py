@@ -196,3 +196,44 @@ def test_single_rank_run_has_no_straggler_report(tmp_path):
     assert cli(db, "ingest", str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz"), "--run-name", "one").exit_code == 0
     result = cli(db, "stragglers", "one")
     assert result.exit_code == 2 and "no multi-rank profiler export" in result.output
+
+
+# ---- issue 18 on the machine lent (2 x H200): the plant on the other rank, and 12 profiled steps -------------
+def _difference(plant: str, base: str, last: int) -> float:
+    return _log_median(plant, 5, last) - _log_median(base, 5, last)
+
+
+@pytest.fixture(scope="module")
+def other_rank(tmp_path_factory) -> str:
+    db = str(tmp_path_factory.mktemp("strag18") / "s.duckdb")
+    for run, export in (("straggler_rank0_plant_nsys", S / "straggler_rank0_plant_nsys.sqlite.gz"),
+                        ("straggler_base_kineto12", S / "straggler_base_kineto12" / "traces"),
+                        ("straggler_rank0_plant_kineto12", S / "straggler_rank0_plant_kineto12" / "traces"),
+                        ("straggler_plant_kineto12", S / "straggler_plant_kineto12" / "traces")):
+        assert cli(db, "ingest", str(S / run / "run.log")).exit_code == 0
+        assert cli(db, "ingest", "--attach", run, str(export)).exit_code == 0
+    return db
+
+
+# The plant's measured cost, two ways: the same capture mode against its clean run, and without any profiler
+# (plain runs). For one plant they differ by up to 1.3 ms (the runs' own noise on a ~5.5 ms effect): the
+# what-if is checked against both, within 20% of at least one, and all numbers are in the data's README.
+CASES = [("straggler_rank0_plant_nsys", 0, ("straggler_base_nsys", 19), "straggler_rank0_plant_plain"),
+         ("straggler_rank0_plant_kineto12", 0, ("straggler_base_kineto12", 29), "straggler_rank0_plant_plain"),
+         ("straggler_plant_kineto12", 1, ("straggler_base_kineto12", 29), "straggler_plant_plain")]
+
+
+@pytest.mark.parametrize("run, rank, same_mode, plain", CASES)
+def test_the_planted_rank_is_named_whichever_rank_it_is(other_rank, run, rank, same_mode, plain):
+    report = _report(other_rank, run)
+    assert [s["rank"] for s in report["stragglers"]] == [rank]
+    assert report["stragglers"][0]["cause"] == "compute" and report["clock_ok"]
+    measured = [_difference(run, *same_mode), _difference(plain, "straggler_base_plain", 19)]
+    assert all(4.5 < m < 7.0 for m in measured), measured
+    impact = report["stragglers"][0]["impact_ms_per_step"]
+    assert min(abs(impact - m) / m for m in measured) <= 0.20, (impact, measured)
+
+
+def test_the_clean_run_profiled_for_12_steps_names_nobody(other_rank):
+    report = _report(other_rank, "straggler_base_kineto12")
+    assert report["stragglers"] == [] and report["clock_ok"] and report["n_collectives"] > 100

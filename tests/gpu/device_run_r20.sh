@@ -3,6 +3,8 @@
 # with `.nsys-libs` carried:
 #     PART=graphs    bash tests/gpu/device_run_r20.sh   # CUDA graphs: nsys graph mode, node mode, profiler
 #     PART=straggler bash tests/gpu/device_run_r20.sh   # 2 GPUs: FSDP2 with and without a planted straggler
+#     PART=straggler RANK=0 bash tests/gpu/device_run_r20.sh   # the plant on the other rank (issue 18), plant runs only
+#     PART=kineto_long bash tests/gpu/device_run_r20.sh   # profiler traces of 12 steps: base, rank-0 and rank-1 plants
 # Writes small artifacts under $OUT; see tests/data/gpu/cudagraph/README.md and tests/data/gpu/straggler/README.md.
 set -u
 export PYTHONUNBUFFERED=1
@@ -21,7 +23,19 @@ export_stats() { # $1 = run dir (holds profile.nsys-rep)
   gzip -c $d/profile.sqlite > $OUT/$n.sqlite.gz
 }
 
-if [ "${PART:-graphs}" = graphs ]; then
+if [ "${PART:-graphs}" = kineto_long ]; then
+  # Three profiled steps give a what-if from three numbers (one slow first profiled step moves it 2x);
+  # twelve give a median that means something. Same shape as the straggler runs, 30 steps.
+  RUN="python3 tests/gpu/receipts_run.py --host-lineage $G-device-x2 --preset toy_fsdp2_v1 --regime fsdp2/no-compile"
+  TRAIN="torchrun --standalone --nproc_per_node=2 tests/gpu/train_fsdp2.py --steps 30 --batch 16 --d-model 2048"
+  for spec in "base:" "rank0_plant:--straggler-rank 0 --straggler-matmuls 30" "plant:--straggler-rank 1 --straggler-matmuls 30"; do
+    n=straggler_${spec%%:*}_kineto12; d=$W/$n
+    $RUN --run-name $n --run-dir $d -- $TRAIN --profile-dir $d/traces --profile-active 12 ${spec#*:} > $d.out 2>&1
+    echo "$n exit $?"; tail -1 $d.out
+    mkdir -p $OUT/$n; cp $d/traces/*.pt.trace.json.gz $OUT/$n/
+  done
+  cd $W && tar czf $OUT/kineto_long_small.tar.gz straggler_*/run.log *.out
+elif [ "${PART:-graphs}" = graphs ]; then
   export CUDA_VISIBLE_DEVICES=0
   RUN="python3 tests/gpu/receipts_run.py --host-lineage $G-device-x1 --preset toy_gpt_graphs_v1 --regime single/full-compile"
   # Warm the inductor cache once (not kept) so the three captured runs compile alike; if the compiled
@@ -46,7 +60,8 @@ else
   RUN="python3 tests/gpu/receipts_run.py --host-lineage $G-device-x2 --preset toy_fsdp2_v1 --regime fsdp2/no-compile"
   # GPU-bound shape (see tests/gpu/noise_runs.sh): extra GPU work on one rank then delays the others.
   TRAIN="torchrun --standalone --nproc_per_node=2 tests/gpu/train_fsdp2.py --steps 20 --batch 16 --d-model 2048"
-  PLANT="--straggler-rank 1 --straggler-matmuls ${K:-30}"
+  PLANT="--straggler-rank ${RANK:-1} --straggler-matmuls ${K:-30}"
+  P=${RANK:+rank${RANK}_}
   one() { # $1 = name, $2 = nsys|kineto|plain, rest = extra train args
     local n=$1 how=$2; shift 2; local d=$W/$n
     case $how in
@@ -58,12 +73,16 @@ else
     [ $how = nsys ] && export_stats $d
     if [ $how = kineto ]; then mkdir -p $OUT/$n; cp $d/traces/*.pt.trace.json.gz $OUT/$n/; fi
   }
-  one straggler_base_nsys nsys
-  one straggler_plant_nsys nsys $PLANT
-  one straggler_base_kineto kineto
-  one straggler_plant_kineto kineto $PLANT
-  one straggler_base_plain plain
-  one straggler_plant_plain plain $PLANT
-  cd $W && tar czf $OUT/straggler_small.tar.gz stats straggler_*/run.log *.out
+  if [ -z "${RANK:-}" ]; then
+    one straggler_base_nsys nsys
+    one straggler_base_kineto kineto
+    one straggler_base_plain plain
+  fi
+  one straggler_${P}plant_nsys nsys $PLANT
+  one straggler_${P}plant_kineto kineto $PLANT
+  one straggler_${P}plant_plain plain $PLANT
+  nvidia-smi topo -m > $W/nvidia-smi_topo_m.txt 2>&1
+  python3 -m torch.utils.collect_env > $W/collect_env.txt 2>&1
+  cd $W && tar czf $OUT/straggler_small.tar.gz stats straggler_*/run.log *.out nvidia-smi_topo_m.txt collect_env.txt
 fi
 ls -la $OUT

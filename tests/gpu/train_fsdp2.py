@@ -62,6 +62,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--profile-dir", default=None)
+    ap.add_argument("--profile-active", type=int, default=3,
+                    help="steps the profiler records, the last ones before the final step (after 2 warm-up steps)")
     # A planted slowdown for the noise experiment (tests/gpu/noise_runs.sh): K extra bf16 matmuls of
     # size S x S inside every step, a known amount of extra GPU work with nothing else changed.
     ap.add_argument("--extra-matmuls", type=int, default=0)
@@ -98,7 +100,8 @@ def main() -> None:
     if args.profile_dir:
         prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-            schedule=torch.profiler.schedule(wait=args.steps - 6, warmup=2, active=3, repeat=1),
+            schedule=torch.profiler.schedule(wait=args.steps - 3 - args.profile_active, warmup=2,
+                                             active=args.profile_active, repeat=1),
             on_trace_ready=torch.profiler.tensorboard_trace_handler(args.profile_dir, worker_name=f"rank{rank}",
                                                                     use_gzip=True),
         )
