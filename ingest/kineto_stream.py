@@ -22,7 +22,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from pathlib import Path
 from typing import Any, Callable, cast
 
@@ -249,6 +249,7 @@ class _Layout(Exception):
 
 
 _cat, _name, _pid, _ts, _dur, _args = (attrgetter(k) for k in ("cat", "name", "pid", "ts", "dur", "args"))
+_step_prefix = methodcaller("startswith", "ProfilerStep")
 
 
 def _having(events: list[_Event], test: Callable[[str], bool]) -> list[_Event]:
@@ -292,8 +293,8 @@ def _scan_block(kept: _Kept, trace: Trace, buf: bytearray, end: int) -> None:
                          "stream": _ids(list(map(attrgetter("stream"), args))),
                          "corr": _ids(list(map(attrgetter("correlation"), args)))})
     if buf.find(b'"ProfilerStep', 0, end) >= 0:  # ProfilerStep#N: a cpu_op (or user_annotation) on the CPU side
-        steps = [e for e in _having(events, _STEP_STR.__contains__)
-                 if e.name.startswith("ProfilerStep") and _STEP_NAME.match(e.name)]
+        named = compress(events, map(_step_prefix, map(_name, events)))  # a handful: test them one by one
+        steps = [e for e in named if e.cat in _STEP_STR and _STEP_NAME.match(e.name)]
         steps, s_ts, s_dur = _timed(steps, path)
         if steps:
             kept.add("step", {"step": [int(_STEP_NAME.match(n).group(1)) for n in map(_name, steps)],  # type: ignore[union-attr]
