@@ -10,6 +10,14 @@ seconds are printed beside wall seconds: on a shared, loaded machine they are th
 Peak RSS per trace set: ours in a fresh process that parses only that set (`--rss-of FILE...`, beside
 the RSS of the same process after its imports, and the set's decompressed JSON size: the stream
 keeps a block and the kept columns, never the whole document), HTA's in its own --time-only process.
+
+    .venv/bin/python benchmarks/bench_kineto_vs_hta.py --scale 1 4 16
+
+Bounded memory on traces larger than the real ones: a real trace (df_index_resolver, 53.7 MB of JSON)
+written N times over into one file, each copy shifted in time past the previous one with its
+correlation ids and ProfilerStep numbers renumbered (so the anatomy has N times the steps and
+kernels), then parsed in a fresh process: wall time and peak RSS against the file's size. HTA is not
+run on these (it loads the whole trace into pandas: 335 MiB for the 1x trace).
 The idle and overlap columns show both sides' numbers over HTA's window (tests/test_kineto.py
 hta_comparable); where they differ, the cause is a documented definitional difference (that module's
 docstring): negative_queue_length / trace_diff_test (HTA drops activities without a launch record),
@@ -70,14 +78,65 @@ def rss_of(files: list[Path]) -> None:
     rules = load_category_rules()
     imports = _status_mib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # Linux >= 4.0: VmHWM := VmRSS
-    parse_files(files, rules=rules)
-    print(json.dumps({"imports_mib": imports, "peak_mib": _status_mib("VmHWM")}))
+    anatomy = parse_files(files, rules=rules)
+    print(json.dumps({"imports_mib": imports, "peak_mib": _status_mib("VmHWM"), "steps": anatomy.steps.height,
+                      "kernels": int(anatomy.steps["kernels"].sum())}))
 
 
 def ours_rss(files: list[Path]) -> dict:
     out = subprocess.run([sys.executable, __file__, "--rss-of", *map(str, files)],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def scaled_trace(src: Path, copies: int, out: Path) -> None:
+    """`copies` back-to-back copies of src's events in one uncompressed trace (see the module docstring)."""
+    import re
+
+    import orjson
+
+    with gzip.open(src) as f:
+        trace = orjson.loads(f.read())
+    events = trace.pop("traceEvents")
+    timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
+    shift = max(e["ts"] + (e.get("dur") or 0) for e in timed) - min(e["ts"] for e in timed) + 1000.0
+    corr = max((e["args"]["correlation"] for e in events if isinstance(e.get("args"), dict)
+                and isinstance(e["args"].get("correlation"), int)), default=0) + 1
+    step = re.compile(r"^ProfilerStep#(\d+)$")
+    steps = max((int(m.group(1)) for e in events if (m := step.match(str(e.get("name", ""))))), default=0) + 1
+    with open(out, "wb") as w:
+        w.write(orjson.dumps(trace)[:-1] + b', "traceEvents": [\n  ')
+        first = True
+        for k in range(copies):
+            for e in events:
+                if k:
+                    e = dict(e)
+                    if isinstance(e.get("ts"), (int, float)):
+                        e["ts"] += k * shift
+                    if isinstance(e.get("args"), dict) and isinstance(e["args"].get("correlation"), int):
+                        e["args"] = {**e["args"], "correlation": e["args"]["correlation"] + k * corr}
+                    if m := step.match(str(e.get("name", ""))):
+                        e["name"] = f"ProfilerStep#{int(m.group(1)) + k * steps}"
+                w.write((b"" if first else b",\n  ") + orjson.dumps(e))
+                first = False
+        w.write(b"\n]}\n")
+
+
+def scale(copies: list[int]) -> None:
+    import tempfile
+
+    src = next(f for f in TRACE_SETS["df_index_resolver"])
+    print(f"{'copies':>6s} {'MB json':>8s} {'ours s':>7s} {'RSS MiB ours (imports)':>22s}  steps  kernels")
+    with tempfile.TemporaryDirectory(prefix="kineto-scale-") as tmp:
+        for n in copies:
+            path = Path(tmp) / f"x{n}.pt.trace.json"
+            scaled_trace(src, n, path)
+            t0 = time.perf_counter()
+            rss = ours_rss([path])
+            wall = time.perf_counter() - t0  # the child's start-up and imports included
+            mem = f"{rss['peak_mib']:.0f} ({rss['imports_mib']:.0f})"
+            print(f"{n:6d} {path.stat().st_size / 1e6:8.1f} {wall:7.2f} {mem:>22s}  {rss['steps']:5d}  {rss['kernels']:7d}")
+            path.unlink()
 
 
 def json_mb(files: list[Path]) -> float:
@@ -95,9 +154,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python")
     parser.add_argument("--rss-of", nargs="+", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--scale", nargs="+", type=int, help="copies of a real trace per file: peak RSS vs size")
     args = parser.parse_args()
     if args.rss_of:
         rss_of(args.rss_of)
+        return
+    if args.scale:
+        print("command: " + " ".join([Path(sys.executable).name, *sys.argv]) + f"   (load average {os.getloadavg()[0]:.1f})")
+        scale(args.scale)
         return
     print("command: " + " ".join([Path(sys.executable).name, *sys.argv]) + f"   (load average {os.getloadavg()[0]:.1f})")
     sys.path.insert(0, str(HERE.parent / "tests"))

@@ -304,7 +304,7 @@ def _categorise(gpu: pl.DataFrame, rules: CategoryRules) -> pl.DataFrame:
             m = _MEMCPY_NAME.search(name)
             mapping[(name, kind)] = _MEMCPY_KIND[m.group(1)] if m else "other"
     lookup = pl.DataFrame({"name": [k[0] for k in mapping], "kind": [k[1] for k in mapping],
-                           "category": list(mapping.values())}, schema={"name": pl.Utf8, "kind": pl.Utf8, "category": pl.Utf8})
+                           "category": list(mapping.values())}, schema={"name": pl.Categorical, "kind": pl.Utf8, "category": pl.Utf8})
     return gpu.join(lookup, on=["name", "kind"], how="left")
 
 

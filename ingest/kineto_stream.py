@@ -77,8 +77,10 @@ _KINETO_CAT = re.compile(rb'"cat"\s*:\s*"(' + b"|".join(sorted(_KINETO_CATS)) + 
 KINETO_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
 _STEP_NAME = re.compile(r"^ProfilerStep\s*#\s*(\d{1,18})$")
 
-# The kept columns, one table each; ts/dur stay float microseconds as the trace wrote them.
-GPU_SCHEMA = {"name": pl.Utf8, "kind": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64,
+# The kept columns, one table each; ts/dur stay float microseconds as the trace wrote them. Kernel names
+# are categorical: a few thousand distinct names over 10^5..10^6 activities, each 100-300 bytes long,
+# were most of the memory a large trace kept and every join and sort of the anatomy copied.
+GPU_SCHEMA = {"name": pl.Categorical, "kind": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64,
               "device": pl.Int64, "stream": pl.Int64, "corr": pl.Int64}
 LAUNCH_SCHEMA = {"corr": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64}
 STEP_SCHEMA = {"step": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64}
@@ -146,7 +148,7 @@ class _Kept:
         self.flush()
         for table, frames in self.frames.items():
             if frames:
-                setattr(trace, table, pl.concat(frames, how="vertical", rechunk=True))
+                setattr(trace, table, pl.concat(frames, how="vertical", rechunk=False))  # no second copy
 
 
 def _open(path: Path):
