@@ -85,7 +85,7 @@ GPU_SCHEMA = {"name": pl.Categorical, "kind": pl.Utf8, "ts": pl.Float64, "dur": 
 LAUNCH_SCHEMA = {"corr": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64}
 STEP_SCHEMA = {"step": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64}
 NOTE_SCHEMA = {"name": pl.Utf8, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64}
-_SCHEMAS = {"gpu": GPU_SCHEMA, "launch": LAUNCH_SCHEMA, "step": STEP_SCHEMA, "note": NOTE_SCHEMA}
+_SCHEMAS: dict[str, dict[str, Any]] = {"gpu": GPU_SCHEMA, "launch": LAUNCH_SCHEMA, "step": STEP_SCHEMA, "note": NOTE_SCHEMA}
 
 
 class _Args(msgspec.Struct, gc=False):
