@@ -124,7 +124,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     try:
         # ATTACH takes no bound parameters: the path is a quoted literal.
         con.execute(f"ATTACH '{str(path.resolve()).replace(chr(39), chr(39) * 2)}' AS nsys (TYPE sqlite, READ_ONLY)")
-        _make_views(con, path, schema, kernel_cols, nvtx_table)
+        large = _make_views(con, path, schema, kernel_cols, nvtx_table)
         ranges = con.sql(load_query("_nsys_ranges")).pl() if nvtx_table else _empty_ranges()
         step_of = _step_numbers(ranges["text"].unique().to_list(), step_pattern, path)
         step_ranges = (ranges.with_columns(pl.col("text").replace_strict(step_of, default=None, return_dtype=pl.Int64)
@@ -136,7 +136,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
             raise InputError(path, f"step ranges found but table {RUNTIME} is absent: GPU work cannot reach a step "
                                    "(re-profile with --trace=cuda)", table=RUNTIME)
         # The one pass over the large tables: activity + its launch time (hash join on (process, correlation id)).
-        activity = con.sql(load_query("_nsys_activity")).pl()
+        activity = con.sql(large + load_query("_nsys_activity")).pl()
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
     except duckdb.Error as exc:
         bad_table, what = _damaged_table(path, schema, nvtx_table)
@@ -399,9 +399,12 @@ def _env_evidence(environ: dict[str, str], rules: EnvRules | None = None) -> tup
 
 # --- large tables (DuckDB over the sqlite file) ---------------------------------------------------
 
-def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None) -> None:
-    """Temp views with fixed column names over the export's version-dependent ones. Identifiers
-    come only from the fixed names in this module, checked against PRAGMA table_info.
+def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None) -> str:
+    """Fixed column names over the export's version-dependent ones: a temp view `_nvtx`, and the returned
+    `WITH _gpu AS (...), _rt AS MATERIALIZED (...)` that sql/_nsys_activity.sql reads. Those two are a WITH
+    clause, not views: DuckDB binds a view once when it is created and again in each query, and binding an
+    attached SQLite table costs a count over it (0.4 s at 5M rows). Identifiers come only from the fixed
+    names in this module, checked against PRAGMA table_info.
     Graph replays (GRAPH_TRACE) are always in `_gpu`: whether they count is decided after the one scan
     (`_graph_mode`), from the kernels' in_graph column, so no probe scans the kernel table first."""
     parts = [_activity_select(KERNEL, kernel_cols, "kernel")]
@@ -411,17 +414,16 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
                                                           ("globalPid", "globalTid")), kind))
     if GRAPH in schema and _has_activity_cols(schema[GRAPH]):
         parts.append(_activity_select(GRAPH, schema[GRAPH], "graph"))
-    con.execute("CREATE TEMP VIEW _gpu AS " + " UNION ALL ".join(parts))
+    gpu = " UNION ALL ".join(parts)
     if RUNTIME in schema:
         _require(path, schema, RUNTIME, ("start", "correlationId", "globalTid"))
         # One row per (process, correlation id): nsys never repeats one, but a damaged or synthetic export that
         # does would turn the activity join quadratic (all ids equal: kernels x calls rows).
-        con.execute(f"CREATE TEMP VIEW _rt AS SELECT globalTid - (globalTid & {_PID_MASK}) AS pid_key, "
-                    f'correlationId AS corr_id, min(start) AS launch_ns, count(*) AS calls FROM nsys."{RUNTIME}" '
-                    "GROUP BY 1, 2")
+        rt = (f"SELECT globalTid - (globalTid & {_PID_MASK}) AS pid_key, correlationId AS corr_id, "
+              f'min(start) AS launch_ns, count(*) AS calls FROM nsys."{RUNTIME}" GROUP BY 1, 2')
     else:
-        con.execute("CREATE TEMP VIEW _rt AS SELECT NULL::BIGINT AS pid_key, NULL::BIGINT AS corr_id, "
-                    "NULL::BIGINT AS launch_ns, 0 AS calls WHERE false")
+        rt = ("SELECT NULL::BIGINT AS pid_key, NULL::BIGINT AS corr_id, NULL::BIGINT AS launch_ns, 0 AS calls "
+              "WHERE false")
     if nvtx_table:
         cols = _require(path, schema, nvtx_table, ("start", "end", "eventType", "globalTid"), ("text", "textId"))
         text = {("text", "textId"): "coalesce(n.text, s.value)", ("text",): "n.text", ("textId",): "s.value"}[
@@ -431,6 +433,8 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
         con.execute(f"CREATE TEMP VIEW _nvtx AS SELECT n.globalTid - (n.globalTid & {_PID_MASK}) AS pid_key, "
                     f'n.eventType AS event_type, n.start AS start_ns, n."end" AS end_ns, {domain} AS domain_id, '
                     f'{text} AS text FROM nsys."{nvtx_table}" AS n {join}')
+    # _rt is read twice (the join, the count of repeated ids): materialized once, not scanned twice.
+    return f"WITH _gpu AS ({gpu}),\n_rt AS MATERIALIZED ({rt})\n"
 
 
 def _has_activity_cols(cols: list[str]) -> bool:
@@ -568,6 +572,10 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
     of whole (rank, step) groups: its intermediates follow the chunk, not the capture."""
     events = events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns",
                                                                 "kind", "name_id")
+    # Kernel names as an Enum of the names that ran (codes, not strings, through kernel_steps' group-by).
+    kernel_ids = events.filter(pl.col("kind") == _KIND["kernel"])["name_id"].drop_nulls().unique().to_list()
+    name_of = {i: names[i] for i in kernel_ids if i in names}
+    name_enum = pl.Enum(sorted({*name_of.values(), "(unnamed)"}))
     parts = []
     for chunk in _step_chunks(events):
         chunk = chunk.with_columns(pl.col("category").cast(pl.Utf8))
@@ -575,9 +583,10 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
                                                   pl.col("end_ns").max().alias("span_end_ns"))
         rows, per_step = anatomy_rows(chunk.select("rank", "step", "category", "start_ns", "end_ns"), spans)
         kernels = kernel_steps(chunk.filter(pl.col("kind") == _KIND["kernel"]).with_columns(
-            pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name")))
+            pl.col("name_id").replace_strict(name_of, default=None, return_dtype=name_enum).alias("name")))
         parts.append((rows, per_step, spans, kernels))
     rows, per_step, spans, kernels = (pl.concat([p[i] for p in parts]) for i in range(4))
+    kernels = kernels.with_columns(pl.col("name").cast(pl.Utf8))
     if has_steps:
         markers = (step_ranges.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None,
                                                                              return_dtype=pl.Int32).alias("rank"))

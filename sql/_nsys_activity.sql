@@ -1,6 +1,6 @@
 -- GPU activity of an Nsight Systems export with the start of its launching runtime call: the one pass
 -- over the large tables (kernel, memcpy, memset, graph replays joined to the runtime calls).
--- Reads (temp views made by ingest/nsys.py from the export's own column names):
+-- Reads (a WITH clause that ingest/nsys.py puts before this text, from the export's own column names):
 --   _gpu(pid_key, device_id, stream_id, corr_id, start_ns, end_ns, kind, name_id, short_id, copy_kind, in_graph)
 --                                              kind: 0 kernel, 1 memcpy, 2 memset, 3 graph (one CUDA-graph
 --                                              replay of GRAPH_TRACE, whose correlation id is its
@@ -15,10 +15,9 @@
 --          start_ns, end_ns (GPU clock, ns), launch_ns (runtime call start, ns; NULL when the call was not
 --          captured), repeated (the number of (process, correlation id) pairs of the runtime table with
 --          more than one call; the same value on every row).
-WITH rt AS MATERIALIZED (FROM _rt)
 SELECT g.pid_key, g.device_id, g.stream_id, g.kind, g.name_id, g.short_id, g.copy_kind, g.in_graph,
        g.start_ns, g.end_ns,
-       r.launch_ns,  -- rt is unique on (pid_key, corr_id): at most one match, a linear hash join
-       (SELECT count(*) FROM rt WHERE calls > 1) AS repeated
+       r.launch_ns,  -- _rt is unique on (pid_key, corr_id): at most one match, a linear hash join
+       (SELECT count(*) FROM _rt WHERE calls > 1) AS repeated
 FROM _gpu AS g
-LEFT JOIN rt AS r ON r.pid_key = g.pid_key AND r.corr_id = g.corr_id
+LEFT JOIN _rt AS r ON r.pid_key = g.pid_key AND r.corr_id = g.corr_id
