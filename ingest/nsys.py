@@ -35,6 +35,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -576,15 +577,19 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
     kernel_ids = events.filter(pl.col("kind") == _KIND["kernel"])["name_id"].drop_nulls().unique().to_list()
     name_of = {i: names[i] for i in kernel_ids if i in names}
     name_enum = pl.Enum(sorted({*name_of.values(), "(unnamed)"}))
-    parts = []
-    for chunk in _step_chunks(events):
+
+    def one(chunk: pl.DataFrame) -> tuple[pl.DataFrame, ...]:
         chunk = chunk.with_columns(pl.col("category").cast(pl.Utf8))
         spans = chunk.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
                                                   pl.col("end_ns").max().alias("span_end_ns"))
         rows, per_step = anatomy_rows(chunk.select("rank", "step", "category", "start_ns", "end_ns"), spans)
         kernels = kernel_steps(chunk.filter(pl.col("kind") == _KIND["kernel"]).with_columns(
             pl.col("name_id").replace_strict(name_of, default=None, return_dtype=name_enum).alias("name")))
-        parts.append((rows, per_step, spans, kernels))
+        return rows, per_step, spans, kernels
+
+    # Chunks are independent and numpy / polars release the GIL: two at a time (memory: two chunks' worth).
+    with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
+        parts = list(pool.map(one, _step_chunks(events)))
     rows, per_step, spans, kernels = (pl.concat([p[i] for p in parts]) for i in range(4))
     kernels = kernels.with_columns(pl.col("name").cast(pl.Utf8))
     if has_steps:
@@ -609,6 +614,7 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
 
 
 _CHUNK_EVENTS = 1 << 20  # activities per interval-arithmetic chunk (whole (rank, step) groups)
+_CHUNK_WORKERS = 2
 
 
 def _step_chunks(events: pl.DataFrame):
