@@ -150,11 +150,23 @@ def _serial(tasks: list[_Task], stats: MapStats) -> list[kineto.RankTrace | _Fai
 def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> list[kineto.RankTrace | _Failed]:
     # spawn, not fork: polars' thread pool in a forked child can deadlock (polars' own warning).
     stats.where = f"{workers} worker processes"
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_share_cores, initargs=(_threads_each(workers),))
     try:
         return list(_collect(pool.map(_read_task, *zip(*tasks)), stats))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _threads_each(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def _share_cores(threads: int) -> None:
+    """In a fresh worker, before polars starts its thread pool: the machine's cores shared among the workers
+    (16 workers each running polars on every core of a 32-core host ran 3.6x the serial path; see
+    benchmarks/bench_ranks.py). A POLARS_MAX_THREADS the user set is kept."""
+    os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
 
 
 def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> list[kineto.RankTrace | _Failed]:
@@ -178,8 +190,10 @@ def _dask_client(plan: RankMap) -> tuple[Any, Callable[[], None]]:
     target = str(plan.dask)
     try:
         if target == "local":
-            cluster = LocalCluster(n_workers=plan.workers or min(os.cpu_count() or 1, 8), threads_per_worker=1,
-                                   processes=True, dashboard_address=None)
+            n = plan.workers or min(os.cpu_count() or 1, 8)
+            threads = os.environ.get("POLARS_MAX_THREADS", str(_threads_each(n)))
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                   env={"POLARS_MAX_THREADS": threads})
             client = Client(cluster)
 
             def close() -> None:
