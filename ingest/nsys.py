@@ -624,7 +624,7 @@ def _step_chunks(events: pl.DataFrame):
     if events.height <= _CHUNK_EVENTS:
         yield events
         return
-    events = events.sort("rank", "step", nulls_last=True)
+    events = events.sort(_group_key(events))
     group_ends = events.group_by("rank", "step", maintain_order=True).len()["len"].cum_sum().to_numpy()
     # Cut after the group in which each multiple of the chunk size falls.
     wanted = np.searchsorted(group_ends, np.arange(_CHUNK_EVENTS, events.height, _CHUNK_EVENTS), side="left") + 1
@@ -638,6 +638,20 @@ def _step_chunks(events: pl.DataFrame):
     rows = [0, *group_ends[[g - 1 for g in bounds[1:]]].tolist()]
     for lo, hi in zip(rows, rows[1:]):
         yield events.slice(lo, hi - lo)
+
+
+def _group_key(events: pl.DataFrame) -> pl.Expr | list[str]:
+    """A sort key that makes each (rank, step) group contiguous: one packed int64 when ranks and the step
+    range fit in 31 and 32 bits (a single-column sort, several times faster than two columns)."""
+    lo, hi = events["step"].min(), events["step"].max()
+    rank_lo, rank_hi = events["rank"].min(), events["rank"].max()
+    if rank_lo is None or rank_lo < 0 or rank_hi >= 2**31:  # type: ignore[operator]
+        return ["rank", "step"]
+    if lo is None:  # no steps: one group per rank
+        return pl.col("rank")
+    if hi - lo >= 2**31:  # type: ignore[operator]
+        return ["rank", "step"]
+    return pl.col("rank").cast(pl.Int64) * 2**32 + (pl.col("step").fill_null(hi + 1) - lo)  # type: ignore[operator]
 
 
 def _nvtx_frame(ranges: pl.DataFrame, rank_of: dict) -> pl.DataFrame:

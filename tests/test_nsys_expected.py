@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -107,6 +108,24 @@ def test_chunked_interval_arithmetic_gives_the_same_numbers(name, expected, tmp_
     got, want = _parse(name, tmp_path), expected[name]
     for key in want:
         assert got[key] == want[key], f"{name}: {key} differs"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_step_chunks_hold_whole_groups_of_at_least_two(seed, monkeypatch):
+    """The chunker on shuffled (rank, step) groups: steps null, negative, or too far apart to pack."""
+    rng = random.Random(seed)
+    keys = [(rng.choice([0, 1, 7]), None if seed % 5 == 0 else rng.choice([-3, 0, 1, 2, 5, 2**40 if seed % 7 == 0 else 9]))
+            for _ in range(rng.randint(1, 12))]
+    rows = [k for k in set(keys) for _ in range(rng.randint(1, 25))]
+    rng.shuffle(rows)
+    events = pl.DataFrame({"rank": [r for r, _ in rows], "step": [s for _, s in rows]},
+                          schema={"rank": pl.Int32, "step": pl.Int64})
+    monkeypatch.setattr(nsys, "_CHUNK_EVENTS", rng.randint(1, 40))
+    chunks = list(nsys._step_chunks(events))
+    groups = [set(zip(c["rank"], c["step"])) for c in chunks]
+    assert sum(c.height for c in chunks) == events.height
+    assert sum(len(g) for g in groups) == len(set(rows))  # no group split across chunks
+    assert len(chunks) == 1 or all(len(g) >= 2 for g in groups)
 
 
 if __name__ == "__main__" and sys.argv[1:] in (["--write"], ["--add-missing"]):
