@@ -11,7 +11,8 @@ reader relies on, is kept). It is written under /tmp (--set-dir), never into the
 Each configuration runs in a fresh process (`--one MODE`), --repeat times, best wall time kept (the
 machine is shared): `serial` is kineto.parse_files (the reference: the path every ingest took before),
 `workers=N` the process pool of ingest/rank_map.py, `dask-local` a LocalCluster of the largest --workers
-processes (cluster start-up included: `receipts ingest --dask local` pays it too). Peak RSS: the parent's
+processes (cluster start-up included: `receipts ingest --dask local` pays it too), `start-up=N` the pool
+alone (N spawned workers importing the reader, no trace: the fixed cost behind AUTO_MIN_BYTES). Peak RSS: the parent's
 own (VmHWM) and each worker's after its last task. Every configuration's anatomy is digested (each frame
 sorted by all its columns, every other field as is) and must equal the serial digest.
 """
@@ -23,11 +24,13 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +77,12 @@ def digest(anatomy) -> str:
     return h.hexdigest()[:16]
 
 
+def _import_reader(_: int) -> int:
+    import receipts.ingest.kineto  # noqa: F401
+
+    return os.getpid()
+
+
 def one(mode: str, files: list[Path]) -> dict:
     """One configuration, in this (fresh) process: wall time, peak RSS, the anatomy's digest."""
     from receipts.ingest import kineto, rank_map
@@ -82,6 +91,12 @@ def one(mode: str, files: list[Path]) -> dict:
     rules = load_category_rules()
     stats = rank_map.MapStats()
     t0 = time.perf_counter()
+    if mode.startswith("start-up="):  # the pool alone: N spawned workers importing the reader, no trace read
+        n = int(mode.split("=")[1])
+        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_import_reader, range(n)))
+        return {"mode": mode, "wall_s": time.perf_counter() - t0, "where": f"{n} workers, no task",
+                "parent_peak_mib": _vm_hwm_kib() / 1024, "worker_peak_mib": [], "digest": None}
     if mode == "serial":
         anatomy = kineto.parse_files(files, rules=rules)
     elif mode.startswith("workers="):
@@ -115,6 +130,7 @@ def main() -> None:
     modes = ["serial", *(f"workers={w}" for w in args.workers)]
     if not args.no_dask:
         modes.append(f"dask-local:{max(args.workers)}")
+    modes.append(f"start-up={max(args.workers)}")
     results = {}
     for mode in modes:
         runs = [json.loads(subprocess.run([sys.executable, __file__, "--ranks", str(args.ranks), "--set-dir",
@@ -126,11 +142,12 @@ def main() -> None:
           f"same numbers")
     for mode, r in results.items():
         workers = ", ".join(f"{v:.0f}" for v in r["worker_peak_mib"]) or "-"
+        same = "-" if r["digest"] is None else "yes" if r["digest"] == ref["digest"] else "NO"
         print(f"{mode:<16} {r['wall_s']:7.2f} {ref['wall_s'] / r['wall_s']:8.2f}x {r['parent_peak_mib']:15.0f}  "
-              f"{workers:<24} {'yes' if r['digest'] == ref['digest'] else 'NO'} ({r['where']})")
+              f"{workers:<24} {same} ({r['where']})")
     print(f"# load average after: {os.getloadavg()[0]:.1f}; command: .venv/bin/python benchmarks/bench_ranks.py "
           + " ".join(sys.argv[1:]))
-    if any(r["digest"] != ref["digest"] for r in results.values()):
+    if any(r["digest"] not in (None, ref["digest"]) for r in results.values()):
         sys.exit("a configuration's anatomy differs from the serial path's")
 
 
