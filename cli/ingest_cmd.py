@@ -52,7 +52,7 @@ def ingest(
     workers: Optional[int] = typer.Option(None, "--workers", min=1,
                                           help="Worker processes reading a multi-rank profile's traces (one per "
                                                "rank at most); 1 reads them in this process. Default: one per "
-                                               "core when the traces are large enough to pay for it."),
+                                               "core (up to 16) once the traces reach 16 MiB."),
     dask: Optional[str] = typer.Option(None, "--dask", envvar="DASK_SCHEDULER_ADDRESS",
                                        help="Read the ranks on Dask (pip install 'receipts[dask]'): 'local' starts "
                                             "a LocalCluster of --workers processes; a scheduler file (.json) or "

@@ -9,7 +9,8 @@ never leaves the worker. The reduce is kineto.combine, the same function the ser
 Where the tasks run (RankMap):
 - in this process, one rank after the other: one trace, `workers=1`, or (by default) a set too small to
   pay for starting worker processes (AUTO_MIN_BYTES);
-- in a pool of worker processes on this machine (`workers=N`; by default one per core, at most one per rank);
+- in a pool of worker processes on this machine (`workers=N`; by default one per core, at most one per rank
+  and AUTO_MAX_WORKERS);
 - on Dask (`dask=`): 'local' starts a LocalCluster of `workers` processes, a scheduler file (.json) or a
   scheduler address (tcp://..., also DASK_SCHEDULER_ADDRESS) uses a running cluster, whose workers must
   reach the trace paths and import `receipts`. Dask is the optional extra `receipts[dask]`.
@@ -32,9 +33,12 @@ if TYPE_CHECKING:  # imported where the map runs: `receipts --help` and log inge
     from receipts.schema.categories import CategoryRules
     from receipts.schema.model import Anatomy
 
-# Below this many bytes of traces the default stays in-process: a spawned worker pays ~1 s importing
-# polars before its first task (benchmarks/bench_ranks.py), more than a few small traces take to read.
-AUTO_MIN_BYTES = 64 << 20
+# Below this many bytes of traces the default stays in-process. benchmarks/bench_ranks.py on a 32-core host:
+# starting the workers (spawn + importing polars) costs ~0.9 s before any trace is read; 3.2 MiB of gzipped
+# traces (8 ranks) read faster serially (0.63 s), 6.4 MiB (16 ranks) break even (1.25 s serial, 0.99 s with
+# 4 workers), 25.4 MiB (64 ranks) read 3.5x faster with 8 workers. 16 MiB keeps a margin over break-even.
+AUTO_MIN_BYTES = 16 << 20
+AUTO_MAX_WORKERS = 16  # the same runs: 8 and 16 workers tie (1.20 vs 1.22 s), more only add start-up
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def _workers(paths: list[Path], asked: int | None) -> int:
     if asked is not None:
         return min(asked, len(paths))
     size = sum(p.stat().st_size for p in map(Path, paths) if p.is_file())
-    return min(os.cpu_count() or 1, len(paths)) if size >= AUTO_MIN_BYTES else 1
+    return min(os.cpu_count() or 1, len(paths), AUTO_MAX_WORKERS) if size >= AUTO_MIN_BYTES else 1
 
 
 @dataclass(frozen=True)
