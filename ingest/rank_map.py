@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import resource
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -158,6 +159,9 @@ def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> list[kineto.R
                                initializer=_share_cores, initargs=(_threads_each(workers),))
     try:
         return list(_collect(pool.map(_read_task, *zip(*tasks)), stats))
+    except BrokenProcessPool as exc:
+        raise UsageError(f"a worker process reading the traces died ({exc}); out of memory? retry with fewer "
+                         "--workers (--workers 1 reads them in this process)") from exc
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -98,6 +98,26 @@ def test_dask_local_cluster_gives_the_serial_anatomy():
     assert_same_anatomy(kineto.parse_files(files, rules=RULES, keep_raw=True), on_dask)
 
 
+@pytest.mark.parametrize("how", ["DASK_SCHEDULER_ADDRESS", "scheduler file"])
+def test_an_existing_dask_cluster_reads_the_ranks(how, monkeypatch, tmp_path):
+    """`DASK_SCHEDULER_ADDRESS` or `--dask FILE.json`: the ranks are read by the running cluster's workers."""
+    distributed = pytest.importorskip("distributed")
+    traces = DATA / "straggler" / "straggler_plant_kineto" / "traces"
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        args: list[str] = []
+        if how == "DASK_SCHEDULER_ADDRESS":
+            monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", cluster.scheduler_address)
+        else:
+            scheduler = tmp_path / "scheduler.json"
+            scheduler.write_text(json.dumps({"type": "Scheduler", "address": cluster.scheduler_address}))
+            args = ["--dask", str(scheduler)]
+        code, rows = cli_json(str(tmp_path / "d.duckdb"), "ingest", str(traces), *args)
+        assert code == 0 and rows[0]["status"] == "ingested"
+        with distributed.Client(cluster) as client:
+            prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+        assert "read_task" in prefixes   # the cluster ran the map (rank_map._read_task), not this process
+
+
 def test_dask_missing_is_a_usage_error(monkeypatch, db):
     monkeypatch.setitem(sys.modules, "distributed", None)   # import distributed -> ImportError
     with pytest.raises(UsageError, match=r"pip install 'receipts\[dask\]'"):
