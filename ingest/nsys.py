@@ -125,7 +125,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     try:
         # ATTACH takes no bound parameters: the path is a quoted literal.
         con.execute(f"ATTACH '{str(path.resolve()).replace(chr(39), chr(39) * 2)}' AS nsys (TYPE sqlite, READ_ONLY)")
-        large = _make_views(con, path, schema, kernel_cols, nvtx_table)
+        large = _make_views(con, path, schema, kernel_cols, nvtx_table, keep_raw)
         ranges = con.sql(load_query("_nsys_ranges")).pl() if nvtx_table else _empty_ranges()
         step_of = _step_numbers(ranges["text"].unique().to_list(), step_pattern, path)
         step_ranges = (ranges.with_columns(pl.col("text").replace_strict(step_of, default=None, return_dtype=pl.Int64)
@@ -400,7 +400,8 @@ def _env_evidence(environ: dict[str, str], rules: EnvRules | None = None) -> tup
 
 # --- large tables (DuckDB over the sqlite file) ---------------------------------------------------
 
-def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None) -> str:
+def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None,
+                keep_raw: bool = True) -> str:
     """Fixed column names over the export's version-dependent ones: a temp view `_nvtx`, and the returned
     `WITH _gpu AS (...), _rt AS MATERIALIZED (...)` that sql/_nsys_activity.sql reads. Those two are a WITH
     clause, not views: DuckDB binds a view once when it is created and again in each query, and binding an
@@ -408,13 +409,13 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
     names in this module, checked against PRAGMA table_info.
     Graph replays (GRAPH_TRACE) are always in `_gpu`: whether they count is decided after the one scan
     (`_graph_mode`), from the kernels' in_graph column, so no probe scans the kernel table first."""
-    parts = [_activity_select(KERNEL, kernel_cols, "kernel")]
+    parts = [_activity_select(KERNEL, kernel_cols, "kernel", keep_raw)]
     for table, kind in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
         if table in schema:
             parts.append(_activity_select(table, _require(path, schema, table, _ACTIVITY_COLS,
-                                                          ("globalPid", "globalTid")), kind))
+                                                          ("globalPid", "globalTid")), kind, keep_raw))
     if GRAPH in schema and _has_activity_cols(schema[GRAPH]):
-        parts.append(_activity_select(GRAPH, schema[GRAPH], "graph"))
+        parts.append(_activity_select(GRAPH, schema[GRAPH], "graph", keep_raw))
     gpu = " UNION ALL ".join(parts)
     if RUNTIME in schema:
         _require(path, schema, RUNTIME, ("start", "correlationId", "globalTid"))
@@ -467,14 +468,16 @@ def _graph_note(activity: pl.DataFrame, graph_trace: str) -> str:
             "/ communication detail inside graphs needs re-profiling with --cuda-graph-trace=node")
 
 
-def _activity_select(table: str, cols: list[str], kind: str) -> str:
+def _activity_select(table: str, cols: list[str], kind: str, keep_raw: bool) -> str:
     # Kernels carry globalPid since nsys 2021; older / other exports carry globalTid only.
     pid = "globalPid" if "globalPid" in cols else f"globalTid - (globalTid & {_PID_MASK})"
     name = "demangledName" if "demangledName" in cols else "shortName" if "shortName" in cols else "NULL"
     short = "shortName" if "shortName" in cols else name
+    # The short name and the stream only go to the raw events: not read from SQLite without --keep-raw.
+    short, stream = (short, "streamId") if keep_raw else ("NULL", "NULL::BIGINT")
     copy = "copyKind" if "copyKind" in cols else "NULL"
     in_graph = "graphNodeId IS NOT NULL" if kind == "kernel" and "graphNodeId" in cols else "false"
-    return (f"SELECT {pid} AS pid_key, deviceId AS device_id, streamId AS stream_id, correlationId AS corr_id, "
+    return (f"SELECT {pid} AS pid_key, deviceId AS device_id, {stream} AS stream_id, correlationId AS corr_id, "
             f"start AS start_ns, \"end\" AS end_ns, {_KIND[kind]}::UTINYINT AS kind, "
             f"{name if kind == 'kernel' else 'NULL'}::BIGINT AS name_id, "
             f"{short if kind == 'kernel' else 'NULL'}::BIGINT AS short_id, "
