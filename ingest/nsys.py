@@ -404,8 +404,8 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
                 keep_raw: bool = True) -> str:
     """Fixed column names over the export's version-dependent ones: a temp view `_nvtx`, and the returned
     `WITH _gpu AS (...), _rt AS MATERIALIZED (...)` that sql/_nsys_activity.sql reads. Those two are a WITH
-    clause, not views: DuckDB binds a view once when it is created and again in each query, and binding an
-    attached SQLite table costs a count over it (0.4 s at 5M rows). Identifiers come only from the fixed
+    clause, not views: DuckDB binds a view once when it is created and again in each query, and each bind of
+    an attached SQLite table costs about 0.4 s at 5M rows (measured). Identifiers come only from the fixed
     names in this module, checked against PRAGMA table_info.
     Graph replays (GRAPH_TRACE) are always in `_gpu`: whether they count is decided after the one scan
     (`_graph_mode`), from the kernels' in_graph column, so no probe scans the kernel table first."""
