@@ -139,7 +139,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         # The one pass over the large tables: activity + its launch time (hash join on (process, correlation id)).
         activity = con.sql(large + load_query("_nsys_activity")).pl()
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
-    except duckdb.Error as exc:
+    except (duckdb.Error, RuntimeError) as exc:  # the sqlite scanner raises a bare RuntimeError on a bad page
         bad_table, what = _damaged_table(path, schema, nvtx_table)
         raise InputError(path, f"cannot read the export: {what or _first_line(exc)}; the file may be cut short or "
                                "corrupt", table=bad_table) from exc

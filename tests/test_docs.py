@@ -105,7 +105,7 @@ SQL_INTERPOLATIONS = {
     "ingest/nsys.py": {"pid", "_KIND[kind]", "name if kind == 'kernel' else 'NULL'", "short if kind == 'kernel' else 'NULL'",
                        "copy if kind == 'memcpy' else 'NULL'", "in_graph", "table",
                        "str(path.resolve()).replace(chr(39), chr(39) * 2)", "_PID_MASK", "RUNTIME", "domain", "text",
-                       "nvtx_table", "join", "sm", "col"},
+                       "nvtx_table", "join", "sm", "col", "stream", "gpu", "rt"},
 }
 
 
