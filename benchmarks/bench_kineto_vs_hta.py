@@ -55,11 +55,11 @@ def hta_seconds(python: str, files: list[Path], repeat: int) -> tuple[float, flo
 
 
 def ours_seconds(files: list[Path], repeat: int):
-    rules = load_category_rules()
     best, cpu, anatomy = float("inf"), float("inf"), None
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()  # process_time counts polars' threads too
-        anatomy = parse_files(files, rules=rules)
+        # The rules are loaded inside the timing, as an ingest does: they remember the names they classified.
+        anatomy = parse_files(files, rules=load_category_rules())
         best, cpu = min(best, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
     return best, cpu, anatomy
 
