@@ -7,8 +7,9 @@ Run with HTA's own interpreter, never the project's (HTA pins pandas/plotly/jupy
     /tmp/hta-venv/bin/python benchmarks/hta_reference.py --time-only FILE...   # used by the benchmark
 
 The real traces are read where they lie (../shared/realdata/kineto); HTA wants one folder per trace
-set, so each set is a temp folder of symlinks. HTA 0.5.0 does not run under pandas 3 (a TypeError setting
-an int8 column in its symbol table); under pandas 2.3.3 it reproduces the goldens exactly. What HTA computes, per rank (HTA 0.5.0 source):
+set, so each set is a temp folder of symlinks. HTA 0.5.0 does not run under pandas 3 (a TypeError
+setting an int8 column in its symbol table); under pandas 2.3.3 it reproduces the goldens exactly.
+What HTA computes, per rank (HTA 0.5.0 source):
 - TraceAnalysis(trace_dir) keeps GPU activities whose launching CPU event starts before the LAST
   ProfilerStep (trace.py _filter_irrelevant_gpu_kernels; skipped when there are < 2 ProfilerSteps).
 - get_temporal_breakdown: kernel_time = last GPU end - first GPU start (a span, not a sum);
