@@ -196,14 +196,14 @@ def _id(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63 else None
 
 
-def _ids(values: list) -> list | pl.Series:
+def _ids(values: list) -> pl.Series:
     """_id over a column: one C-level type check when every value is an int64 or null (real traces)."""
     if set(map(type, values)) <= {int, type(None)}:
         try:
             return pl.Series(values, dtype=pl.Int64)
         except (OverflowError, TypeError, pl.exceptions.PolarsError):
             pass  # an integer past int64: judged one by one below
-    return [_id(v) for v in values]
+    return pl.Series([_id(v) for v in values], dtype=pl.Int64)
 
 
 def _take(kept: _Kept, trace: Trace, ev: dict) -> None:
@@ -312,9 +312,9 @@ def _scan_block(kept: _Kept, trace: Trace, buf: bytearray, end: int) -> None:
     launch, l_ts, _ = _timed([e for e in launch if e.name in launcher], path)
     if launch:
         corr = _ids([(a if a is not None else _NO_ARGS).correlation for a in map(_args, launch)])
-        if any(c is None for c in corr):
-            has = [c is not None for c in corr]
-            launch, l_ts, corr = (list(compress(col, has)) for col in (launch, l_ts, corr))
+        if corr.null_count():  # a launch without a usable correlation id reaches no GPU activity
+            has = corr.is_not_null().to_list()
+            launch, l_ts, corr = list(compress(launch, has)), list(compress(l_ts, has)), corr.drop_nulls()
         kept.add("launch", {"corr": corr, "pid": list(map(str, map(_pid, launch))), "ts": l_ts})
 
 
