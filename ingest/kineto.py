@@ -294,10 +294,12 @@ def _frames(t: Trace, rank: int) -> tuple[pl.DataFrame, ...]:
 
 def _categorise(gpu: pl.DataFrame, rules: CategoryRules) -> pl.DataFrame:
     """Kernels by the category rules (NCCL kernels land in nccl_*); memcpy by direction; memset."""
-    mapping = {}
-    for name, kind in gpu.select("name", "kind").unique().iter_rows():
+    pairs = gpu.select("name", "kind").unique().rows()
+    kernels = [name for name, kind in pairs if kind == "kernel"]
+    mapping = {(name, "kernel"): category for name, category in zip(kernels, rules.classify_many(kernels))}
+    for name, kind in pairs:
         if kind == "kernel":
-            mapping[(name, kind)] = rules.classify(name)
+            continue
         elif kind == "memset":
             mapping[(name, kind)] = "memset"
         else:  # 'Memcpy HtoD (Pageable -> Device)'; HtoH and unknown directions have no category: other

