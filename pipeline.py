@@ -30,7 +30,7 @@ from receipts.errors import InputError
 from receipts.ingest import sniff, sysinfo
 from receipts.ingest.rank_map import RankMap
 from receipts.ingest.sanity import checked_anatomy, checked_run
-from receipts.ingest.textlog import read_log
+from receipts.ingest.textlog import ReadProgress, read_log
 from receipts.lifecycle import MachineSeen, check_attachment, machine_of_facts, write_current
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
@@ -115,15 +115,17 @@ def run_dir_traces(run_dir: Path) -> list[Path]:
                    and p.name.endswith((".json", ".json.gz"))), key=natural)
 
 
-def parse_log(path: Path, fmt: str | None = None) -> ParsedRun:
-    log = read_log(path)
+def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None = None) -> ParsedRun:
+    """`progress` is called as the log is read (bytes and lines so far). Step formats are read chunk by
+    chunk (bounded memory); the others, and a log no format claims, whole."""
     name = None
     if fmt:
         name = sniff.FORMAT_ALIASES.get(fmt.lower())
         if name is None:
+            read_log(path)  # an unreadable or empty file says so first, as it always has
             raise InputError(path, f"--format {fmt!r} is not one of {', '.join(sorted(set(sniff.FORMAT_ALIASES)))}")
     try:
-        parsed = sniff.parse_log(log, name)
+        parsed = sniff.parse_streamed(path, name, progress) or sniff.parse_log(read_log(path, progress), name)
     except pl.exceptions.PolarsError as exc:  # a cast or decode no parser foresaw: still one line naming the file
         raise InputError(path, f"cannot be read as a {name or 'training'} log: "
                                f"{str(exc).strip().splitlines()[0]}") from exc
@@ -285,13 +287,16 @@ def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = Id
                 run_name: str | None = None, registry: Registry, attach: str | None = None,
                 tags: tuple[str, ...] = (), fmt: str | None = None, rules: CategoryRules | None = None,
                 keep_raw: bool = False, recursive: bool = False,
-                force: bool = False, ranks: RankMap = RankMap()) -> Iterator[IngestOutcome | IngestFailure]:
+                force: bool = False, ranks: RankMap = RankMap(),
+                progress: ReadProgress | None = None) -> Iterator[IngestOutcome | IngestFailure]:
     """Ingest each file, folder or run directory, yielding its outcome (or its failure) as soon as it is known.
+    `progress` is called as each training log is read (bytes and lines of that log so far).
 
     Each receipt is written in its own transaction, so a failure leaves what came before it stored and
     nothing of itself; the caller decides whether to go on (the generator does, when asked for the next)."""
     kw: dict[str, Any] = dict(identity=identity, run_name=run_name, registry=registry, attach=attach, tags=tags,
-                              fmt=fmt, rules=rules, keep_raw=keep_raw, force=force, ranks=ranks)
+                              fmt=fmt, rules=rules, keep_raw=keep_raw, force=force, ranks=ranks,
+                              progress=progress)
     for target in ingest_targets(paths, recursive=recursive):
         if isinstance(target, IngestFailure):
             yield target
@@ -331,10 +336,12 @@ def ingest_paths(store: Store, paths: list[Path], **kw) -> list[IngestOutcome]:
 def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], fmt: str | None,
                     rules: CategoryRules | None, keep_raw: bool,
-                    force: bool = False, ranks: RankMap = RankMap()) -> Iterator[IngestOutcome | IngestFailure]:
+                    force: bool = False, ranks: RankMap = RankMap(),
+                    progress: ReadProgress | None = None) -> Iterator[IngestOutcome | IngestFailure]:
     """A `receipts run` directory: the log is the receipt; exports found there attach to it, each on its own."""
     first = _ingest_one(store, run_dir / "run.log", identity=identity, run_name=run_name or run_dir.name,
-                        registry=registry, attach=attach, tags=tags, fmt=fmt, rules=rules, keep_raw=keep_raw)
+                        registry=registry, attach=attach, tags=tags, fmt=fmt, rules=rules, keep_raw=keep_raw,
+                        progress=progress)
     yield first
     for profile, kind in _profile_paths_in(run_dir):
         try:
@@ -350,7 +357,8 @@ def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run
 
 def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: str | None, registry: Registry,
                 attach: str | None, tags: tuple[str, ...], fmt: str | None, rules: CategoryRules | None,
-                keep_raw: bool, force: bool = False, ranks: RankMap = RankMap()) -> IngestOutcome:
+                keep_raw: bool, force: bool = False, ranks: RankMap = RankMap(),
+                progress: ReadProgress | None = None) -> IngestOutcome:
     kind = "kineto-dir" if path.is_dir() else sniff.sniff_kind(path)
     if kind in PROFILE_KINDS:
         return _ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
@@ -367,7 +375,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
     if attach is not None:
         raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "
                                "this looks like a training log")
-    parsed = parse_log(path, fmt)
+    parsed = parse_log(path, fmt, progress)
     side_claim, side = read_sidecar(path)
     name = run_name or side.get("run_name") or (path.parent.name if path.name == "run.log" else path.stem)
     all_tags = tuple(tags) + tuple(side.get("tags", ()))

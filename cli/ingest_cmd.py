@@ -80,7 +80,8 @@ def ingest(
                 store.raw_dir = raw_dir.resolve()
             for item in ingest_each(store, list(paths), identity=claim, run_name=run_name, registry=registry,
                                     attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw,
-                                    recursive=recursive, force=force, ranks=RankMap(workers, dask)):
+                                    recursive=recursive, force=force, ranks=RankMap(workers, dask),
+                                    progress=progress.read if progress.enabled else None):
                 rows.append(_row(item))
                 progress.done(item.path)
                 if not as_json:

@@ -1,8 +1,10 @@
 """The ingest progress bar: on stderr, only on a terminal, only for a batch that runs longer than a second.
 
 Parsers return data and never print; the pipeline yields one outcome per file as soon as it is stored. This
-bar follows those outcomes: bytes and files done of the batch, the file in progress, time elapsed. A batch
-that ends within the delay never draws it, so quick ingests and scripts (stderr not a terminal) see no change.
+bar follows those outcomes: bytes and files done of the batch, the file in progress, time elapsed; within a
+training log it follows the parser's reading too (`read`, the pipeline's progress callback: bytes and lines
+of the log so far). A batch that ends within the delay never draws it, so quick ingests and scripts (stderr
+not a terminal) see no change.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class IngestProgress:
         self._timer: threading.Timer | None = None
         self._started = False
         self._files_done = 0
+        self._bytes_done = 0     # bytes of the files done
+        self._lines = 0          # lines read of the file in progress
         if self.enabled:
             for target in ingest_targets(list(paths), recursive=recursive):
                 key = target.path if isinstance(target, IngestFailure) else str(target)
@@ -78,14 +82,24 @@ class IngestProgress:
         return f"ingesting {Path(self._order[index]).name}"
 
     def _files_text(self) -> str:
-        return f"{self._files_done}/{len(self._order)} files"
+        lines = f"{self._lines:,} lines, " if self._lines else ""
+        return f"{lines}{self._files_done}/{len(self._order)} files"
+
+    def read(self, bytes_read: int, lines_read: int) -> None:
+        """The file in progress has been read this far (a ReadProgress callback, from the parser's reader)."""
+        if self._progress is None or self._task is None:
+            return
+        self._lines = lines_read
+        self._progress.update(self._task, completed=self._bytes_done + bytes_read, files=self._files_text())
 
     def done(self, path: str) -> None:
         """One outcome is in: advance by its bytes, name the next file."""
         if self._progress is None or self._task is None:
             return
         self._files_done += 1
-        self._progress.update(self._task, advance=self._sizes.get(path, 0), files=self._files_text(),
+        self._bytes_done += self._sizes.get(path, 0)
+        self._lines = 0
+        self._progress.update(self._task, completed=self._bytes_done, files=self._files_text(),
                               description=self._label(self._files_done))
 
     def __exit__(self, *exc: object) -> None:

@@ -18,11 +18,15 @@ Evidence read (everything else in the log is left alone):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
 
 import polars as pl
 
 from receipts.errors import InputError
-from receipts.ingest.textlog import LogText, cut_short_note
+from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
 from receipts.schema.model import IdentityClaim, MemoryPeak, ParsedRun, steps_frame
 
 FORMAT = "megatron"
@@ -63,43 +67,135 @@ def _num(rx: str) -> pl.Expr:
 
 
 def parse(log: LogText) -> ParsedRun:
-    frame = log.frame()
-    last_line_parsed = True
-    if log.unterminated_last:
-        # A killed writer's prefix of an iteration (or memory) line may still parse, with wrong numbers.
-        # A complete iteration line ends with '|' and has as many fields as the iteration line before it.
-        last_line_parsed = _complete_iteration(frame)
-        if not last_line_parsed:
-            frame = frame.head(frame.height - 1)
+    return parse_chunks(log.path, log.chunks())
 
-    iters = (
-        frame.filter(pl.col("text").str.contains("iteration", literal=True))
-        .with_columns(pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False).alias("step"))
-        .filter(pl.col("step").is_not_null())
-        .with_columns(
-            _num(r"elapsed time per iteration \(ms\): ([0-9.]+)").alias("step_ms"),
-            _num(r"\| lm loss: " + _NUM).alias("loss"),
-            _num(r"consumed samples:\s+([0-9]+)").alias("samples"),
-            _num(r"consumed tokens:\s+([0-9]+)").alias("tokens"),
-            pl.col("text").str.extract(r"tokens per (?:sec|second): ([0-9.,]+)", 1).str.replace_all(",", "")
-            .cast(pl.Float64, strict=False).alias("tokens_per_s"),
-            pl.col("text").str.extract(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]", 1).alias("at"),
+
+_CRASH = r"Traceback \(most recent call last\)|KeyboardInterrupt|CUDA out of memory|Killing subprocess|SIGTERM|SIGKILL"
+
+
+@dataclass
+class _Reading:
+    """What a log's chunks leave behind: the per-line evidence reduced to rows, and the few lines whose
+    text a later decision needs (the row texts themselves are dropped chunk by chunk)."""
+    iters: list[pl.DataFrame] = field(default_factory=list)
+    memory: list[pl.DataFrame] = field(default_factory=list)
+    args_first: int | None = None                 # line of the first `--- arguments ---`
+    args_end: int | None = None                   # line of the first `--- end of arguments ---` after it
+    arg_pairs: list[pl.DataFrame] = field(default_factory=list)
+    banner: str | None = None                     # the first `using world size: ` line
+    last_match: str | None = None                 # the last line matching ITERATION so far
+    first_total: str | None = None                # `/ M` of the first iteration row
+    last_total: str | None = None                 # `/ M` of the last iteration row
+    started_at: str | None = None
+    crash: tuple[int, str] | None = None          # the first crash line after the last iteration row so far
+
+    def add(self, frame: pl.DataFrame) -> None:
+        matched = (frame.filter(pl.col("text").str.contains("iteration", literal=True))
+                   .with_columns(pl.col("text").str.extract(ITERATION, 1).alias("step"))
+                   .filter(pl.col("step").is_not_null()))
+        if matched.height:
+            self.last_match = matched["text"][-1]
+        iters = (
+            matched.with_columns(pl.col("step").cast(pl.Int64, strict=False))
+            .filter(pl.col("step").is_not_null())
+            .with_columns(
+                _num(r"elapsed time per iteration \(ms\): ([0-9.]+)").alias("step_ms"),
+                _num(r"\| lm loss: " + _NUM).alias("loss"),
+                _num(r"consumed samples:\s+([0-9]+)").alias("samples"),
+                _num(r"consumed tokens:\s+([0-9]+)").alias("tokens"),
+                pl.col("text").str.extract(r"tokens per (?:sec|second): ([0-9.,]+)", 1).str.replace_all(",", "")
+                .cast(pl.Float64, strict=False).alias("tokens_per_s"),
+            )
         )
-    )
+        if iters.height:
+            totals = iters["text"].str.extract(ITERATION, 2)
+            self.first_total = totals[0] if self.first_total is None else self.first_total
+            self.last_total = totals[-1]
+            if self.started_at is None:
+                at = iters["text"].str.extract(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]", 1).drop_nulls()
+                self.started_at = at[0] if len(at) else None
+            # only a crash after the last iteration line counts: look after this chunk's last one
+            after = frame.filter(pl.col("line") > iters["line"][-1])
+            self.crash = _first_crash(after)
+        elif self.crash is None:
+            self.crash = _first_crash(frame)
+        self.iters.append(iters.drop("text"))
+        self.memory.append(
+            frame.filter(pl.col("text").str.contains("memory (MB)", literal=True))
+            .select(pl.col("text").str.extract_groups(MEMORY).alias("m")).unnest("m")
+            .drop_nulls()
+            .select(pl.col("1").cast(pl.Int32, strict=False).alias("rank"),
+                    pl.col("2").cast(pl.Int64, strict=False).alias("step"),
+                    *[(pl.col(c).cast(pl.Float64, strict=False) * _MB).cast(pl.Int64, strict=False).alias(n)
+                      for c, n in (("3", "allocated"), ("4", "max_allocated"), ("5", "reserved"),
+                                   ("6", "max_reserved"))])
+        )
+        self._add_arguments(frame)
+        if self.banner is None:
+            hit = frame.filter(pl.col("text").str.contains("using world size: ", literal=True)).head(1)
+            self.banner = hit["text"][0] if hit.height else None
+
+    def _add_arguments(self, frame: pl.DataFrame) -> None:
+        """The dump runs from the first `--- arguments ---` to the first `--- end of arguments ---` after it
+        (or 2000 lines, when a crash cut it); its `name ... value` lines are kept as they come."""
+        if self.args_end is not None:
+            return
+        if self.args_first is None:
+            begin = frame.filter(pl.col("text").str.contains(" arguments ", literal=True)
+                                 & pl.col("text").str.contains(ARGS_BEGIN))
+            if begin.height == 0:
+                return
+            self.args_first = int(begin["line"][0])
+        first = self.args_first
+        end = frame.filter((pl.col("line") > first) & pl.col("text").str.contains(" end of arguments ", literal=True)
+                           & pl.col("text").str.contains(ARGS_END))
+        if end.height:
+            self.args_end = int(end["line"][0])
+        block = frame.filter((pl.col("line") > first) & (pl.col("line") < (self.args_end or frame["line"][-1] + 1)))
+        self.arg_pairs.append(block.select("line", pl.col("text").str.extract_groups(ARG_LINE).alias("a"))
+                              .unnest("a").drop_nulls())
+
+    def arguments(self) -> dict:
+        if self.args_first is None:
+            return {}
+        last = self.args_end if self.args_end is not None else self.args_first + 2000  # a dump cut by a crash
+        args: dict = {}
+        for _, name, raw in pl.concat(self.arg_pairs).filter(pl.col("line") < last).iter_rows():
+            args.setdefault(name, _value(raw))  # the first print of a name is the dump's; later ones are noise
+        return args
+
+
+def _first_crash(frame: pl.DataFrame) -> tuple[int, str] | None:
+    hit = frame.filter(pl.col("text").str.contains(_CRASH)).head(1)
+    return (int(hit["line"][0]), hit["text"][0]) if hit.height else None
+
+
+def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
+    """Each chunk is reduced to iteration and memory rows (numbers), the arguments dump and the few lines
+    decisions need; what spans chunks (tokens/s from differences, the per-step memory join) is done once."""
+    reading = _Reading()
+    last_line_parsed = True
+    end: LogChunk | None = None
+    for chunk in chunks:
+        frame = chunk.frame
+        if chunk.last and chunk.unterminated_last and frame.height:
+            # A killed writer's prefix of an iteration (or memory) line may still parse, with wrong numbers.
+            # A complete iteration line ends with '|' and has as many fields as the iteration line before it.
+            last_line_parsed = _complete_iteration(frame, reading.last_match)
+            if not last_line_parsed:
+                frame = frame.head(frame.height - 1)
+        reading.add(frame)
+        end = chunk
+    assert end is not None, "a log has at least one chunk"
+
+    iters = pl.concat(reading.iters)
     if iters.height == 0:
-        raise InputError(log.path, "no Megatron iteration lines found; expected ` iteration N/ M | consumed "
-                                   "samples: ... | elapsed time per iteration (ms): ... |`")
-    args = _arguments(frame)
+        raise InputError(path, "no Megatron iteration lines found; expected ` iteration N/ M | consumed "
+                               "samples: ... | elapsed time per iteration (ms): ... |`")
+    args = reading.arguments()
     iters = iters.with_columns(_derived_tokens_per_s(args.get("seq_length")))
 
-    memory_rows = (
-        frame.filter(pl.col("text").str.contains("memory (MB)", literal=True))
-        .select(pl.col("text").str.extract_groups(MEMORY).alias("m")).unnest("m")
-        .drop_nulls()
-        .select(pl.col("1").cast(pl.Int32, strict=False).alias("rank"), pl.col("2").cast(pl.Int64, strict=False).alias("step"),
-                *[(pl.col(c).cast(pl.Float64, strict=False) * _MB).cast(pl.Int64, strict=False).alias(n)
-                  for c, n in (("3", "allocated"), ("4", "max_allocated"), ("5", "reserved"), ("6", "max_reserved"))])
-    )
+    memory_rows = pl.concat(reading.memory)
     memory = tuple(
         MemoryPeak(rank, max_alloc, max_res)
         for rank, max_alloc, max_res in memory_rows.group_by("rank").agg(
@@ -109,9 +205,12 @@ def parse(log: LogText) -> ParsedRun:
     # iteration (the max_* values are cumulative since start, so they are peaks, not per-step values).
     per_step = memory_rows.group_by("step").agg(pl.col("allocated").max().alias("allocated_bytes"),
                                                 pl.col("reserved").max().alias("reserved_bytes"))
-    steps = iters.join(per_step, on="step", how="left")
+    # (a log without memory lines joins nothing: null columns, without copying millions of rows)
+    steps = (iters.join(per_step, on="step", how="left") if per_step.height else
+             iters.with_columns(pl.lit(None, pl.Int64).alias("allocated_bytes"),
+                                pl.lit(None, pl.Int64).alias("reserved_bytes")))
 
-    world = _int(args.get("world_size")) or _world_from_banner(frame)
+    world = _int(args.get("world_size")) or _world_from_banner(reading.banner)
     deepspeed = args.get("deepspeed") is True or "deepspeed_config" in args
     return ParsedRun(
         source_format=FORMAT,
@@ -122,33 +221,20 @@ def parse(log: LogText) -> ParsedRun:
         memory=memory,
         features={k: args[k] for k in FEATURE_ARGS if k in args and args[k] is not None},
         world_size=world,
-        ended_early=cut_short_note(log, last_line_parsed) or _crash_after(frame, iters),
-        started_at=_iso(iters["at"].drop_nulls().head(1).to_list()),
-        provenance={"train_iters": _int(args.get("train_iters")) or int(iters["text"].str.extract(ITERATION, 2)[0])},
+        ended_early=cut_short_note(end, last_line_parsed) or _crash_after(reading, iters),
+        started_at=_iso([reading.started_at] if reading.started_at else []),
+        provenance={"train_iters": _int(args.get("train_iters")) or int(cast(str, reading.first_total))},
     )
 
 
-def _complete_iteration(frame: pl.DataFrame) -> bool:
+def _complete_iteration(frame: pl.DataFrame, match_before: str | None) -> bool:
+    """`match_before`: the last line matching ITERATION in the chunks before this (last) one."""
     last = frame["text"][-1].rstrip()
     if not (re.search(ITERATION, last) and last.endswith("|")):
         return False
     before = frame.head(frame.height - 1).filter(pl.col("text").str.contains(ITERATION)).tail(1)
-    return before.height == 0 or last.count("|") >= before["text"][0].count("|")
-
-
-def _arguments(frame: pl.DataFrame) -> dict:
-    begin = frame.filter(pl.col("text").str.contains(ARGS_BEGIN))
-    if begin.height == 0:
-        return {}
-    first = begin["line"][0]
-    end = frame.filter((pl.col("line") > first) & pl.col("text").str.contains(ARGS_END))
-    last = end["line"][0] if end.height else first + 2000  # a dump cut by a crash: read what is there
-    block = frame.filter((pl.col("line") > first) & (pl.col("line") < last))
-    pairs = block.select(pl.col("text").str.extract_groups(ARG_LINE).alias("a")).unnest("a").drop_nulls()
-    args: dict = {}
-    for name, raw in pairs.iter_rows():
-        args.setdefault(name, _value(raw))  # the first print of a name is the dump's; later ones are noise
-    return args
+    previous = before["text"][0] if before.height else match_before
+    return previous is None or last.count("|") >= previous.count("|")
 
 
 def _value(raw: str):
@@ -195,27 +281,22 @@ def _regime(args: dict, deepspeed: bool) -> str | None:
     return " ".join(["megatron-deepspeed" if deepspeed else "megatron", *words])
 
 
-def _world_from_banner(frame: pl.DataFrame) -> int | None:
+def _world_from_banner(banner: str | None) -> int | None:
     # `using world size: 8, data-parallel-size: 8, tensor-model-parallel size: 1, ...` (printed by rank 0
     # before the arguments dump in every Megatron flavour)
-    hit = frame.filter(pl.col("text").str.contains("using world size: ", literal=True)).head(1)
-    if hit.height == 0:
-        return None
-    m = re.search(r"using world size: (\d+)", hit["text"][0])
+    m = re.search(r"using world size: (\d+)", banner) if banner is not None else None
     return int(m.group(1)) if m else None
 
 
-def _crash_after(frame: pl.DataFrame, iters: pl.DataFrame) -> str | None:
+def _crash_after(reading: _Reading, iters: pl.DataFrame) -> str | None:
     """A traceback or kill after the last iteration line means the run stopped before its last iteration."""
     last_line, last_step = iters["line"][-1], iters["step"][-1]
-    total = iters["text"].str.extract(ITERATION, 2).cast(pl.Int64, strict=False)[-1]
+    total = pl.Series([reading.last_total], dtype=pl.Utf8).cast(pl.Int64, strict=False)[0]
     if total is None or last_step >= total:
         return None
-    crash = frame.filter((pl.col("line") > last_line) & pl.col("text").str.contains(
-        r"Traceback \(most recent call last\)|KeyboardInterrupt|CUDA out of memory|Killing subprocess|SIGTERM|SIGKILL"))
-    if crash.height == 0:
+    if reading.crash is None:
         return None
-    line, text = crash.row(0)
+    line, text = reading.crash
     return (f"line {line}: {text.strip()[:80]!r} after the last iteration line {last_line} "
             f"(iteration {last_step} of {total})")
 

@@ -21,11 +21,13 @@ train-to-train deltas telescope to the final train reading instead.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from pathlib import Path
 
 import polars as pl
 
 from receipts.errors import InputError
-from receipts.ingest.textlog import LogText, cut_short_note
+from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
 from receipts.schema.model import MemoryPeak, ParsedRun, steps_frame
 
 FORMAT = "modded-nanogpt"
@@ -42,15 +44,11 @@ def detect(head: list[str]) -> bool:
 
 
 def parse(log: LogText) -> ParsedRun:
-    frame = log.frame()
-    last_line_parsed = True
-    if log.unterminated_last:
-        # complete step lines end in 'ms' and memory lines in 'MiB'; a prefix of either may parse wrongly
-        last_line_parsed = frame["text"][-1].rstrip().endswith(("ms", "MiB"))
-        if not last_line_parsed:
-            frame = frame.head(frame.height - 1)
+    return parse_chunks(log.path, log.chunks())
 
-    lines = (
+
+def _step_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    return (
         frame.filter(pl.col("text").str.starts_with("step:"))
         .with_columns(pl.col("text").str.extract_groups(STEP).alias("g")).unnest("g")
         .filter(pl.col("1").is_not_null())
@@ -64,9 +62,32 @@ def parse(log: LogText) -> ParsedRun:
         )
         .filter(pl.col("step").is_not_null())  # a step number past 2^63: a damaged line, not a step
     )
+
+
+def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
+    """Each chunk is reduced to its step numbers and the few header lines; the steps are differenced once
+    all are in (a difference spans chunks)."""
+    parts: list[pl.DataFrame] = []
+    gpu_parts: list[pl.DataFrame] = []
+    info_parts: list[pl.DataFrame] = []
+    last_line_parsed = True
+    end: LogChunk | None = None
+    for chunk in chunks:
+        frame = chunk.frame
+        if chunk.last and chunk.unterminated_last and frame.height:
+            # complete step lines end in 'ms' and memory lines in 'MiB'; a prefix of either may parse wrongly
+            last_line_parsed = frame["text"][-1].rstrip().endswith(("ms", "MiB"))
+            if not last_line_parsed:
+                frame = frame.head(frame.height - 1)
+        parts.append(_step_rows(frame))
+        gpu_parts.append(_gpu_rows(frame))
+        info_parts.append(_info_rows(frame))
+        end = chunk
+    assert end is not None, "a log has at least one chunk"
+    lines = pl.concat(parts)
     if lines.filter(~pl.col("is_val")).height == 0:
-        raise InputError(log.path, "no modded-nanogpt step lines found; expected `step:N/M train_time:Tms "
-                                   "step_avg:Sms` (with val_loss: or train_loss: on some lines)")
+        raise InputError(path, "no modded-nanogpt step lines found; expected `step:N/M train_time:Tms "
+                               "step_avg:Sms` (with val_loss: or train_loss: on some lines)")
     last = lines.row(lines.height - 1, named=True)
     lines = lines.filter(~pl.col("is_val"))
     # The clock starts at 0 before the first step, so the first reading is measured from (step 0, 0 ms).
@@ -84,7 +105,7 @@ def parse(log: LogText) -> ParsedRun:
     if resets.height:
         phases = (("warmup", steps["step"][0], resets["step"][0] - 1),)
 
-    header = _header(frame)
+    header = _header(pl.concat(gpu_parts), pl.concat(info_parts))
     return ParsedRun(
         source_format=FORMAT,
         format_version=None,
@@ -94,7 +115,7 @@ def parse(log: LogText) -> ParsedRun:
         software=header.pop("software", {}),
         gpu_model=header.get("gpu_model"),
         gpu_count=header.get("gpu_count"),
-        ended_early=cut_short_note(log, last_line_parsed) or _short_of_total(last),
+        ended_early=cut_short_note(end, last_line_parsed) or _short_of_total(last),
         provenance={"total_steps": last["total"]},
     )
 
@@ -105,14 +126,20 @@ def _short_of_total(last: dict) -> str | None:
     return None
 
 
-def _header(frame: pl.DataFrame) -> dict:
-    facts: dict = {"software": {}}
-    gpus = frame.filter(pl.col("text").str.starts_with("|")).select(
+def _gpu_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.filter(pl.col("text").str.starts_with("|")).select(
         pl.col("text").str.extract_groups(GPU_ROW).alias("g")).unnest("g").drop_nulls()
+
+
+def _info_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.filter(pl.col("text").str.contains(r"Driver Version:|^Running [Pp]y[Tt]orch |^peak memory ")).select("text")
+
+
+def _header(gpus: pl.DataFrame, info: pl.DataFrame) -> dict:
+    facts: dict = {"software": {}}
     if gpus.height:
         facts["gpu_model"] = gpus["2"][0]
         facts["gpu_count"] = gpus["1"].n_unique()
-    info = frame.filter(pl.col("text").str.contains(r"Driver Version:|^Running [Pp]y[Tt]orch |^peak memory "))
     for text in info["text"].to_list():
         if m := re.search(r"Driver Version: ([0-9.]+)", text):
             facts["software"].setdefault("nvidia_driver", m.group(1))

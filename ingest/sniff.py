@@ -6,16 +6,20 @@ import gzip
 import importlib
 import zlib
 from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 from receipts.errors import InputError
 from receipts.ingest import native, wrapped
-from receipts.ingest.textlog import LogText
+from receipts.ingest.textlog import LogText, ReadProgress, read_chunks
 from receipts.schema.model import ParsedRun
 
 # Text-log formats, most specific first. Each module has FORMAT, detect(head_lines) and parse(LogText).
 LOG_FORMATS = ("native", "megatron", "nanochat", "torchtitan", "modded_nanogpt", "mllog")
+# Formats whose parser also reads a log chunk by chunk (parse_chunks(path, chunks)): their memory is one
+# chunk plus the numbers kept, whatever the log's length. The others read the log whole.
+STREAMED_FORMATS = ("megatron", "nanochat", "modded_nanogpt")
 # Names users pass to --format, mapped to modules.
 FORMAT_ALIASES = {
     "receipt": "native", "native": "native", "megatron": "megatron", "nemo": "megatron",
@@ -94,6 +98,50 @@ def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
         return replace(parsed, warnings=parsed.warnings + (f"the child's output looks like {child_format} "
                                                            f"but gave no steps: {exc.message}",))
     return wrapped.merge(parsed, child)
+
+
+def parse_streamed(path: Path, name: str | None = None, progress: ReadProgress | None = None) -> ParsedRun | None:
+    """The log parsed chunk by chunk, when the format it would be parsed with (named, or sniffed as
+    `detect_log_format` sniffs) streams and no RECEIPT header wraps it; None when it must be read whole
+    (`parse_log`), which is also where a log no format claims gets its error."""
+    found = _streamed_format(path, name)
+    if found is None:
+        return None
+    return log_parser(found).parse_chunks(path, read_chunks(path, progress))
+
+
+def _streamed_format(path: Path, name: str | None) -> str | None:
+    if name is not None and name not in STREAMED_FORMATS:
+        return None
+    slices = _line_slices(path)
+    head = next(slices, None)
+    if head is None or not any(line.strip().removeprefix("\ufeff").strip() for line in head):
+        return None  # empty, or a blank head: read whole, where emptiness is judged on the whole file
+    if name is not None:
+        return None if native.detect(head) else name
+    for lines in _chain(head, slices):
+        found = _detect_among(lines, names=LOG_FORMATS)
+        if found is not None:
+            return found if found in STREAMED_FORMATS else None
+    return None
+
+
+def _chain(head: list[str], rest: Iterator[list[str]]) -> Iterator[list[str]]:
+    yield head
+    yield from rest
+
+
+def _line_slices(path: Path) -> Iterator[list[str]]:
+    """The log's lines in the slices `detect_among_lines` looks at (SNIFF_CHUNK lines from the top),
+    read block by block so that sniffing stops reading where it decides."""
+    pending: list[str] = []
+    for chunk in read_chunks(path):
+        pending.extend(chunk.frame["text"].to_list())
+        while len(pending) >= SNIFF_CHUNK:
+            yield pending[:SNIFF_CHUNK]
+            pending = pending[SNIFF_CHUNK:]
+    if pending:
+        yield pending
 
 
 def _detect_among(head: list[str], *, names: tuple[str, ...]) -> str | None:

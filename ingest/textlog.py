@@ -1,21 +1,38 @@
 """Reading a training log as lines, with the checks every text format shares.
 
-Lines are held as one polars Series so format parsers can filter and regex-extract millions of
-lines in native code (the throughput target is >= 1M lines/s on one core).
+Lines are held as polars Series so format parsers can filter and regex-extract millions of lines in
+native code (the throughput target is >= 1M lines/s on one core). A log is read either whole
+(`read_log`, for formats that look at the log as a whole) or in blocks of about `BLOCK_BYTES`
+(`read_chunks`, for the step formats that reduce each block to its numbers), so peak memory does not
+grow with the log's length. Both split lines the same way, so a parser sees the same lines either way.
 """
 
 from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import polars as pl
 
 from receipts.errors import InputError
 
 _SNIFF_BYTES = 8192
+BLOCK_BYTES = 8 << 20  # a block of lines: big enough to amortise polars' per-call cost, small next to the log
+
+# Called as a log is read: (bytes read so far, lines read so far). The CLI draws its progress bar from it.
+ReadProgress = Callable[[int, int], None]
+
+
+class LogEnd(Protocol):
+    """Where a log ends: what the 'cut short' note needs (a LogText, or a streamed log's last chunk)."""
+    @property
+    def n_lines(self) -> int: ...
+    @property
+    def unterminated_last(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -37,8 +54,25 @@ class LogText:
             pl.col("line").cast(pl.Int64)
         )
 
+    def chunks(self) -> Iterator[LogChunk]:
+        """The whole log as one chunk, for parsers that read chunk by chunk."""
+        yield LogChunk(self.frame(), last=True, unterminated_last=self.unterminated_last)
 
-def read_log(path: Path) -> LogText:
+
+@dataclass(frozen=True)
+class LogChunk:
+    """A block of consecutive whole lines of a log, numbered as in the file."""
+    frame: pl.DataFrame         # line (Int64, 1-based in the file), text (Utf8, without the newline)
+    last: bool                  # holds the file's last line
+    unterminated_last: bool     # last chunk only: the file does not end in a newline
+
+    @property
+    def n_lines(self) -> int:
+        """The number of the chunk's last line (on the last chunk: the file's line count)."""
+        return int(self.frame["line"][-1]) if self.frame.height else 0
+
+
+def read_log(path: Path, progress: ReadProgress | None = None) -> LogText:
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -48,22 +82,70 @@ def read_log(path: Path) -> LogText:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
     if not data.removeprefix(b"\xef\xbb\xbf").strip():  # a lone UTF-8 BOM is empty too
         raise InputError(path, "is empty; expected a training log")
-    head = data[:_SNIFF_BYTES]
+    _refuse_binary(path, data[:_SNIFF_BYTES])
+    unterminated = not data.endswith(b"\n")
+    lines = _lines(data)
+    if progress is not None:
+        progress(len(data), len(lines))
+    return LogText(path=path, lines=lines, unterminated_last=unterminated)
+
+
+def read_chunks(path: Path, progress: ReadProgress | None = None, *,
+                block_bytes: int = BLOCK_BYTES) -> Iterator[LogChunk]:
+    """The log in chunks of whole lines (about `block_bytes` each; a longer line makes a longer chunk),
+    split exactly as `read_log` splits it. The caller checks emptiness (read_log does, on the fallback
+    path); a binary head is refused here as there."""
+    path = Path(path)
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError as exc:
+        raise InputError(path, "is a directory; expected a training log file") from exc
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    with f:
+        block = f.read(block_bytes)
+        _refuse_binary(path, block[:_SNIFF_BYTES])
+        carry, first_line, done = b"", 1, 0
+        while block:
+            following = f.read(block_bytes)
+            data = carry + block
+            if following:
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:  # no newline yet: one line longer than a block, read on
+                    carry, block = data, following
+                    continue
+                data, carry = data[:cut], data[cut:]
+            lines = _lines(data)
+            frame = pl.DataFrame({"text": lines}).with_row_index("line", offset=first_line).with_columns(
+                pl.col("line").cast(pl.Int64))
+            first_line += len(lines)
+            done += len(data)
+            if progress is not None:
+                progress(done, first_line - 1)
+            yield LogChunk(frame, last=not following, unterminated_last=not following and not data.endswith(b"\n"))
+            block = following
+
+
+def _refuse_binary(path: Path, head: bytes) -> None:
     if b"\x00" in head:
         raise InputError(path, "looks binary (NUL bytes in the first 8 KiB); expected a text training log "
                                "(for an nsys report, export it: `nsys export --type sqlite`)")
-    unterminated = not data.endswith(b"\n")
+
+
+def _lines(data: bytes) -> pl.Series:
     lines = _split_lines(data)
     # \r\n logs from Windows tooling and \r progress bars both occur; keep the last \r segment.
+    # (Per line, so splitting a log in blocks and cleaning each gives the lines of cleaning it whole.)
     if b"\r" in data:
         lines = lines.str.strip_chars_end("\r").str.replace(r"^.*\r", "")
-    return LogText(path=path, lines=lines, unterminated_last=unterminated)
+    return lines
 
 
 def _split_lines(data: bytes) -> pl.Series:
     """Lines as a Series, split in native code: polars' CSV reader with a separator that does not occur
     and no quoting is a line splitter that keeps empty lines (about 2x Python's split + Series)."""
-    if b"\x1f" in data:  # the separator occurs: split in Python rather than lose text after it
+    if b"\x1f" in data or not data.strip(b"\n"):
+        # the separator occurs (split in Python rather than lose text after it), or a block of empty lines
         text = data.decode("utf-8", errors="replace")
         return pl.Series("text", (text[:-1] if text.endswith("\n") else text).split("\n"), dtype=pl.Utf8)
     frame = pl.read_csv(io.BytesIO(data), has_header=False, separator="\x1f", quote_char=None, new_columns=["text"],
@@ -80,7 +162,7 @@ def same_shape(previous: str, last: str) -> bool:
     return shape(previous) == shape(last)
 
 
-def cut_short_note(log: LogText, last_line_parsed: bool) -> str | None:
+def cut_short_note(log: LogEnd, last_line_parsed: bool) -> str | None:
     """The standard 'ended early' wording for a log whose final line has no newline."""
     if log.unterminated_last and not last_line_parsed:
         return f"line {log.n_lines} is cut short (no newline at end of file); ingested up to line {log.n_lines - 1}"

@@ -36,6 +36,17 @@ def empty_steps() -> pl.DataFrame:
 
 def steps_frame(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame:
     """Coerce parser output to STEP_SCHEMA: missing columns become nulls, order is fixed."""
+    frame = steps_columns(rows)
+    if frame.width == 0:
+        return empty_steps()
+    if _in_step_order(frame):
+        return frame  # a log's steps usually are: sorting millions of rows again would copy them all
+    return frame.sort(["step", "rank"], nulls_last=True)
+
+
+def steps_columns(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame:
+    """STEP_SCHEMA's columns, in its order, rows in their order (steps_frame without the sort): a parser
+    reading a log chunk by chunk conforms each chunk's rows, so joining them copies nothing."""
     frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows)
     cols: list[pl.Expr | pl.Series] = []
     for name, dtype in STEP_SCHEMA.items():
@@ -43,9 +54,14 @@ def steps_frame(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame:
             cols.append(frame[name].cast(dtype, strict=False).alias(name))
         else:
             cols.append(pl.lit(None, dtype=dtype).alias(name))
-    if frame.width == 0:
-        return empty_steps()
-    return frame.select(cols).sort(["step", "rank"], nulls_last=True)
+    return frame.select(cols) if frame.width else frame
+
+
+def _in_step_order(frame: pl.DataFrame) -> bool:
+    """Steps strictly increasing with no rank: the order sort() would give, with no ties to break."""
+    steps = frame["step"]
+    return (frame["rank"].null_count() == frame.height and steps.null_count() == 0
+            and bool((steps.diff().drop_nulls() > 0).all()))
 
 
 @dataclass(frozen=True)

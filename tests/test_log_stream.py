@@ -1,0 +1,145 @@
+"""Logs read chunk by chunk (textlog.read_chunks + parse_chunks) give exactly what reading them whole gives.
+
+The streamed path is what `receipts ingest` takes for nanochat, Megatron and modded-nanogpt logs; the whole
+path (read_log + parse) is what it took before and still takes for the other formats. Every real log and
+every run.log under tests/data is compared both ways, whole and cut at a few byte offsets (a writer killed
+mid-line, a crash after the last iteration), with chunks small enough that step lines, the arguments dump
+and the final lines fall on chunk boundaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pty
+import random
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import REALDATA, REPO
+from receipts.errors import InputError
+from receipts.ingest import sniff
+from receipts.ingest.textlog import read_chunks, read_log
+from receipts.pipeline import parse_log
+from receipts.schema.model import ParsedRun
+
+LOGS = sorted(p for p in (REALDATA / "logs").glob("*") if p.suffix != ".json") if (REALDATA / "logs").is_dir() else []
+RUN_LOGS = sorted((REPO / "tests" / "data").rglob("run.log"))
+NANOCHAT = REALDATA / "logs" / "sft_run_gtx1660.log"
+
+
+def _outcome(parse) -> ParsedRun | str:
+    try:
+        return parse()
+    except InputError as exc:
+        return f"InputError: {exc}"
+
+
+def _assert_same(whole: ParsedRun | str, streamed: ParsedRun | str) -> None:
+    if isinstance(whole, str) or isinstance(streamed, str):
+        assert whole == streamed
+        return
+    for f in dataclasses.fields(whole):
+        a, b = getattr(whole, f.name), getattr(streamed, f.name)
+        if isinstance(a, pl.DataFrame):
+            assert a.equals(b), f.name
+        else:
+            assert a == b, f.name
+
+
+def _variants(path: Path, tmp_path: Path) -> list[Path]:
+    """The log, and copies cut short at seeded random byte offsets."""
+    data = path.read_bytes()
+    rng = random.Random(path.name)
+    cuts = []
+    for k in range(3):
+        cut = tmp_path / f"{path.stem}_cut{k}.log"
+        cut.write_bytes(data[:rng.randrange(1, len(data))])
+        cuts.append(cut)
+    return [path, *cuts]
+
+
+@pytest.mark.parametrize("path", LOGS + RUN_LOGS, ids=lambda p: p.name if p.parent.name == "logs" else p.parent.name)
+def test_streamed_parsers_match_the_whole_read(path, tmp_path):
+    for variant in _variants(path, tmp_path):
+        try:
+            log = read_log(variant)
+        except InputError:
+            continue
+        for name in sniff.STREAMED_FORMATS:
+            module = sniff.log_parser(name)
+            whole = _outcome(lambda: module.parse(log))
+            for block in (997, 64 * 1024):
+                _assert_same(whole, _outcome(lambda: module.parse_chunks(variant, read_chunks(variant,
+                                                                                               block_bytes=block))))
+        # the pipeline's entry (sniffed, streamed where the format streams) against the whole read
+        _assert_same(_outcome(lambda: sniff.parse_log(log, None)), _outcome(lambda: parse_log(variant)))
+
+
+def test_chunks_are_the_lines_of_the_whole_read(tmp_path):
+    odd = tmp_path / "odd.log"  # blank runs across blocks, \r\n and \r progress bars, a BOM, bad UTF-8, no final newline
+    odd.write_bytes("\ufeffhead\n\n\n\n".encode() + b"x\r\ny\rz\n" + b"\n" * 50 + b"\xff\xfe bad\nstep 1 | loss: 2\nlast")
+    for path in [odd, *LOGS]:
+        log = read_log(path)
+        for block in (1, 7, 4096):
+            chunks = list(read_chunks(path, block_bytes=block))
+            frame = pl.concat([c.frame for c in chunks])
+            assert frame["text"].to_list() == log.lines.to_list()
+            assert frame["line"].to_list() == list(range(1, log.n_lines + 1))
+            assert [c.last for c in chunks] == [False] * (len(chunks) - 1) + [True]
+            assert chunks[-1].unterminated_last == log.unterminated_last
+
+
+def test_progress_counts_up_to_the_file_size(tmp_path):
+    """The callback the CLI's bar follows: bytes and lines only grow, and end at the file's size and lines."""
+    log = tmp_path / "long.log"
+    log.write_bytes(NANOCHAT.read_bytes() * 40)
+    seen: list[tuple[int, int]] = []
+    list(read_chunks(log, lambda b, n: seen.append((b, n)), block_bytes=64 * 1024))
+    assert len(seen) > 10
+    assert all(b1 < b2 and n1 < n2 for (b1, n1), (b2, n2) in zip(seen, seen[1:]))
+    assert seen[-1] == (log.stat().st_size, read_log(log).n_lines)
+    # through the pipeline: a streamed format and one read whole both end at the file's size
+    for path in (log, REPO / "tests" / "data" / "gpu" / "fsdp2_2gpu_nsys" / "run.log"):
+        calls: list[tuple[int, int]] = []
+        parse_log(path, progress=lambda b, n: calls.append((b, n)))
+        assert calls and calls[-1][0] == path.stat().st_size
+        assert [b for b, _ in calls] == sorted(b for b, _ in calls)
+
+
+def _run_on_a_terminal(args: list[str], cwd: Path) -> str:
+    """Run a command with stdout and stderr on a pseudo-terminal, as a user's shell would; all it printed."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
+    proc = subprocess.Popen(args, stdin=follower, stdout=follower, stderr=follower, cwd=cwd, env=env, close_fds=True)
+    os.close(follower)
+    out = b""
+    while True:
+        ready, _, _ = select.select([leader], [], [], 120)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        out += data
+    proc.wait(timeout=60)
+    os.close(leader)
+    return out.decode("utf-8", errors="replace")
+
+
+def test_a_long_ingest_on_a_terminal_shows_the_file_bytes_and_lines(tmp_path):
+    log = tmp_path / "long_nanochat.log"
+    log.write_bytes(NANOCHAT.read_bytes() * 3000)  # ~1.2 M lines: several seconds on a shared 2-core box
+    out = _run_on_a_terminal([sys.executable, "-m", "receipts.cli.main", "--db", str(tmp_path / "r.duckdb"),
+                              "ingest", str(log)], tmp_path)
+    assert "ingested" in out, out[-2000:]
+    assert "ingesting long_nanochat.log" in out and " lines" in out and "MiB" in out, out[-2000:]
