@@ -1,14 +1,17 @@
-"""Ingest throughput of the third-party log parsers: read_log + detect + parse over >= 1M lines.
+"""Log ingest: throughput and peak memory of the streamed parsers (what `receipts ingest` runs on a log).
 
-    .venv/bin/python benchmarks/bench_log_ingest.py [--lines 1000000] [--repeat 3]
-    POLARS_MAX_THREADS=1 .venv/bin/python benchmarks/bench_log_ingest.py     # one-core numbers
+    POLARS_MAX_THREADS=1 .venv/bin/python benchmarks/bench_log_ingest.py --repeat 3     # one-core numbers
+    .venv/bin/python benchmarks/bench_log_ingest.py --lines 2000000 --big-lines 10000000 [--formats nanochat]
 
-The logs are built from the step lines of real logs in ../shared/realdata/logs (nanochat sft_run and a
-modded-nanogpt record), repeated with renumbered steps into a temp file. The reference, measured in the
-same run on the same file, is the raw scan every parser must pay anyway: read the bytes, decode, split
-into lines and build the polars Series (what `read_log` does), and a polars line count of the file.
-Peak memory is the process's max RSS from resource.getrusage (kernel-reported high-water mark, whole
-process, so it includes the interpreter and polars' arenas), sampled after each format's runs.
+The logs are built from the lines of real logs in ../shared/realdata/logs (nanochat sft_run, a Megatron-
+DeepSpeed run with its arguments dump, a modded-nanogpt record): header lines, then the step lines repeated
+with renumbered steps, written to a temp file. Throughput is the best of --repeat runs of sniffing and
+parsing the file (sniff.parse_streamed: 8 MiB chunks, each reduced to its numbers). The reference, in the
+same run on the same file, is a raw read of the file in the same 8 MiB blocks (bytes only, no split).
+Peak memory is measured in a fresh process per log (getrusage ru_maxrss: the kernel's high-water mark of
+the whole process, interpreter and polars' arenas included): the streamed parse at --lines and --big-lines,
+the whole read (read_log + parse, the path before streaming) at --lines, and `receipts ingest` of the
+--lines log into a new DuckDB store (parse, window, summary and the write of every step row).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import argparse
 import os
 import re
 import resource
+import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,11 +30,13 @@ from pathlib import Path
 import polars as pl
 
 from receipts.ingest import sniff
-from receipts.ingest.textlog import read_log
+from receipts.ingest.textlog import BLOCK_BYTES, read_log
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "logs"
 SOURCES = {
     "nanochat": ("sft_run_gtx1660.log", r"^step (\d+)", "step {:05d}"),
+    "megatron": ("megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-baseline.log",
+                 r"^ iteration\s+(\d+)/", " iteration {:8d}/"),
     "modded_nanogpt": ("track_1_short_2025-09-10_Yarn__ef66c943-e262-400f-822f-068d397a1dc9.txt",
                        r"^step:(\d+)/", "step:{}/"),
 }
@@ -81,21 +88,24 @@ def timed(fn, repeat: int) -> float:
     return best
 
 
-def raw_scan(path: Path) -> int:
-    data = path.read_bytes().decode("utf-8", errors="replace")
-    return len(pl.Series("text", data.split("\n"), dtype=pl.Utf8))
-
-
-def polars_count(path: Path) -> int:
-    return pl.scan_csv(path, has_header=False, separator="\x1f", quote_char=None,
-                       schema={"text": pl.Utf8}).select(pl.len()).collect().item()
+def raw_read(path: Path) -> int:
+    """The floor every reader pays: the file's bytes, in the blocks the streamed reader reads."""
+    n = 0
+    with open(path, "rb") as f:
+        while block := f.read(BLOCK_BYTES):
+            n += len(block)
+    return n
 
 
 def ingest(path: Path) -> int:
-    log = read_log(path)
-    name = sniff.detect_log_format(log)
-    parsed = sniff.log_parser(name).parse(log)
+    parsed = sniff.parse_streamed(path)
+    assert parsed is not None, f"{path} did not take the streamed path"
     return parsed.steps.height
+
+
+def whole(path: Path) -> int:
+    log = read_log(path)
+    return sniff.log_parser(sniff.detect_log_format(log)).parse(log).steps.height
 
 
 def max_rss_mib() -> float:
@@ -103,30 +113,68 @@ def max_rss_mib() -> float:
     return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB on Linux
 
 
+def peak_in_child(mode: str, path: Path) -> float:
+    """Peak RSS (MiB) of a fresh process that does one thing to the log: 'stream', 'whole' or 'store'."""
+    out = subprocess.run([sys.executable, __file__, "--child", mode, str(path)], check=True, capture_output=True,
+                         text=True, env=os.environ).stdout
+    return float(out.split()[-1])
+
+
+def child(mode: str, path: Path) -> None:
+    if mode == "store":
+        from receipts.pipeline import ingest_paths
+        from receipts.schema.registry import load_registry
+        from receipts.store import open_store
+
+        with tempfile.TemporaryDirectory() as tmp:
+            store = open_store(str(Path(tmp) / "bench.duckdb"))
+            ingest_paths(store, [path], registry=load_registry())
+            store.close()
+    else:
+        {"stream": ingest, "whole": whole}[mode](path)
+    print(f"{max_rss_mib():.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--lines", type=int, default=2_000_000)
+    ap.add_argument("--big-lines", type=int, default=10_000_000, help="peak RSS of the streamed parse here too")
+    ap.add_argument("--formats", nargs="+", default=list(SOURCES), choices=list(SOURCES))
+    ap.add_argument("--big-formats", nargs="*", default=["nanochat"], choices=list(SOURCES))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        child(args.child[0], Path(args.child[1]))
+        return
+    print("command: " + " ".join(shlex.quote(a) for a in [*(f"{k}={v}" for k, v in os.environ.items()
+                                                             if k == "POLARS_MAX_THREADS"), "python", *sys.argv]))
     print(f"polars {pl.__version__}, threads={pl.thread_pool_size()} "
-          f"(POLARS_MAX_THREADS={os.environ.get('POLARS_MAX_THREADS', 'unset')}), best of {args.repeat}")
+          f"(POLARS_MAX_THREADS={os.environ.get('POLARS_MAX_THREADS', 'unset')}), best of {args.repeat}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
-        for fmt in SOURCES:
+        for fmt in args.formats:
             path = Path(tmp) / f"{fmt}.log"
             n = build_log(fmt, args.lines, path)
             size_mib = path.stat().st_size / 2**20
             steps = ingest(path)
             t_ingest = timed(lambda: ingest(path), args.repeat)
-            t_scan = timed(lambda: raw_scan(path), args.repeat)
-            t_count = timed(lambda: polars_count(path), args.repeat)
+            t_raw = timed(lambda: raw_read(path), args.repeat)
             print(f"\n{fmt}: {n:,} lines ({size_mib:.0f} MiB), {steps:,} steps parsed")
-            print(f"  ingest (read_log+detect+parse) {t_ingest:7.3f} s  {n / t_ingest / 1e6:6.2f} M lines/s")
-            print(f"  raw scan (read+split+Series)   {t_scan:7.3f} s  {n / t_scan / 1e6:6.2f} M lines/s   "
-                  f"ingest/raw = {t_ingest / t_scan:.2f}x")
-            print(f"  polars line count (scan_csv)   {t_count:7.3f} s  {n / t_count / 1e6:6.2f} M lines/s   "
-                  f"ingest/count = {t_ingest / t_count:.2f}x")
-            print(f"  peak RSS so far (getrusage ru_maxrss): {max_rss_mib():.0f} MiB")
+            print(f"  streamed ingest (sniff + parse)  {t_ingest:7.3f} s  {n / t_ingest / 1e6:6.2f} M lines/s")
+            print(f"  raw read of the file (8 MiB blocks) {t_raw:7.3f} s  {n / t_raw / 1e6:6.2f} M lines/s   "
+                  f"ingest/raw = {t_ingest / t_raw:.1f}x")
+            print(f"  peak RSS, streamed parse at {n / 1e6:.0f}M lines: {peak_in_child('stream', path):6.0f} MiB")
+            print(f"  peak RSS, whole read + parse (before) at {n / 1e6:.0f}M lines: "
+                  f"{peak_in_child('whole', path):6.0f} MiB")
+            print(f"  peak RSS, `receipts ingest` into a new DuckDB store at {n / 1e6:.0f}M lines: "
+                  f"{peak_in_child('store', path):6.0f} MiB")
             path.unlink()
+            if fmt in args.big_formats and args.big_lines:
+                n_big = build_log(fmt, args.big_lines, path)
+                print(f"  peak RSS, streamed parse at {n_big / 1e6:.0f}M lines "
+                      f"({path.stat().st_size / 2**20:.0f} MiB): {peak_in_child('stream', path):6.0f} MiB")
+                path.unlink()
 
 
 if __name__ == "__main__":

@@ -70,6 +70,11 @@ def parse(log: LogText) -> ParsedRun:
     return parse_chunks(log.path, log.chunks())
 
 
+# The usual start of an iteration line (Megatron-LM, NeMo, Megatron-DeepSpeed), read in one pass instead of one
+# per field. The prefix holds only a timestamp, so this `iteration` is the line's first and each group is the
+# first match of that field's own pattern (ITERATION, consumed samples/tokens, elapsed time): same numbers.
+_USUAL_START = (r"^\s*(?:\[[0-9: -]+\]\s*)?iteration\s+([0-9]+)/\s*([0-9]+) \| consumed samples:\s+([0-9]+) \| "
+                r"(?:consumed tokens:\s+([0-9]+) \| )?elapsed time per iteration \(ms\): ([0-9.]+)")
 _CRASH = r"Traceback \(most recent call last\)|KeyboardInterrupt|CUDA out of memory|Killing subprocess|SIGTERM|SIGKILL"
 
 
@@ -90,25 +95,20 @@ class _Reading:
     crash: tuple[int, str] | None = None          # the first crash line after the last iteration row so far
 
     def add(self, frame: pl.DataFrame) -> None:
-        matched = (frame.filter(pl.col("text").str.contains("iteration", literal=True))
-                   .with_columns(pl.col("text").str.extract(ITERATION, 1).alias("step"))
-                   .filter(pl.col("step").is_not_null()))
+        matched = _iteration_rows(frame)
         if matched.height:
             self.last_match = matched["text"][-1]
         iters = (
             matched.with_columns(pl.col("step").cast(pl.Int64, strict=False))
             .filter(pl.col("step").is_not_null())
             .with_columns(
-                _num(r"elapsed time per iteration \(ms\): ([0-9.]+)").alias("step_ms"),
                 _num(r"\| lm loss: " + _NUM).alias("loss"),
-                _num(r"consumed samples:\s+([0-9]+)").alias("samples"),
-                _num(r"consumed tokens:\s+([0-9]+)").alias("tokens"),
                 pl.col("text").str.extract(r"tokens per (?:sec|second): ([0-9.,]+)", 1).str.replace_all(",", "")
                 .cast(pl.Float64, strict=False).alias("tokens_per_s"),
             )
         )
         if iters.height:
-            totals = iters["text"].str.extract(ITERATION, 2)
+            totals = iters["total"]
             self.first_total = totals[0] if self.first_total is None else self.first_total
             self.last_total = totals[-1]
             if self.started_at is None:
@@ -119,7 +119,7 @@ class _Reading:
             self.crash = _first_crash(after)
         elif self.crash is None:
             self.crash = _first_crash(frame)
-        self.iters.append(iters.drop("text"))
+        self.iters.append(iters.drop("text", "total"))
         self.memory.append(
             frame.filter(pl.col("text").str.contains("memory (MB)", literal=True))
             .select(pl.col("text").str.extract_groups(MEMORY).alias("m")).unnest("m")
@@ -163,6 +163,29 @@ class _Reading:
         for _, name, raw in pl.concat(self.arg_pairs).filter(pl.col("line") < last).iter_rows():
             args.setdefault(name, _value(raw))  # the first print of a name is the dump's; later ones are noise
         return args
+
+
+def _iteration_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    """Lines matching ITERATION: line, text, step and total (as printed), samples, tokens, step_ms."""
+    lines = frame.filter(pl.col("text").str.contains("iteration", literal=True))
+    fast = lines.with_columns(pl.col("text").str.extract_groups(_USUAL_START).alias("g")).unnest("g")
+    # a line without consumed tokens at the start might still print them further on: read it field by field
+    usual = pl.col("1").is_not_null() & (pl.col("4").is_not_null()
+                                         | ~pl.col("text").str.contains("consumed tokens:", literal=True))
+    rows = fast.filter(usual).select(
+        "line", "text", pl.col("1").alias("step"), pl.col("2").alias("total"),
+        *[pl.col(g).cast(pl.Float64, strict=False).alias(n) for g, n in (("3", "samples"), ("4", "tokens"),
+                                                                          ("5", "step_ms"))])
+    others = fast.filter(~usual)
+    if others.height == 0:
+        return rows
+    slow = (others.select("line", "text", pl.col("text").str.extract(ITERATION, 1).alias("step"))
+            .filter(pl.col("step").is_not_null())
+            .with_columns(pl.col("text").str.extract(ITERATION, 2).alias("total"),
+                          _num(r"consumed samples:\s+([0-9]+)").alias("samples"),
+                          _num(r"consumed tokens:\s+([0-9]+)").alias("tokens"),
+                          _num(r"elapsed time per iteration \(ms\): ([0-9.]+)").alias("step_ms")))
+    return pl.concat([rows, slow]).sort("line")
 
 
 def _first_crash(frame: pl.DataFrame) -> tuple[int, str] | None:
