@@ -89,7 +89,10 @@ def steady_kernel_totals(kernel_steps: pl.DataFrame, steps: pl.DataFrame) -> pl.
     n_steps = steady.group_by("rank").agg(pl.len().cast(pl.Int64).alias("steps"))
     return (kernel_steps.join(steady, on=["rank", "step"])
             .group_by("rank", "category", "name")
-            .agg(pl.col("calls").sum().cast(pl.Int64), pl.col("time_ms").sum().alias("total_ms"))
+            # Summed as whole nanoseconds (each per-step time is integer ns / 1e6): that division can differ in
+            # its last bit with the frame's length, and a float sum carried it into the stored total.
+            .agg(pl.col("calls").sum().cast(pl.Int64),
+                 ((pl.col("time_ms") * 1e6).round().cast(pl.Int64).sum() / 1e6).alias("total_ms"))
             .join(n_steps, on="rank")
             .select([pl.col(c).cast(t) for c, t in ANATOMY_KERNEL_SCHEMA.items()])
             .sort("rank", "total_ms", "name", descending=[False, True, False]))

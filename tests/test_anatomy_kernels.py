@@ -71,3 +71,21 @@ def test_stored_totals_cover_the_steady_steps_and_print(db, tmp_path, run, sourc
     assert shown.exit_code == 0 and "top 3 kernels per category" in shown.stdout
     longest = kernels.sort("total_ms", descending=True).row(0, named=True)
     assert longest["category"] in shown.stdout and f"{longest['calls']:,}" in shown.stdout
+
+
+def test_totals_are_whole_nanoseconds_whatever_the_last_bit_of_a_step():
+    """Each per-step time is whole nanoseconds / 1e6, but polars' division can differ in the last bit with the
+    frame's length (the serial and the per-rank paths cut frames differently), so two ingests of one export
+    stored totals one ulp apart. The totals are summed as whole nanoseconds: the last bit no longer reaches them."""
+    import math
+
+    from receipts.analysis.anatomy import steady_kernel_totals
+
+    steps = pl.DataFrame({"rank": [0, 0], "step": [1, 2], "warmup": [False, False]})
+
+    def total(first_ms: float) -> float:
+        kernel_steps = pl.DataFrame({"rank": [0, 0], "step": [1, 2], "category": ["gemm"] * 2, "name": ["k"] * 2,
+                                     "calls": [1, 1], "time_ms": [first_ms, 0.2]})
+        return steady_kernel_totals(kernel_steps, steps)["total_ms"][0]
+
+    assert total(0.1) == total(math.nextafter(0.1, 1.0)) == total(math.nextafter(0.1, 0.0)) == 0.3
