@@ -30,6 +30,7 @@ Definitions (the receipt says them too, in Anatomy.attribution and .step_marker)
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
@@ -590,7 +591,7 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
             pl.col("name_id").replace_strict(name_of, default=None, return_dtype=name_enum).alias("name")))
         return rows, per_step, spans, kernels
 
-    # Chunks are independent and numpy / polars release the GIL: two at a time (memory: two chunks' worth).
+    # Chunks are independent and numpy / polars release the GIL: _CHUNK_WORKERS at a time.
     with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
         parts = list(pool.map(one, _step_chunks(events)))
     rows, per_step, spans, kernels = (pl.concat([p[i] for p in parts]) for i in range(4))
@@ -617,7 +618,7 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
 
 
 _CHUNK_EVENTS = 1 << 20  # activities per interval-arithmetic chunk (whole (rank, step) groups)
-_CHUNK_WORKERS = 2
+_CHUNK_WORKERS = min(4, os.cpu_count() or 1)  # chunks in flight: each holds its intermediates (~0.3 GB)
 
 
 def _step_chunks(events: pl.DataFrame):
