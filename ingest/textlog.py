@@ -21,6 +21,7 @@ import polars as pl
 from receipts.errors import InputError
 
 _SNIFF_BYTES = 8192
+_NOT_NEWLINE = re.compile(rb"[^\n]")
 BLOCK_BYTES = 8 << 20  # a block of lines: big enough to amortise polars' per-call cost, small next to the log
 
 # Called as a log is read: (bytes read so far, lines read so far). The CLI draws its progress bar from it.
@@ -144,7 +145,7 @@ def _lines(data: bytes) -> pl.Series:
 def _split_lines(data: bytes) -> pl.Series:
     """Lines as a Series, split in native code: polars' CSV reader with a separator that does not occur
     and no quoting is a line splitter that keeps empty lines (about 2x Python's split + Series)."""
-    if b"\x1f" in data or not data.strip(b"\n"):
+    if b"\x1f" in data or _NOT_NEWLINE.search(data) is None:
         # the separator occurs (split in Python rather than lose text after it), or a block of empty lines
         text = data.decode("utf-8", errors="replace")
         return pl.Series("text", (text[:-1] if text.endswith("\n") else text).split("\n"), dtype=pl.Utf8)
