@@ -10,13 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import polars as pl
+
 from receipts.errors import InputError
 from receipts.ingest import native, wrapped
-from receipts.ingest.textlog import LogText, ReadProgress, read_chunks
+from receipts.ingest.textlog import LogText, ReadProgress, log_start_time, read_chunks
 from receipts.schema.model import ParsedRun
 
 # Text-log formats, most specific first. Each module has FORMAT, detect(head_lines) and parse(LogText).
 LOG_FORMATS = ("native", "megatron", "nanochat", "torchtitan", "modded_nanogpt", "mllog")
+STAMP_HEAD_LINES = 10_000  # where a streamed log's run date is looked for (see _head_start_time)
 # Formats whose parser also reads a log chunk by chunk (parse_chunks(path, chunks)): their memory is one
 # chunk plus the numbers kept, whatever the log's length. The others read the log whole.
 STREAMED_FORMATS = ("megatron", "nanochat", "modded_nanogpt")
@@ -81,8 +84,8 @@ def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
     A third-party `name` forces the child's format, also under a RECEIPT header when there is one."""
     forced_child = name if name not in (None, "native") else None
     if forced_child and not native.detect(log.head(2000)):
-        return log_parser(forced_child).parse(log)  # a third-party log on its own
-    parsed = log_parser("native" if forced_child else name or detect_log_format(log)).parse(log)
+        return _parse_dated(forced_child, log)  # a third-party log on its own
+    parsed = _parse_dated("native" if forced_child else name or detect_log_format(log), log)
     if not forced_child and not wrapped.wants_child_steps(parsed):
         return parsed
     child_log = wrapped.child_lines(log)
@@ -90,7 +93,7 @@ def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
     if child_format is None:
         return parsed  # the launcher's provenance alone: a receipt of what ran where, without steps
     try:
-        child = log_parser(child_format).parse(child_log)
+        child = _parse_dated(child_format, child_log)
     except InputError as exc:
         if forced_child:
             raise  # the user named the format: that it does not fit is the answer
@@ -107,7 +110,22 @@ def parse_streamed(path: Path, name: str | None = None, progress: ReadProgress |
     found = _streamed_format(path, name)
     if found is None:
         return None
-    return log_parser(found).parse_chunks(path, read_chunks(path, progress))
+    parsed = log_parser(found).parse_chunks(path, read_chunks(path, progress))
+    if parsed.started_at is None:
+        parsed = replace(parsed, started_at=_head_start_time(path))
+    return parsed
+
+
+def _head_start_time(path: Path) -> str | None:
+    """log_start_time over a streamed log's first lines (read again, block by block, only that far): a log
+    that stamps its lines does so from its launcher's first line, and a speedrun record prints nvidia-smi's
+    banner after its code dump, within the first thousand lines."""
+    head: list[str] = []
+    for lines in _line_slices(path):
+        head.extend(lines)
+        if len(head) >= STAMP_HEAD_LINES:
+            break
+    return log_start_time(LogText(path, pl.Series("text", head, dtype=pl.Utf8), unterminated_last=False))
 
 
 def _streamed_format(path: Path, name: str | None) -> str | None:
@@ -142,6 +160,16 @@ def _line_slices(path: Path) -> Iterator[list[str]]:
             pending = pending[SNIFF_CHUNK:]
     if pending:
         yield pending
+
+
+def _parse_dated(name: str, log: LogText) -> ParsedRun:
+    """Parse with one format; a run its parser could not date takes its start from the log's own line
+    timestamps (a logger prefix, nvidia-smi's banner), so lanes and history order it by when it ran rather
+    than by when it was ingested. A RECEIPT header dates its run itself (and names it by that date)."""
+    parsed = log_parser(name).parse(log)
+    if parsed.started_at is None and name != "native":
+        parsed = replace(parsed, started_at=log_start_time(log))
+    return parsed
 
 
 def _detect_among(head: list[str], *, names: tuple[str, ...]) -> str | None:

@@ -168,3 +168,35 @@ def cut_short_note(log: LogEnd, last_line_parsed: bool) -> str | None:
     if log.unterminated_last and not last_line_parsed:
         return f"line {log.n_lines} is cut short (no newline at end of file); ingested up to line {log.n_lines - 1}"
     return None
+
+
+# Timestamps a log carries on its own lines, in the forms real training logs print them:
+#   Python logging / DeepSpeed / torchtitan  `2026-03-16 22:57:30,775 - ...`, `[2022-10-31 10:59:02,323] [INFO] ...`,
+#                                            `[rank0]:[titan] 2025-06-16 22:30:48,735 - root - INFO ...`
+#   nvidia-smi's banner (and `date`)         `Wed Oct  9 18:10:50 2024` alone on its line
+# Only a timestamp that opens its line (after bracketed labels) counts: a date inside a code dump or a
+# message is not when the run printed it.
+_LOG_STAMP = (r"^(?:\[[^\]]*\]:?\s*)*\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[,.](\d{1,6}))?\]?(?:\s|$)")
+_CTIME = r"^\s*(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d \d{4})\s*$"
+
+
+def log_start_time(log: LogText) -> str | None:
+    """When the run began as its own log says: the first line-opening timestamp in the file, as ISO-8601
+    (no zone: a log's clock is the machine's local time and does not name its zone), else None.
+
+    A training script's log opens with its launcher's or logger's lines, so the first stamped line is the
+    run's start, not the first step's; a value that is not a calendar date (a damaged line) is skipped."""
+    frame = log.frame().select(
+        "line",
+        pl.col("text").str.extract_groups(_LOG_STAMP).alias("iso"),
+        pl.col("text").str.extract(_CTIME, 1).str.replace(r"  +", " ").alias("ctime"),
+    ).unnest("iso")
+    stamped = frame.select(
+        "line",
+        pl.coalesce(
+            (pl.col("1").str.replace("T", " ") + "." + pl.col("2").fill_null("0").str.pad_end(6, "0"))
+            .str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False),
+            pl.col("ctime").str.strptime(pl.Datetime("us"), "%b %d %H:%M:%S %Y", strict=False),
+        ).alias("at"),
+    ).drop_nulls("at")
+    return stamped["at"][0].isoformat() if stamped.height else None

@@ -578,3 +578,27 @@ def test_anatomy_view_says_where_the_export_is_and_how_to_open_it(store_ids, mon
     assert "nsys-ui" in text and "mfu_2gpu_before.nsys-rep" in text
     # the export is on this machine (the store was built from it here): offered for download
     assert any(b.label == "download mfu_2gpu_before.sqlite" for b in expander.get("download_button"))
+
+
+def test_lanes_and_history_date_a_log_by_its_own_timestamps(tmp_path, monkeypatch):
+    """Run dates come from the log when it carries them (nvidia-smi's banner in a speedrun record), not from the
+    ingest: the lane list shows them and lane history orders by them, whatever order the logs were ingested in."""
+    from cli_helpers import cli, cli_json
+
+    db = str(tmp_path / "dated.duckdb")
+    lane = ("--host-lineage", HOST, "--preset", PRESET, "--regime", REGIME)
+    for path in (YARN, SOAP):  # the newer run first
+        assert cli(db, "ingest", str(path), *lane).exit_code == 0
+    at = _app(db, monkeypatch)
+    _no_exception(at)
+    listed = at.dataframe[1].value
+    run_at = dict(zip(listed["run_name"], listed["run_at"].astype(str)))
+    assert run_at == {SOAP.stem: "2024-10-09 18:10:50", YARN.stem: "2025-09-11 04:05:30"}
+    history = _app(db, monkeypatch, view="history", host=HOST, preset=PRESET, regime=REGIME)
+    _no_exception(history)
+    assert {m.label: m.value for m in history.metric}["receipts in lane"] == "2"
+    # the latest median is the last run in run order: Yarn (its log is dated 2025), though SOAP was ingested last
+    code, rows = cli_json(db, "list")
+    assert code == 0
+    yarn_ms = next(r["median_step_ms"] for r in rows if r["run_name"] == YARN.stem)
+    assert {m.label: m.value for m in history.metric}["latest median step (ms)"] == f"{yarn_ms:,.2f}"

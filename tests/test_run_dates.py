@@ -11,7 +11,7 @@ import sqlite3
 from datetime import datetime, timezone
 
 from cli_helpers import cli, cli_json
-from conftest import GPU_DATA
+from conftest import GPU_DATA, realdata
 
 
 def _list(db: str) -> dict[str, dict]:
@@ -53,3 +53,60 @@ def test_a_trace_without_an_epoch_clock_has_no_run_date(db, tmp_path):
         (traces / path.name.removesuffix(".gz")).write_text(json.dumps(doc))
     assert cli(db, "ingest", str(traces)).exit_code == 0
     assert _list(db)["traces"]["started_at"] is None
+
+
+# ---- logs: the run's own line timestamps (a logger prefix, DeepSpeed's bracketed stamp, nvidia-smi's banner)
+
+def _ingest_one(db: str, path, *args: str) -> dict:
+    assert cli(db, "ingest", str(path), *args).exit_code == 0
+    code, rows = cli_json(db, "list")
+    assert code == 0
+    return next(r for r in rows if r["run_name"] == path.stem)
+
+
+def test_a_nanochat_log_is_dated_by_its_first_logger_line(db):
+    path = realdata("logs/sft_run_gtx1660.log")
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("2026-03-16 22:57:30,775 - nanochat.common")
+    assert _ingest_one(db, path)["started_at"] == "2026-03-16T22:57:30.775000"
+
+
+def test_a_megatron_deepspeed_log_is_dated_by_its_launcher_line(db):
+    # its iteration lines carry no timestamp (Megatron-LM's do); DeepSpeed's launcher opens the log with one
+    path = realdata("logs/megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-baseline.log")
+    stamped = [ln for ln in path.read_text().splitlines() if ln.startswith("[20")]
+    assert stamped[0].startswith("[2022-10-31 10:59:02,323] [INFO] [runner.py")
+    assert _ingest_one(db, path)["started_at"] == "2022-10-31T10:59:02.323000"
+
+
+def test_a_speedrun_log_is_dated_by_nvidia_smi_not_by_a_date_in_its_code_dump(db):
+    # The record log opens with the training script's source (with date-like numbers such as 20240520) and
+    # prints nvidia-smi's banner when training starts: that banner is the run's date.
+    path = realdata("logs/track_1_short_2024-10-09_SOAP__5bdc3988-496c-4232-b4ef-53764cb81c92.txt")
+    lines = path.read_text().splitlines()
+    banner = next(i for i, ln in enumerate(lines) if ln.strip() == "Wed Oct  9 18:10:50 2024")
+    assert any("20240520" in ln for ln in lines[:banner])
+    assert _ingest_one(db, path)["started_at"] == "2024-10-09T18:10:50"
+
+
+def test_a_log_without_timestamps_keeps_no_run_date_and_mid_line_dates_do_not_count(db, tmp_path):
+    assert _ingest_one(db, realdata("logs/nanochat_pr147_a100_mfu.txt"))["started_at"] is None
+    src = realdata("logs/sft_run_gtx1660.log").read_text().splitlines()
+    body = [ln for ln in src if not ln[:4].isdigit()]  # drop every logger line: only step lines and noise remain
+    quoted = tmp_path / "quoted.log"
+    quoted.write_text("\n".join(['print("resumed from the checkpoint of 2021-01-01 00:00:00")', *body]) + "\n")
+    assert _ingest_one(db, quoted)["started_at"] is None
+
+
+def test_lane_history_orders_logs_by_their_own_dates_not_by_ingest_order(db):
+    # Yarn (2025-09-11) ingested before SOAP (2024-10-09): the history still reads SOAP first.
+    lane = ("--host-lineage", "speedrun-8xh100", "--preset", "gpt2-124m", "--regime", "ddp/full-compile")
+    yarn = realdata("logs/track_1_short_2025-09-10_Yarn__ef66c943-e262-400f-822f-068d397a1dc9.txt")
+    soap = realdata("logs/track_1_short_2024-10-09_SOAP__5bdc3988-496c-4232-b4ef-53764cb81c92.txt")
+    _ingest_one(db, yarn, *lane)
+    _ingest_one(db, soap, *lane)
+    code, out = cli_json(db, "history", "speedrun-8xh100 gpt2-124m ddp/full-compile")
+    assert code == 0
+    assert [r["run_name"] for r in out["runs"]] == [soap.stem, yarn.stem]
+    assert [r["run_date"][:10] for r in out["runs"]] == ["2024-10-09", "2025-09-11"]
+    assert {r["run_date_source"] for r in out["runs"]} == {"header"}
