@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, cast
 
-import numpy as np
 import polars as pl
 
 from receipts.analysis import stragglers
@@ -427,15 +426,8 @@ def resummarize(store: Store, *, batch: int = 500) -> int:
     stale = store.query("stale_summaries", {"rule": steady_summary.RULE})["receipt_id"].to_list()
     for start in range(0, len(stale), batch):
         ids = stale[start:start + batch]
-        steps = store.query("steady_steps_many", {"ids": ids})
-        by_receipt = {key[0]: frame for key, frame in steps.partition_by("receipt_id", as_dict=True).items()}
-        made = {}
-        for rid in ids:
-            own = by_receipt.get(rid)
-            step_ms = own["step_ms"].to_numpy() if own is not None else np.empty(0)
-            tokens = own["tokens_per_s"].drop_nulls().to_numpy() if own is not None else np.empty(0)
-            made[rid] = steady_summary.summarise(step_ms, tokens)
-        store.replace_summaries(made)
+        series = steady_summary.series_by_receipt(store.query("steady_steps_many", {"ids": ids}), ids)
+        store.replace_summaries({rid: steady_summary.summarise(*series[rid]) for rid in ids})
     return len(stale)
 
 

@@ -80,13 +80,11 @@ def load_many(store: "Store", receipt_ids: list[str], *, series: bool = True) ->
     envs: dict[str, dict[str, str | None]] = {i: {} for i in ids}
     for r in env_rows.iter_rows(named=True):
         envs[r["receipt_id"]][r["name"]] = ("<redacted>" if r["redacted"] else r["value"]) if r["is_set"] else None
-    by_receipt = {key[0]: frame for key, frame in steps.partition_by("receipt_id", as_dict=True).items()}
+    by_receipt = summary.series_by_receipt(steps, ids)
     out = {}
     for row in rows.iter_rows(named=True):
         rid = row["id"]
-        own = by_receipt.get(rid)
-        step_ms = own["step_ms"].to_numpy() if own is not None else np.empty(0)
-        tokens = own["tokens_per_s"].drop_nulls().to_numpy() if own is not None else np.empty(0)
+        step_ms, tokens = by_receipt[rid]
         stats = stored.get(rid) or summary.summarise(step_ms, tokens)
         step_summary, step_interval = summary.parts(stats, "step_ms")
         tokens_summary, tokens_interval = summary.parts(stats, "tokens_per_s")

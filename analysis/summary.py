@@ -38,6 +38,15 @@ def steady_series(steps: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return per_step["step_ms"].to_numpy(), per_step["tokens_per_s"].drop_nulls().to_numpy()
 
 
+def series_by_receipt(steps: pl.DataFrame, ids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(step_ms, tokens_per_s) of each receipt from a sql/steady_steps_many.sql frame, empty for a receipt
+    without steady steps: the series a summary is made from, on read and when re-summarising alike."""
+    by_receipt = {key[0]: frame for key, frame in steps.partition_by("receipt_id", as_dict=True).items()}
+    empty = (np.empty(0), np.empty(0))
+    return {rid: (own["step_ms"].to_numpy(), own["tokens_per_s"].drop_nulls().to_numpy())
+            if (own := by_receipt.get(rid)) is not None else empty for rid in ids}
+
+
 def summarise(step_ms: np.ndarray, tokens_per_s: np.ndarray) -> dict[str, Any]:
     """The stored form: Summary and RunInterval of both series as plain data (floats round-trip exactly)."""
     def one(x: np.ndarray) -> dict[str, Any]:
