@@ -12,6 +12,8 @@ is kept out of the nsys-profiled run because Kineto and nsys both subscribe to C
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 
@@ -72,19 +74,27 @@ def main() -> None:
     # step on one rank only, so that rank reaches the step's first all-gather late and the others wait.
     ap.add_argument("--straggler-rank", type=int, default=-1)
     ap.add_argument("--straggler-matmuls", type=int, default=0)
+    # Several ranks on ONE GPU (the only kind lent some days): NCCL refuses two ranks on one device, so
+    # gloo carries the collectives and DDP (bf16 autocast) replaces FSDP2, whose collectives gloo lacks.
+    ap.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
     args = ap.parse_args()
 
-    dist.init_process_group("nccl")
+    dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
     torch.manual_seed(0)
 
     model = Toy(args.vocab, args.d_model, 16, args.layers).cuda()
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+    if args.backend == "nccl":
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer in model.layers:
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        autocast = contextlib.nullcontext
+    else:
+        model = nn.parallel.DistributedDataParallel(model)
+        autocast = functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -112,7 +122,8 @@ def main() -> None:
             if rank == args.straggler_rank:
                 for _ in range(args.straggler_matmuls):
                     torch.mm(extra, extra)
-            logits = model(data[:, :-1], rec)
+            with autocast():
+                logits = model(data[:, :-1], rec)
             loss = loss_fn(logits.float().view(-1, args.vocab), data[:, 1:].reshape(-1))
             loss.backward()
             for _ in range(args.extra_matmuls):
