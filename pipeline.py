@@ -42,7 +42,7 @@ from receipts.schema.toml_file import read_toml
 from receipts.store import Store
 
 SIDECAR_NAME = "receipt.toml"
-PROFILE_KINDS = ("nsys", "nsys-gz", "nsys-rep", "kineto", "kineto-dir", "kineto-files")
+PROFILE_KINDS = ("nsys", "nsys-gz", "nsys-rep", "nsys-dir", "nsys-files", "kineto", "kineto-dir", "kineto-files")
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,9 @@ def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None 
 def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
                   env_rules: EnvRules | None = None, ranks: RankMap = RankMap()) -> Anatomy:
     """`env_rules`: the loaded configuration's secret rules (Registry.env_rules) for an export's captured
-    environment; None reads the shipped ones only. `ranks`: how the traces of a multi-rank Kineto profile
-    are read (worker processes, Dask; ingest/rank_map.py)."""
+    environment; None reads the shipped ones only. `ranks`: how the traces of a multi-rank Kineto profile, or
+    the exports of a job profiled one nsys report per rank or node, are read (worker processes, Dask;
+    ingest/rank_map.py)."""
     if kind == "nsys-gz":
         with tempfile.TemporaryDirectory(prefix="receipts-nsys-") as tmp:
             plain = Path(tmp) / path.name.removesuffix(".gz")
@@ -150,6 +151,11 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
             except InputError as exc:
                 # The user named the .gz, not our temporary copy (deleted by the time they read this).
                 raise InputError(path, exc.message.replace(str(plain), str(path)), exc.line, exc.table) from exc
+    if kind in ("nsys-dir", "nsys-files"):  # one job's exports, one per rank or node: one anatomy
+        from receipts.ingest import nsys_job, rank_map
+
+        return checked_anatomy(rank_map.parse_nsys_job(nsys_job.job_exports(path), rules=rules, keep_raw=keep_raw,
+                                                       env_rules=env_rules, plan=ranks), path)
     if kind in ("nsys", "nsys-rep"):
         from receipts.ingest import nsys
 
@@ -159,6 +165,14 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
 
     traces = {"kineto-dir": kineto.trace_files, "kineto-files": run_dir_traces}.get(kind, lambda p: [p])(path)
     return checked_anatomy(rank_map.parse_kineto(traces, rules=rules, keep_raw=keep_raw, plan=ranks), path)
+
+
+def _profile_files(path: Path, kind: str) -> list[Path] | None:
+    """The files a folder-kind profile is made of (hashed into its source), None where it is the folder's all."""
+    from receipts.ingest import nsys_job
+
+    return {"kineto-files": run_dir_traces, "nsys-files": nsys_job.job_exports,
+            "nsys-dir": nsys_job.job_exports}.get(kind, lambda p: None)(path)
 
 
 def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
@@ -189,13 +203,14 @@ def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
 
 
 def _profile_paths_in(run_dir: Path) -> list[tuple[Path, str]]:
-    """Profiler exports in a `receipts run` directory, each with its kind: nsys files at the top level and
-    one set of Kineto traces (at the top level or in a sub-folder), which is one profile of all ranks."""
-    found = [p for p in sorted(run_dir.iterdir()) if p.is_file() and p.suffix in (".sqlite", ".nsys-rep")]
-    # A report and its own export are one profile: attach the export, not both.
-    exported = {p.stem for p in found if p.suffix == ".sqlite"}
-    profiles = [(p, "nsys" if p.suffix == ".sqlite" else "nsys-rep") for p in found
-                if not (p.suffix == ".nsys-rep" and p.stem in exported)]
+    """Profiler exports in a `receipts run` directory, each with its kind: the nsys exports at the top level (one
+    export is one profile; several are the job profiled one report per rank or node, one profile) and one set of
+    Kineto traces (at the top level or in a sub-folder), which is one profile of all ranks."""
+    from receipts.ingest import nsys_job
+
+    exports = nsys_job.job_exports(run_dir)  # a report beside its own export counts once
+    kinds = {".sqlite": "nsys", ".gz": "nsys-gz", ".nsys-rep": "nsys-rep"}
+    profiles = ([(run_dir, "nsys-files")] if len(exports) > 1 else [(p, kinds[p.suffix]) for p in exports])
     traces = [p for p in sorted(run_dir.rglob("*")) if p.is_file() and p.name.endswith((".json.gz", ".json"))
               and ".pt.trace" in p.name]
     if traces:
@@ -227,6 +242,15 @@ def _is_trace_folder(path: Path) -> bool:
     return bool(jsons) and all(sniff.sniff_kind(p) == "kineto" for p in jsons)
 
 
+def _is_export_folder(path: Path) -> bool:
+    """A folder of two or more nsys exports and nothing else (hidden files aside) is one job profiled one report
+    per rank or node, read as one profile (as `nsys recipe --input DIR` reads it)."""
+    from receipts.ingest import nsys_job
+
+    files = [p for p in path.iterdir() if not p.name.startswith(".") and _regular(p)]
+    return len(nsys_job.job_exports(path)) > 1 and all(nsys_job.is_export(p) for p in files)
+
+
 def _regular(path: Path) -> bool:
     try:
         return stat.S_ISREG(path.stat().st_mode)
@@ -235,8 +259,8 @@ def _regular(path: Path) -> bool:
 
 
 def ingest_targets(paths: list[Path], *, recursive: bool = False) -> Iterator[Path | IngestFailure]:
-    """What the named paths hold, one ingestible unit at a time: a file, a `receipts run` directory, or a folder
-    of Kineto traces. Other folders are read file by file (sub-folders only with `recursive`, except `receipts
+    """What the named paths hold, one ingestible unit at a time: a file, a `receipts run` directory, a folder
+    of Kineto traces, or a folder of one job's nsys exports. Other folders are read file by file (sub-folders only with `recursive`, except `receipts
     run` directories and trace folders, which are units). Missing paths and non-regular files (FIFOs, devices,
     sockets) come back as failures, decided from stat() alone: opening a FIFO would wait for a writer forever."""
     seen: set[Path] = set()
@@ -258,7 +282,7 @@ def _targets(path: Path, *, recursive: bool, named: bool, seen: set[Path]) -> It
         yield IngestFailure(str(path), InputError(path, f"is a {what}, not a regular file or folder; refused "
                                                         "without reading it"))
         return
-    if not stat.S_ISDIR(mode) or (path / "run.log").is_file() or _is_trace_folder(path):
+    if not stat.S_ISDIR(mode) or (path / "run.log").is_file() or _is_trace_folder(path) or _is_export_folder(path):
         yield path
         return
     if path.resolve() in seen:
@@ -271,7 +295,8 @@ def _targets(path: Path, *, recursive: bool, named: bool, seen: set[Path]) -> It
     children = [p for p in children if not (p.suffix == ".nsys-rep" and p.stem in exported)]
     found = False
     for child in children:
-        if child.is_dir() and not recursive and not ((child / "run.log").is_file() or _is_trace_folder(child)):
+        if child.is_dir() and not recursive and not ((child / "run.log").is_file() or _is_trace_folder(child)
+                                                     or _is_export_folder(child)):
             continue
         for target in _targets(child, recursive=recursive, named=False, seen=seen):
             found = True
@@ -358,7 +383,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
                 attach: str | None, tags: tuple[str, ...], fmt: str | None, rules: CategoryRules | None,
                 keep_raw: bool, force: bool = False, ranks: RankMap = RankMap(),
                 progress: ReadProgress | None = None) -> IngestOutcome:
-    kind = "kineto-dir" if path.is_dir() else sniff.sniff_kind(path)
+    kind = ("nsys-dir" if _is_export_folder(path) else "kineto-dir") if path.is_dir() else sniff.sniff_kind(path)
     if kind in PROFILE_KINDS:
         return _ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
                                attach=attach, tags=tags, rules=rules or load_category_rules(), keep_raw=keep_raw,
@@ -388,8 +413,7 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
                     keep_raw: bool, force: bool = False, ranks: RankMap = RankMap()) -> IngestOutcome:
     anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks)
-    source = _source(path, anatomy.source_format, anatomy.source_format,
-                     run_dir_traces(path) if kind == "kineto-files" else None)
+    source = _source(path, anatomy.source_format, anatomy.source_format, _profile_files(path, kind))
     if attach is not None:
         receipt_id = store.resolve(attach)
         # nsys reports the machine's GPUs (TARGET_INFO_GPU); Kineto one trace per rank, so only its ranks count.

@@ -210,7 +210,7 @@ def combine(parts: list[RankTrace]) -> Anatomy:
         gpu_model=max(models, key=models.count) if models else None,  # a tie: the first rank's
         gpu_count=gpus_on_host or len(gpu_ranks) or None,
         world_size=world_size,
-        ranks_traced=len(parts),
+        ranks_traced=len(parts), ranks_stated=all(p.rank_stated for p in parts),
         gpus_on_host=gpus_on_host, started_at=started_at,
         software=software,
         warnings=tuple(warnings),

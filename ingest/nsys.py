@@ -157,7 +157,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
                         "attributed through the earliest runtime call with its correlation id")
 
     environ = _parse_environment(env_rows.get("DeviceEnvironment"))
-    rank_of, attribution_rank, world = _ranks(activity, environ, thread_ranks)
+    rank_of, attribution_rank, world, ranks_stated = _ranks(activity, environ, thread_ranks)
     activity = activity.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32)
                                      .alias("rank"))
     has_steps = step_ranges.height > 0
@@ -203,7 +203,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         unattributed=unattributed,
         claim=IdentityClaim(hostname=env_rows.get("Hostname")),
         gpu_model=gpu_model, gpu_count=gpu_count, world_size=world, ranks_traced=len(rank_of) or None,
-        gpus_on_host=gpus_on_host, started_at=started_at,
+        ranks_stated=ranks_stated, gpus_on_host=gpus_on_host, started_at=started_at,
         env=_env_evidence(environ, env_rules),
         software={k: v for k, v in {"nsys": meta.get("EXPORT_PRODUCT_VERSION"),
                                     "nvidia_driver": env_rows.get("NvDriverVersion"),
@@ -554,7 +554,9 @@ def _mpi_thread_ranks(con) -> dict[int, int]:
     return {pid: int(text.rsplit(" ", 1)[1]) for pid, text in found}
 
 
-def _ranks(activity: pl.DataFrame, environ: dict[str, str], thread_ranks: dict[int, int]):
+def _ranks(activity: pl.DataFrame, environ: dict[str, str],
+           thread_ranks: dict[int, int]) -> tuple[dict[int, int], str, int | None, bool]:
+    """(rank of each process, how it was decided, world size, whether the file itself stated the ranks)."""
     procs = (activity.group_by("pid_key").agg(pl.col("device_id").min())
              .with_columns(((pl.col("pid_key") // (1 << 24)) % (1 << 24)).alias("pid")).sort("device_id", "pid"))
     pids = procs["pid_key"].to_list()
@@ -562,11 +564,11 @@ def _ranks(activity: pl.DataFrame, environ: dict[str, str], thread_ranks: dict[i
     world_env = next((int(environ[k]) for k in _WORLD_ENV if re.fullmatch(r"[0-9]{1,9}", environ.get(k, ""))), None)
     if len(pids) == 1 and env_rank:
         return ({pids[0]: int(environ[env_rank])}, f"rank from {env_rank} in the captured environment "
-                "(one GPU process in this file)", world_env)
+                "(one GPU process in this file)", world_env, True)
     if pids and all(p in thread_ranks for p in pids) and len({thread_ranks[p] for p in pids}) == len(pids):
-        return ({p: thread_ranks[p] for p in pids}, "rank from the NVTX thread name 'MPI Rank N'", world_env)
+        return ({p: thread_ranks[p] for p in pids}, "rank from the NVTX thread name 'MPI Rank N'", world_env, True)
     return ({p: i for i, p in enumerate(pids)}, "rank = order of the processes that launched GPU work by "
-            "(lowest deviceId, pid); no per-process RANK was visible", world_env or len(pids) or None)
+            "(lowest deviceId, pid); no per-process RANK was visible", world_env or len(pids) or None, False)
 
 
 # --- frames ------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""Many ranks in parallel: one task per rank's trace, a small reduce into one anatomy (issue 15, item 5).
+"""Many ranks in parallel: one task per rank's trace (or per nsys export of a job), a small reduce into one
+anatomy (issue 15, item 5).
 
-The map is ingest/kineto.read_rank: one Kineto trace into its rank's rows (per step and category, the
-per-step kernel totals, the GPU intervals the straggler analysis matches across ranks); the trace itself
-never leaves the worker. The reduce is kineto.combine, the same function the serial path
-(kineto.parse_files) ends in, so the anatomy is the same whichever way the ranks were read
-(tests/test_ranks_parallel.py).
+The map is ingest/kineto.read_rank (one Kineto trace into its rank's rows: per step and category, the per-step
+kernel totals, the GPU intervals the straggler analysis matches across ranks) or ingest/nsys_job.read_export
+(one export of a job, one per rank or node, into its anatomy); the file itself never leaves the worker. The
+reduce is kineto.combine / nsys_job.combine, the same functions the serial path ends in, so the anatomy is the
+same whichever way the files were read (tests/test_ranks_parallel.py, tests/test_nsys_job.py).
 
 Where the tasks run (RankMap):
 - in this process, one rank after the other: one trace, `workers=1`, or (by default) a set too small to
@@ -25,14 +26,15 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 from receipts.errors import InputError, UsageError
 
 if TYPE_CHECKING:  # imported where the map runs: `receipts --help` and log ingest never load the trace reader
-    from receipts.ingest import kineto
+    from receipts.ingest import kineto, nsys_job
     from receipts.schema.categories import CategoryRules
     from receipts.schema.model import Anatomy
+    from receipts.schema.secrets import EnvRules
 
 # Below this many bytes of traces the default stays in-process. benchmarks/bench_ranks.py on a 32-core host:
 # starting the workers (spawn + importing polars) costs ~0.9 s before any trace is read; 3.2 MiB of gzipped
@@ -70,21 +72,41 @@ def parse_kineto(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fa
         raise InputError(".", "no trace files given; expected one PyTorch profiler trace per rank")
     from receipts.ingest import kineto
 
-    return kineto.combine(read_ranks(paths, rules=rules, keep_raw=keep_raw, plan=plan, stats=stats))
+    parts = _map("kineto", paths, rules=rules, keep_raw=keep_raw, env_rules=None, plan=plan, stats=stats)
+    return kineto.combine(cast("list[kineto.RankTrace]", parts))
+
+
+def parse_nsys_job(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = False,
+                   env_rules: EnvRules | None = None, plan: RankMap = RankMap(),
+                   stats: MapStats | None = None) -> Anatomy:
+    """One job's nsys exports (one per rank or per node, in name order) into one anatomy, read as `plan` says."""
+    if not paths:
+        raise InputError(".", "no nsys exports given; expected one export per rank or per node of one job")
+    from receipts.ingest import nsys_job
+
+    parts = _map("nsys", paths, rules=rules, keep_raw=keep_raw, env_rules=env_rules, plan=plan, stats=stats)
+    return nsys_job.combine(cast("list[nsys_job.ExportPart]", parts))
 
 
 def read_ranks(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = False, plan: RankMap = RankMap(),
                stats: MapStats | None = None) -> list[kineto.RankTrace]:
-    """The map alone: each trace into its rank's rows, in the order of `paths`; the first failing trace (in
-    that order) raises its error here."""
+    """The map alone over Kineto traces: each into its rank's rows, in the order of `paths`."""
+    return cast("list[kineto.RankTrace]", _map("kineto", paths, rules=rules, keep_raw=keep_raw, env_rules=None,
+                                               plan=plan, stats=stats))
+
+
+def _map(reader: str, paths: list[Path], *, rules: CategoryRules, keep_raw: bool, env_rules: EnvRules | None,
+         plan: RankMap, stats: MapStats | None) -> list[kineto.RankTrace | nsys_job.ExportPart]:
+    """Each file read by `reader` ('kineto' | 'nsys'), results in the order of `paths`; the first failing file
+    (in that order) raises its error here."""
     stats = stats if stats is not None else MapStats()
-    tasks = [(Path(p), i, rules, keep_raw) for i, p in enumerate(paths)]
+    tasks = [(reader, Path(p), i, rules, keep_raw, env_rules) for i, p in enumerate(paths)]
     if plan.dask is not None:
         results = _on_dask(tasks, plan, stats)
     else:
         workers = _workers(paths, plan.workers)
         results = _in_pool(tasks, workers, stats) if workers > 1 else _serial(tasks, stats)
-    parts: list[kineto.RankTrace] = []
+    parts: list[kineto.RankTrace | nsys_job.ExportPart] = []
     for outcome in results:
         if isinstance(outcome, _Failed):
             raise InputError(outcome.path, outcome.message, outcome.line, outcome.table)
@@ -110,16 +132,21 @@ class _Failed:
     table: str | None
 
 
-_Task = tuple[Path, int, "CategoryRules", bool]
-_Result = tuple["kineto.RankTrace | _Failed", str, int]
+_Task = tuple[str, Path, int, "CategoryRules", bool, "EnvRules | None"]
+_Result = tuple["kineto.RankTrace | nsys_job.ExportPart | _Failed", str, int]
 
 
-def _read_task(path: Path, position: int, rules: CategoryRules, keep_raw: bool) -> _Result:
-    """One rank, in whichever process runs it; returns its rows (or its input error), the process and its peak RSS."""
-    from receipts.ingest import kineto
+def _read_task(reader: str, path: Path, position: int, rules: CategoryRules, keep_raw: bool,
+               env_rules: EnvRules | None) -> _Result:
+    """One file, in whichever process runs it; returns its rows (or its input error), the process and its peak RSS."""
+    from receipts.ingest import kineto, nsys_job
 
+    out: kineto.RankTrace | nsys_job.ExportPart | _Failed
     try:
-        out: kineto.RankTrace | _Failed = kineto.read_rank(path, position, rules=rules, keep_raw=keep_raw)
+        if reader == "nsys":
+            out = nsys_job.read_export(path, rules=rules, keep_raw=keep_raw, env_rules=env_rules)
+        else:
+            out = kineto.read_rank(path, position, rules=rules, keep_raw=keep_raw)
     except InputError as exc:
         out = _Failed(str(exc.path), exc.message, exc.line, exc.table)
     return out, f"pid {os.getpid()}", _peak_rss_kib()
@@ -136,15 +163,15 @@ def _peak_rss_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def _collect(results: Iterator[_Result], stats: MapStats) -> Iterator[kineto.RankTrace | _Failed]:
+def _collect(results: Iterator[_Result], stats: MapStats) -> Iterator[kineto.RankTrace | nsys_job.ExportPart | _Failed]:
     for out, worker, rss in results:
         stats.peak_rss_kib[worker] = max(stats.peak_rss_kib.get(worker, 0), rss)
         yield out
 
 
-def _serial(tasks: list[_Task], stats: MapStats) -> list[kineto.RankTrace | _Failed]:
+def _serial(tasks: list[_Task], stats: MapStats) -> list[kineto.RankTrace | nsys_job.ExportPart | _Failed]:
     stats.where = "serial"
-    results: list[kineto.RankTrace | _Failed] = []
+    results: list[kineto.RankTrace | nsys_job.ExportPart | _Failed] = []
     for out in _collect((_read_task(*t) for t in tasks), stats):
         results.append(out)
         if isinstance(out, _Failed):
@@ -152,7 +179,7 @@ def _serial(tasks: list[_Task], stats: MapStats) -> list[kineto.RankTrace | _Fai
     return results
 
 
-def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> list[kineto.RankTrace | _Failed]:
+def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> list[kineto.RankTrace | nsys_job.ExportPart | _Failed]:
     # spawn, not fork: polars' thread pool in a forked child can deadlock (polars' own warning).
     stats.where = f"{workers} worker processes"
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
@@ -177,7 +204,7 @@ def _share_cores(threads: int) -> None:
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
 
 
-def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> list[kineto.RankTrace | _Failed]:
+def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> list[kineto.RankTrace | nsys_job.ExportPart | _Failed]:
     client, close = _dask_client(plan)
     stats.where = f"Dask ({plan.dask}, {len(client.scheduler_info().get('workers', {}))} workers)"
     try:

@@ -316,6 +316,9 @@ class Anatomy:
     gpu_count: int | None = None     # gpus_on_host when known, else the devices that ran work
     world_size: int | None = None
     ranks_traced: int | None = None  # ranks (processes) whose GPU activity the export holds
+    # The ranks are the file's own word (RANK in an export's environment, MPI thread names, distributedInfo),
+    # not an order of processes: what a multi-export job (ingest/nsys_job.py) needs to put exports side by side.
+    ranks_stated: bool = False
     gpus_on_host: int | None = None  # CUDA devices the export lists for the host
     started_at: str | None = None    # ISO-8601 UTC: the capture's start as the export states it, else None
     env: tuple[EnvVar, ...] = ()

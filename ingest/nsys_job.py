@@ -1,0 +1,218 @@
+"""Several Nsight Systems exports of ONE job -> one anatomy (issue 15, item 5).
+
+A job profiled one report per rank (`torchrun ... nsys profile -o rank%q{RANK} python train.py`) or one per
+node (`nsys profile torchrun ...` on each node) leaves N exports; NVIDIA's multi-report recipes
+(`nsys recipe ... --input DIR`) read such a folder as one job, and so does this. The map is `read_export`: one
+export into its own anatomy (ingest/nsys.parse), run one task per export through ingest/rank_map.py (worker
+processes, or Dask). The reduce is `combine`: the exports' ranks side by side on one clock.
+
+- Ranks: an export that states its ranks (RANK in the captured environment of a one-process export, MPI
+  thread names) keeps them. An export of several processes without stated ranks (one per node) numbers
+  them 0..k-1; they are offset by the node rank its environment states (GROUP_RANK as torchrun sets it,
+  NODE_RANK, SLURM_NODEID) times k, else by the exports' order with a warning. Two exports claiming one
+  rank are refused, naming both files.
+- Clock: nsys timestamps count from the session's start, and each export is its own session, so every
+  timestamp is moved onto the earliest session's clock by the difference of the sessions' UTC starts
+  (TARGET_INFO_SESSION_START_TIME.utcEpochNs). Measured on tests/data/gpu/multiexport: the two ranks' step
+  ends, synchronised by the all-reduce, agree within ~1 ms aligned and differ by the 8.8 ms between the
+  sessions' starts unaligned. Across hosts this assumes their clocks agree (NTP/PTP), and says so.
+- One job: exports whose step numbers have nothing in common are not one job; refused with the command
+  that ingests them one by one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import shutil
+import sqlite3
+import tempfile
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import polars as pl
+
+from receipts.errors import InputError
+from receipts.ingest import nsys
+from receipts.schema.categories import CategoryRules
+from receipts.schema.model import Anatomy
+from receipts.schema.secrets import EnvRules
+
+EXPORT_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")
+# Which node of the job an export of several processes comes from (torchrun's GROUP_RANK, the usual NODE_RANK,
+# Slurm's node index). Not OMPI_COMM_WORLD_NODE_RANK: that is a process's LOCAL rank on its node.
+_NODE_ENV = ("GROUP_RANK", "NODE_RANK", "SLURM_NODEID")
+
+
+@dataclass(frozen=True)
+class ExportPart:
+    """One export read on its own: its anatomy on its own session clock, and where that clock starts."""
+
+    path: Path
+    anatomy: Anatomy
+    session_start_ns: int | None     # UTC epoch ns of the session's zero; None when the export does not say
+    node_rank: int | None            # from the captured environment (_NODE_ENV), for exports of several processes
+
+
+def is_export(path: Path) -> bool:
+    return path.name.endswith(EXPORT_SUFFIXES)
+
+
+def job_exports(folder: Path) -> list[Path]:
+    """The nsys exports at a folder's top level, one per report (a report beside its own export counts once:
+    the export is read), in natural name order (rank2 before rank10)."""
+    found = [p for p in folder.iterdir() if p.is_file() and is_export(p)]
+    exported = {_stem(p) for p in found if not p.name.endswith(".nsys-rep")}
+    found = [p for p in found if not (p.name.endswith(".nsys-rep") and _stem(p) in exported)]
+    natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]  # noqa: E731
+    return sorted(found, key=natural)
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in EXPORT_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name
+
+
+def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False,
+                env_rules: EnvRules | None = None) -> ExportPart:
+    """The map: one export (.sqlite, .sqlite.gz or .nsys-rep) into its anatomy and session start."""
+    path = Path(path)
+    if path.name.endswith(".gz"):
+        with tempfile.TemporaryDirectory(prefix="receipts-nsys-") as tmp:
+            plain = Path(tmp) / path.name.removesuffix(".gz")
+            try:
+                with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped nsys "
+                                       "SQLite export") from exc
+            try:
+                return replace(read_export(plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules), path=path)
+            except InputError as exc:  # the user named the .gz, not our temporary copy
+                raise InputError(path, exc.message.replace(str(plain), str(path)), exc.line, exc.table) from exc
+    sqlite_path = nsys.export_report(path) if path.name.endswith(".nsys-rep") else path
+    anatomy = nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules)
+    environ = {e.name: e.value for e in anatomy.env if e.is_set and e.value is not None}
+    node = next((int(environ[k]) for k in _NODE_ENV if re.fullmatch(r"[0-9]{1,6}", environ.get(k, ""))), None)
+    return ExportPart(path, anatomy, _session_start_ns(sqlite_path), node)
+
+
+def _session_start_ns(path: Path) -> int | None:
+    try:
+        with sqlite3.connect(path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True) as db:
+            row = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+    except sqlite3.Error:  # exports before ~2023 have no such table: no alignment, said in combine's warning
+        return None
+    return row[0] if row and isinstance(row[0], int) and row[0] > 0 else None
+
+
+def combine(parts: list[ExportPart]) -> Anatomy:
+    """The reduce: the exports' ranks side by side, on the earliest session's clock, as one anatomy."""
+    if not parts:
+        raise InputError(".", "no nsys exports given; expected one export per rank or per node of one job")
+    if len(parts) == 1:
+        return parts[0].anatomy
+    warnings: list[str] = []
+    _check_one_job(parts)
+    offsets = _rank_offsets(parts, warnings)
+    starts = [p.session_start_ns for p in parts]
+    if all(s is not None for s in starts):
+        origin = min(s for s in starts if s is not None)
+        shifts = [(s or 0) - origin for s in starts]
+    else:
+        shifts = [0] * len(parts)
+        missing = ", ".join(p.path.name for p, s in zip(parts, starts) if s is None)
+        warnings.append(f"no session start (TARGET_INFO_SESSION_START_TIME) in {missing}: the exports' clocks are "
+                        "taken as one, so cross-rank timing (stragglers) assumes their sessions started together")
+    hosts = [p.anatomy.claim.hostname for p in parts]
+    if len(set(hosts)) > 1:
+        warnings.append(f"{len(set(hosts))} hosts ({', '.join(sorted({h or '?' for h in hosts}))}): cross-rank "
+                        "timing assumes their clocks agree (NTP/PTP)")
+    for key in sorted({k for p in parts for k in p.anatomy.software}):
+        values = {p.anatomy.software.get(key) for p in parts}
+        if len(values) > 1:
+            warnings.append(f"exports differ in {key}: {', '.join(sorted(str(v) for v in values))}")
+    seen: dict[int, str] = {}
+    frames: dict[str, list[pl.DataFrame]] = {"rows": [], "steps": [], "nvtx": [], "events": [], "kernel_steps": [],
+                                            "raw_events": []}
+    for part, offset, shift in zip(parts, offsets, shifts):
+        a = part.anatomy
+        for rank in a.steps["rank"].unique().drop_nulls().to_list() or a.rows["rank"].unique().drop_nulls().to_list():
+            if rank + offset in seen:
+                raise InputError(part.path, f"rank {rank + offset} also comes from {seen[rank + offset]}; a job takes "
+                                            "each rank from one export")
+            seen[rank + offset] = part.path.name
+        warnings += [f"{part.path.name}: {w}" for w in a.warnings]
+        for name in frames:
+            frame = getattr(a, name)
+            if frame is not None:
+                frames[name].append(_moved(frame, offset, shift))
+    first = parts[0].anatomy
+    ranks = sum(p.anatomy.ranks_traced or 0 for p in parts)
+    worlds = {p.anatomy.world_size for p in parts if p.anatomy.ranks_stated and p.anatomy.world_size}
+    with_start = [p.anatomy.started_at for p in parts if p.anatomy.started_at]
+    return replace(
+        first,
+        rows=pl.concat(frames["rows"]),
+        steps=pl.concat(frames["steps"]).sort("rank", "step", nulls_last=True),
+        nvtx=pl.concat(frames["nvtx"]).sort("rank", "range_name"),
+        events=pl.concat(frames["events"]) if frames["events"] else None,
+        kernel_steps=pl.concat(frames["kernel_steps"]) if frames["kernel_steps"] else None,
+        raw_events=pl.concat(frames["raw_events"]) if len(frames["raw_events"]) == len(parts) else None,
+        attribution=f"{len(parts)} exports of one job, ranks side by side on the earliest session's clock; "
+                    f"in each: {first.attribution}",
+        unattributed=sum(p.anatomy.unattributed for p in parts),
+        world_size=max(worlds) if len(worlds) == 1 else ranks or None,
+        ranks_traced=ranks or None,
+        ranks_stated=all(p.anatomy.ranks_stated or p.node_rank is not None for p in parts),
+        started_at=min(with_start) if with_start else None,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )
+
+
+def _check_one_job(parts: list[ExportPart]) -> None:
+    """Ranks of one job run the same steps: two exports with step markers and no step in common are two jobs."""
+    stepped = [(p, set(p.anatomy.steps["step"].drop_nulls().to_list())) for p in parts]
+    stepped = [(p, s) for p, s in stepped if s]
+    for p, steps in stepped[1:]:
+        first, first_steps = stepped[0]
+        if not steps & first_steps:
+            raise InputError(p.path, f"steps {min(steps)}-{max(steps)} share none with {first.path.name}'s "
+                                     f"{min(first_steps)}-{max(first_steps)}: not the same job; ingest each export "
+                                     f"on its own: receipts ingest {p.path.parent}/*{p.path.suffix}")
+
+
+def _rank_offsets(parts: list[ExportPart], warnings: list[str]) -> list[int]:
+    """What to add to each export's ranks: 0 where the export stated them; node rank x ranks per node where the
+    export names its node; else the ranks of the exports before it (their order: natural name order)."""
+    local = [p for p in parts if not p.anatomy.ranks_stated]
+    per_node = max((p.anatomy.ranks_traced or 1 for p in local), default=1)
+    by_order = [p for p in local if p.node_rank is None]
+    if by_order:
+        warnings.append(f"{', '.join(p.path.name for p in by_order)}: no RANK or node rank (GROUP_RANK, NODE_RANK, "
+                        "SLURM_NODEID) in the captured environment; ranks numbered by the exports' name order")
+    offsets, running = [], 0
+    for p in parts:
+        if p.anatomy.ranks_stated:
+            offsets.append(0)
+        elif p.node_rank is not None:
+            offsets.append(p.node_rank * per_node)
+        else:
+            offsets.append(running)
+            running += p.anatomy.ranks_traced or 1
+    return offsets
+
+
+_CLOCK_COLUMNS = ("start_ns", "end_ns", "launch_ns")
+
+
+def _moved(frame: pl.DataFrame, offset: int, shift: int) -> pl.DataFrame:
+    """An export's frame with its ranks offset and its timestamps on the job's clock (types kept)."""
+    if not offset and not shift:
+        return frame
+    moved = [(pl.col("rank") + offset).cast(frame.schema["rank"]).alias("rank")] if "rank" in frame.columns else []
+    moved += [(pl.col(c) + shift).alias(c) for c in _CLOCK_COLUMNS if c in frame.columns]
+    return frame.with_columns(moved)
