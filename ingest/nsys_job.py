@@ -9,7 +9,8 @@ processes, or Dask). The reduce is `combine`: the exports' ranks side by side on
 - Ranks: an export that states its ranks (RANK in the captured environment of a one-process export, MPI
   thread names) keeps them. An export of several processes without stated ranks (one per node) numbers
   them 0..k-1; they are offset by the node rank its environment states (GROUP_RANK as torchrun sets it,
-  NODE_RANK, SLURM_NODEID) times k, else by the exports' order with a warning. Two exports claiming one
+  NODE_RANK, SLURM_NODEID) times k, else given the lowest ranks still free, in the exports' order, with a
+  warning. Two exports claiming one
   rank are refused, naming both files.
 - Clock: nsys timestamps count from the session's start, and each export is its own session, so every
   timestamp is moved onto the earliest session's clock by the difference of the sessions' UTC starts
@@ -35,6 +36,7 @@ import polars as pl
 
 from receipts.errors import InputError
 from receipts.ingest import nsys
+from receipts.ingest.sanity import checked_anatomy
 from receipts.schema.categories import CategoryRules
 from receipts.schema.model import Anatomy
 from receipts.schema.secrets import EnvRules
@@ -94,7 +96,8 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False,
             except InputError as exc:  # the user named the .gz, not our temporary copy
                 raise InputError(path, exc.message.replace(str(plain), str(path)), exc.line, exc.table) from exc
     sqlite_path = nsys.export_report(path) if path.name.endswith(".nsys-rep") else path
-    anatomy = nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules)
+    # Checked here, per export: a value out of range names the export that holds it, not the job's folder.
+    anatomy = checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules), path)
     environ = {e.name: e.value for e in anatomy.env if e.is_set and e.value is not None}
     node = next((int(environ[k]) for k in _NODE_ENV if re.fullmatch(r"[0-9]{1,6}", environ.get(k, ""))), None)
     return ExportPart(path, anatomy, _session_start_ns(sqlite_path), node)
@@ -187,22 +190,28 @@ def _check_one_job(parts: list[ExportPart]) -> None:
 
 def _rank_offsets(parts: list[ExportPart], warnings: list[str]) -> list[int]:
     """What to add to each export's ranks: 0 where the export stated them; node rank x ranks per node where the
-    export names its node; else the ranks of the exports before it (their order: natural name order)."""
+    export names its node; else, in the exports' (natural name) order, the lowest ranks still free."""
     local = [p for p in parts if not p.anatomy.ranks_stated]
     per_node = max((p.anatomy.ranks_traced or 1 for p in local), default=1)
     by_order = [p for p in local if p.node_rank is None]
     if by_order:
         warnings.append(f"{', '.join(p.path.name for p in by_order)}: no RANK or node rank (GROUP_RANK, NODE_RANK, "
                         "SLURM_NODEID) in the captured environment; ranks numbered by the exports' name order")
-    offsets, running = [], 0
+    # The others take, in the exports' order, the lowest free block of ranks: with rank 1 stated by one export,
+    # an export of one process that states nothing is rank 0, the likeliest reading, and never a collision.
+    taken = {r + (0 if p.anatomy.ranks_stated else (p.node_rank or 0) * per_node) for p in parts
+             if p.anatomy.ranks_stated or p.node_rank is not None for r in p.anatomy.steps["rank"].drop_nulls().to_list()}
+    offsets = []
     for p in parts:
         if p.anatomy.ranks_stated:
             offsets.append(0)
         elif p.node_rank is not None:
             offsets.append(p.node_rank * per_node)
         else:
-            offsets.append(running)
-            running += p.anatomy.ranks_traced or 1
+            size = p.anatomy.ranks_traced or 1
+            start = next(o for o in range(len(taken) + 1) if taken.isdisjoint(range(o, o + size)))
+            taken.update(range(start, start + size))
+            offsets.append(start)
     return offsets
 
 

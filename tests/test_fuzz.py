@@ -39,7 +39,7 @@ from conftest import GPU_DATA, REALDATA
 # Examples per test; the total is asserted below so the suite keeps its promise of >= 5,000 cases.
 CASES = {
     "log": 1800, "log_forced_format": 600, "sysinfo": 700, "sidecar": 500, "registry": 450,
-    "categories": 200, "env_rules": 200, "redactor": 500, "kineto": 250, "nsys": 130, "nsys_gz": 40,
+    "categories": 200, "env_rules": 200, "redactor": 500, "kineto": 250, "nsys": 130, "nsys_gz": 40, "nsys_job": 40,
     "cli": 120,
 }
 CASE_BOUND_S = 20.0   # one case longer than this is a hang (the slowest clean case takes < 2 s)
@@ -543,6 +543,28 @@ def test_gzipped_nsys_exports_name_the_users_file(tmp_path_factory, seed, ops, g
     kind = holds(lambda: sniff.sniff_kind(path), path)
     if kind in ("nsys-gz", "kineto", "nsys"):
         holds(lambda: parse_profile(path, kind, load_category_rules(), False), path)
+
+
+@fuzz("nsys_job")
+@given(damaged=st.sampled_from([0, 1]), ops=st.lists(NSYS_OPS, min_size=1, max_size=2))
+def test_a_damaged_export_of_a_job_is_named(tmp_path_factory, damaged, ops):
+    """One job's exports (one per rank) with one of them damaged: one anatomy, or one error naming that export."""
+    from receipts.ingest.nsys_job import job_exports
+    from receipts.pipeline import parse_profile
+    from receipts.schema.categories import load_category_rules
+
+    folder = tmp_path_factory.mktemp("job")
+    for rank in (0, 1):
+        with gzip.open(GPU_DATA / "multiexport" / "per_rank_gloo" / f"rank{rank}.sqlite.gz", "rb") as src:
+            (folder / f"seed{rank}").write_bytes(src.read())
+        path = folder / f"rank{rank}.sqlite"
+        mutate_export(folder / f"seed{rank}", path, ops if rank == damaged else [])
+        (folder / f"seed{rank}").unlink()
+    assert len(job_exports(folder)) == 2
+    anatomy = holds(lambda: parse_profile(folder, "nsys-dir", load_category_rules(), False),
+                    folder / f"rank{damaged}.sqlite")
+    if anatomy is not None:
+        _check_anatomy(anatomy)
 
 
 def test_equal_correlation_ids_are_joined_in_linear_time(tmp_path):

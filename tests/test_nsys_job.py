@@ -127,6 +127,9 @@ def test_exports_without_stated_ranks_are_offset_by_node_then_by_order(plain):
     by_order = nsys_job.combine([dataclasses.replace(p, node_rank=None) for p in local])
     assert by_order.steps.filter(pl.col("rank") == 1)["wall_ms"].equals(parts[1].anatomy.steps["wall_ms"])
     assert any("ranks numbered by the exports' name order" in w for w in by_order.warnings)
+    # One export states rank 1, the other nothing: that one is rank 0, the rank still free.
+    mixed = nsys_job.combine([local[0], parts[1]])
+    assert mixed.steps.filter(pl.col("rank") == 0)["wall_ms"].equals(parts[0].anatomy.steps["wall_ms"])
 
 
 def _renumbered(anatomy, rank: int):
