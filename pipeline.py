@@ -43,6 +43,7 @@ from receipts.store import Store
 
 SIDECAR_NAME = "receipt.toml"
 PROFILE_KINDS = ("nsys", "nsys-gz", "nsys-rep", "nsys-dir", "nsys-files", "kineto", "kineto-dir", "kineto-files")
+MULTI_FILE_KINDS = ("nsys-dir", "nsys-files", "kineto-dir", "kineto-files")  # one task per file: ingest/rank_map.py
 
 
 @dataclass(frozen=True)
@@ -412,6 +413,26 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
                     keep_raw: bool, force: bool = False, ranks: RankMap = RankMap()) -> IngestOutcome:
+    raw_dir = store.raw_events_dir() if keep_raw and kind in MULTI_FILE_KINDS else None
+    if raw_dir is None:
+        return _ingest_parsed_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
+                                      attach=attach, tags=tags, rules=rules, keep_raw=keep_raw, force=force,
+                                      ranks=ranks)
+    # Worker processes stage each rank's raw events as Parquet here (ingest/rank_map.py), on the raw folder's
+    # own file system so the store streams them into one file; gone once the receipt is written or refused.
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=raw_dir))
+    try:
+        return _ingest_parsed_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
+                                      attach=attach, tags=tags, rules=rules, keep_raw=keep_raw, force=force,
+                                      ranks=replace(ranks, raw_staging=staging))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _ingest_parsed_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
+                           registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
+                           keep_raw: bool, force: bool, ranks: RankMap) -> IngestOutcome:
     anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks)
     source = _source(path, anatomy.source_format, anatomy.source_format, _profile_files(path, kind))
     if attach is not None:

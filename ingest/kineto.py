@@ -88,7 +88,7 @@ class RankTrace:
     nvtx: pl.DataFrame
     events: pl.DataFrame
     kernel_steps: pl.DataFrame
-    raw_events: pl.DataFrame | None
+    raw_events: pl.DataFrame | pl.LazyFrame | None  # lazy: staged as Parquet by a worker (ingest/rank_map.py)
 
 
 def read_rank(path: Path, position: int, *, rules: CategoryRules, keep_raw: bool = False) -> RankTrace:
@@ -216,7 +216,7 @@ def combine(parts: list[RankTrace]) -> Anatomy:
         warnings=tuple(warnings),
         events=pl.concat([p.events for p in parts]),
         kernel_steps=pl.concat([p.kernel_steps for p in parts]),
-        raw_events=pl.concat([cast(pl.DataFrame, p.raw_events) for p in parts])
+        raw_events=pl.concat([cast(pl.DataFrame, p.raw_events) for p in parts])  # all frames, or all lazy
         if all(p.raw_events is not None for p in parts) else None,
     )
 

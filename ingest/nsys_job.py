@@ -31,6 +31,7 @@ import tempfile
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -139,7 +140,7 @@ def combine(parts: list[ExportPart]) -> Anatomy:
         if len(values) > 1:
             warnings.append(f"exports differ in {key}: {', '.join(sorted(str(v) for v in values))}")
     seen: dict[int, str] = {}
-    frames: dict[str, list[pl.DataFrame]] = {"rows": [], "steps": [], "nvtx": [], "events": [], "kernel_steps": [],
+    frames: dict[str, list] = {"rows": [], "steps": [], "nvtx": [], "events": [], "kernel_steps": [],
                                             "raw_events": []}
     for part, offset, shift in zip(parts, offsets, shifts):
         a = part.anatomy
@@ -216,12 +217,15 @@ def _rank_offsets(parts: list[ExportPart], warnings: list[str]) -> list[int]:
 
 
 _CLOCK_COLUMNS = ("start_ns", "end_ns", "launch_ns")
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 
-def _moved(frame: pl.DataFrame, offset: int, shift: int) -> pl.DataFrame:
-    """An export's frame with its ranks offset and its timestamps on the job's clock (types kept)."""
+def _moved(frame: FrameT, offset: int, shift: int) -> FrameT:
+    """An export's frame (or staged raw events, lazily) with its ranks offset and its timestamps on the job's
+    clock, types kept."""
     if not offset and not shift:
         return frame
-    moved = [(pl.col("rank") + offset).cast(frame.schema["rank"]).alias("rank")] if "rank" in frame.columns else []
-    moved += [(pl.col(c) + shift).alias(c) for c in _CLOCK_COLUMNS if c in frame.columns]
+    schema = frame.collect_schema()
+    moved = [(pl.col("rank") + offset).cast(schema["rank"]).alias("rank")] if "rank" in schema else []
+    moved += [(pl.col(c) + shift).alias(c) for c in _CLOCK_COLUMNS if c in schema]
     return frame.with_columns(moved)

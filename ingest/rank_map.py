@@ -26,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, cast
 
 from receipts.errors import InputError, UsageError
 
@@ -47,10 +47,14 @@ AUTO_MAX_WORKERS = 16  # the same runs: 8 and 16 workers tie (1.20 vs 1.22 s), m
 @dataclass(frozen=True)
 class RankMap:
     """How the ranks of one profile are read: `workers` processes (None: one per core when the set is large
-    enough to pay for them, see AUTO_MIN_BYTES), or on Dask (`dask`: 'local', a scheduler file or address)."""
+    enough to pay for them, see AUTO_MIN_BYTES), or on Dask (`dask`: 'local', a scheduler file or address).
+    `raw_staging`: with keep_raw, a folder where each task off this process writes its rank's raw events as
+    Parquet (`<position>.parquet`), so only the small per-step rows travel back; the reduce then scans those
+    files lazily and the store streams them into place (tasks on a remote Dask cluster must reach it)."""
 
     workers: int | None = None
     dask: str | None = None
+    raw_staging: Path | None = None
 
     def __post_init__(self) -> None:
         if self.workers is not None and self.workers < 1:
@@ -100,11 +104,14 @@ def _map(reader: str, paths: list[Path], *, rules: CategoryRules, keep_raw: bool
     """Each file read by `reader` ('kineto' | 'nsys'), results in the order of `paths`; the first failing file
     (in that order) raises its error here."""
     stats = stats if stats is not None else MapStats()
-    tasks = [(reader, Path(p), i, rules, keep_raw, env_rules) for i, p in enumerate(paths)]
+    workers = 0 if plan.dask is not None else _workers(paths, plan.workers)
+    # Raw events stay where they were read unless this process reads them (serial): a frame per rank through
+    # a pipe would be the bulk of what travels.
+    staging = plan.raw_staging if keep_raw and workers != 1 else None
+    tasks = [(reader, Path(p), i, rules, keep_raw, env_rules, staging) for i, p in enumerate(paths)]
     if plan.dask is not None:
         results = _on_dask(tasks, plan, stats)
     else:
-        workers = _workers(paths, plan.workers)
         results = _in_pool(tasks, workers, stats) if workers > 1 else _serial(tasks, stats)
     parts: list[kineto.RankTrace | nsys_job.ExportPart] = []
     for outcome in results:
@@ -132,13 +139,16 @@ class _Failed:
     table: str | None
 
 
-_Task = tuple[str, Path, int, "CategoryRules", bool, "EnvRules | None"]
+_Task = tuple[str, Path, int, "CategoryRules", bool, "EnvRules | None", "Path | None"]
 _Result = tuple["kineto.RankTrace | nsys_job.ExportPart | _Failed", str, int]
 
 
 def _read_task(reader: str, path: Path, position: int, rules: CategoryRules, keep_raw: bool,
-               env_rules: EnvRules | None) -> _Result:
-    """One file, in whichever process runs it; returns its rows (or its input error), the process and its peak RSS."""
+               env_rules: EnvRules | None, staging: Path | None) -> _Result:
+    """One file, in whichever process runs it; returns its rows (or its input error), the process and its peak RSS.
+    With `staging`, its raw events are written there as Parquet and come back as a lazy scan of that file."""
+    import dataclasses
+
     from receipts.ingest import kineto, nsys_job
 
     out: kineto.RankTrace | nsys_job.ExportPart | _Failed
@@ -149,7 +159,26 @@ def _read_task(reader: str, path: Path, position: int, rules: CategoryRules, kee
             out = kineto.read_rank(path, position, rules=rules, keep_raw=keep_raw)
     except InputError as exc:
         out = _Failed(str(exc.path), exc.message, exc.line, exc.table)
+    if staging is not None and isinstance(out, nsys_job.ExportPart):
+        out = dataclasses.replace(out, anatomy=_staged(out.anatomy, staging / f"{position}.parquet"))
+    elif staging is not None and isinstance(out, kineto.RankTrace):
+        out = _staged(out, staging / f"{position}.parquet")
     return out, f"pid {os.getpid()}", _peak_rss_kib()
+
+
+_Holder = TypeVar("_Holder", "kineto.RankTrace", "Anatomy")
+
+
+def _staged(holder: _Holder, parquet: Path) -> _Holder:
+    """`holder` with its raw events written to `parquet` and replaced by a lazy scan of that file."""
+    import dataclasses
+
+    import polars as pl
+
+    if not isinstance(holder.raw_events, pl.DataFrame):
+        return holder
+    holder.raw_events.write_parquet(parquet)
+    return dataclasses.replace(holder, raw_events=pl.scan_parquet(parquet))
 
 
 def _peak_rss_kib() -> int:

@@ -324,7 +324,8 @@ class Anatomy:
     env: tuple[EnvVar, ...] = ()
     software: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-    raw_events: "pl.DataFrame | None" = None  # optional: written as Parquet beside the store
+    # Optional, written as Parquet beside the store; lazy when worker processes staged each rank's as Parquet.
+    raw_events: "pl.DataFrame | pl.LazyFrame | None" = None
     # Every attributed GPU activity (rank, step, category, start_ns, end_ns): what cross-rank analysis
     # (analysis/stragglers.py) reads; kept in memory only, never stored.
     events: "pl.DataFrame | None" = None

@@ -168,8 +168,9 @@ class Store(ABC):
         if not any(r["sha256"] == source.sha256 for r in small.get("receipt_sources", [])):
             small.setdefault("receipt_sources", []).extend(R.source_rows(receipt_id, (source,), ingested_at))
 
-    def _write_raw_events(self, raw_events: pl.DataFrame, source: SourceFile) -> str | None:
-        """Raw events as Parquet beside the store, named by the export's sha256; never needed by views."""
+    def _write_raw_events(self, raw_events: pl.DataFrame | pl.LazyFrame, source: SourceFile) -> str | None:
+        """Raw events as Parquet beside the store, named by the export's sha256; never needed by views. Lazy raw
+        events (each rank's staged as Parquet by a worker) are streamed into the one file, never held whole."""
         folder = self.raw_events_dir()
         if folder is None:
             return None
@@ -177,7 +178,10 @@ class Store(ABC):
         path = folder / f"{source.sha256}.parquet"
         if not path.exists():
             tmp = path.with_suffix(".parquet.tmp")
-            raw_events.write_parquet(tmp)
+            if isinstance(raw_events, pl.LazyFrame):
+                raw_events.sink_parquet(tmp)
+            else:
+                raw_events.write_parquet(tmp)
             tmp.replace(path)
         return str(path)
 

@@ -193,3 +193,15 @@ def _no_floats(value):
     if isinstance(value, list):
         return [_no_floats(v) for v in value]
     return round(value, 6) if isinstance(value, float) else value
+
+
+def test_workers_stage_raw_events_as_parquet_and_send_back_a_scan(tmp_path):
+    files = _sets()["straggler_plant"]
+    serial = kineto.parse_files(files, rules=RULES, keep_raw=True)
+    staged = rank_map.parse_kineto(files, rules=RULES, keep_raw=True,
+                                   plan=RankMap(workers=2, raw_staging=tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.parquet", "1.parquet"]
+    assert isinstance(staged.raw_events, pl.LazyFrame)
+    assert_same_anatomy(serial, dataclasses.replace(staged, raw_events=staged.raw_events.collect()))
+    in_process = rank_map.parse_kineto(files, rules=RULES, keep_raw=True, plan=RankMap(workers=1, raw_staging=tmp_path))
+    assert isinstance(in_process.raw_events, pl.DataFrame)  # read here: nothing to stage

@@ -45,3 +45,29 @@ def test_keep_raw_on_duckdb_writes_parquet_by_sha256(tmp_path, named_dir):
     expected = folder / f"{_sha256(EXPORT)}.parquet"
     assert _raw_paths(db) == [str(expected)]
     _check_parquet(expected)
+
+
+@pytest.mark.parametrize("profile", ["kineto", "nsys_job"])
+def test_raw_events_staged_by_worker_processes_are_the_serial_ones(tmp_path, profile):
+    """With worker processes, each rank's raw events are written as Parquet by the worker that read them (only
+    the per-step rows travel back) and streamed into the one file: the same rows as read in-process."""
+    import shutil
+
+    if profile == "kineto":
+        folder = GPU_DATA / "straggler" / "straggler_plant_kineto" / "traces"
+    else:
+        folder = tmp_path / "job"
+        folder.mkdir()
+        for rank in (0, 1):
+            shutil.copy(GPU_DATA / "multiexport" / "per_rank_gloo" / f"rank{rank}.sqlite.gz", folder)
+    frames = []
+    for workers in ("1", "2"):
+        db = str(tmp_path / f"w{workers}.duckdb")
+        result = cli(db, "ingest", str(folder), "--keep-raw", "--workers", workers)
+        assert result.exit_code == 0, result.stdout + result.stderr
+        [path] = _raw_paths(db)
+        raw = pl.read_parquet(path)
+        frames.append(raw.sort(raw.columns, nulls_last=True))
+        assert [p.name for p in Path(path).parent.iterdir()] == [Path(path).name]  # no staging folder left behind
+    assert frames[0].height > 1000 and sorted(frames[0]["rank"].unique().to_list()) == [0, 1]
+    assert frames[0].equals(frames[1])
