@@ -14,6 +14,9 @@ from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.cli.render import fmt_bytes, fmt_duration, fmt_ms
 
 
+TABLE_ROWS = 200  # `list` without --json or --limit
+
+
 def register(app: typer.Typer) -> None:
     app.command("list")(list_receipts)
     app.command("show")(show)
@@ -26,6 +29,8 @@ def list_receipts(
     show_all: bool = typer.Option(False, "--all", help="Include receipts superseded by a later ingest of the same "
                                                        "run (marked), kept for audit."),
     as_json: bool = typer.Option(False, "--json", help="A JSON array, one object per receipt."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=0, help="At most N receipts, newest first; 0: all. "
+                                        f"Default: all with --json, the newest {TABLE_ROWS} in the table."),
 ) -> None:
     """List current receipts with identity and steady-state step time; rumors (incomplete identity) are marked.
 
@@ -36,6 +41,11 @@ def list_receipts(
     rows = [{**r, **series_headline(json.loads(r["provenance_json"] or "{}"))} for r in frame.to_dicts()]
     if lane:
         rows = [r for r in rows if any(lane in (r[k] or "") for k in ("host_lineage", "preset_family", "launch_regime"))]
+    total = len(rows)
+    # A terminal table of 10,000 rows takes rich ~10 s to lay out and nobody reads it: the newest TABLE_ROWS,
+    # saying how many are left out. --json is for programs: all of them unless asked.
+    limit = limit if limit is not None else (0 if as_json else TABLE_ROWS)
+    rows = rows[:limit] if limit else rows
     if as_json:
         print_json([{
             "id": r["id"], "run_name": r["run_name"],
@@ -50,8 +60,10 @@ def list_receipts(
         } for r in rows])
         return
     n_superseded = sum(1 for r in rows if r["superseded_by"])
-    title = f"{len(rows)} receipts" + (f" ({n_superseded} superseded, marked in the last column)" if show_all
-                                       else " (current; --all adds superseded ones)")
+    title = f"{total} receipts" + (f" ({n_superseded} superseded, marked in the last column)" if show_all
+                                    else " (current; --all adds superseded ones)")
+    if len(rows) < total:
+        title += f"; the newest {len(rows)} shown (--limit N, --limit 0 for all)"
     table = Table(title=title, show_lines=False)
     # Time to train is MLPerf's headline; a store without MLPerf receipts gets no column of dashes.
     with_ttt = any(r["time_to_train_s"] is not None for r in rows)

@@ -48,4 +48,8 @@ step $R ingest $S/straggler_base_nsys.sqlite.gz --attach straggler_base_nsys
 step $R ingest $S/straggler_plant_nsys.sqlite.gz --attach straggler_plant_nsys
 step $R stragglers straggler_plant_nsys
 step $R compare straggler_base_nsys straggler_plant_nsys
+# One job profiled one nsys report per rank (issue 15): the run directory holds run.log and rank{0,1}.sqlite.gz,
+# read as ONE anatomy of both ranks (one task per export), each export's clock moved onto the job's.
+step $R ingest $G/multiexport/per_rank_gloo --workers 2
+step $R anatomy per_rank_gloo --by rank
 printf '\nDashboard: %s dashboard   (store: %s)\n' "$R" "$RECEIPTS_DB"

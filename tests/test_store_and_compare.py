@@ -220,3 +220,18 @@ def test_read_log_keeps_every_line_and_its_number(tmp_path):
         log = read_log(path)
         assert log.lines.to_list() == expected, data
         assert log.unterminated_last == (not data.endswith(b"\n"))
+
+
+def test_list_table_shows_the_newest_and_says_how_many_are_left_out(tmp_path, db, monkeypatch):
+    from receipts.cli import read_cmds
+
+    monkeypatch.setattr(read_cmds, "TABLE_ROWS", 2)
+    for seed, name in enumerate(("run_a", "run_b", "run_c")):
+        cli(db, "ingest", str(write_native_log(tmp_path / f"{name}.log", _steps(10, 100, seed))))
+    newest_first = [r["run_name"] for r in cli_json(db, "list")[1]]  # --json: every receipt unless asked
+    assert sorted(newest_first) == ["run_a", "run_b", "run_c"]
+    table = cli(db, "list").stdout
+    assert "3 receipts" in table and "the newest 2 shown (--limit N, --limit 0 for all)" in table
+    assert newest_first[0] in table and newest_first[1] in table and newest_first[2] not in table
+    assert newest_first[2] in cli(db, "list", "--limit", "0").stdout
+    assert [r["run_name"] for r in cli_json(db, "list", "--limit", "1")[1]] == newest_first[:1]
