@@ -1,7 +1,14 @@
-"""Many ranks in parallel (issue 15, item 5): a 64-rank Kineto profile read serially, in worker processes
-and on a Dask LocalCluster, against the serial path, with the same numbers.
+"""Many ranks in parallel (issue 15, item 5): a 64-rank Kineto profile (or a job profiled one nsys report
+per rank) read serially, in worker processes and on a Dask LocalCluster, against the serial path, with the
+same numbers.
 
     .venv/bin/python benchmarks/bench_ranks.py [--ranks 64] [--workers 1 2] [--repeat 2] [--no-dask]
+    .venv/bin/python benchmarks/bench_ranks.py --format nsys --ranks 16 [--workers 2]
+
+`--format nsys`: N exports built from our real per-rank pair (tests/data/gpu/multiexport/per_rank_gloo, one
+`nsys profile` per rank): rank r is a copy of real rank r % 2 with RANK=r and WORLD_SIZE=N in its captured
+environment and its session start moved r x 7 us later; the serial path is each export read in turn and
+reduced (nsys_job.combine), as `--workers 1` reads them.
 
 The set is synthetic, built from our real 2×H200 FSDP2 traces (tests/data/gpu/fsdp2_2gpu_kineto): rank r
 is a copy of real rank r % 2, its distributedInfo.rank renumbered to r and world_size to --ranks, every
@@ -35,6 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "data" / "gpu" / "fsdp2_2gpu_kineto" / "traces"
+NSYS_SOURCE = ROOT / "tests" / "data" / "gpu" / "multiexport" / "per_rank_gloo"
 SHIFT_US = 7
 
 
@@ -54,6 +62,28 @@ def build_set(out: Path, ranks: int) -> list[Path]:
                       lambda m: f"{m.group(1)}{r}{m.group(2)}{ranks}", text, count=1)
         text = ts.sub(lambda m: f'"ts": {int(m.group(1)) + r * SHIFT_US}', text)
         path.write_bytes(gzip.compress(text.encode(), compresslevel=1))
+    stamp.touch()
+    return files
+
+
+def build_nsys_set(out: Path, ranks: int) -> list[Path]:
+    """`ranks` exports from the real per-rank pair: RANK / WORLD_SIZE rewritten, session starts moved."""
+    import sqlite3
+
+    files = [out / f"rank{r}.sqlite" for r in range(ranks)]
+    stamp = out / f".built-nsys-{ranks}-{SHIFT_US}"
+    if stamp.exists() and all(f.exists() for f in files):
+        return files
+    out.mkdir(parents=True, exist_ok=True)
+    sources = [gzip.decompress((NSYS_SOURCE / f"rank{r}.sqlite.gz").read_bytes()) for r in (0, 1)]
+    for r, path in enumerate(files):
+        path.write_bytes(sources[r % 2])
+        with sqlite3.connect(path) as db:
+            env = db.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'").fetchone()[0]
+            env = re.sub(r"(^|;)RANK=\d+", rf"\g<1>RANK={r}", env)
+            env = re.sub(r"(^|;)WORLD_SIZE=\d+", rf"\g<1>WORLD_SIZE={ranks}", env)
+            db.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'", [env])
+            db.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", [r * SHIFT_US * 1000])
     stamp.touch()
     return files
 
@@ -83,13 +113,14 @@ def _import_reader(_: int) -> int:
     return os.getpid()
 
 
-def one(mode: str, files: list[Path]) -> dict:
+def one(mode: str, files: list[Path], fmt: str = "kineto") -> dict:
     """One configuration, in this (fresh) process: wall time, peak RSS, the anatomy's digest."""
     from receipts.ingest import kineto, rank_map
     from receipts.schema.categories import load_category_rules
 
     rules = load_category_rules()
     stats = rank_map.MapStats()
+    parse = rank_map.parse_kineto if fmt == "kineto" else rank_map.parse_nsys_job
     t0 = time.perf_counter()
     if mode.startswith("start-up="):  # the pool alone: N spawned workers importing the reader, no trace read
         n = int(mode.split("=")[1])
@@ -98,13 +129,12 @@ def one(mode: str, files: list[Path]) -> dict:
         return {"mode": mode, "wall_s": time.perf_counter() - t0, "where": f"{n} workers, no task",
                 "parent_peak_mib": _vm_hwm_kib() / 1024, "worker_peak_mib": [], "digest": None}
     if mode == "serial":
-        anatomy = kineto.parse_files(files, rules=rules)
+        anatomy = (kineto.parse_files(files, rules=rules) if fmt == "kineto"
+                   else rank_map.parse_nsys_job(files, rules=rules, plan=rank_map.RankMap(1)))
     elif mode.startswith("workers="):
-        anatomy = rank_map.parse_kineto(files, rules=rules, plan=rank_map.RankMap(int(mode.split("=")[1])),
-                                        stats=stats)
+        anatomy = parse(files, rules=rules, plan=rank_map.RankMap(int(mode.split("=")[1])), stats=stats)
     else:  # dask-local:N
-        plan = rank_map.RankMap(int(mode.split(":")[1]), "local")
-        anatomy = rank_map.parse_kineto(files, rules=rules, plan=plan, stats=stats)
+        anatomy = parse(files, rules=rules, plan=rank_map.RankMap(int(mode.split(":")[1]), "local"), stats=stats)
     wall = time.perf_counter() - t0
     return {"mode": mode, "wall_s": wall, "where": stats.where, "parent_peak_mib": _vm_hwm_kib() / 1024,
             "worker_peak_mib": sorted(v / 1024 for v in stats.peak_rss_kib.values()) if mode != "serial" else [],
@@ -117,15 +147,19 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-dask", action="store_true")
+    ap.add_argument("--format", choices=("kineto", "nsys"), default="kineto")
     ap.add_argument("--set-dir", type=Path, default=Path("/tmp/receipts-bench-ranks"))
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    files = build_set(args.set_dir, args.ranks)
+    set_dir = args.set_dir / args.format
+    files = (build_set if args.format == "kineto" else build_nsys_set)(set_dir, args.ranks)
     if args.one:
-        print(json.dumps(one(args.one, files)))
+        print(json.dumps(one(args.one, files, args.format)))
         return
-    gz = sum(f.stat().st_size for f in files) / 2**20
-    print(f"# {args.ranks} ranks from {SOURCE.relative_to(ROOT)}: {gz:.1f} MiB gzipped in {args.set_dir}; "
+    size = sum(f.stat().st_size for f in files) / 2**20
+    source = SOURCE if args.format == "kineto" else NSYS_SOURCE
+    print(f"# {args.ranks} ranks from {source.relative_to(ROOT)}: {size:.1f} MiB "
+          f"{'gzipped traces' if args.format == 'kineto' else 'of SQLite exports'} in {set_dir}; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     modes = ["serial", *(f"workers={w}" for w in args.workers)]
     if not args.no_dask:
@@ -134,7 +168,8 @@ def main() -> None:
     results = {}
     for mode in modes:
         runs = [json.loads(subprocess.run([sys.executable, __file__, "--ranks", str(args.ranks), "--set-dir",
-                                           str(args.set_dir), "--one", mode], check=True, capture_output=True,
+                                           str(args.set_dir), "--format", args.format, "--one", mode], check=True,
+                                          capture_output=True,
                                           text=True).stdout.strip().splitlines()[-1]) for _ in range(args.repeat)]
         results[mode] = min(runs, key=lambda r: r["wall_s"])
     ref = results["serial"]
