@@ -9,6 +9,7 @@ if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see
     raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
 
 import importlib.util
+import os
 from pathlib import Path
 
 import duckdb
@@ -31,6 +32,11 @@ def connect(database: str = ":memory:", *, read_only: bool = False, extensions: 
     ext_dir = extension_directory()
     if ext_dir:
         config["extension_directory"] = ext_dir
+    # A worker process of a parallel map gets its share of the cores (ingest/rank_map.py sets this); DuckDB
+    # would otherwise start one thread per core in every worker.
+    threads = os.environ.get("RECEIPTS_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        config["threads"] = int(threads)
     con = duckdb.connect(database, read_only=read_only, config=config)
     for name in extensions:
         con.load_extension(name)
