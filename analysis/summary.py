@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from receipts.analysis.stats import RunInterval, Summary, median_interval, summarize
+from receipts.schema.model import one_row_per_step
 
 # Bump when the window rule, the series definition or the statistics change: stored summaries under an older
 # rule are then recomputed from the series on read (and `receipts db upgrade` records the new rule).
@@ -27,9 +28,12 @@ RULE = "steady-summary-v1"
 def steady_series(steps: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(step_ms, tokens_per_s) of the steady steps in step order, from a frame with step, rank, step_ms,
     tokens_per_s and warmup, as sql/steady_steps_many.sql reads it from the store."""
-    steady = steps.filter(~pl.col("warmup") & pl.col("step_ms").is_not_null())
+    steady = (steps.select("step", "rank", "step_ms", "tokens_per_s", "warmup")
+              .filter(~pl.col("warmup") & pl.col("step_ms").is_not_null()))
     if steady.height == 0:
         return np.empty(0), np.empty(0)
+    if one_row_per_step(steady):  # a log's usual series: each step's row is already its aggregate
+        return steady["step_ms"].to_numpy(), steady["tokens_per_s"].drop_nulls().to_numpy()
     per_step = (steady.group_by("step")
                 .agg(pl.col("step_ms").max(),
                      pl.when(pl.col("rank").n_unique() > 1).then(pl.col("tokens_per_s").sum())

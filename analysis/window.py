@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from typing import cast
 
+import numpy as np
 import polars as pl
 
 # Choosing a window is here; applying one (mark_warmup) is the model's, re-exported for callers of this module.
-from receipts.schema.model import StepWindow, mark_warmup
+from receipts.schema.model import StepWindow, mark_warmup, one_row_per_step
 
 WARMUP_PHASES = ("compile", "warmup", "warm-up", "warm_up")
 SLOW_FACTOR = 1.25
@@ -30,8 +31,10 @@ RULE_NAME = "leading-slow-steps-v2"
 
 def _step_times(steps: pl.DataFrame) -> pl.DataFrame:
     """One time per step (the slowest rank: a step ends when its last rank does)."""
-    return (steps.filter(pl.col("step_ms").is_not_null())
-            .group_by("step").agg(pl.col("step_ms").max()).sort("step"))
+    timed = steps.select("step", "rank", "step_ms").filter(pl.col("step_ms").is_not_null())
+    if one_row_per_step(timed):  # a log's usual series: already one time per step, in order
+        return timed.select("step", "step_ms")
+    return timed.group_by("step").agg(pl.col("step_ms").max()).sort("step")
 
 
 def warmup_steps_from_phases(phases: tuple[tuple[str, int | None, int | None], ...]) -> int | None:
@@ -52,7 +55,7 @@ def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int 
     if times.height == 0:
         return StepWindow(None, None, 0, None, "no step times", 0)
     marker_last = warmup_steps_from_phases(phases)
-    step_list = times["step"].to_list()
+    step_nums = times["step"].to_numpy()  # numpy, not lists: a log's series runs to millions of steps
     if marker_last is not None:
         names = sorted({n for n, _, _ in phases if n.lower() in WARMUP_PHASES})
         warmup_last: int | None = marker_last
@@ -60,25 +63,33 @@ def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int 
     else:
         rule = RULE_NAME
         warmup_last = None
-        ms = times["step_ms"].to_list()
-        n = len(ms)
+        n = times.height
         if n >= 4:
             half = n // 2
-            limit = SLOW_FACTOR * cast(float, pl.Series(ms[half:]).median())
-            settled = next((i for i in range(1, half + 1) if all(v <= limit for v in ms[i:i + SETTLE_RUN])), half)
-            warmup_last = step_list[settled - 1]
-    if tail is not None and tail in step_list:
+            limit = SLOW_FACTOR * cast(float, times["step_ms"].slice(half).median())
+            warmup_last = int(step_nums[_settled(times["step_ms"].to_numpy(), limit, half) - 1])
+    if tail is not None and bool((step_nums == tail).any()):
         rule += "+cut-short-tail"
-    steady = [s for s in step_list if (warmup_last is None or s > warmup_last) and s != tail]
-    n_warm = len(step_list) - len(steady)
+    steady = np.ones(step_nums.size, dtype=bool) if warmup_last is None else step_nums > warmup_last
+    if tail is not None:
+        steady &= step_nums != tail
+    at = np.flatnonzero(steady)
     return StepWindow(
-        first_step=steady[0] if steady else None,
-        last_step=steady[-1] if steady else None,
-        warmup_steps=n_warm,
+        first_step=int(step_nums[at[0]]) if at.size else None,
+        last_step=int(step_nums[at[-1]]) if at.size else None,
+        warmup_steps=int(step_nums.size - at.size),
         warmup_last_step=warmup_last,
         rule=rule,
-        n_steady=len(steady),
+        n_steady=int(at.size),
     )
+
+
+def _settled(ms: np.ndarray, limit: float, half: int) -> int:
+    """The first i in 1..half where the SETTLE_RUN steps from i (fewer at the end) are all <= limit, else half."""
+    slow = np.concatenate(([0], np.cumsum(~(ms <= limit))))  # slow[k]: steps above the limit among the first k
+    starts = np.arange(1, half + 1)
+    quiet = slow[np.minimum(starts + SETTLE_RUN, ms.size)] == slow[starts]
+    return int(starts[np.argmax(quiet)]) if quiet.any() else half
 
 
 def cut_short_tail(steps: pl.DataFrame, busy_ms: dict[int, float] | None = None) -> int | None:

@@ -21,7 +21,7 @@ import polars as pl
 
 from receipts.errors import InputError
 from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
-from receipts.schema.model import MemoryPeak, ParsedRun, steps_columns, steps_frame
+from receipts.schema.model import MemoryPeak, ParsedRun, steps_frame
 
 FORMAT = "nanochat"
 _PREFIX = r"^(?:\[[^\]]*\]:?\s*)?"  # torchrun --tee / srun label, when present
@@ -98,7 +98,8 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
         if rows.height:
             first_text = rows["text"][0] if first_text is None else first_text
             last_texts = (last_texts + rows["text"].tail(2).to_list())[-2:]
-        parts.append(steps_columns(rows.select("step", "step_ms", "tokens_per_s", "loss", "mfu_pct", "line")))
+        # only the columns the format has: the missing ones are added once, as constants, by steps_frame
+        parts.append(rows.select("step", "step_ms", "tokens_per_s", "loss", "mfu_pct", "line"))
         headers.append(chunk.frame.filter(pl.col("text").str.contains(_HEADER)).select("text"))
         end = chunk
     assert end is not None, "a log has at least one chunk"

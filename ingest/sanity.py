@@ -32,13 +32,16 @@ def _fits(value: Any, what: str, path: Path) -> Any:
 
 
 def _measured(frame: pl.DataFrame, columns: tuple[str, ...]) -> pl.DataFrame:
+    # A column is rewritten only when it holds a bad value: a step series of millions of rows is not copied
+    # (nor its all-null columns filled in) to change nothing.
     fixes = []
     for c in columns:
         if c not in frame.columns:
             continue
         col = pl.col(c)
         ok = (col >= 0) & (col.is_finite() if frame.schema[c].is_float() else pl.lit(True))
-        fixes.append(pl.when(ok).then(col).otherwise(None).alias(c))
+        if frame.select((~ok).any()).item():
+            fixes.append(pl.when(ok).then(col).otherwise(None).alias(c))
     return frame.with_columns(fixes) if fixes else frame
 
 

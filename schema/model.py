@@ -39,7 +39,7 @@ def steps_frame(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame:
     frame = steps_columns(rows)
     if frame.width == 0:
         return empty_steps()
-    if _in_step_order(frame):
+    if one_row_per_step(frame):
         return frame  # a log's steps usually are: sorting millions of rows again would copy them all
     return frame.sort(["step", "rank"], nulls_last=True)
 
@@ -57,8 +57,9 @@ def steps_columns(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame:
     return frame.select(cols) if frame.width else frame
 
 
-def _in_step_order(frame: pl.DataFrame) -> bool:
-    """Steps strictly increasing with no rank: the order sort() would give, with no ties to break."""
+def one_row_per_step(frame: pl.DataFrame) -> bool:
+    """Steps strictly increasing with no rank: the order sort() would give, with no ties to break, and each
+    step's only row is already what a per-step aggregate (slowest rank, summed tokens) would make of it."""
     steps = frame["step"]
     return (frame["rank"].null_count() == frame.height and steps.null_count() == 0
             and bool((steps.diff().drop_nulls() > 0).all()))

@@ -14,6 +14,8 @@ from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.duckdb_lock import open_with_lock_wait
 from receipts.store.duckdb_tx import transaction
 
+BULK_SLICE_ROWS = 1 << 18  # rows per Arrow slice of a bulk insert (a step series runs to millions of rows)
+
 
 class DuckDBStore(Store):
     def __init__(self, path: str | Path, *, read_only: bool = False):
@@ -90,9 +92,11 @@ class DuckDBStore(Store):
                 if rows:
                     insert_rows(con, table, rows)
             for table, frame in bulk.items():
-                if frame.height:
-                    columns = ", ".join(f'"{c}"' for c in frame.columns)
-                    con.register("_bulk", frame.to_arrow())
+                columns = ", ".join(f'"{c}"' for c in frame.columns)
+                # In slices: each is one Arrow copy of BULK_SLICE_ROWS rows (a log's constant receipt_id column
+                # made real), never the whole series at once; the rows land in order, in this one transaction.
+                for start in range(0, frame.height, BULK_SLICE_ROWS):
+                    con.register("_bulk", frame.slice(start, BULK_SLICE_ROWS).to_arrow())
                     con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM _bulk")
                     con.unregister("_bulk")
             if supersede is not None:
