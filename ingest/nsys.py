@@ -145,8 +145,20 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         # neither correlation ids nor launch times.
         by_pid = _ranges_by_pid(step_ranges)
         copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
-        activity = pl.concat([_activity_batch(batch, launches, by_pid, names, copy_cat, rules, keep_raw)
-                              for batch in _batches(con, activity_query)])
+        owned: list[pl.DataFrame] = []
+        pending: list[pl.DataFrame] = []
+        found: list[pl.DataFrame] = []
+        for batch in _batches(con, activity_query):
+            part, batch_devices = _activity_batch(batch, launches, by_pid, names, copy_cat, rules, keep_raw)
+            pending.append(part)
+            found.append(batch_devices)
+            # Copied out of DuckDB's batches two at a time: a column kept from a batch holds every column of
+            # that batch alive (DuckDB releases a batch whole), correlation ids and all.
+            if len(pending) == 2:
+                owned.append(pl.concat(pending, rechunk=True))
+                pending.clear()
+        activity, devices = pl.concat(owned + pending), pl.concat(found)
+        del owned, pending
         repeated = launches.repeated
         del launches  # the largest intermediate (every runtime call's id and start): not held past its use
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
@@ -160,29 +172,36 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     if graph_trace is not None:
         warnings.append(_graph_note(activity, graph_trace))
     activity = activity.drop("in_graph")
+    if graph_trace == "node":
+        devices = devices.filter(~pl.col("graph"))
     if repeated:
         warnings.append(f"{repeated} (process, correlationId) pairs of {RUNTIME} repeat: each GPU "
                         "activity is attributed through the earliest runtime call with its correlation id")
 
     environ = _parse_environment(env_rows.get("DeviceEnvironment"))
-    rank_of, attribution_rank, world = _ranks(activity, environ, thread_ranks)
+    rank_of, attribution_rank, world = _ranks(devices, environ, thread_ranks)
     activity = activity.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32)
-                                     .alias("rank"))
+                                     .alias("rank")).drop("pid_key")
     has_steps = step_ranges.height > 0
     if has_steps:
-        events = activity.filter(pl.col("step").is_not_null())
-        unattributed = activity.height - events.height
+        unattributed = activity["step"].null_count()
         marker = f"NVTX ranges matching {step_pattern!r} in table {nvtx_table}"
     else:
-        events = activity.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
         unattributed = 0
         marker = f"none: no NVTX range matches {step_pattern!r}; one window (step null) covers the whole capture"
         warnings.append(f"no NVTX ranges matching {step_pattern!r} found in table {nvtx_table or 'NVTX_EVENTS'}")
-    rows, steps, kernels = _anatomy(events, step_ranges, rank_of, has_steps, names)
-    nvtx = _nvtx_frame(ranges, rank_of)
     # The model of the devices that ran kernels: Windows exports also list display adapters (Intel HD,
     # 'Microsoft Basic Render Driver'), which are no CUDA device (smCount 0) and ran nothing.
-    ran = set(activity["device_id"].drop_nulls().unique().to_list())
+    ran = set(devices["device_id"].drop_nulls().unique().to_list())
+    raw = _raw_events(activity, names) if keep_raw else None
+    # What the anatomy reads, in (rank, step) order for its chunks. Sorted before the unattributed rows are left
+    # out, so the activity frame goes before that second copy is made.
+    events = activity.select("rank", "step", "category", "start_ns", "end_ns", "kind", "name_id").sort(
+        _group_key(activity))
+    del activity
+    events = events.filter(pl.col("rank").is_not_null() & (pl.col("step").is_not_null() if has_steps else True))
+    rows, steps, kernels, events = _anatomy(events, step_ranges, rank_of, has_steps, names)
+    nvtx = _nvtx_frame(ranges, rank_of)
     cuda_devices = [(i, n) for i, n, sm in gpu_names if sm != 0]
     used = [n for i, n in cuda_devices if i in ran] or [n for _, n in cuda_devices]
     gpu_model = max(sorted(set(used)), key=used.count) if used else None
@@ -190,17 +209,6 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     gpu_count = gpus_on_host or len(ran) or None
     if not gpu_names:
         warnings.append("no TARGET_INFO_GPU / TARGET_INFO_CUDA_DEVICE rows: GPU count is the devices that ran work")
-    raw = None
-    if keep_raw:
-        raw = (activity.filter(pl.col("rank").is_not_null())
-               .with_columns(pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))
-               .with_columns(pl.col("category").cast(pl.Utf8))
-               .with_columns(pl.when(pl.col("kind") == _KIND["kernel"]).then(pl.col("name"))
-                             .otherwise(pl.col("category")).alias("name"))
-               .with_columns(pl.col("short_id").replace_strict(names, default=None, return_dtype=pl.Utf8)
-                             .alias("short_name"))
-               .select("rank", "step", "category", "name", "start_ns", "end_ns", pl.col("stream_id").alias("stream"),
-                       "short_name"))
     return Anatomy(
         source_format="nsys",
         schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
@@ -219,10 +227,22 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
                                     "os": env_rows.get("OsDescription")}.items() if v},
         warnings=tuple(warnings),
         raw_events=raw,
-        events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", pl.col("category").cast(pl.Utf8),
-                                                                  "start_ns", "end_ns"),
+        events=events,
         kernel_steps=kernels,
     )
+
+
+def _raw_events(activity: pl.DataFrame, names: dict[int, str]) -> pl.DataFrame:
+    """Every activity of a ranked process, named (--keep-raw; written as Parquet beside the store)."""
+    return (activity.filter(pl.col("rank").is_not_null())
+            .with_columns(pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))
+            .with_columns(pl.col("category").cast(pl.Utf8))
+            .with_columns(pl.when(pl.col("kind") == _KIND["kernel"]).then(pl.col("name"))
+                          .otherwise(pl.col("category")).alias("name"))
+            .with_columns(pl.col("short_id").replace_strict(names, default=None, return_dtype=pl.Utf8)
+                          .alias("short_name"))
+            .select("rank", "step", "category", "name", "start_ns", "end_ns", pl.col("stream_id").alias("stream"),
+                    "short_name"))
 
 
 # --- file and schema checks -------------------------------------------------------------------
@@ -502,13 +522,16 @@ _BATCH_ROWS = 1 << 19  # activities (or runtime calls) per streamed batch: what 
 
 
 def _activity_batch(batch, launches: Launches, by_pid: dict, names: dict[int, str],
-                    copy_cat: dict[int, str], rules: CategoryRules, keep_raw: bool) -> pl.DataFrame:
+                    copy_cat: dict[int, str], rules: CategoryRules, keep_raw: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     """One streamed batch of activity (an Arrow record batch) with its step and category, without what only
-    served to find them (correlation id, copy kind) or what only the raw events read."""
+    served to find them (correlation id, copy kind) or what only the raw events read; and its distinct
+    (pid_key, device_id, graph) triples."""
     activity = cast(pl.DataFrame, pl.from_arrow(batch))
+    # Devices per process, the graph replays' apart (left out when graphs were traced per node): a few rows.
+    devices = activity.select("pid_key", "device_id", (pl.col("kind") == _KIND["graph"]).alias("graph")).unique()
     return (_categorise(activity, names, copy_cat, rules)
             .with_columns(_attribute_steps(activity, launches, by_pid))
-            .drop("corr_id", "copy_kind", *(() if keep_raw else ("stream_id", "short_id"))))
+            .drop("corr_id", "copy_kind", "device_id", *(() if keep_raw else ("stream_id", "short_id")))), devices
 
 
 # Every category an activity can get (a rule's category is one of KERNEL_CATEGORIES): one Enum for all batches.
@@ -592,8 +615,9 @@ def _mpi_thread_ranks(con) -> dict[int, int]:
     return {pid: int(text.rsplit(" ", 1)[1]) for pid, text in found}
 
 
-def _ranks(activity: pl.DataFrame, environ: dict[str, str], thread_ranks: dict[int, int]):
-    procs = (activity.group_by("pid_key").agg(pl.col("device_id").min())
+def _ranks(devices: pl.DataFrame, environ: dict[str, str], thread_ranks: dict[int, int]):
+    """(rank per pid_key, how ranks were found, world size); `devices`: the (pid_key, device_id) pairs that ran."""
+    procs = (devices.group_by("pid_key").agg(pl.col("device_id").min())
              .with_columns(((pl.col("pid_key") // (1 << 24)) % (1 << 24)).alias("pid")).sort("device_id", "pid"))
     pids = procs["pid_key"].to_list()
     env_rank = next((k for k in _RANK_ENV if re.fullmatch(r"[0-9]{1,9}", environ.get(k, ""))), None)
@@ -610,18 +634,17 @@ def _ranks(activity: pl.DataFrame, environ: dict[str, str], thread_ranks: dict[i
 # --- frames ------------------------------------------------------------------------------
 
 def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool,
-             names: dict[int, str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(rows, steps, kernel_steps). Every number is per (rank, step), so the interval arithmetic runs over chunks
-    of whole (rank, step) groups: its intermediates follow the chunk, not the capture."""
-    events = events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns",
-                                                                "kind", "name_id")
+             names: dict[int, str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(rows, steps, kernel_steps, events) from the activities of ranked processes that a step claimed (all of
+    them when there are no steps): rank, step, category, start_ns, end_ns, kind, name_id. Every number is per
+    (rank, step), so the interval arithmetic runs over chunks of whole (rank, step) groups: its intermediates
+    follow the chunk, not the capture. `events` (Anatomy.events) is made of the same chunks."""
     # Kernel names as an Enum of the names that ran (codes, not strings, through kernel_steps' group-by).
     kernel_ids = events.filter(pl.col("kind") == _KIND["kernel"])["name_id"].drop_nulls().unique().to_list()
     name_of = {i: names[i] for i in kernel_ids if i in names}
     name_enum = pl.Enum(sorted({*name_of.values(), "(unnamed)"}))
 
     def one(chunk: pl.DataFrame) -> tuple[pl.DataFrame, ...]:
-        chunk = chunk.with_columns(pl.col("category").cast(pl.Utf8))
         spans = chunk.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
                                                   pl.col("end_ns").max().alias("span_end_ns"))
         rows, per_step = anatomy_rows(chunk.select("rank", "step", "category", "start_ns", "end_ns"), spans)
@@ -630,10 +653,14 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
         return rows, per_step, spans, kernels
 
     # Chunks are independent and numpy / polars release the GIL: _CHUNK_WORKERS at a time.
+    chunks = list(_step_chunks(events))
     with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
-        parts = list(pool.map(one, _step_chunks(events)))
+        parts = list(pool.map(one, chunks))
     rows, per_step, spans, kernels = (pl.concat([p[i] for p in parts]) for i in range(4))
-    kernels = kernels.with_columns(pl.col("name").cast(pl.Utf8))
+    kernels = kernels.with_columns(pl.col("category", "name").cast(pl.Utf8))
+    # Slices of one frame: only the category text is new memory.
+    events = pl.concat([c.select("rank", "step", pl.col("category").cast(pl.Utf8), "start_ns", "end_ns")
+                        for c in chunks])
     if has_steps:
         markers = (step_ranges.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None,
                                                                              return_dtype=pl.Int32).alias("rank"))
@@ -652,7 +679,7 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
     rows = rows.join(warm, on=["rank", "step"], how="left", nulls_equal=True).with_columns(pl.col("warmup").fill_null(False))
     return (rows.select([pl.col(c).cast(t) for c, t in ANATOMY_ROW_SCHEMA.items()]).sort("rank", "step", "category"),
             steps.select([pl.col(c).cast(t) for c, t in ANATOMY_STEP_SCHEMA.items()]).sort("rank", "step"),
-            kernels)
+            kernels, events)
 
 
 _CHUNK_EVENTS = 1 << 20  # activities per interval-arithmetic chunk (whole (rank, step) groups)
@@ -666,7 +693,10 @@ def _step_chunks(events: pl.DataFrame):
     if events.height <= _CHUNK_EVENTS:
         yield events
         return
-    events = events.sort(_group_key(events))
+    key = _group_key(events)
+    # parse() hands them over in that order already (sorted as they were selected): no second copy.
+    if isinstance(key, list) or not events.select(key).to_series().is_sorted():
+        events = events.sort(key)
     group_ends = events.group_by("rank", "step", maintain_order=True).len()["len"].cum_sum().to_numpy()
     # Cut after the group in which each multiple of the chunk size falls.
     wanted = np.searchsorted(group_ends, np.arange(_CHUNK_EVENTS, events.height, _CHUNK_EVENTS), side="left") + 1
