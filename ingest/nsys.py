@@ -141,24 +141,9 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
             raise InputError(path, f"step ranges found but table {RUNTIME} is absent: GPU work cannot reach a step "
                                    "(re-profile with --trace=cuda)", table=RUNTIME)
         launches = Launches(_batches(con, load_query("_nsys_launches")) if RUNTIME in schema else ())
-        # The activity streams in batches, each given its step and category on arrival: the frame kept holds
-        # neither correlation ids nor launch times.
-        by_pid = _ranges_by_pid(step_ranges)
         copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
-        owned: list[pl.DataFrame] = []
-        pending: list[pl.DataFrame] = []
-        found: list[pl.DataFrame] = []
-        for batch in _batches(con, activity_query):
-            part, batch_devices = _activity_batch(batch, launches, by_pid, names, copy_cat, rules, keep_raw)
-            pending.append(part)
-            found.append(batch_devices)
-            # Copied out of DuckDB's batches two at a time: a column kept from a batch holds every column of
-            # that batch alive (DuckDB releases a batch whole), correlation ids and all.
-            if len(pending) == 2:
-                owned.append(pl.concat(pending, rechunk=True))
-                pending.clear()
-        activity, devices = pl.concat(owned + pending), pl.concat(found)
-        del owned, pending
+        activity, devices = _stream_activity(con, activity_query, launches, _ranges_by_pid(step_ranges), names,
+                                             copy_cat, rules, keep_raw)
         repeated = launches.repeated
         del launches  # the largest intermediate (every runtime call's id and start): not held past its use
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
@@ -519,6 +504,25 @@ def _batches(con, query: str):
 
 
 _BATCH_ROWS = 1 << 19  # activities (or runtime calls) per streamed batch: what one batch's frames hold
+
+
+def _stream_activity(con, query: str, launches: Launches, by_pid: dict, names: dict[int, str],
+                     copy_cat: dict[int, str], rules: CategoryRules, keep_raw: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(activity, devices): the activity streams in batches, each given its step and category on arrival, so the
+    frame kept holds neither correlation ids nor launch times; devices: the (pid_key, device_id, graph) triples."""
+    owned: list[pl.DataFrame] = []
+    pending: list[pl.DataFrame] = []
+    found: list[pl.DataFrame] = []
+    for batch in _batches(con, query):
+        part, devices = _activity_batch(batch, launches, by_pid, names, copy_cat, rules, keep_raw)
+        pending.append(part)
+        found.append(devices)
+        # Copied out of DuckDB's batches two at a time: a column kept from a batch holds every column of that
+        # batch alive (DuckDB releases a batch whole), correlation ids and all.
+        if len(pending) == 2:
+            owned.append(pl.concat(pending, rechunk=True))
+            pending.clear()
+    return pl.concat(owned + pending), pl.concat(found)
 
 
 def _activity_batch(batch, launches: Launches, by_pid: dict, names: dict[int, str],
