@@ -4,7 +4,8 @@ Summing kernel durations over-counts wherever streams overlap (nsys-ai PR #158);
 communication is the part of the NCCL union not covered by the compute union on the same device.
 
 Input `events`: one row per GPU activity with columns
-    rank (i32), step (i64, null = not attributed to a step), category (str), start_ns, end_ns (i64).
+    rank (i32), step (i64, null = not attributed to a step), category (str, or an Enum: its codes are
+    grouped without ranking text), start_ns, end_ns (i64).
 Input `spans`: one row per (rank, step) with span_start_ns, span_end_ns: the window idle is measured
 in (the caller says which: the GPU span of the step's own work, or the step marker's window).
 
@@ -28,7 +29,9 @@ _KEYS = ["rank", "step"]
 
 def _codes(column: pl.Series) -> np.ndarray:
     """Integer sort codes for a key column; nulls sort last."""
-    if column.dtype == pl.Utf8 or column.dtype == pl.Categorical:
+    if isinstance(column.dtype, pl.Enum):
+        column = column.to_physical()  # an Enum's codes already order like it: no ranking of text
+    elif column.dtype == pl.Utf8 or column.dtype == pl.Categorical:
         column = column.rank("dense")
     values = column.cast(pl.Int64)
     sentinel = int(cast(int, values.max() or 0)) + 1
@@ -163,7 +166,8 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
     Returns (rows[rank, step, category, time_ms], per_step[rank, step, gpu_ms, kernels, comm_ms, overlap_pct]).
     """
     ev = events.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
-    by_cat = union_ns(ev, [*_KEYS, "category"]).select(*_KEYS, "category", (pl.col("union_ns") / 1e6).alias("time_ms"))
+    by_cat = union_ns(ev, [*_KEYS, "category"]).select(*_KEYS, pl.col("category").cast(pl.Utf8),
+                                                       (pl.col("union_ns") / 1e6).alias("time_ms"))
     busy = union_ns(ev, _KEYS)
     # Kernels only: memcpy / memset are not kernels, and a CUDA-graph replay holds an unknown number of them.
     counts = (ev.filter(pl.col("category").is_in(KERNEL_ONLY)).group_by(_KEYS)

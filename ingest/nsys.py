@@ -3,11 +3,12 @@
 Reading: the schema (table and column names) and the small tables come from Python's sqlite3,
 because `PRAGMA table_info` is exact and those tables are a few hundred rows. The large tables
 (kernels, memcpy, memset, runtime calls, NVTX) are scanned by DuckDB's sqlite extension (loaded
-from the duckdb-ext wheel, no download) in ONE pass: it reads only the named columns, joins each
-activity to its launching runtime call (a hash join over all cores) and hands polars one Arrow frame.
-The step of each activity is then a binary search of its launch time over its process's step ranges
-(numpy), not an ASOF join that sorts every row. Fetching millions of rows through sqlite3 builds a
-Python object per value instead.
+from the duckdb-ext wheel, no download), reading only the named columns, and streamed out as Arrow
+record batches: first the runtime calls, kept as sorted correlation ids per process (ingest/correlation.py),
+then the GPU activity, each batch given its launch time (a binary search of its correlation id), its step
+(a binary search of that launch time over its process's step ranges) and its category as it arrives.
+No join or GROUP BY runs in DuckDB and no frame holds correlation ids or launch times for the whole
+capture. Fetching millions of rows through sqlite3 builds a Python object per value instead.
 
 Definitions (the receipt says them too, in Anatomy.attribution and .step_marker):
 - rank: processes that launched GPU work, ordered by (lowest deviceId, pid). Overridden by the
@@ -38,6 +39,7 @@ import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import duckdb
 import numpy as np
@@ -45,8 +47,9 @@ import polars as pl
 
 from receipts import duck
 from receipts.errors import InputError
+from receipts.ingest.correlation import Launches
 from receipts.ingest.intervals import anatomy_rows, kernel_steps
-from receipts.schema.categories import CategoryRules
+from receipts.schema.categories import KERNEL_CATEGORIES, MEMORY_CATEGORIES, CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA,
                                    Anatomy, EnvVar, IdentityClaim, epoch_iso)
 from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redact, secret_values_in
@@ -126,7 +129,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     try:
         # ATTACH takes no bound parameters: the path is a quoted literal.
         con.execute(f"ATTACH '{str(path.resolve()).replace(chr(39), chr(39) * 2)}' AS nsys (TYPE sqlite, READ_ONLY)")
-        large = _make_views(con, path, schema, kernel_cols, nvtx_table, keep_raw)
+        activity_query = _make_views(con, path, schema, kernel_cols, nvtx_table, keep_raw)
         ranges = con.sql(load_query("_nsys_ranges")).pl() if nvtx_table else _empty_ranges()
         step_of = _step_numbers(ranges["text"].unique().to_list(), step_pattern, path)
         step_ranges = (ranges.with_columns(pl.col("text").replace_strict(step_of, default=None, return_dtype=pl.Int64)
@@ -137,8 +140,12 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         if step_ranges.height and RUNTIME not in schema:
             raise InputError(path, f"step ranges found but table {RUNTIME} is absent: GPU work cannot reach a step "
                                    "(re-profile with --trace=cuda)", table=RUNTIME)
-        # The one pass over the large tables: activity + its launch time (hash join on (process, correlation id)).
-        activity = con.sql(large + load_query("_nsys_activity")).pl()
+        launches = Launches(_batches(con, load_query("_nsys_launches")) if RUNTIME in schema else ())
+        copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
+        activity, devices = _stream_activity(con, activity_query, launches, _ranges_by_pid(step_ranges), names,
+                                             copy_cat, rules, keep_raw)
+        repeated = launches.repeated
+        del launches  # the largest intermediate (every runtime call's id and start): not held past its use
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
     except (duckdb.Error, RuntimeError) as exc:  # the sqlite scanner raises a bare RuntimeError on a bad page
         bad_table, what = _damaged_table(path, schema, nvtx_table)
@@ -146,35 +153,40 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
                                "corrupt", table=bad_table) from exc
     finally:
         con.close()
-    repeated = int(activity["repeated"][0]) if activity.height else 0
-    activity, graph_trace = _graph_mode(path, schema, activity.drop("repeated"))
+    activity, graph_trace = _graph_mode(path, schema, activity)
     if graph_trace is not None:
         warnings.append(_graph_note(activity, graph_trace))
-    activity = _categorise(activity, names, copy_names, rules)
-    activity = activity.with_columns(_attribute_steps(activity, step_ranges)).drop("launch_ns", "in_graph", "copy_kind")
+    activity = activity.drop("in_graph")
+    if graph_trace == "node":
+        devices = devices.filter(~pl.col("graph"))
     if repeated:
-        warnings.append(f"{repeated} (process, correlationId) pairs of {RUNTIME} repeat: each GPU activity is "
-                        "attributed through the earliest runtime call with its correlation id")
+        warnings.append(f"{repeated} (process, correlationId) pairs of {RUNTIME} repeat: each GPU "
+                        "activity is attributed through the earliest runtime call with its correlation id")
 
     environ = _parse_environment(env_rows.get("DeviceEnvironment"))
-    rank_of, attribution_rank, world, ranks_stated = _ranks(activity, environ, thread_ranks)
+    rank_of, attribution_rank, world, ranks_stated = _ranks(devices, environ, thread_ranks)
     activity = activity.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32)
-                                     .alias("rank"))
+                                     .alias("rank")).drop("pid_key")
     has_steps = step_ranges.height > 0
     if has_steps:
-        events = activity.filter(pl.col("step").is_not_null())
-        unattributed = activity.height - events.height
+        unattributed = activity["step"].null_count()
         marker = f"NVTX ranges matching {step_pattern!r} in table {nvtx_table}"
     else:
-        events = activity.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
         unattributed = 0
         marker = f"none: no NVTX range matches {step_pattern!r}; one window (step null) covers the whole capture"
         warnings.append(f"no NVTX ranges matching {step_pattern!r} found in table {nvtx_table or 'NVTX_EVENTS'}")
-    rows, steps, kernels = _anatomy(events, step_ranges, rank_of, has_steps, names)
-    nvtx = _nvtx_frame(ranges, rank_of)
     # The model of the devices that ran kernels: Windows exports also list display adapters (Intel HD,
     # 'Microsoft Basic Render Driver'), which are no CUDA device (smCount 0) and ran nothing.
-    ran = set(activity["device_id"].drop_nulls().unique().to_list())
+    ran = set(devices["device_id"].drop_nulls().unique().to_list())
+    raw = _raw_events(activity, names) if keep_raw else None
+    # What the anatomy reads, in (rank, step) order for its chunks. Sorted before the unattributed rows are left
+    # out, so the activity frame goes before that second copy is made.
+    events = activity.select("rank", "step", "category", "start_ns", "end_ns", "kind", "name_id").sort(
+        _group_key(activity))
+    del activity
+    events = events.filter(pl.col("rank").is_not_null() & (pl.col("step").is_not_null() if has_steps else True))
+    rows, steps, kernels, events = _anatomy(events, step_ranges, rank_of, has_steps, names)
+    nvtx = _nvtx_frame(ranges, rank_of)
     cuda_devices = [(i, n) for i, n, sm in gpu_names if sm != 0]
     used = [n for i, n in cuda_devices if i in ran] or [n for _, n in cuda_devices]
     gpu_model = max(sorted(set(used)), key=used.count) if used else None
@@ -182,17 +194,6 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     gpu_count = gpus_on_host or len(ran) or None
     if not gpu_names:
         warnings.append("no TARGET_INFO_GPU / TARGET_INFO_CUDA_DEVICE rows: GPU count is the devices that ran work")
-    raw = None
-    if keep_raw:
-        raw = (activity.filter(pl.col("rank").is_not_null())
-               .with_columns(pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))
-               .with_columns(pl.col("category").cast(pl.Utf8))
-               .with_columns(pl.when(pl.col("kind") == _KIND["kernel"]).then(pl.col("name"))
-                             .otherwise(pl.col("category")).alias("name"))
-               .with_columns(pl.col("short_id").replace_strict(names, default=None, return_dtype=pl.Utf8)
-                             .alias("short_name"))
-               .select("rank", "step", "category", "name", "start_ns", "end_ns", pl.col("stream_id").alias("stream"),
-                       "short_name"))
     return Anatomy(
         source_format="nsys",
         schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
@@ -211,10 +212,22 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
                                     "os": env_rows.get("OsDescription")}.items() if v},
         warnings=tuple(warnings),
         raw_events=raw,
-        events=events.filter(pl.col("rank").is_not_null()).select("rank", "step", pl.col("category").cast(pl.Utf8),
-                                                                  "start_ns", "end_ns"),
+        events=events,
         kernel_steps=kernels,
     )
+
+
+def _raw_events(activity: pl.DataFrame, names: dict[int, str]) -> pl.DataFrame:
+    """Every activity of a ranked process, named (--keep-raw; written as Parquet beside the store)."""
+    return (activity.filter(pl.col("rank").is_not_null())
+            .with_columns(pl.col("name_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("name"))
+            .with_columns(pl.col("category").cast(pl.Utf8))
+            .with_columns(pl.when(pl.col("kind") == _KIND["kernel"]).then(pl.col("name"))
+                          .otherwise(pl.col("category")).alias("name"))
+            .with_columns(pl.col("short_id").replace_strict(names, default=None, return_dtype=pl.Utf8)
+                          .alias("short_name"))
+            .select("rank", "step", "category", "name", "start_ns", "end_ns", pl.col("stream_id").alias("stream"),
+                    "short_name"))
 
 
 # --- file and schema checks -------------------------------------------------------------------
@@ -404,10 +417,10 @@ def _env_evidence(environ: dict[str, str], rules: EnvRules | None = None) -> tup
 def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None,
                 keep_raw: bool = True) -> str:
     """Fixed column names over the export's version-dependent ones: a temp view `_nvtx`, and the returned
-    `WITH _gpu AS (...), _rt AS MATERIALIZED (...)` that sql/_nsys_activity.sql reads. Those two are a WITH
-    clause, not views: DuckDB binds a view once when it is created and again in each query, and each bind of
-    an attached SQLite table costs about 0.4 s at 5M rows (measured). Identifiers come only from the fixed
-    names in this module, checked against PRAGMA table_info.
+    activity query (sql/_nsys_activity.sql behind `WITH _gpu AS (...)`). `_gpu` is a WITH clause, not a view:
+    DuckDB binds a view once when it is created and again in each query, and each bind of an attached SQLite
+    table costs about 0.4 s at 5M rows (measured). Identifiers come only from the fixed names in this module,
+    checked against PRAGMA table_info.
     Graph replays (GRAPH_TRACE) are always in `_gpu`: whether they count is decided after the one scan
     (`_graph_mode`), from the kernels' in_graph column, so no probe scans the kernel table first."""
     parts = [_activity_select(KERNEL, kernel_cols, "kernel", keep_raw)]
@@ -418,15 +431,8 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
     if GRAPH in schema and _has_activity_cols(schema[GRAPH]):
         parts.append(_activity_select(GRAPH, schema[GRAPH], "graph", keep_raw))
     gpu = " UNION ALL ".join(parts)
-    if RUNTIME in schema:
+    if RUNTIME in schema:  # read by sql/_nsys_launches.sql
         _require(path, schema, RUNTIME, ("start", "correlationId", "globalTid"))
-        # One row per (process, correlation id): nsys never repeats one, but a damaged or synthetic export that
-        # does would turn the activity join quadratic (all ids equal: kernels x calls rows).
-        rt = (f"SELECT globalTid - (globalTid & {_PID_MASK}) AS pid_key, correlationId AS corr_id, "
-              f'min(start) AS launch_ns, count(*) AS calls FROM nsys."{RUNTIME}" GROUP BY 1, 2')
-    else:
-        rt = ("SELECT NULL::BIGINT AS pid_key, NULL::BIGINT AS corr_id, NULL::BIGINT AS launch_ns, 0 AS calls "
-              "WHERE false")
     if nvtx_table:
         cols = _require(path, schema, nvtx_table, ("start", "end", "eventType", "globalTid"), ("text", "textId"))
         text = {("text", "textId"): "coalesce(n.text, s.value)", ("text",): "n.text", ("textId",): "s.value"}[
@@ -436,8 +442,7 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
         con.execute(f"CREATE TEMP VIEW _nvtx AS SELECT n.globalTid - (n.globalTid & {_PID_MASK}) AS pid_key, "
                     f'n.eventType AS event_type, n.start AS start_ns, n."end" AS end_ns, {domain} AS domain_id, '
                     f'{text} AS text FROM nsys."{nvtx_table}" AS n {join}')
-    # _rt is read twice (the join, the count of repeated ids): materialized once, not scanned twice.
-    return f"WITH _gpu AS ({gpu}),\n_rt AS MATERIALIZED ({rt})\n"
+    return f"WITH _gpu AS ({gpu})\n" + load_query("_nsys_activity")
 
 
 def _has_activity_cols(cols: list[str]) -> bool:
@@ -486,43 +491,103 @@ def _activity_select(table: str, cols: list[str], kind: str, keep_raw: bool) -> 
             f"FROM nsys.\"{table}\"")
 
 
-def _categorise(activity: pl.DataFrame, names: dict[int, str], copy_names: dict[int, str],
+def _batches(con, query: str):
+    """The query's result as Arrow record batches of _BATCH_ROWS rows, at least one (an empty table of the
+    result's columns when it has no rows)."""
+    reader = con.execute(query).fetch_record_batch(_BATCH_ROWS)
+    empty = True
+    for batch in reader:
+        empty = False
+        yield batch
+    if empty:
+        yield reader.schema.empty_table()
+
+
+_BATCH_ROWS = 1 << 19  # activities (or runtime calls) per streamed batch: what one batch's frames hold
+
+
+def _stream_activity(con, query: str, launches: Launches, by_pid: dict, names: dict[int, str],
+                     copy_cat: dict[int, str], rules: CategoryRules, keep_raw: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(activity, devices): the activity streams in batches, each given its step and category on arrival, so the
+    frame kept holds neither correlation ids nor launch times; devices: the (pid_key, device_id, graph) triples."""
+    owned: list[pl.DataFrame] = []
+    pending: list[pl.DataFrame] = []
+    found: list[pl.DataFrame] = []
+    for batch in _batches(con, query):
+        part, devices = _activity_batch(batch, launches, by_pid, names, copy_cat, rules, keep_raw)
+        pending.append(part)
+        found.append(devices)
+        # Copied out of DuckDB's batches two at a time: a column kept from a batch holds every column of that
+        # batch alive (DuckDB releases a batch whole), correlation ids and all.
+        if len(pending) == 2:
+            owned.append(pl.concat(pending, rechunk=True))
+            pending.clear()
+    return pl.concat(owned + pending), pl.concat(found)
+
+
+def _activity_batch(batch, launches: Launches, by_pid: dict, names: dict[int, str],
+                    copy_cat: dict[int, str], rules: CategoryRules, keep_raw: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One streamed batch of activity (an Arrow record batch) with its step and category, without what only
+    served to find them (correlation id, copy kind) or what only the raw events read; and its distinct
+    (pid_key, device_id, graph) triples."""
+    activity = cast(pl.DataFrame, pl.from_arrow(batch))
+    # Devices per process, the graph replays' apart (left out when graphs were traced per node): a few rows.
+    devices = activity.select("pid_key", "device_id", (pl.col("kind") == _KIND["graph"]).alias("graph")).unique()
+    return (_categorise(activity, names, copy_cat, rules)
+            .with_columns(_attribute_steps(activity, launches, by_pid))
+            .drop("corr_id", "copy_kind", "device_id", *(() if keep_raw else ("stream_id", "short_id")))), devices
+
+
+# Every category an activity can get (a rule's category is one of KERNEL_CATEGORIES): one Enum for all batches.
+_CATEGORY = pl.Enum(sorted({*KERNEL_CATEGORIES, *MEMORY_CATEGORIES}))
+
+
+def _categorise(activity: pl.DataFrame, names: dict[int, str], copy_cat: dict[int, str],
                 rules: CategoryRules) -> pl.DataFrame:
     """Category per activity: kernels by name (kernel_categories.toml, Python re, once per distinct name),
-    memcpy by direction, memset, cuda_graph for a graph replay."""
+    memcpy by direction, memset, cuda_graph for a graph replay. An Enum (a small integer per activity) until
+    a chunk or an output needs the text."""
     kind = pl.col("kind")
     kernel_ids = activity.filter(kind == _KIND["kernel"])["name_id"].drop_nulls().unique().to_list()
     kernel_cat = {i: rules.classify(names.get(i, "")) for i in kernel_ids}
-    copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
-    # An Enum (a small integer per activity) until a chunk or an output needs the text.
-    enum = pl.Enum(sorted({*kernel_cat.values(), *copy_cat.values(), "memset", "cuda_graph", "other"}))
     return activity.with_columns(
         pl.when(kind == _KIND["kernel"])
-        .then(pl.col("name_id").replace_strict(kernel_cat, default="other", return_dtype=enum))
-        .when(kind == _KIND["memset"]).then(pl.lit("memset", dtype=enum))
-        .when(kind == _KIND["graph"]).then(pl.lit("cuda_graph", dtype=enum))
-        .otherwise(pl.col("copy_kind").replace_strict(copy_cat, default="other", return_dtype=enum))
-        .fill_null(pl.lit("other", dtype=enum))
+        .then(pl.col("name_id").replace_strict(kernel_cat, default="other", return_dtype=_CATEGORY))
+        .when(kind == _KIND["memset"]).then(pl.lit("memset", dtype=_CATEGORY))
+        .when(kind == _KIND["graph"]).then(pl.lit("cuda_graph", dtype=_CATEGORY))
+        .otherwise(pl.col("copy_kind").replace_strict(copy_cat, default="other", return_dtype=_CATEGORY))
+        .fill_null(pl.lit("other", dtype=_CATEGORY))
         .alias("category"))
 
 
-def _attribute_steps(activity: pl.DataFrame, step_ranges: pl.DataFrame) -> pl.Series:
+def _ranges_by_pid(step_ranges: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per process: its step ranges' (start, end, step), sorted by start."""
+    return {pid: (r["range_start_ns"].to_numpy(), r["range_end_ns"].to_numpy(), r["step"].to_numpy())
+            for (pid,), r in step_ranges.sort("pid_key", "range_start_ns").group_by("pid_key", maintain_order=True)}
+
+
+def _attribute_steps(activity: pl.DataFrame, launches: Launches, by_pid: dict) -> pl.Series:
     """Step per activity (null: no step range claimed it): the latest step range of the launching process that
     started at or before the launch claims the activity if it was still open at the launch (end exclusive).
     One binary search per activity over its process's ranges sorted by start: the ASOF join, without sorting
     the millions of activities."""
     step = np.zeros(activity.height, dtype=np.int64)
     claimed = np.zeros(activity.height, dtype=bool)
-    if step_ranges.height and activity.height:
-        pid = activity["pid_key"].to_numpy()
-        has_launch = activity["launch_ns"].is_not_null().to_numpy()
-        launch = activity["launch_ns"].fill_null(0).to_numpy()
-        for (p,), ranges in step_ranges.sort("pid_key", "range_start_ns").group_by("pid_key", maintain_order=True):
-            rows = np.flatnonzero((pid == p) & has_launch)
-            at = np.searchsorted(ranges["range_start_ns"].to_numpy(), launch[rows], side="right") - 1
-            rows, at = rows[at >= 0], at[at >= 0]
-            still_open = launch[rows] < ranges["range_end_ns"].to_numpy()[at]
-            step[rows[still_open]] = ranges["step"].to_numpy()[at[still_open]]
+    if by_pid and activity.height:
+        known = (activity["pid_key"].is_not_null() & activity["corr_id"].is_not_null()).to_numpy()
+        pid = activity["pid_key"].fill_null(0).to_numpy()
+        corr = activity["corr_id"].fill_null(0).to_numpy()
+        for p in activity["pid_key"].unique().drop_nulls().to_list():
+            if p not in by_pid:
+                continue
+            starts, ends, steps = by_pid[p]
+            rows = np.flatnonzero((pid == p) & known)
+            launch, found = launches.lookup(p, corr[rows])
+            rows, launch = rows[found], launch[found]
+            at = np.searchsorted(starts, launch, side="right") - 1
+            rows, launch, at = rows[at >= 0], launch[at >= 0], at[at >= 0]
+            still_open = launch < ends[at]
+            step[rows[still_open]] = steps[at[still_open]]
             claimed[rows[still_open]] = True
     return pl.select(pl.when(pl.Series(claimed)).then(pl.Series(step)).alias("step")).to_series()
 
@@ -554,10 +619,11 @@ def _mpi_thread_ranks(con) -> dict[int, int]:
     return {pid: int(text.rsplit(" ", 1)[1]) for pid, text in found}
 
 
-def _ranks(activity: pl.DataFrame, environ: dict[str, str],
+def _ranks(devices: pl.DataFrame, environ: dict[str, str],
            thread_ranks: dict[int, int]) -> tuple[dict[int, int], str, int | None, bool]:
-    """(rank of each process, how it was decided, world size, whether the file itself stated the ranks)."""
-    procs = (activity.group_by("pid_key").agg(pl.col("device_id").min())
+    """(rank per pid_key, how ranks were found, world size, whether the file itself stated the ranks);
+    `devices`: the (pid_key, device_id) pairs that ran."""
+    procs = (devices.group_by("pid_key").agg(pl.col("device_id").min())
              .with_columns(((pl.col("pid_key") // (1 << 24)) % (1 << 24)).alias("pid")).sort("device_id", "pid"))
     pids = procs["pid_key"].to_list()
     env_rank = next((k for k in _RANK_ENV if re.fullmatch(r"[0-9]{1,9}", environ.get(k, ""))), None)
@@ -574,18 +640,17 @@ def _ranks(activity: pl.DataFrame, environ: dict[str, str],
 # --- frames ------------------------------------------------------------------------------
 
 def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool,
-             names: dict[int, str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(rows, steps, kernel_steps). Every number is per (rank, step), so the interval arithmetic runs over chunks
-    of whole (rank, step) groups: its intermediates follow the chunk, not the capture."""
-    events = events.filter(pl.col("rank").is_not_null()).select("rank", "step", "category", "start_ns", "end_ns",
-                                                                "kind", "name_id")
+             names: dict[int, str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(rows, steps, kernel_steps, events) from the activities of ranked processes that a step claimed (all of
+    them when there are no steps): rank, step, category, start_ns, end_ns, kind, name_id. Every number is per
+    (rank, step), so the interval arithmetic runs over chunks of whole (rank, step) groups: its intermediates
+    follow the chunk, not the capture. `events` (Anatomy.events) is made of the same chunks."""
     # Kernel names as an Enum of the names that ran (codes, not strings, through kernel_steps' group-by).
     kernel_ids = events.filter(pl.col("kind") == _KIND["kernel"])["name_id"].drop_nulls().unique().to_list()
     name_of = {i: names[i] for i in kernel_ids if i in names}
     name_enum = pl.Enum(sorted({*name_of.values(), "(unnamed)"}))
 
     def one(chunk: pl.DataFrame) -> tuple[pl.DataFrame, ...]:
-        chunk = chunk.with_columns(pl.col("category").cast(pl.Utf8))
         spans = chunk.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
                                                   pl.col("end_ns").max().alias("span_end_ns"))
         rows, per_step = anatomy_rows(chunk.select("rank", "step", "category", "start_ns", "end_ns"), spans)
@@ -594,10 +659,14 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
         return rows, per_step, spans, kernels
 
     # Chunks are independent and numpy / polars release the GIL: _CHUNK_WORKERS at a time.
+    chunks = list(_step_chunks(events))
     with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
-        parts = list(pool.map(one, _step_chunks(events)))
+        parts = list(pool.map(one, chunks))
     rows, per_step, spans, kernels = (pl.concat([p[i] for p in parts]) for i in range(4))
-    kernels = kernels.with_columns(pl.col("name").cast(pl.Utf8))
+    kernels = kernels.with_columns(pl.col("category", "name").cast(pl.Utf8))
+    # Slices of one frame: only the category text is new memory.
+    events = pl.concat([c.select("rank", "step", pl.col("category").cast(pl.Utf8), "start_ns", "end_ns")
+                        for c in chunks])
     if has_steps:
         markers = (step_ranges.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None,
                                                                              return_dtype=pl.Int32).alias("rank"))
@@ -616,7 +685,7 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
     rows = rows.join(warm, on=["rank", "step"], how="left", nulls_equal=True).with_columns(pl.col("warmup").fill_null(False))
     return (rows.select([pl.col(c).cast(t) for c, t in ANATOMY_ROW_SCHEMA.items()]).sort("rank", "step", "category"),
             steps.select([pl.col(c).cast(t) for c, t in ANATOMY_STEP_SCHEMA.items()]).sort("rank", "step"),
-            kernels)
+            kernels, events)
 
 
 _CHUNK_EVENTS = 1 << 20  # activities per interval-arithmetic chunk (whole (rank, step) groups)
@@ -630,7 +699,10 @@ def _step_chunks(events: pl.DataFrame):
     if events.height <= _CHUNK_EVENTS:
         yield events
         return
-    events = events.sort(_group_key(events))
+    key = _group_key(events)
+    # parse() hands them over in that order already (sorted as they were selected): no second copy.
+    if isinstance(key, list) or not events.select(key).to_series().is_sorted():
+        events = events.sort(key)
     group_ends = events.group_by("rank", "step", maintain_order=True).len()["len"].cum_sum().to_numpy()
     # Cut after the group in which each multiple of the chunk size falls.
     wanted = np.searchsorted(group_ends, np.arange(_CHUNK_EVENTS, events.height, _CHUNK_EVENTS), side="left") + 1

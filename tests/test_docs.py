@@ -104,8 +104,8 @@ SQL_INTERPOLATIONS = {
                               "', '.join(f'{c} = ?' for c in changes)"},
     "ingest/nsys.py": {"pid", "_KIND[kind]", "name if kind == 'kernel' else 'NULL'", "short if kind == 'kernel' else 'NULL'",
                        "copy if kind == 'memcpy' else 'NULL'", "in_graph", "table",
-                       "str(path.resolve()).replace(chr(39), chr(39) * 2)", "_PID_MASK", "RUNTIME", "domain", "text",
-                       "nvtx_table", "join", "sm", "col", "stream", "gpu", "rt"},
+                       "str(path.resolve()).replace(chr(39), chr(39) * 2)", "_PID_MASK", "domain", "text",
+                       "nvtx_table", "join", "sm", "col", "stream", "gpu"},
 }
 
 
