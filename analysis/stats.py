@@ -25,8 +25,9 @@ Carlo noise, and in O(n log^2 n) instead of O(n x resamples) (the gate judges 10
 under a second). A resample is k = ceil(n / b) blocks with starts uniform over the n - b + 1 possible
 ones, cut to n values: k - 1 whole blocks and the first r = n - (k - 1) b values of the last. For a
 threshold t, the number of resampled values <= t is a sum of independent block counts, whose
-distribution over the block starts is known exactly; its k-fold convolution (by FFT) gives
-P*(resample's m-th smallest <= t) = P*(count <= t is >= m). A binary search over the sorted values
+distribution over the block starts is known exactly; its k-fold convolution (by FFT, on the window of
+counts Hoeffding's bound leaves more than 1e-20 of mass in) gives P*(resample's m-th smallest <= t) =
+P*(count <= t is >= m). A binary search over the sorted values
 finds the percentile ends. For an even n the lower end uses the lower middle order statistic and the
 upper end the upper one (a hair wider than the mean of the two, never narrower).
 """
@@ -117,8 +118,7 @@ def block_length(x: np.ndarray) -> int:
     m_max = int(math.ceil(math.sqrt(n))) + kn
     m_max = min(m_max, n - 2)
     critical = 2.0 * math.sqrt(math.log10(n) / n)
-    spectrum = np.fft.rfft(eps, 2 * n)  # autocovariances by FFT (Wiener-Khinchin), zero-padded: no wrap-around
-    acov = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[:m_max + 1] / n
+    acov = _autocovariances(eps, m_max)
     rho = np.abs(acov / gamma0)
     first_quiet = None
     for m in range(1, m_max - kn + 2):
@@ -137,17 +137,60 @@ def block_length(x: np.ndarray) -> int:
     return int(min(max(1, round(b)), b_max))
 
 
-def _count_pmf(below: np.ndarray, length: int, part: int, n_blocks: int) -> np.ndarray:
-    """Distribution of how many resampled values are flagged in `below` (bool, step order), over all
-    moving-block resamples: n_blocks - 1 whole blocks of `length` and a last block's first `part`."""
+_SEGMENT = 1 << 18  # steps per FFT segment of _autocovariances: its memory, whatever the run's length
+
+
+def _autocovariances(eps: np.ndarray, max_lag: int) -> np.ndarray:
+    """sum_t eps[t] eps[t + k] / n for k = 0..max_lag, by FFT (Wiener-Khinchin), one segment of _SEGMENT steps
+    at a time correlated with itself and the max_lag steps after it: the same sums as one FFT of the whole
+    run (tested), in memory that does not grow with it (one FFT of 2n points took ~0.5 GiB at 10M steps)."""
+    n = eps.size
+    acov = np.zeros(max_lag + 1)
+    for start in range(0, n, _SEGMENT):
+        seg = eps[start:start + _SEGMENT]
+        ahead = eps[start:start + _SEGMENT + max_lag]
+        size = _fast_length(ahead.size + max_lag + 1)
+        # correlate: sum_t seg[t] ahead[t + k], k >= 0, for t in this segment only
+        cross = np.fft.irfft(np.conj(np.fft.rfft(seg, size)) * np.fft.rfft(ahead, size), size)
+        acov += cross[:max_lag + 1]
+    return acov / n
+
+
+# Mass left outside the window the count's distribution is computed on (see _count_tail): far below the FFT's
+# own rounding (~1e-16), so the window changes no decision the full computation would make.
+_OUTSIDE_MASS = 1e-20
+
+
+def _fast_length(n: int) -> int:
+    return 1 << int(math.ceil(math.log2(max(n, 2))))
+
+
+def _count_tail(below: np.ndarray, length: int, part: int, n_blocks: int, rank: int) -> float:
+    """P*(at least `rank` resampled values are flagged in `below` (bool, step order)), over all moving-block
+    resamples: n_blocks - 1 whole blocks of `length` and a last block's first `part`.
+
+    The count is a sum of independent block counts, so its distribution is the k-fold convolution of one
+    block's, by FFT. Hoeffding's inequality bounds the mass farther than t from the mean by
+    2 exp(-2 t^2 / sum of squared block ranges); the convolution runs on a circular window of the values
+    within t (_OUTSIDE_MASS left out, aliased in at most that much), not on 0..n: at millions of steps the
+    window is a few thousand wide where 0..n took FFTs of 2^24 points, 4 GiB and minutes per interval."""
     n = below.size
     prefix = np.concatenate(([0], np.cumsum(below, dtype=np.int64)))
     starts = np.arange(n - length + 1)
     whole = np.bincount(prefix[starts + length] - prefix[starts], minlength=length + 1) / starts.size
     last = np.bincount(prefix[starts + part] - prefix[starts], minlength=part + 1) / starts.size
-    size = 1 << int(math.ceil(math.log2(n + 2)))
+    mean = (n_blocks - 1) * float(whole @ np.arange(whole.size)) + float(last @ np.arange(last.size))
+    spread = math.sqrt(math.log(2.0 / _OUTSIDE_MASS) / 2.0 * ((n_blocks - 1) * length ** 2 + part ** 2))
+    lo, hi = max(0, math.floor(mean - spread)), min(n, math.ceil(mean + spread))
+    if rank <= lo:
+        return 1.0
+    if rank > hi:
+        return 0.0
+    size = _fast_length(min(n + 2, hi - lo + 1))
     spectrum = np.fft.rfft(whole, size) ** (n_blocks - 1) * np.fft.rfft(last, size)
-    return np.clip(np.fft.irfft(spectrum, size)[:n + 1], 0.0, None)
+    pmf = np.clip(np.fft.irfft(spectrum, size), 0.0, None)  # pmf[v % size] = P*(count = v), v in lo..hi
+    values = np.arange(rank, hi + 1)
+    return float(pmf[values % size].sum())
 
 
 def _order_stat_quantile(x: np.ndarray, xs: np.ndarray, rank: int, q: float, length: int) -> float:
@@ -158,7 +201,7 @@ def _order_stat_quantile(x: np.ndarray, xs: np.ndarray, rank: int, q: float, len
     lo, hi = 0, n - 1
     while lo < hi:  # P* is non-decreasing in t
         mid = (lo + hi) // 2
-        if _count_pmf(x <= xs[mid], length, part, n_blocks)[rank:].sum() >= q:
+        if _count_tail(x <= xs[mid], length, part, n_blocks, rank) >= q:
             hi = mid
         else:
             lo = mid + 1

@@ -4,6 +4,7 @@ when steps are autocorrelated (AR(1)), where resampling single steps would not."
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,3 +154,53 @@ def test_a_last_profiler_step_cut_short_is_not_steady():
     assert cut_short_tail(full) is None
     assert cut_short_tail(full, {s: 100.0 for s in range(1, 9)}) is None
     assert cut_short_tail(full, {**{s: 100.0 for s in range(1, 8)}, 8: 0.0}) == 8
+
+
+def _count_tail_over_all_counts(below, length, part, n_blocks, rank):
+    """The reference: the count's whole distribution over 0..n, as computed before the Hoeffding window."""
+    n = below.size
+    prefix = np.concatenate(([0], np.cumsum(below, dtype=np.int64)))
+    starts = np.arange(n - length + 1)
+    whole = np.bincount(prefix[starts + length] - prefix[starts], minlength=length + 1) / starts.size
+    last = np.bincount(prefix[starts + part] - prefix[starts], minlength=part + 1) / starts.size
+    size = 1 << int(np.ceil(np.log2(n + 2)))
+    spectrum = np.fft.rfft(whole, size) ** (n_blocks - 1) * np.fft.rfft(last, size)
+    return float(np.clip(np.fft.irfft(spectrum, size)[:n + 1], 0.0, None)[rank:].sum())
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(n=st.integers(8, 60_000), length=st.integers(1, 40), share=st.floats(0.05, 0.95), phi=st.floats(0.0, 0.9),
+       seed=st.integers(0, 2**31), offset=st.integers(-400, 400))
+def test_the_windowed_count_tail_is_the_full_distributions(n, length, share, phi, seed, offset):
+    from receipts.analysis.stats import _count_tail
+
+    rng = np.random.default_rng(seed)
+    x = ar1(rng, n, phi, 1.0)
+    below = x <= np.quantile(x, share)
+    length = min(length, n)
+    n_blocks = -(-n // length)
+    part = n - (n_blocks - 1) * length
+    rank = min(max(n // 2 + offset, 0), n)
+    # Both are FFTs raised to the n_blocks-th power: they differ by that rounding (~1e-12 at 18k blocks), never
+    # by the mass the window leaves out (< 1e-20).
+    assert abs(_count_tail(below, length, part, n_blocks, rank)
+               - _count_tail_over_all_counts(below, length, part, n_blocks, rank)) < 1e-9
+
+
+def test_a_long_run_interval_is_computed_on_a_window_not_on_millions_of_counts():
+    # 2M steps: the same interval the full distribution gives (the reference is slow: one run only).
+    rng = np.random.default_rng(11)
+    x = 100.0 * (1.0 + ar1(rng, 2_000_000, 0.3, 0.01))
+    ci = median_interval(x)
+    assert ci.ci_low < ci.median < ci.ci_high and ci.ci_high - ci.ci_low < 0.01
+
+
+@pytest.mark.parametrize("n, max_lag", [(10, 3), (1000, 40), ((1 << 18) + 777, 600), (3 * (1 << 18), 1500)])
+def test_autocovariances_by_segment_are_one_whole_fft(n, max_lag):
+    from receipts.analysis.stats import _autocovariances
+
+    eps = ar1(np.random.default_rng(n), n, 0.7, 1.0)
+    eps = eps - eps.mean()
+    spectrum = np.fft.rfft(eps, 2 * n)
+    whole = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[:max_lag + 1] / n
+    assert np.allclose(_autocovariances(eps, max_lag), whole, rtol=1e-9, atol=1e-12)
