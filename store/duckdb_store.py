@@ -152,7 +152,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, url: str) -> None:
     if tables - set(metadata.tables):
         raise StoreError(url, f"is a DuckDB file of something else (tables: {', '.join(sorted(tables))[:200]})")
     with transaction(con):
-        for statement in ddl_statements():
+        for statement in ddl_statements("duckdb"):
             con.execute(statement)
         con.execute("INSERT INTO schema_meta VALUES ('schema_version', ?), ('created_by', 'receipts')",
                     [str(SCHEMA_VERSION)])

@@ -33,7 +33,8 @@ from receipts.store.urls import is_server_url
 
 # In order; each module's VERSION is its position (1-based). Add new revisions at the end.
 REVISION_MODULES = ("v0001_initial", "v0002_lookup_indexes", "v0003_identity_lifecycle", "v0004_gpu_counts",
-                    "v0005_stragglers", "v0006_receipt_summaries", "v0007_anatomy_kernels")
+                    "v0005_stragglers", "v0006_receipt_summaries", "v0007_anatomy_kernels",
+                    "v0008_duckdb_steps_without_art_index")
 
 # pg_advisory_xact_lock key ('rcpt' in ASCII): serialises concurrent `init`/`upgrade` and the first
 # ingests into an empty database, which would otherwise race on CREATE TABLE IF NOT EXISTS.
@@ -107,6 +108,12 @@ def render(revision: Revision) -> list[str]:
                                          opts={"as_sql": True, "output_buffer": collector, "literal_binds": True})
     revision.module.upgrade(Operations(context))
     return collector.statements
+
+
+def _statements(revision: Revision, target) -> list[str]:
+    """The revision's SQL for this target: none where the revision names other backends (BACKENDS), whose
+    version is still stamped, so both backends count revisions alike."""
+    return render(revision) if target.backend in getattr(revision.module, "BACKENDS", (target.backend,)) else []
 
 
 # ---- targets: a raw connection to a store, without the stores' own version checks ----------------
@@ -219,11 +226,11 @@ def init(target, *, version: int = SCHEMA_VERSION) -> bool:
         if stored_version(target) is not None:
             return False
         if version == SCHEMA_VERSION:
-            for statement in ddl_statements():
+            for statement in ddl_statements(target.backend):
                 target.execute(statement)
         else:
             for revision in revisions()[:version]:
-                for statement in render(revision):
+                for statement in _statements(revision, target):
                     target.execute(statement)
         _stamp(target, version, fresh=True)
         return True
@@ -243,7 +250,7 @@ def upgrade(target, *, to: int = SCHEMA_VERSION) -> list[int]:
                 raise UnsupportedVersion(f"store {target.url} schema", str(current), f"up to {to}")
             if revision.version <= current:
                 continue
-            for statement in render(revision):
+            for statement in _statements(revision, target):
                 target.execute(statement)
             _stamp(target, revision.version, fresh=False)
             applied.append(revision.version)
