@@ -9,12 +9,10 @@ from __future__ import annotations
 if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
     raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
 
-import gzip
 import re
 import shutil
 import stat
 import tempfile
-import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, cast
@@ -138,30 +136,15 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
     environment; None reads the shipped ones only. `ranks`: how the traces of a multi-rank Kineto profile, or
     the exports of a job profiled one nsys report per rank or node, are read (worker processes, Dask;
     ingest/rank_map.py)."""
-    if kind == "nsys-gz":
-        with tempfile.TemporaryDirectory(prefix="receipts-nsys-") as tmp:
-            plain = Path(tmp) / path.name.removesuffix(".gz")
-            try:
-                with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-            except (OSError, EOFError, zlib.error) as exc:
-                raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped nsys "
-                                       "SQLite export") from exc
-            try:
-                return parse_profile(plain, "nsys", rules, keep_raw, env_rules)
-            except InputError as exc:
-                # The user named the .gz, not our temporary copy (deleted by the time they read this).
-                raise InputError(path, exc.message.replace(str(plain), str(path)), exc.line, exc.table) from exc
     if kind in ("nsys-dir", "nsys-files"):  # one job's exports, one per rank or node: one anatomy
         from receipts.ingest import nsys_job, rank_map
 
         return checked_anatomy(rank_map.parse_nsys_job(nsys_job.job_exports(path), rules=rules, keep_raw=keep_raw,
                                                        env_rules=env_rules, plan=ranks), path)
-    if kind in ("nsys", "nsys-rep"):
-        from receipts.ingest import nsys
+    if kind in ("nsys", "nsys-gz", "nsys-rep"):  # one export: what each export of a job is read as
+        from receipts.ingest import nsys_job
 
-        sqlite_path = nsys.export_report(path) if kind == "nsys-rep" else path
-        return checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules), path)
+        return nsys_job.read_export(path, rules=rules, keep_raw=keep_raw, env_rules=env_rules, kind=kind).anatomy
     from receipts.ingest import kineto, rank_map
 
     traces = {"kineto-dir": kineto.trace_files, "kineto-files": run_dir_traces}.get(kind, lambda p: [p])(path)

@@ -79,11 +79,14 @@ def _stem(path: Path) -> str:
     return name
 
 
-def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False,
-                env_rules: EnvRules | None = None) -> ExportPart:
-    """The map: one export (.sqlite, .sqlite.gz or .nsys-rep) into its anatomy and session start."""
+def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env_rules: EnvRules | None = None,
+                kind: str | None = None) -> ExportPart:
+    """The map: one export into its anatomy and session start. `kind` ('nsys' | 'nsys-gz' | 'nsys-rep', as
+    sniff.sniff_kind tells from content) or, when None, the name's ending (.sqlite, .sqlite.gz, .nsys-rep)."""
     path = Path(path)
-    if path.name.endswith(".gz"):
+    kind = kind or ("nsys-gz" if path.name.endswith(".gz") else "nsys-rep" if path.name.endswith(".nsys-rep")
+                    else "nsys")
+    if kind == "nsys-gz":
         with tempfile.TemporaryDirectory(prefix="receipts-nsys-") as tmp:
             plain = Path(tmp) / path.name.removesuffix(".gz")
             try:
@@ -93,10 +96,11 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False,
                 raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped nsys "
                                        "SQLite export") from exc
             try:
-                return replace(read_export(plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules), path=path)
+                return replace(read_export(plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules, kind="nsys"),
+                               path=path)
             except InputError as exc:  # the user named the .gz, not our temporary copy
                 raise InputError(path, exc.message.replace(str(plain), str(path)), exc.line, exc.table) from exc
-    sqlite_path = nsys.export_report(path) if path.name.endswith(".nsys-rep") else path
+    sqlite_path = nsys.export_report(path) if kind == "nsys-rep" else path
     # Checked here, per export: a value out of range names the export that holds it, not the job's folder.
     anatomy = checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules), path)
     environ = {e.name: e.value for e in anatomy.env if e.is_set and e.value is not None}
