@@ -8,7 +8,7 @@ DeepSpeed run with its arguments dump, a modded-nanogpt record): header lines, t
 with renumbered steps, written to a temp file. Throughput is the best of --repeat runs of sniffing and
 parsing the file (sniff.parse_streamed: 8 MiB chunks, each reduced to its numbers). The reference, in the
 same run on the same file, is a raw read of the file in the same 8 MiB blocks (bytes only, no split).
-Peak memory is measured in a fresh process per log (getrusage ru_maxrss: the kernel's high-water mark of
+Peak memory is measured in a fresh process per log (VmHWM, benchmarks/peak_rss.py: the kernel's high-water mark of
 the whole process, interpreter and polars' arenas included): the streamed parse at --lines and --big-lines,
 the whole read (read_log + parse, the path before streaming) at --lines, and `receipts ingest` of the
 --lines log (and of the --big-lines one) into a new DuckDB store (parse, window, summary and the write of every
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shlex
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
+from peak_rss import peak_rss_mib
 from receipts.ingest import sniff
 from receipts.ingest.textlog import BLOCK_BYTES, read_log
 
@@ -112,11 +112,6 @@ def whole(path: Path) -> int:
     return sniff.log_parser(sniff.detect_log_format(log)).parse(log).steps.height
 
 
-def max_rss_mib() -> float:
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB on Linux
-
-
 def peak_in_child(mode: str, path: Path) -> float:
     """Peak RSS (MiB) of a fresh process that does one thing to the log: 'stream', 'whole' or 'store'."""
     out = subprocess.run([sys.executable, __file__, "--child", mode, str(path)], check=True, capture_output=True,
@@ -136,7 +131,7 @@ def child(mode: str, path: Path) -> None:
             store.close()
     else:
         {"stream": ingest, "whole": whole}[mode](path)
-    print(f"{max_rss_mib():.1f}")
+    print(f"{peak_rss_mib():.1f}")
 
 
 def main() -> None:

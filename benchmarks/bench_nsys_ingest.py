@@ -29,19 +29,26 @@ KERNEL_COLS = ("start", "end", "deviceId", "streamId", "correlationId", "globalP
 TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
           "CUPTI_ACTIVITY_KIND_RUNTIME")
 
-PARSE = """
-import json, resource, sys, time
+# Peak RSS from VmHWM, which exec resets; ru_maxrss in a child reports at least its parent's RSS at the fork.
+HWM = """
+def _hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+"""
+PARSE = HWM + """
+import json, sys, time
 from pathlib import Path
 from receipts.ingest import nsys
 from receipts.schema.categories import load_category_rules
 t = time.perf_counter()
 a = nsys.parse(Path(sys.argv[1]), rules=load_category_rules())
 s = time.perf_counter() - t
-print(json.dumps({"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+print(json.dumps({"s": s, "rss": _hwm(),
                   "steps": a.steps.height, "unattributed": a.unattributed, "activities": int(a.steps["kernels"].sum())}))
 """
-SCAN = """
-import json, resource, sys, time
+SCAN = HWM + """
+import json, sys, time
 from receipts import duck
 con = duck.connect(extensions=("sqlite_scanner",))
 t = time.perf_counter()
@@ -49,10 +56,10 @@ row = con.execute("SELECT count(*), sum(\\"end\\" - start), max(deviceId), max(s
                   "max(globalPid), max(demangledName), max(shortName) "
                   "FROM sqlite_scan(?, 'CUPTI_ACTIVITY_KIND_KERNEL')", [sys.argv[1]]).fetchone()
 s = time.perf_counter() - t
-print(json.dumps({"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "rows": row[0]}))
+print(json.dumps({"s": s, "rss": _hwm(), "rows": row[0]}))
 """
-SCAN_ALL = """
-import json, resource, sys, time
+SCAN_ALL = HWM + """
+import json, sys, time
 from receipts import duck
 con = duck.connect(extensions=("sqlite_scanner",))
 t = time.perf_counter()
@@ -63,7 +70,7 @@ rows = [con.execute(f"SELECT {cols}{extra} FROM sqlite_scan(?, '{table}')", [sys
 rows.append(con.execute("SELECT count(*), max(start), max(correlationId), max(globalTid) "
                         "FROM sqlite_scan(?, 'CUPTI_ACTIVITY_KIND_RUNTIME')", [sys.argv[1]]).fetchone()[0])
 s = time.perf_counter() - t
-print(json.dumps({"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "rows": rows}))
+print(json.dumps({"s": s, "rss": _hwm(), "rows": rows}))
 """
 
 
