@@ -42,10 +42,9 @@ if TYPE_CHECKING:  # imported where the map runs: `receipts --help` and log inge
 # 4 workers), 25.4 MiB (64 ranks) read 3.5x faster with 8 workers. 16 MiB keeps a margin over break-even.
 AUTO_MIN_BYTES = 16 << 20
 AUTO_MAX_WORKERS = 16  # the same runs: 8 and 16 workers tie (1.20 vs 1.22 s), more only add start-up
-# A job's nsys exports (bench_ranks.py --format nsys, per-rank exports of 2.1 MB): on a 16-core host 32 exports
-# (66 MiB) read 1.94x faster with 4 workers, 2.10x with 16, and 8 exports (16.5 MiB) break even; on this 2-core
-# machine 2 workers read 16 exports at 0.64x (benchmarks/results/bench_ranks_nsys*).
-NSYS_MIN_CORES = 4
+# A job's nsys exports follow the same rule (bench_ranks.py --format nsys, per-rank exports of 2.1 MB, results in
+# benchmarks/results/bench_ranks_nsys*): on a 16-core host 32 exports (66 MiB) read 1.94x faster with 4 workers,
+# 2.10x with 16, and 8 exports (16.5 MiB) break even; on the 2-core machine 16 exports (33 MiB) 1.18x with 2.
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,7 @@ def _map(reader: str, paths: list[Path], *, rules: CategoryRules, keep_raw: bool
     """Each file read by `reader` ('kineto' | 'nsys'), results in the order of `paths`; the first failing file
     (in that order) raises its error here."""
     stats = stats if stats is not None else MapStats()
-    workers = 0 if plan.dask is not None else _workers(paths, plan.workers, reader)
+    workers = 0 if plan.dask is not None else _workers(paths, plan.workers)
     # Raw events stay where they were read unless this process reads them (serial): a frame per rank through
     # a pipe would be the bulk of what travels.
     staging = plan.raw_staging if keep_raw and workers != 1 else None
@@ -125,16 +124,11 @@ def _map(reader: str, paths: list[Path], *, rules: CategoryRules, keep_raw: bool
     return parts
 
 
-def _workers(paths: list[Path], asked: int | None, reader: str = "kineto") -> int:
+def _workers(paths: list[Path], asked: int | None) -> int:
     if asked is not None:
         return min(asked, len(paths))
     size = sum(p.stat().st_size for p in map(Path, paths) if p.is_file())
-    cores = os.cpu_count() or 1
-    # An nsys export is already read by DuckDB and polars on every core: processes only pay with cores to spare
-    # (NSYS_MIN_CORES, measured below).
-    if size < AUTO_MIN_BYTES or (reader == "nsys" and cores < NSYS_MIN_CORES):
-        return 1
-    return min(cores, len(paths), AUTO_MAX_WORKERS)
+    return min(os.cpu_count() or 1, len(paths), AUTO_MAX_WORKERS) if size >= AUTO_MIN_BYTES else 1
 
 
 @dataclass(frozen=True)
