@@ -69,7 +69,9 @@ def _step_rows(frame: pl.DataFrame) -> pl.DataFrame:
     fast = lines.with_columns(pl.col("text").str.extract_groups(_USUAL_LINE).alias("g")).unnest("g")
     rows = fast.filter(pl.col("1").is_not_null()).select(
         "line", "text", pl.col("1").cast(pl.Int64, strict=False).alias("step"),
-        *[_plain_number(group).alias(name) for name, group in _USUAL_GROUPS.items()])
+        # dt and mfu match [0-9.]+ in this layout: cast as they are, no separators to strip (6% of the parse).
+        *[(pl.col(group).cast(pl.Float64, strict=False) if name in ("step_ms", "mfu_pct") else _plain_number(group))
+          .alias(name) for name, group in _USUAL_GROUPS.items()])
     others = fast.filter(pl.col("1").is_null())
     if others.height:
         rows = pl.concat([rows, _step_rows_field_by_field(others.select("line", "text"))]).sort("line")
