@@ -602,3 +602,19 @@ def test_lanes_and_history_date_a_log_by_its_own_timestamps(tmp_path, monkeypatc
     assert code == 0
     yarn_ms = next(r["median_step_ms"] for r in rows if r["run_name"] == YARN.stem)
     assert {m.label: m.value for m in history.metric}["latest median step (ms)"] == f"{yarn_ms:,.2f}"
+
+
+def test_a_profile_read_from_a_folder_lists_its_files_and_how_to_open_them_together(tmp_path, monkeypatch):
+    """One job profiled one nsys report per rank (tests/data/gpu/multiexport): the source is the folder."""
+    from cli_helpers import cli
+
+    run_dir = Path(__file__).resolve().parent / "data" / "gpu" / "multiexport" / "per_rank_gloo"
+    db = str(tmp_path / "job.duckdb")
+    assert cli(db, "ingest", str(run_dir)).exit_code == 0
+    at = _app(db, monkeypatch, view="anatomy")
+    _no_exception(at)
+    expander = next(e for e in at.expander if e.label == "Open the source export")
+    assert [c.value for c in expander.code] == [str(run_dir.resolve())]
+    assert "2 Nsight Systems exports of one job" in "\n".join(m.value for m in expander.markdown)
+    assert "rank0.sqlite.gz, rank1.sqlite.gz" in "\n".join(c.value for c in expander.caption)
+    assert not expander.get("download_button")  # a folder is not one file to download

@@ -88,10 +88,29 @@ def render(data: Data) -> None:
 MAX_DOWNLOAD_BYTES = 512 << 20
 
 
+def _open_the_folder(src: "AnatomySource", folder: Path) -> None:
+    """A profile read from a folder: its files, and how to see them side by side in the tool that made them."""
+    files = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    if src.format == "nsys":
+        reports = [n for n in files if n.endswith((".nsys-rep", ".sqlite", ".sqlite.gz"))]
+        st.markdown(f"{len(reports)} Nsight Systems exports of one job, one per rank or node: open their reports "
+                    "together in `nsys-ui` (File → Open, all of them: one timeline, the sessions aligned), or "
+                    f"`nsys recipe ... --input {folder}` for NVIDIA's own multi-report analyses.")
+    else:
+        reports = [n for n in files if ".pt.trace." in n or n.endswith((".json", ".json.gz"))]
+        st.markdown(f"{len(reports)} PyTorch profiler traces, one per rank: open one in "
+                    "[Perfetto](https://ui.perfetto.dev) or HolisticTraceAnalysis on the folder.")
+    st.caption(", ".join(reports[:16]) + (f" and {len(reports) - 16} more" if len(reports) > 16 else ""))
+
+
 def _open_the_source(src: "AnatomySource") -> None:
     """Where the numbers come from, and how to look at it in the tool that made it."""
     with st.expander("Open the source export"):
         st.code(str(src.path), language=None)
+        path = Path(str(src.path)) if src.path else None
+        if path is not None and path.is_dir():  # one profile of several files: per-rank traces, a job's exports
+            _open_the_folder(src, path)
+            return
         if src.format == "nsys":
             stem = Path(str(src.path or "run.sqlite")).name.removesuffix(".gz").removesuffix(".sqlite")
             report = Path(str(src.path or "")).with_name(stem + ".nsys-rep")
@@ -100,7 +119,6 @@ def _open_the_source(src: "AnatomySource") -> None:
         else:
             st.markdown("PyTorch profiler trace: open it in [Perfetto](https://ui.perfetto.dev) (Open trace file) "
                         "or in `chrome://tracing`; HolisticTraceAnalysis reads the same files.")
-        path = Path(str(src.path)) if src.path else None
         if path is not None and path.is_file() and path.stat().st_size <= MAX_DOWNLOAD_BYTES:
             st.download_button(f"download {path.name}", data=path.read_bytes, file_name=path.name,
                                key=f"download_{src.sha256[:12]}")
