@@ -27,7 +27,9 @@ def register(app: typer.Typer) -> None:
 def ingest(
     ctx: typer.Context,
     paths: List[Path] = typer.Argument(..., help="Training logs, nsys exports (.sqlite / .nsys-rep), Kineto traces "
-                                                 "or folders of them, or `receipts run` directories."),
+                                                 "or folders of them, or `receipts run` directories. A folder of "
+                                                 "per-rank traces, or of one job's nsys exports (one per rank or "
+                                                 "node), is one profile."),
     host_lineage: Optional[str] = typer.Option(None, "--host-lineage", help="Host lineage (registry name or alias)."),
     preset: Optional[str] = typer.Option(None, "--preset", help="Preset name or alias."),
     regime: Optional[str] = typer.Option(None, "--regime", help='Launch regime, e.g. "fsdp2/regional-compile".'),
@@ -50,9 +52,9 @@ def ingest(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output: one object per file, with "
                                                         "status ingested / unchanged / failed (and the error)."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1,
-                                          help="Worker processes reading a multi-rank profile's traces (one per "
-                                               "rank at most); 1 reads them in this process. Default: one per "
-                                               "core (up to 16) once the traces reach 16 MiB."),
+                                          help="Worker processes reading a multi-rank profile's traces or a job's "
+                                               "nsys exports (one per file at most); 1 reads them in this process. "
+                                               "Default: one per core (up to 16) once the files reach 16 MiB."),
     dask: Optional[str] = typer.Option(None, "--dask", envvar="DASK_SCHEDULER_ADDRESS",
                                        help="Read the ranks on Dask (pip install 'receipts[dask]'): 'local' starts "
                                             "a LocalCluster of --workers processes; a scheduler file (.json) or "
