@@ -17,8 +17,9 @@ processes, or Dask). The reduce is `combine`: the exports' ranks side by side on
   (TARGET_INFO_SESSION_START_TIME.utcEpochNs). Measured on tests/data/gpu/multiexport: the two ranks' step
   ends, synchronised by the all-reduce, agree within ~1 ms aligned and differ by the 8.8 ms between the
   sessions' starts unaligned. Across hosts this assumes their clocks agree (NTP/PTP), and says so.
-- One job: exports whose step numbers have nothing in common are not one job; refused with the command
-  that ingests them one by one.
+- One job: exports whose sessions started more than ten minutes apart, whose stated world sizes differ, whose
+  process counts differ (without stated ranks), or whose step numbers have nothing in common are not one job;
+  refused with the command that ingests them one by one.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ EXPORT_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")
 # Which node of the job an export of several processes comes from (torchrun's GROUP_RANK, the usual NODE_RANK,
 # Slurm's node index). Not OMPI_COMM_WORLD_NODE_RANK: that is a process's LOCAL rank on its node.
 _NODE_ENV = ("GROUP_RANK", "NODE_RANK", "SLURM_NODEID")
+# The exports of one job start together (torchrun or the scheduler launches every rank's `nsys profile` at
+# once); ten minutes leaves room for a slow scheduler and still tells two runs apart.
+JOB_SPAN_NS = 10 * 60 * 10**9
 
 
 @dataclass(frozen=True)
@@ -182,15 +186,36 @@ def combine(parts: list[ExportPart]) -> Anatomy:
 
 
 def _check_one_job(parts: list[ExportPart]) -> None:
-    """Ranks of one job run the same steps: two exports with step markers and no step in common are two jobs."""
+    """Exports of two runs are not one job: refused, with the command that ingests them one by one, when their
+    sessions started more than JOB_SPAN_NS apart, their stated WORLD_SIZEs differ, exports without stated ranks
+    hold different numbers of GPU processes (one job's nodes run as many each), or their steps have none in
+    common (one job's ranks run the same steps)."""
+    def refuse(part: ExportPart, why: str) -> InputError:
+        return InputError(part.path, f"{why}: not the same job; ingest each export on its own: "
+                                     f"receipts ingest {part.path.parent}/*{''.join(part.path.suffixes)}")
+
+    started = sorted((p.session_start_ns, i) for i, p in enumerate(parts) if p.session_start_ns is not None)
+    if started and started[-1][0] - started[0][0] > JOB_SPAN_NS:
+        first, last = parts[started[0][1]], parts[started[-1][1]]
+        raise refuse(last, f"its session started {(started[-1][0] - started[0][0]) / 60e9:,.0f} min after "
+                           f"{first.path.name}'s ({last.anatomy.started_at} against {first.anatomy.started_at})")
+    stated = [p for p in parts if p.anatomy.ranks_stated and p.anatomy.world_size]
+    for p in stated[1:]:
+        if p.anatomy.world_size != stated[0].anatomy.world_size:
+            raise refuse(p, f"its world size is {p.anatomy.world_size} where {stated[0].path.name} says "
+                            f"{stated[0].anatomy.world_size}")
+    local = [p for p in parts if not p.anatomy.ranks_stated]
+    for p in local[1:]:
+        if p.anatomy.ranks_traced != local[0].anatomy.ranks_traced:
+            raise refuse(p, f"it holds {p.anatomy.ranks_traced} GPU processes without stated ranks where "
+                            f"{local[0].path.name} holds {local[0].anatomy.ranks_traced}")
     stepped = [(p, set(p.anatomy.steps["step"].drop_nulls().to_list())) for p in parts]
-    stepped = [(p, s) for p, s in stepped if s]
+    stepped = [(p, steps) for p, steps in stepped if steps]
     for p, steps in stepped[1:]:
         first, first_steps = stepped[0]
         if not steps & first_steps:
-            raise InputError(p.path, f"steps {min(steps)}-{max(steps)} share none with {first.path.name}'s "
-                                     f"{min(first_steps)}-{max(first_steps)}: not the same job; ingest each export "
-                                     f"on its own: receipts ingest {p.path.parent}/*{p.path.suffix}")
+            raise refuse(p, f"steps {min(steps)}-{max(steps)} share none with {first.path.name}'s "
+                            f"{min(first_steps)}-{max(first_steps)}")
 
 
 def _rank_offsets(parts: list[ExportPart], warnings: list[str]) -> list[int]:

@@ -159,3 +159,36 @@ def test_a_folder_of_exports_is_one_job_and_a_folder_with_other_files_is_not(db,
     (job / "notes.txt").write_text("two ranks, one GPU\n")
     code, mixed = cli_json(db, "ingest", str(job))
     assert code == 2 and [Path(f["path"]).name for f in mixed] == ["notes.txt", "rank0.sqlite.gz", "rank1.sqlite.gz"]
+
+
+def _unzipped(gz: Path, folder: Path) -> Path:
+    out = folder / gz.name.removesuffix(".gz")
+    with gzip.open(gz, "rb") as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def test_exports_of_two_runs_are_not_one_job(plain, tmp_path):
+    """Real exports of other runs beside one of this job's: each way two runs differ is refused, naming both."""
+    gpu = Path(__file__).parent / "data" / "gpu"
+    # the 1-GPU FSDP2 run of the day before: its session started ~20 h earlier
+    other_day = _unzipped(gpu / "fsdp2_1gpu_nsys.sqlite.gz", tmp_path)
+    with pytest.raises(InputError, match=r"its session started [\d,]+ min after fsdp2_1gpu_nsys.sqlite's .*"
+                                         r"not the same job; ingest each export on its own"):
+        rank_map.parse_nsys_job([other_day, plain[1]], rules=RULES)
+    # the same day's exports, one with a world size of 4
+    wider = tmp_path / "rank1.sqlite"
+    shutil.copy(plain[1], wider)
+    with sqlite3.connect(wider) as db:
+        env = db.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'").fetchone()[0]
+        db.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'",
+                   [re.sub(r"(^|;)WORLD_SIZE=2", r"\1WORLD_SIZE=4", env)])
+    with pytest.raises(InputError, match="its world size is 4 where rank0.sqlite says 2: not the same job"):
+        rank_map.parse_nsys_job([plain[0], wider], rules=RULES)
+    # two exports without stated ranks holding 1 and 2 GPU processes (nsys wrapped torchrun, one per node)
+    one, two = (_unzipped(gpu / f"{n}.sqlite.gz", tmp_path) for n in ("fsdp2_1gpu_nsys", "fsdp2_2gpu_nsys"))
+    parts = [dataclasses.replace(nsys_job.read_export(p, rules=RULES), session_start_ns=0) for p in (one, two)]
+    assert not any(p.anatomy.ranks_stated for p in parts)
+    with pytest.raises(InputError, match="it holds 2 GPU processes without stated ranks where fsdp2_1gpu_nsys.sqlite "
+                                         "holds 1: not the same job"):
+        nsys_job.combine(parts)
