@@ -148,8 +148,7 @@ def combine(parts: list[ExportPart]) -> Anatomy:
         if len(values) > 1:
             warnings.append(f"exports differ in {key}: {', '.join(sorted(str(v) for v in values))}")
     seen: dict[int, str] = {}
-    frames: dict[str, list] = {"rows": [], "steps": [], "nvtx": [], "events": [], "kernel_steps": [],
-                                            "raw_events": []}
+    frames: dict[str, list] = {name: [] for name in ("rows", "steps", "nvtx", "events", "kernel_steps", "raw_events")}
     for part, offset, shift in zip(parts, offsets, shifts):
         a = part.anatomy
         for rank in a.steps["rank"].unique().drop_nulls().to_list() or a.rows["rank"].unique().drop_nulls().to_list():
