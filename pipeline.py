@@ -9,10 +9,10 @@ from __future__ import annotations
 if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
     raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
 
-import re
 import shutil
 import stat
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, cast
@@ -25,6 +25,7 @@ from receipts.analysis import summary as steady_summary
 from receipts.analysis.window import choose_window, cut_short_tail, in_window, mark_warmup
 from receipts.errors import InputError
 from receipts.ingest import sniff, sysinfo
+from receipts.ingest.rank_files import natural_order
 from receipts.ingest.rank_map import RankMap
 from receipts.ingest.sanity import checked_anatomy, checked_run
 from receipts.ingest.textlog import ReadProgress, read_log
@@ -108,9 +109,8 @@ def _source(path: Path, fmt: str, role: str, files: list[Path] | None = None) ->
 
 def run_dir_traces(run_dir: Path) -> list[Path]:
     """PyTorch profiler traces lying beside run.log, one per rank, in natural name order (rank2 < rank10)."""
-    natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]  # noqa: E731
-    return sorted((p for p in run_dir.iterdir() if p.is_file() and ".pt.trace." in p.name
-                   and p.name.endswith((".json", ".json.gz"))), key=natural)
+    return natural_order(p for p in run_dir.iterdir() if p.is_file() and ".pt.trace." in p.name
+                         and p.name.endswith((".json", ".json.gz")))
 
 
 def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None = None) -> ParsedRun:
@@ -244,8 +244,8 @@ def _regular(path: Path) -> bool:
 
 def ingest_targets(paths: list[Path], *, recursive: bool = False) -> Iterator[Path | IngestFailure]:
     """What the named paths hold, one ingestible unit at a time: a file, a `receipts run` directory, a folder
-    of Kineto traces, or a folder of one job's nsys exports. Other folders are read file by file (sub-folders only with `recursive`, except `receipts
-    run` directories and trace folders, which are units). Missing paths and non-regular files (FIFOs, devices,
+    of Kineto traces, or a folder of one job's nsys exports. Other folders are read file by file (sub-folders
+    only with `recursive`, except run directories and folders of traces or exports, which are units). Missing paths and non-regular files (FIFOs, devices,
     sockets) come back as failures, decided from stat() alone: opening a FIFO would wait for a writer forever."""
     seen: set[Path] = set()
     for path in map(Path, paths):
@@ -273,10 +273,9 @@ def _targets(path: Path, *, recursive: bool, named: bool, seen: set[Path]) -> It
         return  # a folder met twice (symlinks, or named twice): read once, never in a loop
     seen.add(path.resolve())
     children = [p for p in sorted(path.iterdir()) if not p.name.startswith(".") and p.name != SIDECAR_NAME]
-    # A report beside its own export is one profile (as in a run directory): the export is read, not both.
-    exported = {p.name.removesuffix(".gz").removesuffix(".sqlite") for p in children
-                if p.name.endswith((".sqlite", ".sqlite.gz"))}
-    children = [p for p in children if not (p.suffix == ".nsys-rep" and p.stem in exported)]
+    from receipts.ingest.nsys_job import without_exported_reports
+
+    children = without_exported_reports(children)  # a report beside its own export: one profile
     found = False
     for child in children:
         if child.is_dir() and not recursive and not ((child / "run.log").is_file() or _is_trace_folder(child)
@@ -396,46 +395,45 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
                     keep_raw: bool, force: bool = False, ranks: RankMap = RankMap()) -> IngestOutcome:
+    with _raw_staging(store, kind, keep_raw) as staging:
+        ranks = replace(ranks, raw_staging=staging) if staging else ranks
+        anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks)
+        source = _source(path, anatomy.source_format, anatomy.source_format, _profile_files(path, kind))
+        if attach is not None:
+            receipt_id = store.resolve(attach)
+            # nsys reports the machine's GPUs (TARGET_INFO_GPU); Kineto one trace per rank, so only its ranks count.
+            seen = MachineSeen(anatomy.gpu_model, anatomy.gpu_count if anatomy.source_format == "nsys" else None,
+                               anatomy.gpu_count if anatomy.source_format != "nsys" else None)
+            forced = check_attachment(store, receipt_id, path, seen, force=force)
+            anatomy = in_receipt_window(anatomy, _stored_window(store, receipt_id))
+            created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
+            return IngestOutcome(str(path), receipt_id, attach, created, "anatomy",
+                                 warnings=anatomy.warnings + _forced_note(forced))
+        parsed = receipt_from_anatomy(anatomy)
+        side_claim, side = read_sidecar(path)
+        name = run_name or side.get("run_name") or path.name.split(".")[0]
+        receipt = build_receipt(parsed, source=source, claim=side_claim.merged(identity), registry=registry,
+                                run_name=name, tags=tuple(tags))
+        anatomy = in_receipt_window(anatomy, receipt.window)
+        return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
+                              named=bool(run_name or side.get("run_name")), anatomies=((anatomy, source),))
+
+
+@contextmanager
+def _raw_staging(store: Store, kind: str, keep_raw: bool) -> Iterator[Path | None]:
+    """With --keep-raw, for a profile read one task per file: a folder where worker processes stage each rank's
+    raw events as Parquet (ingest/rank_map.py), on the raw folder's own file system so the store streams them
+    into one file; removed once the receipt is written or refused. None otherwise."""
     raw_dir = store.raw_events_dir() if keep_raw and kind in MULTI_FILE_KINDS else None
     if raw_dir is None:
-        return _ingest_parsed_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
-                                      attach=attach, tags=tags, rules=rules, keep_raw=keep_raw, force=force,
-                                      ranks=ranks)
-    # Worker processes stage each rank's raw events as Parquet here (ingest/rank_map.py), on the raw folder's
-    # own file system so the store streams them into one file; gone once the receipt is written or refused.
+        yield None
+        return
     raw_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=raw_dir))
     try:
-        return _ingest_parsed_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
-                                      attach=attach, tags=tags, rules=rules, keep_raw=keep_raw, force=force,
-                                      ranks=replace(ranks, raw_staging=staging))
+        yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _ingest_parsed_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
-                           registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
-                           keep_raw: bool, force: bool, ranks: RankMap) -> IngestOutcome:
-    anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks)
-    source = _source(path, anatomy.source_format, anatomy.source_format, _profile_files(path, kind))
-    if attach is not None:
-        receipt_id = store.resolve(attach)
-        # nsys reports the machine's GPUs (TARGET_INFO_GPU); Kineto one trace per rank, so only its ranks count.
-        seen = MachineSeen(anatomy.gpu_model, anatomy.gpu_count if anatomy.source_format == "nsys" else None,
-                           anatomy.gpu_count if anatomy.source_format != "nsys" else None)
-        forced = check_attachment(store, receipt_id, path, seen, force=force)
-        anatomy = in_receipt_window(anatomy, _stored_window(store, receipt_id))
-        created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
-        return IngestOutcome(str(path), receipt_id, attach, created, "anatomy",
-                             warnings=anatomy.warnings + _forced_note(forced))
-    parsed = receipt_from_anatomy(anatomy)
-    side_claim, side = read_sidecar(path)
-    name = run_name or side.get("run_name") or path.name.split(".")[0]
-    receipt = build_receipt(parsed, source=source, claim=side_claim.merged(identity), registry=registry,
-                            run_name=name, tags=tuple(tags))
-    anatomy = in_receipt_window(anatomy, receipt.window)
-    return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
-                          named=bool(run_name or side.get("run_name")), anatomies=((anatomy, source),))
 
 
 def in_receipt_window(anatomy: Anatomy, window: StepWindow) -> Anatomy:

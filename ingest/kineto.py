@@ -30,6 +30,7 @@ from typing import cast
 import polars as pl
 
 from receipts.errors import InputError
+from receipts.ingest.rank_files import natural_order
 from receipts.ingest.intervals import anatomy_rows, kernel_steps
 from receipts.ingest.kineto_stream import KINETO_KEYS, Trace, stream_trace
 from receipts.schema.categories import CategoryRules
@@ -44,8 +45,7 @@ def trace_files(path: Path) -> list[Path]:
     path = Path(path)
     if not path.is_dir():
         raise InputError(path, "is not a directory of PyTorch profiler traces")
-    natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]  # noqa: E731
-    files = sorted((p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))), key=natural)
+    files = natural_order(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
     if not files:
         raise InputError(path, "no PyTorch profiler traces (*.pt.trace.json[.gz] or *.json[.gz]) in this folder")
     return files

@@ -30,6 +30,7 @@ import shutil
 import sqlite3
 import tempfile
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -38,6 +39,7 @@ import polars as pl
 
 from receipts.errors import InputError
 from receipts.ingest import nsys
+from receipts.ingest.rank_files import natural_order
 from receipts.ingest.sanity import checked_anatomy
 from receipts.schema.categories import CategoryRules
 from receipts.schema.model import Anatomy
@@ -69,11 +71,15 @@ def is_export(path: Path) -> bool:
 def job_exports(folder: Path) -> list[Path]:
     """The nsys exports at a folder's top level, one per report (a report beside its own export counts once:
     the export is read), in natural name order (rank2 before rank10)."""
-    found = [p for p in folder.iterdir() if p.is_file() and is_export(p)]
-    exported = {_stem(p) for p in found if not p.name.endswith(".nsys-rep")}
-    found = [p for p in found if not (p.name.endswith(".nsys-rep") and _stem(p) in exported)]
-    natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]  # noqa: E731
-    return sorted(found, key=natural)
+    return natural_order(without_exported_reports(p for p in folder.iterdir() if p.is_file() and is_export(p)))
+
+
+def without_exported_reports(paths: Iterable[Path]) -> list[Path]:
+    """`paths` less each .nsys-rep whose own export (.sqlite or .sqlite.gz of the same stem) is among them: a
+    report and its export are one profile, and the export is what is read."""
+    paths = list(paths)
+    exported = {_stem(p) for p in paths if p.name.endswith((".sqlite", ".sqlite.gz"))}
+    return [p for p in paths if not (p.name.endswith(".nsys-rep") and _stem(p) in exported)]
 
 
 def _stem(path: Path) -> str:
