@@ -115,7 +115,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         meta = _small_table(path, "META_DATA_EXPORT", lambda: _meta(db, schema))
         env_rows = _small_table(path, "TARGET_INFO_SYSTEM_ENV", lambda: _system_env(db, schema))
         gpu_names = _small_table(path, "TARGET_INFO_GPU", lambda: _gpu_names(db, schema))
-        started_at = _small_table(path, "TARGET_INFO_SESSION_START_TIME", lambda: _session_start(db, schema))
+        session_start = _small_table(path, "TARGET_INFO_SESSION_START_TIME", lambda: _session_start_ns(db, schema))
         copy_names = _small_table(path, "ENUM_CUDA_MEMCPY_OPER", lambda: _copy_kind_names(db, schema))
         names = _small_table(path, "StringIds", lambda: _string_ids(db, schema))
     nvtx_table = _nvtx_table(schema)
@@ -204,7 +204,8 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         unattributed=unattributed,
         claim=IdentityClaim(hostname=env_rows.get("Hostname")),
         gpu_model=gpu_model, gpu_count=gpu_count, world_size=world, ranks_traced=len(rank_of) or None,
-        ranks_stated=ranks_stated, gpus_on_host=gpus_on_host, started_at=started_at,
+        ranks_stated=ranks_stated, gpus_on_host=gpus_on_host,
+        started_at=epoch_iso(session_start / 1e9) if session_start else None, clock_origin_ns=session_start,
         env=_env_evidence(environ, env_rules),
         software={k: v for k, v in {"nsys": meta.get("EXPORT_PRODUCT_VERSION"),
                                     "nvidia_driver": env_rows.get("NvDriverVersion"),
@@ -352,12 +353,13 @@ def _meta(db: sqlite3.Connection, schema: dict) -> dict[str, str]:
     return {}
 
 
-def _session_start(db: sqlite3.Connection, schema: dict) -> str | None:
-    """The capture's start, UTC (TARGET_INFO_SESSION_START_TIME.utcEpochNs; exports before ~2023 lack it)."""
+def _session_start_ns(db: sqlite3.Connection, schema: dict) -> int | None:
+    """The capture's start, UTC epoch ns: the zero of every timestamp in the export
+    (TARGET_INFO_SESSION_START_TIME.utcEpochNs; exports before ~2023 lack it)."""
     if "utcEpochNs" not in schema.get("TARGET_INFO_SESSION_START_TIME", ()):
         return None
     row = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
-    return epoch_iso(row[0] / 1e9) if row and isinstance(row[0], int) and row[0] > 0 else None
+    return row[0] if row and isinstance(row[0], int) and row[0] > 0 else None
 
 
 def _system_env(db: sqlite3.Connection, schema: dict) -> dict[str, str]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import gzip
 import re
 import shutil
-import sqlite3
 import tempfile
 import zlib
 from collections.abc import Iterable
@@ -56,11 +55,10 @@ JOB_SPAN_NS = 10 * 60 * 10**9
 
 @dataclass(frozen=True)
 class ExportPart:
-    """One export read on its own: its anatomy on its own session clock, and where that clock starts."""
+    """One export read on its own: its anatomy on its own session clock (anatomy.clock_origin_ns: where it starts)."""
 
     path: Path
     anatomy: Anatomy
-    session_start_ns: int | None     # UTC epoch ns of the session's zero; None when the export does not say
     node_rank: int | None            # from the captured environment (_NODE_ENV), for exports of several processes
 
 
@@ -115,16 +113,7 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env
     anatomy = checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules), path)
     environ = {e.name: e.value for e in anatomy.env if e.is_set and e.value is not None}
     node = next((int(environ[k]) for k in _NODE_ENV if re.fullmatch(r"[0-9]{1,6}", environ.get(k, ""))), None)
-    return ExportPart(path, anatomy, _session_start_ns(sqlite_path), node)
-
-
-def _session_start_ns(path: Path) -> int | None:
-    try:
-        with sqlite3.connect(path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True) as db:
-            row = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
-    except sqlite3.Error:  # exports before ~2023 have no such table: no alignment, said in combine's warning
-        return None
-    return row[0] if row and isinstance(row[0], int) and row[0] > 0 else None
+    return ExportPart(path, anatomy, node)
 
 
 def combine(parts: list[ExportPart]) -> Anatomy:
@@ -136,7 +125,7 @@ def combine(parts: list[ExportPart]) -> Anatomy:
     warnings: list[str] = []
     _check_one_job(parts)
     offsets = _rank_offsets(parts, warnings)
-    starts = [p.session_start_ns for p in parts]
+    starts = [p.anatomy.clock_origin_ns for p in parts]
     if all(s is not None for s in starts):
         origin = min(s for s in starts if s is not None)
         shifts = [(s or 0) - origin for s in starts]
@@ -199,7 +188,8 @@ def _check_one_job(parts: list[ExportPart]) -> None:
         return InputError(part.path, f"{why}: not the same job; ingest each export on its own: "
                                      f"receipts ingest {part.path.parent}/*{''.join(part.path.suffixes)}")
 
-    started = sorted((p.session_start_ns, i) for i, p in enumerate(parts) if p.session_start_ns is not None)
+    started = sorted((p.anatomy.clock_origin_ns, i) for i, p in enumerate(parts)
+                     if p.anatomy.clock_origin_ns is not None)
     if started and started[-1][0] - started[0][0] > JOB_SPAN_NS:
         first, last = parts[started[0][1]], parts[started[-1][1]]
         raise refuse(last, f"its session started {(started[-1][0] - started[0][0]) / 60e9:,.0f} min after "

@@ -324,6 +324,9 @@ class Anatomy:
     ranks_stated: bool = False
     gpus_on_host: int | None = None  # CUDA devices the export lists for the host
     started_at: str | None = None    # ISO-8601 UTC: the capture's start as the export states it, else None
+    # nsys: the UTC epoch ns its timestamps count from (the session's start), which puts several exports of one
+    # job on one clock (ingest/nsys_job.py); None when the export does not say, or its clock is already epoch.
+    clock_origin_ns: int | None = None
     env: tuple[EnvVar, ...] = ()
     software: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()

@@ -187,7 +187,8 @@ def test_exports_of_two_runs_are_not_one_job(plain, tmp_path):
         rank_map.parse_nsys_job([plain[0], wider], rules=RULES)
     # two exports without stated ranks holding 1 and 2 GPU processes (nsys wrapped torchrun, one per node)
     one, two = (_unzipped(gpu / f"{n}.sqlite.gz", tmp_path) for n in ("fsdp2_1gpu_nsys", "fsdp2_2gpu_nsys"))
-    parts = [dataclasses.replace(nsys_job.read_export(p, rules=RULES), session_start_ns=0) for p in (one, two)]
+    parts = [nsys_job.read_export(p, rules=RULES) for p in (one, two)]
+    parts = [dataclasses.replace(p, anatomy=dataclasses.replace(p.anatomy, clock_origin_ns=0)) for p in parts]
     assert not any(p.anatomy.ranks_stated for p in parts)
     with pytest.raises(InputError, match="it holds 2 GPU processes without stated ranks where fsdp2_1gpu_nsys.sqlite "
                                          "holds 1: not the same job"):
