@@ -40,6 +40,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from peak_rss import peak_rss_mib
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "data" / "gpu" / "fsdp2_2gpu_kineto" / "traces"
 NSYS_SOURCE = ROOT / "tests" / "data" / "gpu" / "multiexport" / "per_rank_gloo"
@@ -88,13 +90,6 @@ def build_nsys_set(out: Path, ranks: int) -> list[Path]:
     return files
 
 
-def _vm_hwm_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
-
-
 def digest(anatomy) -> str:
     import polars as pl
 
@@ -127,7 +122,7 @@ def one(mode: str, files: list[Path], fmt: str = "kineto") -> dict:
         with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
             list(pool.map(_import_reader, range(n)))
         return {"mode": mode, "wall_s": time.perf_counter() - t0, "where": f"{n} workers, no task",
-                "parent_peak_mib": _vm_hwm_kib() / 1024, "worker_peak_mib": [], "digest": None}
+                "parent_peak_mib": peak_rss_mib(), "worker_peak_mib": [], "digest": None}
     if mode == "serial":
         anatomy = (kineto.parse_files(files, rules=rules) if fmt == "kineto"
                    else rank_map.parse_nsys_job(files, rules=rules, plan=rank_map.RankMap(1)))
@@ -136,7 +131,7 @@ def one(mode: str, files: list[Path], fmt: str = "kineto") -> dict:
     else:  # dask-local:N
         anatomy = parse(files, rules=rules, plan=rank_map.RankMap(int(mode.split(":")[1]), "local"), stats=stats)
     wall = time.perf_counter() - t0
-    return {"mode": mode, "wall_s": wall, "where": stats.where, "parent_peak_mib": _vm_hwm_kib() / 1024,
+    return {"mode": mode, "wall_s": wall, "where": stats.where, "parent_peak_mib": peak_rss_mib(),
             "worker_peak_mib": sorted(v / 1024 for v in stats.peak_rss_kib.values()) if mode != "serial" else [],
             "digest": digest(anatomy), "ranks": anatomy.ranks_traced, "steps": anatomy.steps.height}
 
