@@ -82,7 +82,7 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
     """Evidence in the file, then receipt.toml, then explicit flags: later sources win field by field."""
     identity = resolve_identity(parsed.claim.merged(claim), registry)
     window = choose_window(parsed.steps, parsed.phases, tail=parsed.tail_step)
-    summary = steady_summary.summarise(*steady_summary.steady_series(mark_warmup(parsed.steps, window)))
+    summary = steady_summary.summarise_steps(mark_warmup(parsed.steps, window))
     return Receipt(
         id=source.sha256[:16],
         content_sha256=source.sha256,
@@ -113,9 +113,11 @@ def run_dir_traces(run_dir: Path) -> list[Path]:
                          and p.name.endswith((".json", ".json.gz")))
 
 
-def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None = None) -> ParsedRun:
+def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None = None, *,
+              spill: Path | None = None) -> ParsedRun:
     """`progress` is called as the log is read (bytes and lines so far). Step formats are read chunk by
-    chunk (bounded memory); the others, and a log no format claims, whole."""
+    chunk (bounded memory), their step rows written to `spill` when given (a directory the caller removes
+    once the receipt is stored: the steps are then a scan of it); the others, and a log no format claims, whole."""
     name = None
     if fmt:
         name = sniff.FORMAT_ALIASES.get(fmt.lower())
@@ -123,7 +125,8 @@ def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None 
             read_log(path)  # an unreadable or empty file says so first, as it always has
             raise InputError(path, f"--format {fmt!r} is not one of {', '.join(sorted(set(sniff.FORMAT_ALIASES)))}")
     try:
-        parsed = sniff.parse_streamed(path, name, progress) or sniff.parse_log(read_log(path, progress), name)
+        parsed = (sniff.parse_streamed(path, name, progress, spill=spill)
+                  or sniff.parse_log(read_log(path, progress), name))
     except pl.exceptions.PolarsError as exc:  # a cast or decode no parser foresaw: still one line naming the file
         raise InputError(path, f"cannot be read as a {name or 'training'} log: "
                                f"{str(exc).strip().splitlines()[0]}") from exc
@@ -382,14 +385,16 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
     if attach is not None:
         raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "
                                "this looks like a training log")
-    parsed = parse_log(path, fmt, progress)
-    side_claim, side = read_sidecar(path)
-    name = run_name or side.get("run_name") or (path.parent.name if path.name == "run.log" else path.stem)
-    all_tags = tuple(tags) + tuple(side.get("tags", ()))
-    receipt = build_receipt(parsed, source=_source(path, parsed.source_format, "log"),
-                            claim=side_claim.merged(identity), registry=registry, run_name=name, tags=all_tags)
-    return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
-                          named=bool(run_name or side.get("run_name")))
+    # A long log's step rows wait on disk, not in memory, until the store has them (ingest/spool.py).
+    with tempfile.TemporaryDirectory(prefix="receipts-steps-") as spill:
+        parsed = parse_log(path, fmt, progress, spill=Path(spill))
+        side_claim, side = read_sidecar(path)
+        name = run_name or side.get("run_name") or (path.parent.name if path.name == "run.log" else path.stem)
+        all_tags = tuple(tags) + tuple(side.get("tags", ()))
+        receipt = build_receipt(parsed, source=_source(path, parsed.source_format, "log"),
+                                claim=side_claim.merged(identity), registry=registry, run_name=name, tags=all_tags)
+        return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
+                              named=bool(run_name or side.get("run_name")))
 
 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,

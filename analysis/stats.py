@@ -87,9 +87,16 @@ def _z(confidence: float) -> float:
     return NormalDist().inv_cdf(0.5 + confidence / 2.0)
 
 
-def summarize(values: np.ndarray) -> Summary | None:
+def _finite(values: np.ndarray) -> np.ndarray:
+    """`values` as float64 without NaN / inf: the caller's array itself when all are finite (a 10M-step series
+    is 80 MB; nothing here writes to it)."""
     x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
+    finite = np.isfinite(x)
+    return x if finite.all() else x[finite]
+
+
+def summarize(values: np.ndarray) -> Summary | None:
+    x = _finite(values)
     if x.size == 0:
         return None
     mean = float(x.mean())
@@ -175,10 +182,10 @@ def _count_tail(below: np.ndarray, length: int, part: int, n_blocks: int, rank: 
     within t (_OUTSIDE_MASS left out, aliased in at most that much), not on 0..n: at millions of steps the
     window is a few thousand wide where 0..n took FFTs of 2^24 points, 4 GiB and minutes per interval."""
     n = below.size
-    prefix = np.concatenate(([0], np.cumsum(below, dtype=np.int64)))
-    starts = np.arange(n - length + 1)
-    whole = np.bincount(prefix[starts + length] - prefix[starts], minlength=length + 1) / starts.size
-    last = np.bincount(prefix[starts + part] - prefix[starts], minlength=part + 1) / starts.size
+    prefix = np.zeros(n + 1, dtype=np.int32 if n < 2**31 else np.int64)
+    np.cumsum(below, dtype=prefix.dtype, out=prefix[1:])
+    whole = _block_count_pmf(prefix, length, n - length + 1)
+    last = _block_count_pmf(prefix, part, n - length + 1)
     mean = (n_blocks - 1) * float(whole @ np.arange(whole.size)) + float(last @ np.arange(last.size))
     spread = math.sqrt(math.log(2.0 / _OUTSIDE_MASS) / 2.0 * ((n_blocks - 1) * length ** 2 + part ** 2))
     lo, hi = max(0, math.floor(mean - spread)), min(n, math.ceil(mean + spread))
@@ -191,6 +198,19 @@ def _count_tail(below: np.ndarray, length: int, part: int, n_blocks: int, rank: 
     pmf = np.clip(np.fft.irfft(spectrum, size), 0.0, None)  # pmf[v % size] = P*(count = v), v in lo..hi
     values = np.arange(rank, hi + 1)
     return float(pmf[values % size].sum())
+
+
+_STARTS_AT_ONCE = 1 << 16  # block starts counted per numpy call in _block_count_pmf: its memory, whatever n
+
+
+def _block_count_pmf(prefix: np.ndarray, width: int, n_starts: int) -> np.ndarray:
+    """P*(a block of `width` values, its start uniform over the first n_starts positions, holds c flagged
+    values), c = 0..width, from the running count `prefix` (prefix[i]: flagged among the first i)."""
+    counts = np.zeros(width + 1, dtype=np.int64)
+    for start in range(0, n_starts, _STARTS_AT_ONCE):
+        stop = min(start + _STARTS_AT_ONCE, n_starts)
+        counts += np.bincount(prefix[start + width:stop + width] - prefix[start:stop], minlength=width + 1)
+    return counts / n_starts
 
 
 def _order_stat_quantile(x: np.ndarray, xs: np.ndarray, rank: int, q: float, length: int) -> float:
@@ -214,16 +234,16 @@ def median_interval(values: np.ndarray, *, confidence: float = CONFIDENCE, lengt
     `values` in step order (the order carries the autocorrelation). `length` overrides the Politis-White
     block length. None when fewer than 2 finite values.
     """
-    x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
+    x = _finite(values)
     if x.size < 2:
         return None
-    median = float(np.median(x))
-    if np.ptp(x) == 0:
-        return RunInterval(int(x.size), median, median, median, confidence, 1, "exact (no variation in the run)")
-    b = block_length(x) if length is None else max(1, min(int(length), x.size))
-    xs = np.sort(x)
     n = x.size
+    xs = np.sort(x)
+    # np.median's value, from the sorted copy the search needs anyway (np.median would partition another)
+    median = float(xs[n // 2]) if n % 2 else float((xs[n // 2 - 1] + xs[n // 2]) / 2.0)
+    if xs[0] == xs[-1]:
+        return RunInterval(int(n), median, median, median, confidence, 1, "exact (no variation in the run)")
+    b = block_length(x) if length is None else max(1, min(int(length), n))
     alpha = (1.0 - confidence) / 2.0
     low = _order_stat_quantile(x, xs, (n + 1) // 2, alpha, b)       # lower middle order statistic
     high = _order_stat_quantile(x, xs, n // 2 + 1, 1.0 - alpha, b)  # upper middle order statistic

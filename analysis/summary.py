@@ -18,28 +18,38 @@ import numpy as np
 import polars as pl
 
 from receipts.analysis.stats import RunInterval, Summary, median_interval, summarize
-from receipts.schema.model import one_row_per_step
+from receipts.schema.model import Steps, one_row_per_step
 
 # Bump when the window rule, the series definition or the statistics change: stored summaries under an older
 # rule are then recomputed from the series on read (and `receipts db upgrade` records the new rule).
 RULE = "steady-summary-v1"
 
 
-def steady_series(steps: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def steady_series(steps: Steps) -> tuple[np.ndarray, np.ndarray]:
     """(step_ms, tokens_per_s) of the steady steps in step order, from a frame with step, rank, step_ms,
     tokens_per_s and warmup, as sql/steady_steps_many.sql reads it from the store."""
-    steady = (steps.select("step", "rank", "step_ms", "tokens_per_s", "warmup")
+    return steady_values(steps, "step_ms"), steady_values(steps, "tokens_per_s")
+
+
+def steady_values(steps: Steps, metric: str) -> np.ndarray:
+    """One series of steady_series (`metric`: step_ms or tokens_per_s); from a spilled frame only the rows
+    and columns it needs are collected, one series at a time."""
+    steady = (steps.lazy().select("step", "rank", "step_ms", "tokens_per_s", "warmup")
               .filter(~pl.col("warmup") & pl.col("step_ms").is_not_null()))
-    if steady.height == 0:
-        return np.empty(0), np.empty(0)
     if one_row_per_step(steady):  # a log's usual series: each step's row is already its aggregate
-        return steady["step_ms"].to_numpy(), steady["tokens_per_s"].drop_nulls().to_numpy()
+        return steady.select(metric).collect()[metric].drop_nulls().to_numpy()
     per_step = (steady.group_by("step")
                 .agg(pl.col("step_ms").max(),
                      pl.when(pl.col("rank").n_unique() > 1).then(pl.col("tokens_per_s").sum())
                      .otherwise(pl.col("tokens_per_s").max()).alias("tokens_per_s"))
                 .sort("step"))
-    return per_step["step_ms"].to_numpy(), per_step["tokens_per_s"].drop_nulls().to_numpy()
+    return per_step.select(metric).collect()[metric].drop_nulls().to_numpy()
+
+
+def summarise_steps(steps: Steps) -> dict[str, Any]:
+    """summarise(*steady_series(steps)), holding one series at a time (a 10M-step log's is 80 MB)."""
+    return {"rule": RULE, "step_ms": _one(steady_values(steps, "step_ms")),
+            "tokens_per_s": _one(steady_values(steps, "tokens_per_s"))}
 
 
 def series_by_receipt(steps: pl.DataFrame, ids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -53,10 +63,12 @@ def series_by_receipt(steps: pl.DataFrame, ids: list[str]) -> dict[str, tuple[np
 
 def summarise(step_ms: np.ndarray, tokens_per_s: np.ndarray) -> dict[str, Any]:
     """The stored form: Summary and RunInterval of both series as plain data (floats round-trip exactly)."""
-    def one(x: np.ndarray) -> dict[str, Any]:
-        s, i = summarize(x), median_interval(x)
-        return {"summary": asdict(s) if s else None, "interval": asdict(i) if i else None}
-    return {"rule": RULE, "step_ms": one(step_ms), "tokens_per_s": one(tokens_per_s)}
+    return {"rule": RULE, "step_ms": _one(step_ms), "tokens_per_s": _one(tokens_per_s)}
+
+
+def _one(x: np.ndarray) -> dict[str, Any]:
+    s, i = summarize(x), median_interval(x)
+    return {"summary": asdict(s) if s else None, "interval": asdict(i) if i else None}
 
 
 def parse(text: str | None) -> dict[str, Any] | None:

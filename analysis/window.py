@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 # Choosing a window is here; applying one (mark_warmup) is the model's, re-exported for callers of this module.
-from receipts.schema.model import StepWindow, mark_warmup, one_row_per_step
+from receipts.schema.model import Steps, StepWindow, mark_warmup, one_row_per_step
 
 WARMUP_PHASES = ("compile", "warmup", "warm-up", "warm_up")
 SLOW_FACTOR = 1.25
@@ -29,12 +29,13 @@ TAIL_FRACTION = 0.1
 RULE_NAME = "leading-slow-steps-v2"
 
 
-def _step_times(steps: pl.DataFrame) -> pl.DataFrame:
-    """One time per step (the slowest rank: a step ends when its last rank does)."""
-    timed = steps.select("step", "rank", "step_ms").filter(pl.col("step_ms").is_not_null())
+def _step_times(steps: Steps) -> pl.DataFrame:
+    """One time per step (the slowest rank: a step ends when its last rank does), in step order: strictly
+    increasing steps, whichever path made them. Only these two columns are collected from a spilled frame."""
+    timed = steps.lazy().select("step", "rank", "step_ms").filter(pl.col("step_ms").is_not_null())
     if one_row_per_step(timed):  # a log's usual series: already one time per step, in order
-        return timed.select("step", "step_ms")
-    return timed.group_by("step").agg(pl.col("step_ms").max()).sort("step")
+        return timed.select("step", "step_ms").collect()
+    return timed.group_by("step").agg(pl.col("step_ms").max()).sort("step").collect()
 
 
 def warmup_steps_from_phases(phases: tuple[tuple[str, int | None, int | None], ...]) -> int | None:
@@ -48,7 +49,7 @@ def warmup_steps_from_phases(phases: tuple[tuple[str, int | None, int | None], .
     return last
 
 
-def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int | None], ...], *,
+def choose_window(steps: Steps, phases: tuple[tuple[str, int | None, int | None], ...], *,
                   tail: int | None = None) -> StepWindow:
     """`tail`: a last step known to be cut short (cut_short_tail), left out of the steady window."""
     times = _step_times(steps)
@@ -73,22 +74,30 @@ def choose_window(steps: pl.DataFrame, phases: tuple[tuple[str, int | None, int 
     steady = np.ones(step_nums.size, dtype=bool) if warmup_last is None else step_nums > warmup_last
     if tail is not None:
         steady &= step_nums != tail
-    at = np.flatnonzero(steady)
+    n_steady = int(np.count_nonzero(steady))
+    # the first and last steady step by position (no array of positions: 8 bytes a step at millions of steps)
+    first, last = int(np.argmax(steady)), step_nums.size - 1 - int(np.argmax(steady[::-1]))
     return StepWindow(
-        first_step=int(step_nums[at[0]]) if at.size else None,
-        last_step=int(step_nums[at[-1]]) if at.size else None,
-        warmup_steps=int(step_nums.size - at.size),
+        first_step=int(step_nums[first]) if n_steady else None,
+        last_step=int(step_nums[last]) if n_steady else None,
+        warmup_steps=int(step_nums.size - n_steady),
         warmup_last_step=warmup_last,
         rule=rule,
-        n_steady=int(at.size),
+        n_steady=n_steady,
     )
 
 
 def _settled(ms: np.ndarray, limit: float, half: int) -> int:
-    """The first i in 1..half where the SETTLE_RUN steps from i (fewer at the end) are all <= limit, else half."""
-    slow = np.concatenate(([0], np.cumsum(~(ms <= limit))))  # slow[k]: steps above the limit among the first k
-    starts = np.arange(1, half + 1)
-    quiet = slow[np.minimum(starts + SETTLE_RUN, ms.size)] == slow[starts]
+    """The first i in 1..half where the SETTLE_RUN steps from i (fewer at the end) are all <= limit, else half.
+
+    Such a first i is 1 or follows a slow step (were i - 1 not slow, i - 1 would qualify first), so only the
+    slow steps among the first half + SETTLE_RUN are looked at: memory in the slow steps, not the run's length."""
+    end = min(half + SETTLE_RUN, ms.size)
+    slow = np.flatnonzero(~(ms[1:end] <= limit)) + 1  # NaN counts as slow
+    starts = np.concatenate(([1], slow + 1))
+    starts = starts[starts <= half]
+    next_slow = np.append(slow, ms.size)[np.searchsorted(slow, starts)]  # first slow step at or after each start
+    quiet = next_slow >= np.minimum(starts + SETTLE_RUN, ms.size)
     return int(starts[np.argmax(quiet)]) if quiet.any() else half
 
 

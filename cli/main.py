@@ -22,6 +22,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from receipts import __version__
+from receipts.allocator import return_freed_memory_at_once
 
 # command -> (module under receipts.cli with a register(app) function, the function or Typer app that
 # implements it). Listed here so the layout shows every command, in the order `receipts --help` shows
@@ -149,6 +150,7 @@ def root(
 
 
 def main() -> None:
+    return_freed_memory_at_once()  # before any command imports polars (receipts/allocator.py)
     try:
         app()
     except SystemExit as done:

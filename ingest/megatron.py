@@ -26,6 +26,7 @@ from typing import cast
 import polars as pl
 
 from receipts.errors import InputError
+from receipts.ingest.spool import RowSpool
 from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
 from receipts.schema.model import IdentityClaim, MemoryPeak, ParsedRun, steps_frame
 
@@ -82,7 +83,7 @@ _CRASH = r"Traceback \(most recent call last\)|KeyboardInterrupt|CUDA out of mem
 class _Reading:
     """What a log's chunks leave behind: the per-line evidence reduced to rows, and the few lines whose
     text a later decision needs (the row texts themselves are dropped chunk by chunk)."""
-    iters: list[pl.DataFrame] = field(default_factory=list)
+    iters: RowSpool = field(default_factory=RowSpool)  # iteration rows, spilled when parse_chunks is given a directory
     memory: list[pl.DataFrame] = field(default_factory=list)
     args_first: int | None = None                 # line of the first `--- arguments ---`
     args_end: int | None = None                   # line of the first `--- end of arguments ---` after it
@@ -119,7 +120,7 @@ class _Reading:
             self.crash = _first_crash(after)
         elif self.crash is None:
             self.crash = _first_crash(frame)
-        self.iters.append(iters.drop("text", "total"))
+        self.iters.add(iters.drop("text", "total"))
         self.memory.append(
             frame.filter(pl.col("text").str.contains("memory (MB)", literal=True))
             .select(pl.col("text").str.extract_groups(MEMORY).alias("m")).unnest("m")
@@ -193,10 +194,11 @@ def _first_crash(frame: pl.DataFrame) -> tuple[int, str] | None:
     return (int(hit["line"][0]), hit["text"][0]) if hit.height else None
 
 
-def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
+def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = None) -> ParsedRun:
     """Each chunk is reduced to iteration and memory rows (numbers), the arguments dump and the few lines
-    decisions need; what spans chunks (tokens/s from differences, the per-step memory join) is done once."""
-    reading = _Reading()
+    decisions need; what spans chunks (tokens/s from differences, the per-step memory join) is done once,
+    streaming over the iteration rows. `spill`: a directory they go to as they are read (ingest/spool.py)."""
+    reading = _Reading(iters=RowSpool(spill, FORMAT))
     last_line_parsed = True
     end: LogChunk | None = None
     for chunk in chunks:
@@ -211,12 +213,11 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
         end = chunk
     assert end is not None, "a log has at least one chunk"
 
-    iters = pl.concat(reading.iters)
-    if iters.height == 0:
+    if reading.iters.height == 0:
         raise InputError(path, "no Megatron iteration lines found; expected ` iteration N/ M | consumed "
                                "samples: ... | elapsed time per iteration (ms): ... |`")
     args = reading.arguments()
-    iters = iters.with_columns(_derived_tokens_per_s(args.get("seq_length")))
+    iters = reading.iters.rows().with_columns(_derived_tokens_per_s(args.get("seq_length")))
 
     memory_rows = pl.concat(reading.memory)
     memory = tuple(
@@ -229,7 +230,7 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
     per_step = memory_rows.group_by("step").agg(pl.col("allocated").max().alias("allocated_bytes"),
                                                 pl.col("reserved").max().alias("reserved_bytes"))
     # (a log without memory lines joins nothing: null columns, without copying millions of rows)
-    steps = (iters.join(per_step, on="step", how="left") if per_step.height else
+    steps = (iters.join(per_step.lazy(), on="step", how="left", maintain_order="left") if per_step.height else
              iters.with_columns(pl.lit(None, pl.Int64).alias("allocated_bytes"),
                                 pl.lit(None, pl.Int64).alias("reserved_bytes")))
 
@@ -238,13 +239,13 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
     return ParsedRun(
         source_format=FORMAT,
         format_version="megatron-deepspeed" if deepspeed else None,
-        steps=steps_frame(steps.select("step", "step_ms", "tokens_per_s", "loss", "allocated_bytes",
-                                       "reserved_bytes", "line")),
+        steps=reading.iters.settle(steps_frame(steps.select("step", "step_ms", "tokens_per_s", "loss",
+                                                            "allocated_bytes", "reserved_bytes", "line"))),
         claim=IdentityClaim(regime=_regime(args, deepspeed)),
         memory=memory,
         features={k: args[k] for k in FEATURE_ARGS if k in args and args[k] is not None},
         world_size=world,
-        ended_early=cut_short_note(end, last_line_parsed) or _crash_after(reading, iters),
+        ended_early=cut_short_note(end, last_line_parsed) or _crash_after(reading),
         started_at=_iso([reading.started_at] if reading.started_at else []),
         provenance={"train_iters": _int(args.get("train_iters")) or int(cast(str, reading.first_total))},
     )
@@ -283,11 +284,14 @@ def _int(value) -> int | None:
 def _derived_tokens_per_s(seq_length) -> pl.Expr:
     """Tokens per second over the interval: printed when the version prints it; else from the growth of
     `consumed tokens` (Megatron-DeepSpeed) or `consumed samples` x seq_length, divided by the interval time."""
-    d_iter = pl.col("step").diff()
-    per_iter = pl.col("tokens").diff() / d_iter
+    # x - x.shift(1) is diff(), spelled so that it streams over spilled rows (diff() collects its column)
+    d_iter = pl.col("step") - pl.col("step").shift(1)
+    per_iter = (pl.col("tokens") - pl.col("tokens").shift(1)) / d_iter
     if isinstance(seq_length, int):
-        per_iter = per_iter.fill_null(pl.col("samples").diff() / d_iter * seq_length)
-    derived = per_iter / (pl.col("step_ms") / 1000.0)
+        per_iter = per_iter.fill_null((pl.col("samples") - pl.col("samples").shift(1)) / d_iter * seq_length)
+    # x * 1000 / ms, not x / (ms / 1000): polars divides a column by a literal through its reciprocal, except
+    # where the column is one row long, so ms / 1000 was not the same number in a one-row chunk or morsel
+    derived = per_iter * 1000.0 / pl.col("step_ms")
     return pl.coalesce(pl.col("tokens_per_s"), derived).alias("tokens_per_s")
 
 
@@ -311,9 +315,10 @@ def _world_from_banner(banner: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _crash_after(reading: _Reading, iters: pl.DataFrame) -> str | None:
+def _crash_after(reading: _Reading) -> str | None:
     """A traceback or kill after the last iteration line means the run stopped before its last iteration."""
-    last_line, last_step = iters["line"][-1], iters["step"][-1]
+    assert reading.iters.last is not None, "called on a log with iteration rows"
+    last_line, last_step = reading.iters.last["line"], reading.iters.last["step"]
     total = pl.Series([reading.last_total], dtype=pl.Utf8).cast(pl.Int64, strict=False)[0]
     if total is None or last_step >= total:
         return None

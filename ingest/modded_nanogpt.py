@@ -27,6 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from receipts.errors import InputError
+from receipts.ingest.spool import RowSpool
 from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
 from receipts.schema.model import MemoryPeak, ParsedRun, steps_frame
 
@@ -64,10 +65,11 @@ def _step_rows(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
+def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = None) -> ParsedRun:
     """Each chunk is reduced to its step numbers and the few header lines; the steps are differenced once
-    all are in (a difference spans chunks)."""
-    parts: list[pl.DataFrame] = []
+    all are in (a difference spans chunks), streaming over them. `spill`: a directory the step rows go to
+    as they are read (ingest/spool.py), else they are held in memory."""
+    spool = RowSpool(spill, FORMAT)
     gpu_parts: list[pl.DataFrame] = []
     info_parts: list[pl.DataFrame] = []
     last_line_parsed = True
@@ -79,16 +81,16 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
             last_line_parsed = frame["text"][-1].rstrip().endswith(("ms", "MiB"))
             if not last_line_parsed:
                 frame = frame.head(frame.height - 1)
-        parts.append(_step_rows(frame))
+        spool.add(_step_rows(frame))
         gpu_parts.append(_gpu_rows(frame))
         info_parts.append(_info_rows(frame))
         end = chunk
     assert end is not None, "a log has at least one chunk"
-    lines = pl.concat(parts)
-    if lines.filter(~pl.col("is_val")).height == 0:
+    lines = spool.rows()
+    if spool.last is None or lines.filter(~pl.col("is_val")).select(pl.len()).collect(engine="streaming").item() == 0:
         raise InputError(path, "no modded-nanogpt step lines found; expected `step:N/M train_time:Tms "
                                "step_avg:Sms` (with val_loss: or train_loss: on some lines)")
-    last = lines.row(lines.height - 1, named=True)
+    last = spool.last
     lines = lines.filter(~pl.col("is_val"))
     # The clock starts at 0 before the first step, so the first reading is measured from (step 0, 0 ms).
     d_ms = pl.col("train_ms") - pl.col("train_ms").shift(1, fill_value=0.0)
@@ -100,16 +102,17 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
         .otherwise(d_ms / d_step).alias("step_ms"),
     )
     steps = lines
-    resets = steps.filter(pl.col("reset"))
+    first_step, first_reset = steps.select(pl.col("step").first(), pl.col("step").filter(pl.col("reset")).first()
+                                           .alias("reset")).collect(engine="streaming").row(0)
     phases: tuple = ()
-    if resets.height:
-        phases = (("warmup", steps["step"][0], resets["step"][0] - 1),)
+    if first_reset is not None:
+        phases = (("warmup", first_step, first_reset - 1),)
 
     header = _header(pl.concat(gpu_parts), pl.concat(info_parts))
     return ParsedRun(
         source_format=FORMAT,
         format_version=None,
-        steps=steps_frame(steps.select("step", "step_ms", "loss", "line")),
+        steps=spool.settle(steps_frame(steps.select("step", "step_ms", "loss", "line"))),
         phases=phases,
         memory=header.pop("memory", ()),
         software=header.pop("software", {}),

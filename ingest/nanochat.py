@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from receipts.errors import InputError
+from receipts.ingest.spool import RowSpool
 from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
 from receipts.schema.model import MemoryPeak, ParsedRun, steps_frame
 
@@ -87,10 +88,11 @@ def _step_rows_field_by_field(lines: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
+def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = None) -> ParsedRun:
     """Each chunk is reduced to its step numbers and header lines; only the first and the last two step
-    lines' text is kept (the total step count; whether an unterminated last line is complete)."""
-    parts: list[pl.DataFrame] = []
+    lines' text is kept (the total step count; whether an unterminated last line is complete). `spill`: a
+    directory the step rows go to as they are read (ingest/spool.py), else they are held in memory."""
+    spool = RowSpool(spill, FORMAT)
     headers: list[pl.DataFrame] = []
     first_text: str | None = None
     last_texts: list[str] = []
@@ -101,30 +103,31 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk]) -> ParsedRun:
             first_text = rows["text"][0] if first_text is None else first_text
             last_texts = (last_texts + rows["text"].tail(2).to_list())[-2:]
         # only the columns the format has: the missing ones are added once, as constants, by steps_frame
-        parts.append(rows.select("step", "step_ms", "tokens_per_s", "loss", "mfu_pct", "line"))
+        spool.add(rows.select("step", "step_ms", "tokens_per_s", "loss", "mfu_pct", "line"))
         headers.append(chunk.frame.filter(pl.col("text").str.contains(_HEADER)).select("text"))
         end = chunk
     assert end is not None, "a log has at least one chunk"
-    steps = pl.concat(parts)
+    n_steps = spool.height
     last_line_parsed = True
-    if end.unterminated_last and steps.height and steps["line"][-1] == end.n_lines:
+    if end.unterminated_last and spool.last is not None and spool.last["line"] == end.n_lines:
         # A complete step line ends in the same field as the step line before it ('total time: 0.01m');
         # a killed writer leaves a prefix of it, whose numbers may parse but are wrong.
         if not _same_shape(last_texts):
-            steps = steps.head(steps.height - 1)
+            n_steps -= 1
             last_line_parsed = False
     elif end.unterminated_last:
         last_line_parsed = False
-    if steps.height == 0:
+    if n_steps == 0:
         raise InputError(path, "no nanochat step lines found; expected `step N/M (p%) | loss: ... | dt: ...ms | "
                                "tok/sec: ... | mfu: ...`")
+    steps = spool.settle(steps_frame(spool.rows().head(n_steps)))
 
     facts = _header_facts(pl.concat(headers))
     world = facts.get("world_size")
     return ParsedRun(
         source_format=FORMAT,
         format_version=None,
-        steps=steps_frame(steps),
+        steps=steps,
         memory=facts.get("memory", ()),
         features=facts.get("features", {}),
         gpu_model=facts.get("gpu_model"),

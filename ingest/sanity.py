@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
 from receipts.errors import InputError
-from receipts.schema.model import Anatomy, MemoryPeak, ParsedRun
+from receipts.schema.model import F, Anatomy, MemoryPeak, ParsedRun
 
 _I64_MAX = 2**63 - 1
 # Step-series columns that are measurements (never negative); loss may legitimately be NaN (a diverged run).
@@ -31,18 +31,18 @@ def _fits(value: Any, what: str, path: Path) -> Any:
     return value
 
 
-def _measured(frame: pl.DataFrame, columns: tuple[str, ...]) -> pl.DataFrame:
+def _measured(frame: F, columns: tuple[str, ...]) -> F:
     # A column is rewritten only when it holds a bad value: a step series of millions of rows is not copied
-    # (nor its all-null columns filled in) to change nothing.
-    fixes = []
-    for c in columns:
-        if c not in frame.columns:
-            continue
-        col = pl.col(c)
-        ok = (col >= 0) & (col.is_finite() if frame.schema[c].is_float() else pl.lit(True))
-        if frame.select((~ok).any()).item():
-            fixes.append(pl.when(ok).then(col).otherwise(None).alias(c))
-    return frame.with_columns(fixes) if fixes else frame
+    # (nor its all-null columns filled in) to change nothing. One pass finds the bad columns (streamed, for a
+    # spilled frame); the fix of a lazy frame applies wherever its rows are read.
+    schema = frame.collect_schema()
+    ok = {c: (pl.col(c) >= 0) & (pl.col(c).is_finite() if schema[c].is_float() else pl.lit(True))
+          for c in columns if c in schema}
+    if not ok:
+        return frame
+    bad = frame.lazy().select([(~cond).any().alias(c) for c, cond in ok.items()]).collect(engine="streaming").row(0)
+    fixes = [pl.when(cond).then(pl.col(c)).otherwise(None).alias(c) for (c, cond), b in zip(ok.items(), bad) if b]
+    return cast(F, frame.with_columns(fixes)) if fixes else frame
 
 
 def json_safe(value: Any) -> Any:

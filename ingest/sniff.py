@@ -103,14 +103,16 @@ def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
     return wrapped.merge(parsed, child)
 
 
-def parse_streamed(path: Path, name: str | None = None, progress: ReadProgress | None = None) -> ParsedRun | None:
+def parse_streamed(path: Path, name: str | None = None, progress: ReadProgress | None = None, *,
+                   spill: Path | None = None) -> ParsedRun | None:
     """The log parsed chunk by chunk, when the format it would be parsed with (named, or sniffed as
     `detect_log_format` sniffs) streams and no RECEIPT header wraps it; None when it must be read whole
-    (`parse_log`), which is also where a log no format claims gets its error."""
+    (`parse_log`), which is also where a log no format claims gets its error. `spill`: a directory the
+    step rows are written to as they are read (ingest/spool.py; the caller removes it), else in memory."""
     found = _streamed_format(path, name)
     if found is None:
         return None
-    parsed = log_parser(found).parse_chunks(path, read_chunks(path, progress))
+    parsed = log_parser(found).parse_chunks(path, read_chunks(path, progress), spill)
     if parsed.started_at is None:
         parsed = replace(parsed, started_at=_head_start_time(path))
     return parsed

@@ -34,7 +34,7 @@ def child_lines(log: LogText) -> LogText:
 
 def wants_child_steps(native: ParsedRun) -> bool:
     """A native parse with no step records: the steps, if any, are in the child's own format."""
-    return native.source_format == NATIVE and native.steps.height == 0
+    return native.source_format == NATIVE and native.steps.lazy().select(pl.len()).collect().item() == 0
 
 
 def merge(native: ParsedRun, child: ParsedRun) -> ParsedRun:

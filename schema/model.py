@@ -10,7 +10,7 @@ import hashlib
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast, overload
 
 import polars as pl
 
@@ -30,36 +30,56 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+# A receipt's step rows: a DataFrame, or (a long log's, spilled to disk by ingest/spool.py) a LazyFrame scanning
+# them, which readers collect the columns they need from. Either way STEP_SCHEMA's columns in step order.
+Steps = pl.DataFrame | pl.LazyFrame
+F = TypeVar("F", bound=Steps)  # a step frame, eager or lazy: what goes in comes out
+
+
 def empty_steps() -> pl.DataFrame:
     return pl.DataFrame(schema=STEP_SCHEMA)
 
 
-def steps_frame(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame:
+@overload
+def steps_frame(rows: pl.LazyFrame) -> pl.LazyFrame: ...
+@overload
+def steps_frame(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame: ...
+def steps_frame(rows: dict[str, Any] | pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
     """Coerce parser output to STEP_SCHEMA: missing columns become nulls, order is fixed."""
     frame = steps_columns(rows)
-    if frame.width == 0:
+    if isinstance(frame, pl.DataFrame) and frame.width == 0:
         return empty_steps()
     if one_row_per_step(frame):
         return frame  # a log's steps usually are: sorting millions of rows again would copy them all
     return frame.sort(["step", "rank"], nulls_last=True)
 
 
-def steps_columns(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame:
+@overload
+def steps_columns(rows: pl.LazyFrame) -> pl.LazyFrame: ...
+@overload
+def steps_columns(rows: dict[str, Any] | pl.DataFrame) -> pl.DataFrame: ...
+def steps_columns(rows: dict[str, Any] | pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
     """STEP_SCHEMA's columns, in its order, rows in their order (steps_frame without the sort): a parser
     reading a log chunk by chunk conforms each chunk's rows, so joining them copies nothing."""
-    frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows)
-    cols: list[pl.Expr | pl.Series] = []
+    frame = rows if isinstance(rows, (pl.DataFrame, pl.LazyFrame)) else pl.DataFrame(rows)
+    names = frame.collect_schema().names()
+    cols: list[pl.Expr] = []
     for name, dtype in STEP_SCHEMA.items():
-        if name in frame.columns:
-            cols.append(frame[name].cast(dtype, strict=False).alias(name))
+        if name in names:
+            cols.append(pl.col(name).cast(dtype, strict=False))
         else:
             cols.append(pl.lit(None, dtype=dtype).alias(name))
-    return frame.select(cols) if frame.width else frame
+    return frame.select(cols) if names else frame
 
 
-def one_row_per_step(frame: pl.DataFrame) -> bool:
+def one_row_per_step(frame: Steps) -> bool:
     """Steps strictly increasing with no rank: the order sort() would give, with no ties to break, and each
     step's only row is already what a per-step aggregate (slowest rank, summed tokens) would make of it."""
+    if isinstance(frame, pl.LazyFrame):
+        # streamed: each step against the one before it (a shift streams; diff() would collect the column)
+        step = pl.col("step")
+        return bool(frame.select(pl.col("rank").is_null().all() & step.is_not_null().all()
+                                 & (step > step.shift(1)).all()).collect(engine="streaming").item())
     steps = frame["step"]
     # One comparison of each step with the next, no diff column: at 10M steps the diff and its drop_nulls copy
     # were the parse's peak (+160 MiB).
@@ -170,14 +190,14 @@ class StepWindow:
     n_steady: int
 
 
-def mark_warmup(steps: pl.DataFrame, window: StepWindow) -> pl.DataFrame:
+def mark_warmup(steps: F, window: StepWindow) -> F:
     """`warmup` = not steady: before the window (warm-up) or after it (a cut-short tail). Applying a window
     lives with the model, so the store can write it without importing the analysis that chose it."""
     if window.first_step is not None and window.last_step is not None:
-        return steps.with_columns(~pl.col("step").is_between(window.first_step, window.last_step).alias("warmup"))
+        return cast(F, steps.with_columns(~pl.col("step").is_between(window.first_step, window.last_step).alias("warmup")))
     if window.warmup_last_step is None:
-        return steps.with_columns(pl.lit(False).alias("warmup"))
-    return steps.with_columns((pl.col("step") <= window.warmup_last_step).alias("warmup"))
+        return cast(F, steps.with_columns(pl.lit(False).alias("warmup")))
+    return cast(F, steps.with_columns((pl.col("step") <= window.warmup_last_step).alias("warmup")))
 
 
 @dataclass(frozen=True)
@@ -186,7 +206,7 @@ class ParsedRun:
 
     source_format: str
     format_version: str | None
-    steps: pl.DataFrame
+    steps: Steps
     claim: IdentityClaim = IdentityClaim()
     phases: tuple[tuple[str, int | None, int | None], ...] = ()  # (phase, first_step, last_step)
     memory: tuple[MemoryPeak, ...] = ()

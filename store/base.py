@@ -7,12 +7,13 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
 from receipts.errors import ReceiptNotFound, StoreError
-from receipts.schema.model import Anatomy, Receipt, SourceFile
+from receipts.schema.model import Anatomy, Receipt, SourceFile, Steps
 from receipts.schema.tables import IDENTITY_FIELDS
 from receipts.store import rows as R
 from receipts.sql import load_query
@@ -106,7 +107,7 @@ class Store(ABC):
         """Attach a profiler export to an existing receipt; False when that export is already attached.
         `forced`: the contradiction `--force` overrode, kept on the source row."""
         ingested_at = R.now_iso()
-        bulk: dict[str, pl.DataFrame] = {}
+        bulk: dict[str, Steps] = {}
         small: dict[str, list[dict[str, Any]]] = {
             "receipt_sources": R.source_rows(receipt_id, (source,), ingested_at, forced=forced)}
         self._add_anatomy(bulk, small, receipt_id, anatomy, source, ingested_at)
@@ -132,7 +133,7 @@ class Store(ABC):
 
     # ---- copies from another store (`receipts push`, store/sync.py): rows as stored, not re-derived ----------
     def copy_receipt_rows(self, *, content_sha256: str, small: dict[str, list[dict[str, Any]]],
-                          bulk: dict[str, pl.DataFrame], supersedes: tuple[str, ...] = ()) -> bool:
+                          bulk: Mapping[str, Steps], supersedes: tuple[str, ...] = ()) -> bool:
         """A receipt's rows exactly as another store holds them (ids, ingested_at, warm-up flags), in one
         transaction; False when a receipt with this content is already here. `supersedes`: the ids this
         receipt superseded there, superseded here too."""
@@ -140,7 +141,7 @@ class Store(ABC):
                            supersede=(small["receipts"][0]["id"], supersedes) if supersedes else None)
 
     def copy_attachment_rows(self, receipt_id: str, source_sha256: str, *, small: dict[str, list[dict[str, Any]]],
-                             bulk: dict[str, pl.DataFrame]) -> bool:
+                             bulk: Mapping[str, Steps]) -> bool:
         """An export's anatomy rows as another store holds them; False when that export is already attached."""
         return self._write(content_sha256=None, small=small, bulk=bulk, attach=(receipt_id, source_sha256))
 
@@ -224,7 +225,7 @@ class Store(ABC):
 
     @abstractmethod
     def _write(self, *, content_sha256: str | None, small: dict[str, list[dict[str, Any]]],
-               bulk: dict[str, pl.DataFrame], attach: tuple[str, str] | None = None,
+               bulk: Mapping[str, Steps], attach: tuple[str, str] | None = None,
                supersede: tuple[str, tuple[str, ...]] | None = None) -> bool:
         """Insert everything in one transaction. Returns False (and writes nothing) when the content hash
         (or, for an attachment, the (receipt, source sha256) pair) is already stored. `supersede` =

@@ -8,6 +8,7 @@ answers on both backends.
 from __future__ import annotations
 
 import io
+import itertools
 from typing import Any
 
 import duckdb
@@ -18,8 +19,10 @@ from psycopg import sql as pgsql
 from receipts.duck import connect
 from receipts.errors import StoreError
 from receipts.schema.tables import metadata
+from receipts.schema.model import Steps
 from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.migrations import PostgresTarget, ensure_schema
+from receipts.store.rows import bulk_slices
 from receipts.store.urls import libpq_dsn, redact_url
 
 class PostgresStore(Store):
@@ -147,8 +150,7 @@ class PostgresStore(Store):
                     if rows:
                         _insert_rows(self.conn, table, rows)
                 for table, frame in bulk.items():
-                    if frame.height:
-                        _copy_frame(self.conn, table, frame)
+                    _copy_frame(self.conn, table, frame)
                 if supersede is not None:
                     new_id, earlier = supersede
                     with self.conn.cursor() as cur:
@@ -185,22 +187,29 @@ def _insert_rows(conn: psycopg.Connection, table: str, rows: list[dict[str, Any]
         cur.executemany(statement, [[row.get(c) for c in columns] for row in rows])
 
 
-def _copy_frame(conn: psycopg.Connection, table: str, frame: pl.DataFrame) -> None:
-    """COPY ... FROM STDIN (CSV) from polars' writer: no per-row Python work.
+def _copy_frame(conn: psycopg.Connection, table: str, frame: Steps) -> None:
+    """COPY ... FROM STDIN (CSV) from polars' writer, a slice of rows at a time (store/rows.py: bulk_slices):
+    no per-row Python work, and a spilled step series is never whole in memory.
 
     CSV conventions that make the round trip exact: nulls are unquoted empty fields and every string is
     quoted (so '' stays an empty string, not NULL); polars writes floats in shortest round-trip form and
     NaN/inf spellings PostgreSQL's float8 input accepts."""
+    names = frame.collect_schema().names()
     known = set(_columns(table))
-    unknown = [c for c in frame.columns if c not in known]
+    unknown = [c for c in names if c not in known]
     if unknown:
         raise StoreError(table, f"bulk frame has columns the table lacks: {unknown}")
-    buffer = io.BytesIO()
-    frame.write_csv(buffer, include_header=False, null_value="", quote_style="non_numeric")
     statement = pgsql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-        pgsql.Identifier(table), pgsql.SQL(", ").join(map(pgsql.Identifier, frame.columns)))
-    view = buffer.getbuffer()
+        pgsql.Identifier(table), pgsql.SQL(", ").join(map(pgsql.Identifier, names)))
     chunk = 1 << 20
+    slices = bulk_slices(frame)
+    first = next(slices, None)
+    if first is None:
+        return
     with conn.cursor().copy(statement) as copy:
-        for start in range(0, len(view), chunk):
-            copy.write(view[start:start + chunk])
+        for part in itertools.chain([first], slices):
+            buffer = io.BytesIO()
+            part.write_csv(buffer, include_header=False, null_value="", quote_style="non_numeric")
+            view = buffer.getbuffer()
+            for start in range(0, len(view), chunk):
+                copy.write(view[start:start + chunk])

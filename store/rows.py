@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from collections.abc import Iterator
 from typing import Any
 
 import polars as pl
 
 from receipts.schema.identity import identity_columns
 from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, RECEIPT_MODEL_VERSION,
-                                   Anatomy, Receipt, SourceFile, mark_warmup)
+                                   Anatomy, Receipt, SourceFile, Steps, mark_warmup)
 
 
 def dumps(value: Any) -> str:
@@ -73,9 +74,31 @@ def run_key(receipt: Receipt) -> str | None:
     return None
 
 
-def step_frame(receipt: Receipt) -> pl.DataFrame:
+def step_frame(receipt: Receipt) -> Steps:
     steps = mark_warmup(receipt.parsed.steps, receipt.window)
     return steps.select(pl.lit(receipt.id).alias("receipt_id"), pl.all())
+
+
+# Rows per slice of a bulk write: each is one copy (a log's constant receipt_id made real, an Arrow table or
+# a CSV buffer), never the whole series at once.
+BULK_SLICE_ROWS = 1 << 16
+
+
+def bulk_slices(frame: Steps, rows: int = BULK_SLICE_ROWS) -> Iterator[pl.DataFrame]:
+    """A bulk frame in order, `rows` at a time: slices of a DataFrame, or of a spilled step frame collected
+    one at a time (a scan of Parquet row groups of this size: ingest/spool.py), so a write holds one slice."""
+    if isinstance(frame, pl.DataFrame):
+        for start in range(0, frame.height, rows):
+            yield frame.slice(start, rows)
+        return
+    start = 0
+    while True:
+        part = frame.slice(start, rows).collect()
+        if part.height:
+            yield part
+        if part.height < rows:
+            return
+        start += rows
 
 
 def summary_rows(receipt: Receipt) -> list[dict[str, Any]]:

@@ -3,6 +3,8 @@ when steps are autocorrelated (AR(1)), where resampling single steps would not."
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -204,3 +206,43 @@ def test_autocovariances_by_segment_are_one_whole_fft(n, max_lag):
     spectrum = np.fft.rfft(eps, 2 * n)
     whole = np.fft.irfft(spectrum * np.conj(spectrum), 2 * n)[:max_lag + 1] / n
     assert np.allclose(_autocovariances(eps, max_lag), whole, rtol=1e-9, atol=1e-12)
+
+
+def _settled_over_all_steps(ms, limit, half):
+    """The reference: every start's run of SETTLE_RUN steps checked, as before the search over slow steps."""
+    from receipts.analysis.window import SETTLE_RUN
+
+    slow = np.concatenate(([0], np.cumsum(~(ms <= limit))))
+    starts = np.arange(1, half + 1)
+    quiet = slow[np.minimum(starts + SETTLE_RUN, ms.size)] == slow[starts]
+    return int(starts[np.argmax(quiet)]) if quiet.any() else half
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(ms=st.lists(st.sampled_from([1.0, 1.1, 2.0, 5.0, math.nan]), min_size=4, max_size=60),
+       limit=st.sampled_from([1.05, 1.5, 3.0]))
+def test_settling_looks_only_at_slow_steps_and_finds_the_same_start(ms, limit):
+    from receipts.analysis.window import _settled
+
+    x = np.array(ms)
+    half = x.size // 2
+    assert _settled(x, limit, half) == _settled_over_all_steps(x, limit, half)
+
+
+def test_block_counts_in_pieces_are_one_bincount(monkeypatch):
+    from receipts.analysis import stats
+
+    below = ar1(np.random.default_rng(5), 10_007, 0.6, 1.0) <= 0.2
+    prefix = np.concatenate(([0], np.cumsum(below)))
+    for width in (1, 7, 64):
+        n_starts = below.size - width + 1
+        starts = np.arange(n_starts)
+        whole = np.bincount(prefix[starts + width] - prefix[starts], minlength=width + 1) / n_starts
+        monkeypatch.setattr(stats, "_STARTS_AT_ONCE", 997)
+        assert np.array_equal(stats._block_count_pmf(prefix.astype(np.int32), width, n_starts), whole)
+
+
+@pytest.mark.parametrize("n", [2, 3, 10, 11, 1001])
+def test_the_interval_median_is_numpys(n):
+    x = 100.0 + ar1(np.random.default_rng(n), n, 0.5, 3.0)
+    assert median_interval(x).median == float(np.median(x))
