@@ -1,12 +1,13 @@
 """polars' allocator gives freed memory back at once in the command-line process.
 
-polars allocates through its own jemalloc, which keeps freed pages (for reuse) for about ten seconds by
-default. An ingest runs phases that each peak in turn (the parse, the window, the summary, the bulk write),
-with numpy and DuckDB allocating outside jemalloc in between, so the pages polars freed in one phase stayed
-resident under the next: a 2M-step log's ingest peaked at 402 MiB, and at 291 MiB with freed pages returned
-at once, for the same user CPU (benchmarks/bench_log_ingest.py). jemalloc reads its options once, when polars
-loads, from _RJEM_MALLOC_CONF (the variable of polars' prefixed jemalloc); a value already set wins, and
-child processes (rank workers, the dashboard's server) inherit it.
+polars allocates through its own jemalloc, which it configures when it loads to keep freed pages for reuse
+(dirty_decay_ms:500, muzzy_decay_ms:1000; pola-rs/polars#18088). An ingest runs phases that each peak in turn
+(the parse, the window, the summary, the bulk write), with numpy and DuckDB allocating outside jemalloc in
+between, so the pages polars freed in one phase stayed resident under the next: a 2M-step log's ingest peaked
+at 402 MiB, and at 291 MiB with freed pages returned at once, for the same user CPU
+(benchmarks/bench_log_ingest.py). polars appends what _RJEM_MALLOC_CONF holds when it loads to its own
+options (later ones win), and reads it only then; a value the user set wins, and child processes (rank
+workers, the dashboard's server) inherit it.
 """
 
 from __future__ import annotations

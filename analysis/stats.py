@@ -214,11 +214,11 @@ def _block_count_pmf(prefix: np.ndarray, width: int, n_starts: int) -> np.ndarra
 
 
 def _order_stat_quantile(x: np.ndarray, xs: np.ndarray, rank: int, q: float, length: int) -> float:
-    """Smallest value t of sorted xs with P*(rank-th smallest of a moving-block resample <= t) >= q."""
+    """Smallest value t of xs (sorted, distinct) with P*(rank-th smallest of a moving-block resample <= t) >= q."""
     n = x.size
     n_blocks = -(-n // length)
     part = n - (n_blocks - 1) * length
-    lo, hi = 0, n - 1
+    lo, hi = 0, xs.size - 1
     while lo < hi:  # P* is non-decreasing in t
         mid = (lo + hi) // 2
         if _count_tail(x <= xs[mid], length, part, n_blocks, rank) >= q:
@@ -238,12 +238,17 @@ def median_interval(values: np.ndarray, *, confidence: float = CONFIDENCE, lengt
     if x.size < 2:
         return None
     n = x.size
+    if x.min() == x.max():
+        return RunInterval(int(n), float(x[0]), float(x[0]), float(x[0]), confidence, 1,
+                           "exact (no variation in the run)")
+    # the block length before the sorted copy: each takes a copy of the series, never both at once
+    b = block_length(x) if length is None else max(1, min(int(length), n))
     xs = np.sort(x)
     # np.median's value, from the sorted copy the search needs anyway (np.median would partition another)
     median = float(xs[n // 2]) if n % 2 else float((xs[n // 2 - 1] + xs[n // 2]) / 2.0)
-    if xs[0] == xs[-1]:
-        return RunInterval(int(n), median, median, median, confidence, 1, "exact (no variation in the run)")
-    b = block_length(x) if length is None else max(1, min(int(length), n))
+    # The search probes each distinct value once: logs print step times to a few digits, so a run of millions of
+    # steps has thousands of values, and each probe is a pass over the run (the answer is the same value).
+    xs = xs[np.concatenate(([True], xs[1:] != xs[:-1]))]
     alpha = (1.0 - confidence) / 2.0
     low = _order_stat_quantile(x, xs, (n + 1) // 2, alpha, b)       # lower middle order statistic
     high = _order_stat_quantile(x, xs, n // 2 + 1, 1.0 - alpha, b)  # upper middle order statistic

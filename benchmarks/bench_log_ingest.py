@@ -28,11 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import polars as pl
-
 from peak_rss import peak_rss_mib
-from receipts.ingest import sniff
-from receipts.ingest.textlog import BLOCK_BYTES, read_log
+from receipts.allocator import return_freed_memory_at_once
+
+# polars and the parsers load in the functions that use them: a measuring child sets polars' allocator option
+# first, as `receipts` does at start-up (receipts/allocator.py), which only works before polars loads.
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "logs"
 SOURCES = {
@@ -94,6 +94,8 @@ def timed(fn, repeat: int) -> tuple[float, float]:
 
 def raw_read(path: Path) -> int:
     """The floor every reader pays: the file's bytes, in the blocks the streamed reader reads."""
+    from receipts.ingest.textlog import BLOCK_BYTES
+
     n = 0
     with open(path, "rb") as f:
         while block := f.read(BLOCK_BYTES):
@@ -103,6 +105,10 @@ def raw_read(path: Path) -> int:
 
 def ingest(path: Path) -> int:
     """The parse as `receipts ingest` runs it: streamed, the step rows spilled to a scratch folder."""
+    import polars as pl
+
+    from receipts.ingest import sniff
+
     with tempfile.TemporaryDirectory(prefix="bench-spill-") as spill:
         parsed = sniff.parse_streamed(path, spill=Path(spill))
         assert parsed is not None, f"{path} did not take the streamed path"
@@ -110,6 +116,9 @@ def ingest(path: Path) -> int:
 
 
 def whole(path: Path) -> int:
+    from receipts.ingest import sniff
+    from receipts.ingest.textlog import read_log
+
     log = read_log(path)
     return sniff.log_parser(sniff.detect_log_format(log)).parse(log).steps.height
 
@@ -122,6 +131,7 @@ def peak_in_child(mode: str, path: Path) -> float:
 
 
 def child(mode: str, path: Path) -> None:
+    return_freed_memory_at_once()
     if mode == "store":
         from receipts.cli.main import main as receipts_cli
 
@@ -152,6 +162,8 @@ def main() -> None:
     if args.child:
         child(args.child[0], Path(args.child[1]))
         return
+    import polars as pl
+
     print("command: " + " ".join(shlex.quote(a) for a in [*(f"{k}={v}" for k, v in os.environ.items()
                                                              if k == "POLARS_MAX_THREADS"), "python", *sys.argv]))
     print(f"polars {pl.__version__}, threads={pl.thread_pool_size()} "

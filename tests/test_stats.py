@@ -246,3 +246,15 @@ def test_block_counts_in_pieces_are_one_bincount(monkeypatch):
 def test_the_interval_median_is_numpys(n):
     x = 100.0 + ar1(np.random.default_rng(n), n, 0.5, 3.0)
     assert median_interval(x).median == float(np.median(x))
+
+
+@pytest.mark.parametrize("digits", [0, 1, 2])
+def test_searching_distinct_values_finds_the_ends_searching_every_value_finds(digits):
+    from receipts.analysis.stats import _order_stat_quantile
+
+    x = np.round(450.0 + ar1(np.random.default_rng(digits), 5_000, 0.5, 4.0), digits)  # a log's printed step times
+    ci = median_interval(x)
+    xs, n = np.sort(x), x.size
+    assert np.unique(x).size < n
+    assert ci.ci_low == _order_stat_quantile(x, xs, (n + 1) // 2, 0.025, ci.block_length)
+    assert ci.ci_high == _order_stat_quantile(x, xs, n // 2 + 1, 0.975, ci.block_length)
