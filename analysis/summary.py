@@ -37,13 +37,13 @@ def steady_values(steps: Steps, metric: str) -> np.ndarray:
     steady = (steps.lazy().select("step", "rank", "step_ms", "tokens_per_s", "warmup")
               .filter(~pl.col("warmup") & pl.col("step_ms").is_not_null()))
     if one_row_per_step(steady):  # a log's usual series: each step's row is already its aggregate
-        return steady.select(metric).collect()[metric].drop_nulls().to_numpy()
+        return steady.select(pl.col(metric).drop_nulls()).collect().to_series().to_numpy()
     per_step = (steady.group_by("step")
                 .agg(pl.col("step_ms").max(),
                      pl.when(pl.col("rank").n_unique() > 1).then(pl.col("tokens_per_s").sum())
                      .otherwise(pl.col("tokens_per_s").max()).alias("tokens_per_s"))
                 .sort("step"))
-    return per_step.select(metric).collect()[metric].drop_nulls().to_numpy()
+    return per_step.select(pl.col(metric).drop_nulls()).collect().to_series().to_numpy()
 
 
 def summarise_steps(steps: Steps) -> dict[str, Any]:

@@ -29,13 +29,18 @@ TAIL_FRACTION = 0.1
 RULE_NAME = "leading-slow-steps-v2"
 
 
-def _step_times(steps: Steps) -> pl.DataFrame:
-    """One time per step (the slowest rank: a step ends when its last rank does), in step order: strictly
-    increasing steps, whichever path made them. Only these two columns are collected from a spilled frame."""
+def _step_times(steps: Steps) -> tuple[np.ndarray, np.ndarray]:
+    """(step, step_ms): one time per step (the slowest rank: a step ends when its last rank does), in step order,
+    strictly increasing steps whichever path made them. From a spilled frame the two columns are collected one
+    after the other, each made one array before the next is read (a read in row groups is then copied whole)."""
     timed = steps.lazy().select("step", "rank", "step_ms").filter(pl.col("step_ms").is_not_null())
-    if one_row_per_step(timed):  # a log's usual series: already one time per step, in order
-        return timed.select("step", "step_ms").collect()
-    return timed.group_by("step").agg(pl.col("step_ms").max()).sort("step").collect()
+    if not one_row_per_step(timed):
+        timed = timed.group_by("step").agg(pl.col("step_ms").max()).sort("step")
+    return _column(timed, "step"), _column(timed, "step_ms")
+
+
+def _column(frame: pl.LazyFrame, name: str) -> np.ndarray:
+    return frame.select(name).collect().to_series().to_numpy()
 
 
 def warmup_steps_from_phases(phases: tuple[tuple[str, int | None, int | None], ...]) -> int | None:
@@ -52,11 +57,10 @@ def warmup_steps_from_phases(phases: tuple[tuple[str, int | None, int | None], .
 def choose_window(steps: Steps, phases: tuple[tuple[str, int | None, int | None], ...], *,
                   tail: int | None = None) -> StepWindow:
     """`tail`: a last step known to be cut short (cut_short_tail), left out of the steady window."""
-    times = _step_times(steps)
-    if times.height == 0:
+    step_nums, ms = _step_times(steps)  # numpy, not lists: a log's series runs to millions of steps
+    if step_nums.size == 0:
         return StepWindow(None, None, 0, None, "no step times", 0)
     marker_last = warmup_steps_from_phases(phases)
-    step_nums = times["step"].to_numpy()  # numpy, not lists: a log's series runs to millions of steps
     if marker_last is not None:
         names = sorted({n for n, _, _ in phases if n.lower() in WARMUP_PHASES})
         warmup_last: int | None = marker_last
@@ -64,11 +68,12 @@ def choose_window(steps: Steps, phases: tuple[tuple[str, int | None, int | None]
     else:
         rule = RULE_NAME
         warmup_last = None
-        n = times.height
+        n = step_nums.size
         if n >= 4:
             half = n // 2
-            limit = SLOW_FACTOR * cast(float, times["step_ms"].slice(half).median())
-            warmup_last = int(step_nums[_settled(times["step_ms"].to_numpy(), limit, half) - 1])
+            limit = SLOW_FACTOR * cast(float, pl.Series(ms[half:]).median())
+            warmup_last = int(step_nums[_settled(ms, limit, half) - 1])
+    del ms
     if tail is not None and bool((step_nums == tail).any()):
         rule += "+cut-short-tail"
     steady = np.ones(step_nums.size, dtype=bool) if warmup_last is None else step_nums > warmup_last
@@ -105,12 +110,12 @@ def cut_short_tail(steps: pl.DataFrame, busy_ms: dict[int, float] | None = None)
     """The last step when it was cut short: a profiler's final step often closes as the capture stops, with
     no GPU work or a few microseconds of it (a tail, not a steady step). Returns that step or None.
     `steps` carries step and step_ms; `busy_ms` the GPU busy time per step where a profile knows it."""
-    times = _step_times(steps)
-    if times.height < 3:
+    step_nums, ms = _step_times(steps)
+    if step_nums.size < 3:
         return None
-    last = int(times["step"][-1])
-    rest = cast(float, times["step_ms"][:-1].median())  # height >= 3: never None
-    tail_ms = float(times["step_ms"][-1])
+    last = int(step_nums[-1])
+    rest = cast(float, pl.Series(ms[:-1]).median())  # height >= 3: never None
+    tail_ms = float(ms[-1])
     no_work = busy_ms is not None and busy_ms.get(last, 0.0) < TAIL_FRACTION * max(
         (v for k, v in busy_ms.items() if k != last), default=0.0)
     return last if (tail_ms < TAIL_FRACTION * rest or no_work) else None
