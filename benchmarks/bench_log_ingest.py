@@ -6,14 +6,16 @@
 The logs are built from the lines of real logs in ../shared/realdata/logs (nanochat sft_run, a Megatron-
 DeepSpeed run with its arguments dump, a modded-nanogpt record): header lines, then the step lines repeated
 with renumbered steps, written to a temp file. Throughput is the best of --repeat runs of sniffing and
-parsing the file (sniff.parse_streamed: 8 MiB chunks, each reduced to its numbers). The reference, in the
-same run on the same file, is a raw read of the file in the same 8 MiB blocks (bytes only, no split).
+parsing the file as `receipts ingest` parses it (sniff.parse_streamed: 8 MiB chunks, each reduced to its
+numbers, the step rows spilled to Parquet in a scratch folder). The reference, in the same run on the same
+file, is a raw read of the file in the same 8 MiB blocks (bytes only, no split).
 Peak memory is measured in a fresh process per log (VmHWM, benchmarks/peak_rss.py: the kernel's high-water mark of
-the whole process, interpreter and polars' arenas included): the streamed parse at --lines and --big-lines,
-the whole read (read_log + parse, the path before streaming) at --lines, and `receipts ingest` of the
---lines log (and of the --big-lines one) into a new DuckDB store (parse, window, summary and the write of every
-step row). The floor under the ingest figures is the same ingest of the log built to ~1,000 lines: the interpreter,
-polars, DuckDB, and the pandas and pyarrow that DuckDB's Python client imports on its first bound parameter.
+the whole process, interpreter and polars' arenas included). Every process here sets polars' allocator as the
+command line sets it (receipts/allocator.py). Peak memory: the streamed parse at --lines and --big-lines, the whole read (read_log + parse,
+the path before streaming) at --lines, and `receipts --db NEW ingest LOG` itself (parse, window, summary and the
+write of every step row) at --lines (and --big-lines). The floor under the ingest figures is the same command on
+the log built to ~1,000 lines: the interpreter, typer and rich, polars, DuckDB, SQLAlchemy (the schema), and the
+pandas and pyarrow that DuckDB's Python client imports on its first bound parameter.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ def main() -> None:
     if args.child:
         child(args.child[0], Path(args.child[1]))
         return
+    return_freed_memory_at_once()  # the timed parses too run as `receipts` runs them
     import polars as pl
 
     print("command: " + " ".join(shlex.quote(a) for a in [*(f"{k}={v}" for k, v in os.environ.items()
