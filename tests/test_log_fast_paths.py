@@ -4,7 +4,8 @@ nanochat's step lines and Megatron's iteration lines are read in one regex pass 
 (nanochat._USUAL_LINE; megatron._USUAL_START, with the loss read from the whole match of its pattern); every
 other line is read field by field. Here every line is read both ways: each real log and run.log under tests/data,
 and edge lines made to sit on the border of the usual layout (nan/inf losses, a missing, moved or repeated
-field, `\\r`, a timestamp or rank prefix, Unicode spaces, a step past Int64).
+field, `\\r`, a timestamp or rank prefix, Unicode spaces, a step past Int64). Megatron's tokens/s, extracted only in
+a chunk that prints it, is checked chunk by chunk.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from polars.testing import assert_frame_equal
 
 from conftest import REPO, realdata
 from receipts.ingest import megatron, nanochat
-from receipts.ingest.textlog import read_log
+from receipts.ingest.textlog import read_chunks, read_log
 
 RUN_LOGS = sorted((REPO / "tests" / "data").rglob("run.log"))
 
@@ -130,3 +131,19 @@ def test_edge_lines_survive_the_reader(tmp_path: Path) -> None:
         log = tmp_path / f"{module_name}.log"
         log.write_text("\n".join(lines) + "\n", encoding="utf-8", newline="")
         _both_ways(module_name, read_log(log).frame())
+
+
+def test_tokens_per_second_is_read_in_each_chunk_that_prints_it(tmp_path: Path) -> None:
+    """Megatron reads tokens/s only in a chunk with a `tokens per` line (else it is null there, then derived)."""
+    row = (" iteration {:8d}/      10 | consumed samples: {:12d} | consumed tokens: {:12d} | elapsed time per "
+           "iteration (ms): {} |{} lm loss: 1.0 |")
+    log = tmp_path / "tps.log"
+    log.write_text("\n".join([row.format(1, 256, 524288, "1000.0", " tokens per sec: 1,234.5 |"),
+                              row.format(2, 512, 1048576, "500.0", ""),
+                              "[Rank 0] (after 2 iterations) memory (MB) | allocated: 1.0 | max allocated: 2.0 | "
+                              "reserved: 3.0 | max reserved: 4.0",
+                              row.format(3, 768, 1572864, "250.0", " tokens per second: 99 |")]) + "\n")
+    for block in (64, 1 << 20):  # a chunk per line, and one chunk
+        steps = megatron.parse_chunks(log, read_chunks(log, block_bytes=block)).steps
+        assert steps["tokens_per_s"].to_list() == [1234.5, 1048576.0, 99.0]
+        assert steps["allocated_bytes"].to_list() == [None, 1 << 20, None]
