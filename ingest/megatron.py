@@ -101,11 +101,11 @@ class _Reading:
 
     def add(self, frame: pl.DataFrame) -> None:
         # Memory reports and tokens per second are rare in a long log: one pass over the text finds the lines
-        # that hold either (a pass for each cost 0.15 s more on 2M lines), for the two extracts below.
+        # that hold either, for the two extracts below (a pass for each: 0.07 s more on 2M lines).
         rare = frame.filter(pl.col("text").str.contains_any(["memory (MB)", "tokens per "]))
+        printed = rare["text"].str.contains("tokens per ", literal=True).any()  # else every extract gives null
         tokens_per_s = (pl.col("text").str.extract(_TOKENS_PER_S, 1).str.replace_all(",", "", literal=True)
-                        .cast(pl.Float64, strict=False)
-                        if rare["text"].str.contains("tokens per ", literal=True).any() else pl.lit(None, pl.Float64))
+                        .cast(pl.Float64, strict=False) if printed else pl.lit(None, pl.Float64))
         matched = _iteration_rows(frame)
         if matched.height:
             self.last_match = matched["text"][-1]
