@@ -39,7 +39,10 @@ _FIELDS = {
 # base_train's and chat_sft's own layout, read in one pass (a third of the time of one pass per field). Where it
 # matches, each group is the first match of that field's own pattern above (no '|' comes before the fields
 # it skips), so both ways give the same numbers; other lines are read field by field.
-_USUAL_LINE = (r"^step ([0-9]+)(?:/[0-9]+)?(?: \([0-9.]+%\))? ?\| loss: ([^ |]+) \| lrm: [^|]*\| dt: ([0-9.]+)ms "
+# One-pass: at every byte at most one way on (`(?: (?:\(p%\) ?)?)?\|` rather than STEP_LINE's `(?: \(p%\))? ?\|`,
+# whose space could begin either), so the regex crate reads the groups with its one-pass DFA instead of
+# backtracking: half the time of this extract.
+_USUAL_LINE = (r"^step ([0-9]+)(?:/[0-9]+)?(?: (?:\([0-9.]+%\) ?)?)?\| loss: ([^ |]+) \| lrm: [^|]*\| dt: ([0-9.]+)ms "
                r"\| tok/sec: ([0-9,.]+) \| mfu: ([0-9.]+)")
 _USUAL_GROUPS = {"loss": "2", "step_ms": "3", "tokens_per_s": "4", "mfu_pct": "5"}
 _HEADER = (r"(?:Distributed world size: |GPU: |Building model with config: |Peak memory usage: "
