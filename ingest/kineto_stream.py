@@ -284,8 +284,8 @@ def _scan_block(kept: _Kept, trace: Trace, buf: bytearray, end: int) -> None:
     try:
         with memoryview(buf) as view, view[:end] as block:
             events = _BLOCK.decode(block)
-    except msgspec.DecodeError as exc:  # ValidationError included: a field of an unexpected type
-        raise _Layout from exc
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError included: a field of an unexpected
+        raise _Layout from exc  # type; a byte that is not UTF-8 inside a string: the reference path names it
     wanted = _having(events, _WANTED.__contains__)
     path = trace.path
     gpu, g_ts, g_dur = _timed(_having(wanted, _GPU_KIND.__contains__), path)
