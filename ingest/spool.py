@@ -45,7 +45,8 @@ class RowSpool:
             self._parts.append(rows)
             return
         part = self._dir / f"{self._name}-{len(self._files):06d}.parquet"
-        rows.write_parquet(part, compression="lz4", statistics=False)
+        # uncompressed: a part lives until the settle reads it back once (lz4 cost ~0.15 s of CPU per 2M steps)
+        rows.write_parquet(part, compression="uncompressed", statistics=False)
         self._files.append(part)
 
     def rows(self) -> pl.LazyFrame:
