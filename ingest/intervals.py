@@ -48,7 +48,7 @@ def _combined_key(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
     return key
 
 
-def _order(key: np.ndarray, start: np.ndarray) -> np.ndarray:
+def sort_order(key: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Indices sorting by (key, start): one argsort of a packed int64 when it fits, else lexsort."""
     if start.size == 0:
         return np.zeros(0, dtype=np.int64)
@@ -66,7 +66,7 @@ def _grouped(events: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, np.nd
     start = events["start_ns"].to_numpy().astype(np.int64)
     end = events["end_ns"].to_numpy().astype(np.int64)
     key = _combined_key(events, keys)
-    order = _order(key, start)
+    order = sort_order(key, start)
     sorted_key = key[order]
     new = np.r_[True, sorted_key[1:] != sorted_key[:-1]] if order.size else np.zeros(0, dtype=bool)
     group = np.cumsum(new) - 1
@@ -129,7 +129,7 @@ def intersection_ns(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.Dat
     if both.height == 0:
         return pl.DataFrame(schema={**{k: a.schema[k] for k in keys}, "both_ns": pl.Int64})
     key_rows, group, _, _ = _grouped(both.with_columns(pl.lit(0).alias("start_ns"), pl.lit(0).alias("end_ns")), keys)
-    ordered = both[_order(_combined_key(both, keys), both["start_ns"].to_numpy().astype(np.int64))]
+    ordered = both[sort_order(_combined_key(both, keys), both["start_ns"].to_numpy().astype(np.int64))]
     # Edges: +1 at an island start, -1 at its end, per set. Islands within one set are disjoint, so the
     # running count of each set is 0 or 1, and it returns to 0 at every group boundary.
     n = ordered.height
@@ -160,14 +160,77 @@ def _spans_cover(ev: pl.DataFrame, sp: pl.DataFrame) -> bool:
     return inside.height == bounds.height
 
 
+def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end: np.ndarray,
+                   categories: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """anatomy_rows' integers for activities sorted by (key, start), one step per key value, its span its own
+    work (first start, last end): (one row per key: key, span_start_ns, span_end_ns and STEP_NS; one row per
+    (key, category) present: key, category, union_ns). `category`: codes into `categories`.
+
+    Every union is one linear pass over rows already in order (a mask keeps the order), where anatomy_rows sorts
+    each interval set again. The overlap of two unions is |A| + |B| - |A u B| (anatomy_rows sweeps their edges):
+    the same integer whenever no interval ends before it starts, the sweep otherwise. In-span values count only
+    intervals of positive length, as anatomy_rows' clipping leaves them."""
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else np.zeros(0, np.int64)
+    group = np.cumsum(np.r_[True, key[1:] != key[:-1]]) - 1 if key.size else np.zeros(0, np.int64)
+    n = first.size
+
+    def of(names: tuple[str, ...]) -> np.ndarray:
+        return categories.cast(pl.Utf8).is_in(names).to_numpy()[category]
+
+    def union(rows: np.ndarray | None = None) -> np.ndarray:
+        g, s, e = (group, start, end) if rows is None else (group[rows], start[rows], end[rows])
+        gi, si, ei = _islands(g, s, e)
+        return np.bincount(gi, weights=(ei - si), minlength=n).astype(np.int64)
+
+    comm, compute = of(COMM_CATEGORIES), of(COMPUTE_CATEGORIES)
+    comm_ns, compute_ns, kernel_ns, busy = union(comm), union(compute), union(comm | compute), union()
+    if (end[comm | compute] < start[comm | compute]).any():
+        both = _both_swept(group, start, end, comm, compute, n)
+    else:
+        both = comm_ns + compute_ns - kernel_ns
+    positive = end > start
+    if positive.all():
+        busy_in, c_in, m_in, cm = busy, compute_ns, comm_ns, both
+    else:
+        busy_in, c_in, m_in = union(positive), union(positive & compute), union(positive & comm)
+        cm = c_in + m_in - union(positive & (comm | compute))
+    step_ns = pl.DataFrame({
+        "key": key[first], "span_start_ns": start[first],
+        "span_end_ns": np.maximum.reduceat(end, first) if n else np.zeros(0, np.int64),
+        "union_ns": busy, "busy_in_span_ns": busy_in,
+        "kernels": np.bincount(group[of(KERNEL_ONLY)], minlength=n).astype(np.int64),
+        "comm_ns": comm_ns, "both_ns": both, "c_ns": c_in, "m_ns": m_in, "cm_ns": cm})
+    # By category: a stable sort by category code (a radix sort of bytes) keeps each category's rows in
+    # (key, start) order.
+    order = np.argsort(category, kind="stable")
+    by = category[order].astype(np.int64) * max(n, 1) + group[order]
+    runs = np.flatnonzero(np.r_[True, by[1:] != by[:-1]]) if by.size else np.zeros(0, np.int64)
+    run = np.cumsum(np.r_[True, by[1:] != by[:-1]]) - 1 if by.size else np.zeros(0, np.int64)
+    gi, si, ei = _islands(run, start[order], end[order])
+    category_ns = pl.DataFrame({
+        "key": key[first][group[order][runs]], "category": categories.gather(category[order][runs]),
+        "union_ns": np.bincount(gi, weights=(ei - si), minlength=runs.size).astype(np.int64)})
+    return step_ns, category_ns
+
+
+def _both_swept(group: np.ndarray, start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray,
+                n: int) -> np.ndarray:
+    """Per group, the time both row sets `a` and `b` cover, by intersection_ns' edge sweep."""
+    def frame(rows: np.ndarray) -> pl.DataFrame:
+        return pl.DataFrame({"group": group[rows], "start_ns": start[rows], "end_ns": end[rows]})
+    hit = intersection_ns(frame(a), frame(b), ["group"])
+    both = np.zeros(n, np.int64)
+    both[hit["group"].to_numpy()] = hit["both_ns"].to_numpy()
+    return both
+
+
 def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per (rank, step): time by category (union), idle inside the span, exposed comm.
 
     Returns (rows[rank, step, category, time_ms], per_step[rank, step, gpu_ms, kernels, comm_ms, overlap_pct]).
     """
     ev = events.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
-    by_cat = union_ns(ev, [*_KEYS, "category"]).select(*_KEYS, pl.col("category").cast(pl.Utf8),
-                                                       (pl.col("union_ns") / 1e6).alias("time_ms"))
+    by_cat = union_ns(ev, [*_KEYS, "category"])
     busy = union_ns(ev, _KEYS)
     # Kernels only: memcpy / memset are not kernels, and a CUDA-graph replay holds an unknown number of them.
     counts = (ev.filter(pl.col("category").is_in(KERNEL_ONLY)).group_by(_KEYS)
@@ -195,33 +258,38 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
         m_in = clipped.filter(pl.col("category").is_in(COMM_CATEGORIES))
         m_union = union_ns(m_in, _KEYS).rename({"union_ns": "m_ns"})
         cm = intersection_ns(m_in, c_in, _KEYS).rename({"both_ns": "cm_ns"})
+    totals = sp.select(*_KEYS, "span_start_ns", "span_end_ns")
+    for part in (busy, busy_in_span, counts, comm_union, hidden,
+                 union_ns(c_in, _KEYS).rename({"union_ns": "c_ns"}), m_union, cm):
+        totals = totals.join(part, on=_KEYS, how="left", nulls_equal=True)
+    return anatomy_from_ns(by_cat, totals.with_columns(pl.col(*STEP_NS).fill_null(0)))
+
+
+# Integers per (rank, step) that anatomy_from_ns turns into rows: the union of all work (union_ns), of the work
+# inside the span (busy_in_span_ns), kernels counted, the union of communication (comm_ns) and its overlap with
+# compute (both_ns); inside the span, the union of compute (c_ns), of communication (m_ns) and their overlap (cm_ns).
+STEP_NS = ("union_ns", "busy_in_span_ns", "kernels", "comm_ns", "both_ns", "c_ns", "m_ns", "cm_ns")
+
+
+def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """anatomy_rows' result from its integers: `by_cat` (rank, step, category, union_ns) and `totals` (rank,
+    step, span_start_ns, span_end_ns and STEP_NS, one row per span). The milliseconds are computed here once for
+    all steps, so whoever computed the integers (in chunks, or with numpy on sorted arrays) gets the same floats."""
+    by_cat = by_cat.select(*_KEYS, pl.col("category").cast(pl.Utf8), (pl.col("union_ns") / 1e6).alias("time_ms"))
     # The non-overlapping decomposition of the span (issue 16): compute only + communication hidden under
     # compute + exposed communication + memory work under neither + idle = the span, exactly.
-    part = (sp.select(*_KEYS)
-            .join(union_ns(c_in, _KEYS).rename({"union_ns": "c_ns"}), on=_KEYS, how="left", nulls_equal=True)
-            .join(m_union, on=_KEYS, how="left", nulls_equal=True)
-            .join(cm, on=_KEYS, how="left", nulls_equal=True)
-            .join(busy_in_span, on=_KEYS, how="left", nulls_equal=True)
-            .with_columns(pl.col("c_ns", "m_ns", "cm_ns", "busy_in_span_ns").fill_null(0))
-            .with_columns(((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
-                          (pl.col("cm_ns") / 1e6).alias("comm_hidden"),
-                          ((pl.col("m_ns") - pl.col("cm_ns")) / 1e6).alias("exposed_comm"),
-                          ((pl.col("busy_in_span_ns") - (pl.col("c_ns") + pl.col("m_ns") - pl.col("cm_ns"))).clip(0)
-                           / 1e6).alias("memcpy_only")))
-    per_step = (
-        sp.join(busy, on=_KEYS, how="left", nulls_equal=True)
-        .join(busy_in_span, on=_KEYS, how="left", nulls_equal=True)
-        .join(counts, on=_KEYS, how="left", nulls_equal=True)
-        .join(comm_union, on=_KEYS, how="left", nulls_equal=True)
-        .join(hidden, on=_KEYS, how="left", nulls_equal=True)
-        .with_columns(pl.col("union_ns", "busy_in_span_ns", "kernels", "comm_ns", "both_ns").fill_null(0))
-        .with_columns(
-            (pl.col("union_ns") / 1e6).alias("gpu_ms"),
-            ((pl.col("span_end_ns") - pl.col("span_start_ns") - pl.col("busy_in_span_ns")).clip(0) / 1e6).alias("idle_ms"),
-            (pl.col("comm_ns") / 1e6).alias("comm_ms"),
-            ((pl.col("comm_ns") - pl.col("both_ns")) / 1e6).alias("exposed_ms"),
-            pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("both_ns") / pl.col("comm_ns")).otherwise(None).alias("overlap_pct"),
-        )
+    part = totals.with_columns(
+        ((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
+        (pl.col("cm_ns") / 1e6).alias("comm_hidden"),
+        ((pl.col("m_ns") - pl.col("cm_ns")) / 1e6).alias("exposed_comm"),
+        ((pl.col("busy_in_span_ns") - (pl.col("c_ns") + pl.col("m_ns") - pl.col("cm_ns"))).clip(0)
+         / 1e6).alias("memcpy_only"))
+    per_step = totals.with_columns(
+        (pl.col("union_ns") / 1e6).alias("gpu_ms"),
+        ((pl.col("span_end_ns") - pl.col("span_start_ns") - pl.col("busy_in_span_ns")).clip(0) / 1e6).alias("idle_ms"),
+        (pl.col("comm_ns") / 1e6).alias("comm_ms"),
+        ((pl.col("comm_ns") - pl.col("both_ns")) / 1e6).alias("exposed_ms"),
+        pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("both_ns") / pl.col("comm_ns")).otherwise(None).alias("overlap_pct"),
     )
     derived = pl.concat([
         per_step.select(*_KEYS, pl.lit("idle").alias("category"), pl.col("idle_ms").alias("time_ms")),
