@@ -167,31 +167,29 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
     (key, category) present: key, category, union_ns). `category`: codes into `categories`.
 
     Every union is one linear pass over rows already in order (a mask keeps the order), where anatomy_rows sorts
-    each interval set again. The overlap of two unions is |A| + |B| - |A u B| (anatomy_rows sweeps their edges):
-    the same integer whenever no interval ends before it starts, the sweep otherwise. In-span values count only
-    intervals of positive length, as anatomy_rows' clipping leaves them."""
-    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else np.zeros(0, np.int64)
-    group = np.cumsum(np.r_[True, key[1:] != key[:-1]]) - 1 if key.size else np.zeros(0, np.int64)
+    each interval set again (_masked_unions). When no interval ends before it starts, the overlap of two unions is
+    |A| + |B| - |A u B| and the in-span values are the unions themselves (an interval of length 0 adds nothing);
+    otherwise the overlap is intersection_ns' edge sweep and in-span values count only intervals of positive
+    length, as anatomy_rows' clipping leaves them."""
+    change = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
+    first = np.flatnonzero(change)
+    group = np.cumsum(change) - 1
     n = first.size
+    union, proper = _masked_unions(group, start, end, n)
+    member = categories.cast(pl.Utf8)
 
     def of(names: tuple[str, ...]) -> np.ndarray:
-        return categories.cast(pl.Utf8).is_in(names).to_numpy()[category]
-
-    def union(rows: np.ndarray | None = None) -> np.ndarray:
-        g, s, e = (group, start, end) if rows is None else (group[rows], start[rows], end[rows])
-        gi, si, ei = _islands(g, s, e)
-        return np.bincount(gi, weights=(ei - si), minlength=n).astype(np.int64)
+        return member.is_in(names).to_numpy()[category]
 
     comm, compute = of(COMM_CATEGORIES), of(COMPUTE_CATEGORIES)
-    comm_ns, compute_ns, kernel_ns, busy = union(comm), union(compute), union(comm | compute), union()
-    if (end[comm | compute] < start[comm | compute]).any():
-        both = _both_swept(group, start, end, comm, compute, n)
-    else:
+    comm_ns, compute_ns, kernel_ns, busy = union(comm), union(compute), union(comm | compute), union(None)
+    if proper:
         both = comm_ns + compute_ns - kernel_ns
-    positive = end > start
-    if positive.all():
         busy_in, c_in, m_in, cm = busy, compute_ns, comm_ns, both
     else:
+        both = (_both_swept(group, start, end, comm, compute, n)
+                if (end[comm | compute] < start[comm | compute]).any() else comm_ns + compute_ns - kernel_ns)
+        positive = end > start
         busy_in, c_in, m_in = union(positive), union(positive & compute), union(positive & comm)
         cm = c_in + m_in - union(positive & (comm | compute))
     step_ns = pl.DataFrame({
@@ -200,17 +198,54 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
         "union_ns": busy, "busy_in_span_ns": busy_in,
         "kernels": np.bincount(group[of(KERNEL_ONLY)], minlength=n).astype(np.int64),
         "comm_ns": comm_ns, "both_ns": both, "c_ns": c_in, "m_ns": m_in, "cm_ns": cm})
-    # By category: a stable sort by category code (a radix sort of bytes) keeps each category's rows in
-    # (key, start) order.
-    order = np.argsort(category, kind="stable")
-    by = category[order].astype(np.int64) * max(n, 1) + group[order]
-    runs = np.flatnonzero(np.r_[True, by[1:] != by[:-1]]) if by.size else np.zeros(0, np.int64)
-    run = np.cumsum(np.r_[True, by[1:] != by[:-1]]) - 1 if by.size else np.zeros(0, np.int64)
-    gi, si, ei = _islands(run, start[order], end[order])
+    keys, codes, unions = [], [], []
+    for code in np.flatnonzero(np.bincount(category, minlength=len(categories))):
+        rows = category == code
+        present = np.flatnonzero(np.bincount(group[rows], minlength=n))
+        keys.append(key[first[present]])
+        codes.append(np.full(present.size, code, np.uint32))
+        unions.append(union(rows)[present])
     category_ns = pl.DataFrame({
-        "key": key[first][group[order][runs]], "category": categories.gather(category[order][runs]),
-        "union_ns": np.bincount(gi, weights=(ei - si), minlength=runs.size).astype(np.int64)})
+        "key": np.concatenate(keys) if keys else key[:0],
+        "category": categories.gather(np.concatenate(codes) if codes else np.zeros(0, np.uint32)),
+        "union_ns": np.concatenate(unions) if unions else np.zeros(0, np.int64)})
     return step_ns, category_ns
+
+
+def _masked_unions(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int):
+    """(union, proper): union(rows) is the length of the union of the intervals a mask selects (None: all) per
+    group, for intervals sorted by (group, start) with groups 0..n-1; proper: no interval ends before it starts.
+
+    Proper intervals whose groups fit side by side in an int64 are lifted apart (group g moved up by g times the
+    time range), so one running maximum of ends needs no reset between groups and each interval adds what it
+    reaches past the ones before it: a few passes. Otherwise the islands, as union_ns merges them."""
+    proper = bool((end >= start).all())
+    if proper and start.size:
+        base = int(start.min())
+        span = int(end.max()) - base + 1
+        if n * span < 1 << 62:
+            lift = group * span
+            lifted_start, lifted_end = (start - base) + lift, (end - base) + lift
+            del lift
+
+            def lifted(rows: np.ndarray | None) -> np.ndarray:
+                g, s, e = ((group, lifted_start, lifted_end) if rows is None
+                           else (group[rows], lifted_start[rows], lifted_end[rows]))
+                if not g.size:
+                    return np.zeros(n, np.int64)
+                # What each interval reaches past both its start and every end before it.
+                gain = np.empty_like(e)
+                gain[0] = e[0] - s[0]
+                np.subtract(e[1:], np.maximum(s[1:], np.maximum.accumulate(e)[:-1]), out=gain[1:])
+                np.maximum(gain, 0, out=gain)
+                return np.bincount(g, weights=gain, minlength=n).astype(np.int64)
+            return lifted, proper
+
+    def merged(rows: np.ndarray | None) -> np.ndarray:
+        g, s, e = (group, start, end) if rows is None else (group[rows], start[rows], end[rows])
+        gi, si, ei = _islands(g, s, e)
+        return np.bincount(gi, weights=(ei - si), minlength=n).astype(np.int64)
+    return merged, proper
 
 
 def _both_swept(group: np.ndarray, start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray,
