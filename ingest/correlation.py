@@ -57,12 +57,11 @@ class Launches:
         for pid in list(parts):
             chunks = parts.pop(pid)
             ids, keys, repeated = _earliest(np.concatenate([i for i, _ in chunks]),
-                                            np.concatenate([k for _, k in chunks]))
+                                            np.concatenate([k for _, k in chunks]), pid in ranges)
             del chunks
             self.repeated += repeated
             if pid in ranges:
-                claimed = (keys % 2 == 0) & (keys > 0)
-                self._by_pid[pid] = (ids[claimed], ranges[pid].codes[keys[claimed] // 2 - 1])
+                self._by_pid[pid] = (ids, ranges[pid].codes[keys // 2 - 1])
 
     def codes(self, pid: int, corr: np.ndarray) -> np.ndarray:
         """The code of the range that claims each activity of process `pid` with correlation ids `corr`
@@ -70,8 +69,13 @@ class Launches:
         ids, codes = self._by_pid.get(pid, (np.zeros(0, np.int64), np.zeros(0, np.int32)))
         if not ids.size:
             return np.full(corr.size, -1, np.int32)
-        at = np.minimum(np.searchsorted(ids, corr), ids.size - 1)
-        return np.where(ids[at] == corr, codes[at], -1).astype(np.int32)
+        # Searched in id order: a binary search for ids in random order misses the cache at every step.
+        order = np.argsort(corr)
+        ordered = corr[order]
+        at = np.minimum(np.searchsorted(ids, ordered), ids.size - 1)
+        found = np.empty(corr.size, np.int32)
+        found[order] = np.where(ids[at] == ordered, codes[at], -1)
+        return found
 
 
 def _keys(ranges: StepRanges | None, starts: np.ndarray) -> np.ndarray:
@@ -83,8 +87,9 @@ def _keys(ranges: StepRanges | None, starts: np.ndarray) -> np.ndarray:
     return (2 * (at + 1) + ~inside).astype(np.int32)
 
 
-def _earliest(ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """(distinct ids sorted, the least key of each, how many ids more than one call carries)."""
+def _earliest(ids: np.ndarray, keys: np.ndarray, claimed_only: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """(distinct ids sorted, the least key of each, how many ids more than one call carries); with claimed_only,
+    only the ids whose least key claims (even, from 2 up)."""
     if not ids.size:
         return ids, keys, 0
     bits = int(keys.max()).bit_length()
@@ -99,6 +104,8 @@ def _earliest(ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray
     else:
         order = np.lexsort((keys, ids))
         ids, keys = ids[order], keys[order]
-    first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-    repeated = int(np.count_nonzero(np.diff(np.r_[first, ids.size]) > 1))
+    first = np.r_[True, ids[1:] != ids[:-1]]  # sorted by (id, key): the first call of an id has its least key
+    repeated = int(np.count_nonzero(first[:-1] & ~first[1:]))
+    if claimed_only:
+        first &= (keys % 2 == 0) & (keys > 0)
     return ids[first], keys[first], repeated
