@@ -36,6 +36,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
@@ -485,17 +486,28 @@ def _activity_select(table: str, cols: list[str], kind: str, keep_raw: bool) -> 
 
 def _batches(con, query: str):
     """The query's result as Arrow record batches of _BATCH_ROWS rows, at least one (an empty table of the
-    result's columns when it has no rows)."""
-    reader = con.execute(query).fetch_record_batch(_BATCH_ROWS)
-    empty = True
-    for batch in reader:
-        empty = False
-        yield batch
-    if empty:
-        yield reader.schema.empty_table()
+    result's columns when it has no rows). The query runs, and each next batch is read, in a thread while the
+    caller works on the batch before: DuckDB releases the GIL while it scans, so on two cores the scan (most of
+    the ingest) and the work on the batches overlap."""
+    def scan():
+        reader = con.execute(query).fetch_record_batch(_BATCH_ROWS)
+        empty = True
+        for batch in reader:
+            empty = False
+            yield batch
+        if empty:
+            yield reader.schema.empty_table()
+
+    batches = scan()
+    with ThreadPoolExecutor(max_workers=1) as ahead:
+        pending = ahead.submit(next, batches, None)
+        while (batch := pending.result()) is not None:
+            pending = ahead.submit(next, batches, None)
+            yield batch
 
 
 _BATCH_ROWS = 1 << 19  # activities (or runtime calls) per streamed batch: what one batch's frames hold
+_KERNEL_KEYS = ("pid_key", "code", "name_id")  # a kernel's category is its name's
 _NO_TIME = np.iinfo(np.int64).min  # a NULL start or end (a damaged export), as the interval arithmetic reads it
 
 
@@ -513,7 +525,7 @@ class _Activity:
         self.keep_raw, self.has_steps = keep_raw, has_steps
         self.parts: dict[tuple[int | None, bool], list[pl.DataFrame]] = {}  # (pid_key, graph replays) -> batches
         self.devices: list[pl.DataFrame] = []  # (pid_key, device_id, graph) triples of each batch
-        self.kernel_sums: pl.DataFrame | None = None  # pid_key, code, category, name_id -> calls, ns
+        self._sums: list[pl.DataFrame] = []  # kernel calls and time of some batches (kernel_sums)
         self.in_graph = 0  # kernels that ran inside a graph replay
         self.graph_rows = 0
         self.graph_ns = 0
@@ -523,27 +535,35 @@ class _Activity:
     def add(self, batch) -> None:
         """One streamed batch (an Arrow record batch of sql/_nsys_activity.sql)."""
         activity = cast(pl.DataFrame, pl.from_arrow(batch))
-        graph = pl.col("kind") == _KIND["graph"]
-        # Devices per process, the graph replays' apart (left out when graphs were traced per node): a few rows.
-        self.devices.append(activity.select("pid_key", "device_id", graph.alias("graph")).unique())
-        activity = _categorise(activity, self.names, self.copy_cat, self.rules).with_columns(
-            pl.Series("code", self._codes(activity)), graph.alias("graph"))
+        codes = self._codes(activity)
+        replay = (activity["kind"] == _KIND["graph"]).to_numpy()
         self.in_graph += int(activity["in_graph"].sum())
-        replays = activity.filter(graph)
-        self.graph_rows += replays.height
-        self.graph_ns += int((replays["end_ns"] - replays["start_ns"]).sum() or 0)
-        for is_graph, n in activity.filter(pl.col("code") < 0).group_by("graph").len().iter_rows():
-            self._unclaimed[is_graph] += n
-        self._sum_kernels(activity.filter((pl.col("kind") == _KIND["kernel"]) & (pl.col("code") >= 0)))
+        for is_graph in (False, True):
+            self._unclaimed[is_graph] += int(np.count_nonzero((codes < 0) & (replay == is_graph)))
+        activity = _categorise(activity, self.names, self.copy_cat, self.rules).with_columns(
+            pl.Series("code", codes), pl.Series("graph", replay))
+        if replay.any():
+            replays = activity.filter(pl.col("graph"))
+            self.graph_rows += replays.height
+            self.graph_ns += int((replays["end_ns"] - replays["start_ns"]).sum() or 0)
         if self.keep_raw:
-            self._raw.append(activity.select("pid_key", _steps(activity["code"].to_numpy(), self.step_values),
-                                             "category", "kind", "graph", "name_id", "short_id", "stream_id",
-                                             "start_ns", "end_ns"))
-        kept = activity.filter(pl.col("code") >= 0) if self.has_steps else activity
-        # Copies (a column kept from a batch would hold DuckDB's whole batch alive, correlation ids and all).
-        for (pid, is_graph), part in kept.select("pid_key", "graph", "code", pl.col("category").to_physical(),
-                                                 "start_ns", "end_ns").partition_by("pid_key", "graph",
-                                                                                    as_dict=True).items():
+            self._raw.append(activity.select("pid_key", _steps(codes, self.step_values), "category", "kind", "graph",
+                                             "name_id", "short_id", "stream_id", "start_ns", "end_ns"))
+        claimed = pl.col("code") >= 0
+        lazy = activity.lazy()
+        # Copies of a few columns: a column kept from the batch would hold DuckDB's whole batch alive.
+        devices, sums, kept = pl.collect_all([
+            # Devices per process, the graph replays' apart (left out when graphs were traced per node).
+            lazy.select("pid_key", "device_id", "graph").unique(),
+            lazy.filter((pl.col("kind") == _KIND["kernel"]) & claimed).group_by(_KERNEL_KEYS).agg(
+                pl.len().cast(pl.Int64).alias("calls"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns")),
+            (lazy.filter(claimed) if self.has_steps else lazy).select(
+                "pid_key", "graph", "code", pl.col("category").to_physical(), "start_ns", "end_ns")])
+        self.devices.append(devices)
+        self._sums.append(sums)
+        if len(self._sums) == 8:  # what was summed so far and the last batches' sums, summed
+            self._sums = [self.kernel_sums()]
+        for (pid, is_graph), part in kept.partition_by("pid_key", "graph", as_dict=True).items():
             self.parts.setdefault((pid, is_graph), []).append(part.drop("pid_key", "graph"))
 
     def _codes(self, activity: pl.DataFrame) -> np.ndarray:
@@ -559,13 +579,9 @@ class _Activity:
             codes[rows] = self.launches.codes(p, corr[rows])
         return codes
 
-    def _sum_kernels(self, kernels: pl.DataFrame) -> None:
-        keys = ("pid_key", "code", "category", "name_id")
-        sums = kernels.group_by(keys).agg(pl.len().cast(pl.Int64).alias("calls"),
-                                          (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
-        if self.kernel_sums is not None:
-            sums = pl.concat([self.kernel_sums, sums]).group_by(keys).agg(pl.col("calls", "ns").sum())
-        self.kernel_sums = sums
+    def kernel_sums(self) -> pl.DataFrame:
+        """Kernel calls and time (ns) per (pid_key, step code, name id), over the batches so far."""
+        return pl.concat(self._sums).group_by(_KERNEL_KEYS).agg(pl.col("calls", "ns").sum())
 
     def unclaimed(self, with_graphs: bool) -> int:
         return self._unclaimed[False] + (self._unclaimed[True] if with_graphs else 0)
@@ -745,18 +761,21 @@ def _ranked(frame: pl.DataFrame, rank: int, step_values: np.ndarray) -> pl.DataF
 
 def _kernel_steps(activity: _Activity, rank_of: dict, names: dict[int, str]) -> pl.DataFrame:
     """Kernel calls and time per (rank, step, category, name), from the sums the stream kept per name id."""
-    sums = activity.kernel_sums
-    assert sums is not None  # at least one batch streamed
-    name_of = {i: names[i] for i in sums["name_id"].drop_nulls().unique().to_list() if i in names}
+    sums = activity.kernel_sums()
+    ids = sums["name_id"].drop_nulls().unique().to_list()
+    name_of = {i: names[i] for i in ids if i in names}
+    # As _categorise: by name, 'other' without a name id.
+    category_of = {i: activity.rules.classify(names.get(i, "")) for i in ids}
     return (sums.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32)
                               .alias("rank"),
                               _steps(sums["code"].to_numpy(), activity.step_values),
+                              pl.col("name_id").replace_strict(category_of, default="other", return_dtype=pl.Utf8)
+                              .fill_null("other").alias("category"),
                               pl.col("name_id").replace_strict(name_of, default=None, return_dtype=pl.Utf8)
                               .fill_null("(unnamed)").alias("name"))
             .filter(pl.col("rank").is_not_null())
             .group_by("rank", "step", "category", "name")
-            .agg(pl.col("calls").sum(), (pl.col("ns").sum() / 1e6).alias("time_ms"))
-            .with_columns(pl.col("category").cast(pl.Utf8)))
+            .agg(pl.col("calls").sum(), (pl.col("ns").sum() / 1e6).alias("time_ms")))
 
 
 _CHUNK_EVENTS = 1 << 20  # activities per interval-arithmetic chunk (whole steps of one process)
