@@ -48,14 +48,20 @@ def _combined_key(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
     return key
 
 
-def sort_order(key: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Indices sorting by (key, start): one argsort of a packed int64 when it fits, else lexsort."""
+def sort_order(key: np.ndarray, start: np.ndarray, *, stable: bool = True) -> np.ndarray:
+    """Indices sorting by (key, start): one argsort of a packed int64 when it fits, else lexsort. Without
+    `stable`, rows equal in both come in any order (numpy's quicksort, about twice as fast)."""
     if start.size == 0:
         return np.zeros(0, dtype=np.int64)
-    rel = start - start.min()
-    width = int(rel.max()) + 1
+    lo = int(start.min())
+    width = int(start.max()) - lo + 1
     if (int(key.max()) + 1) * width < 2**62:
-        return np.argsort(key * width + rel, kind="stable")
+        # Packed in one array; int64 wraps, so a step out of range in between still ends in range.
+        packed = key.astype(np.int64)
+        packed *= width
+        packed += start
+        packed -= lo
+        return np.argsort(packed, kind="stable" if stable else None)
     return np.lexsort((start, key))
 
 

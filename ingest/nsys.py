@@ -142,9 +142,9 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         step_values, by_pid = _ranges_by_pid(step_ranges)
         launches = Launches(_batches(con, load_query("_nsys_launches")) if RUNTIME in schema else (), by_pid)
         copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
-        activity = _Activity(launches, step_values, names, copy_cat, rules, keep_raw, has_steps=step_ranges.height > 0)
+        activity = _Activity(step_values, names, copy_cat, rules, keep_raw, has_steps=step_ranges.height > 0)
         for batch in _batches(con, activity_query):
-            activity.add(batch)
+            activity.add(batch, launches)
         repeated = launches.repeated
         del launches  # every claimed runtime call's id and code: not held past its use
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
@@ -518,10 +518,9 @@ class _Activity:
     category, name), summed batch by batch; the counts the warnings need; with keep_raw, the batches too. No
     frame keeps correlation ids, launch times, devices or names per activity."""
 
-    def __init__(self, launches: Launches, step_values: np.ndarray, names: dict[int, str], copy_cat: dict[int, str],
+    def __init__(self, step_values: np.ndarray, names: dict[int, str], copy_cat: dict[int, str],
                  rules: CategoryRules, keep_raw: bool, *, has_steps: bool) -> None:
-        self.launches, self.step_values, self.names, self.copy_cat, self.rules = (launches, step_values, names,
-                                                                                   copy_cat, rules)
+        self.step_values, self.names, self.copy_cat, self.rules = step_values, names, copy_cat, rules
         self.keep_raw, self.has_steps = keep_raw, has_steps
         self.parts: dict[tuple[int | None, bool], list[pl.DataFrame]] = {}  # (pid_key, graph replays) -> batches
         self.devices: list[pl.DataFrame] = []  # (pid_key, device_id, graph) triples of each batch
@@ -532,10 +531,10 @@ class _Activity:
         self._unclaimed = {False: 0, True: 0}  # activities no step claimed, by graph replay or not
         self._raw: list[pl.DataFrame] = []
 
-    def add(self, batch) -> None:
-        """One streamed batch (an Arrow record batch of sql/_nsys_activity.sql)."""
+    def add(self, batch, launches: Launches) -> None:
+        """One streamed batch (an Arrow record batch of sql/_nsys_activity.sql); `launches` gives its steps."""
         activity = cast(pl.DataFrame, pl.from_arrow(batch))
-        codes = self._codes(activity)
+        codes = self._codes(activity, launches)
         replay = (activity["kind"] == _KIND["graph"]).to_numpy()
         self.in_graph += int(activity["in_graph"].sum())
         for is_graph in (False, True):
@@ -566,7 +565,7 @@ class _Activity:
         for (pid, is_graph), part in kept.partition_by("pid_key", "graph", as_dict=True).items():
             self.parts.setdefault((pid, is_graph), []).append(part.drop("pid_key", "graph"))
 
-    def _codes(self, activity: pl.DataFrame) -> np.ndarray:
+    def _codes(self, activity: pl.DataFrame, launches: Launches) -> np.ndarray:
         """Step code per activity (-1: no step range claimed it), through its launching call's correlation id."""
         codes = np.full(activity.height, -1, np.int32)
         if not self.has_steps:
@@ -576,7 +575,7 @@ class _Activity:
         corr = activity["corr_id"].fill_null(0).to_numpy()
         for p in activity["pid_key"].unique().drop_nulls().to_list():
             rows = np.flatnonzero((pid == p) & known)
-            codes[rows] = self.launches.codes(p, corr[rows])
+            codes[rows] = launches.codes(p, corr[rows])
         return codes
 
     def kernel_sums(self) -> pl.DataFrame:
@@ -709,8 +708,12 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
         rank = rank_of.get(pid)
         if rank is None or not code.size:
             continue
-        order = sort_order(code.astype(np.int64), start)
-        code, cat, start, end = code[order], cat[order], start[order], end[order]
+        order = sort_order(code, start, stable=False)
+        # One array at a time, each copy replacing its original.
+        code = code[order]
+        cat = cat[order]
+        start = start[order]
+        end = end[order]
         del order
         for lo, hi in _step_chunks(code):
             step_ns, category_ns = sorted_step_ns(code[lo:hi], cat[lo:hi], start[lo:hi], end[lo:hi], categories)
