@@ -47,11 +47,13 @@ class Launches:
         `ranges`: the step ranges of each process that has any."""
         parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         for batch in calls:
-            # A call without process or id can launch nothing that carries them.
-            frame = cast(pl.DataFrame, pl.from_arrow(batch)).drop_nulls(["pid_key", "corr_id"])
-            for (pid,), part in frame.partition_by("pid_key", as_dict=True, include_key=False).items():
+            frame = cast(pl.DataFrame, pl.from_arrow(batch))
+            # A call without process or id can launch nothing that carries them. A filter per process (a few) is
+            # faster than partition_by.
+            for pid in frame["pid_key"].drop_nulls().unique().to_list():
+                part = frame.filter((pl.col("pid_key") == pid) & pl.col("corr_id").is_not_null())
                 starts = part["launch_ns"].fill_null(_NO_START).to_numpy()
-                parts.setdefault(int(pid), []).append((part["corr_id"].to_numpy(), _keys(ranges.get(pid), starts)))
+                parts.setdefault(pid, []).append((part["corr_id"].to_numpy(), _keys(ranges.get(pid), starts)))
         self.repeated = 0  # (process, correlation id) pairs carried by more than one call
         self._by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for pid in list(parts):
@@ -82,9 +84,12 @@ def _keys(ranges: StepRanges | None, starts: np.ndarray) -> np.ndarray:
     """Each call's key (module docstring): 1 for every call of a process without ranges."""
     if ranges is None:
         return np.ones(starts.size, np.int32)
-    at = np.searchsorted(ranges.starts, starts, side="right") - 1
-    inside = (at >= 0) & (starts < ranges.ends[at])
-    return (2 * (at + 1) + ~inside).astype(np.int32)
+    after = np.searchsorted(ranges.starts, starts, side="right")  # at + 1
+    inside = (after > 0) & (starts < ranges.ends[after - 1])
+    after <<= 1
+    after += 1
+    after -= inside
+    return after.astype(np.int32)
 
 
 def _earliest(ids: np.ndarray, keys: np.ndarray, claimed_only: bool) -> tuple[np.ndarray, np.ndarray, int]:
@@ -96,16 +101,25 @@ def _earliest(ids: np.ndarray, keys: np.ndarray, claimed_only: bool) -> tuple[np
     lo, hi = int(ids.min()), int(ids.max())
     if hi - lo < 1 << (63 - bits):
         # One int64 per call, id above key: a plain sort (SIMD, several times an argsort's speed) orders both.
-        packed = ((ids - lo) << bits) | keys
-        del ids, keys
+        packed = ids - lo
+        del ids
+        packed <<= bits
+        packed |= keys
+        del keys
         packed.sort()
-        ids, keys = (packed >> bits) + lo, (packed & ((1 << bits) - 1)).astype(np.int32)
+        keys = (packed & ((1 << bits) - 1)).astype(np.int32)
+        packed >>= bits
+        ids = packed
+        ids += lo
         del packed
     else:
         order = np.lexsort((keys, ids))
         ids, keys = ids[order], keys[order]
-    first = np.r_[True, ids[1:] != ids[:-1]]  # sorted by (id, key): the first call of an id has its least key
+    # Sorted by (id, key): an id's first call has its least key.
+    first = np.empty(ids.size, bool)
+    first[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=first[1:])
     repeated = int(np.count_nonzero(first[:-1] & ~first[1:]))
     if claimed_only:
-        first &= (keys % 2 == 0) & (keys > 0)
+        first &= ((keys & 1) == 0) & (keys > 0)
     return ids[first], keys[first], repeated

@@ -31,6 +31,7 @@ Definitions (the receipt says them too, in Anatomy.attribution and .step_marker)
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
@@ -550,20 +551,26 @@ class _Activity:
                                              "name_id", "short_id", "stream_id", "start_ns", "end_ns"))
         claimed = pl.col("code") >= 0
         lazy = activity.lazy()
-        # Copies of a few columns: a column kept from the batch would hold DuckDB's whole batch alive.
-        devices, sums, kept = pl.collect_all([
+        kept = (lazy.filter(claimed) if self.has_steps else lazy).select(
+            "pid_key", "graph", "code", pl.col("category").to_physical(), "start_ns", "end_ns")
+        # Per process, graph replays apart: a filter each (a few processes) is faster than partition_by. Copies
+        # of a few columns: a column kept from the batch would hold DuckDB's whole batch alive.
+        parts = [(pid, is_graph) for pid in activity["pid_key"].unique().to_list()
+                 for is_graph in ((False, True) if replay.any() else (False,))]
+        devices, sums, *kept_parts = pl.collect_all([
             # Devices per process, the graph replays' apart (left out when graphs were traced per node).
             lazy.select("pid_key", "device_id", "graph").unique(),
             lazy.filter((pl.col("kind") == _KIND["kernel"]) & claimed).group_by(_KERNEL_KEYS).agg(
                 pl.len().cast(pl.Int64).alias("calls"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns")),
-            (lazy.filter(claimed) if self.has_steps else lazy).select(
-                "pid_key", "graph", "code", pl.col("category").to_physical(), "start_ns", "end_ns")])
+            *(kept.filter((pl.col("pid_key").is_null() if pid is None else pl.col("pid_key") == pid)
+                          & (pl.col("graph") == is_graph)).drop("pid_key", "graph") for pid, is_graph in parts)])
         self.devices.append(devices)
         self._sums.append(sums)
         if len(self._sums) == 8:  # what was summed so far and the last batches' sums, summed
             self._sums = [self.kernel_sums()]
-        for (pid, is_graph), part in kept.partition_by("pid_key", "graph", as_dict=True).items():
-            self.parts.setdefault((pid, is_graph), []).append(part.drop("pid_key", "graph"))
+        for key, part in zip(parts, kept_parts):
+            if part.height:
+                self.parts.setdefault(key, []).append(part)
 
     def _codes(self, activity: pl.DataFrame, launches: Launches) -> np.ndarray:
         """Step code per activity (-1: no step range claimed it), through its launching call's correlation id."""
@@ -715,10 +722,15 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
         start = start[order]
         end = end[order]
         del order
-        for lo, hi in _step_chunks(code):
-            step_ns, category_ns = sorted_step_ns(code[lo:hi], cat[lo:hi], start[lo:hi], end[lo:hi], categories)
-            per_step.append(_ranked(step_ns, rank, activity.step_values))
-            per_category.append(_ranked(category_ns, rank, activity.step_values))
+
+        def one(rows: slice) -> tuple[pl.DataFrame, pl.DataFrame]:
+            return sorted_step_ns(code[rows], cat[rows], start[rows], end[rows], categories)
+
+        # Chunks are independent and numpy releases the GIL: _CHUNK_WORKERS at a time.
+        with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
+            for step_ns, category_ns in pool.map(one, _step_chunks(code)):
+                per_step.append(_ranked(step_ns, rank, activity.step_values))
+                per_category.append(_ranked(category_ns, rank, activity.step_values))
         # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new.
         events.append(pl.DataFrame([pl.repeat(rank, code.size, dtype=pl.Int32, eager=True).alias("rank"),
                                     _steps(code, activity.step_values), categories.gather(cat).cast(pl.Utf8),
@@ -782,15 +794,16 @@ def _kernel_steps(activity: _Activity, rank_of: dict, names: dict[int, str]) -> 
 
 
 _CHUNK_EVENTS = 1 << 20  # activities per interval-arithmetic chunk (whole steps of one process)
+_CHUNK_WORKERS = min(2, os.cpu_count() or 1)  # chunks in flight: each holds its intermediates (~100 MB)
 
 
-def _step_chunks(code: np.ndarray) -> list[tuple[int, int]]:
-    """Row ranges of `code` (sorted) cut between steps, about _CHUNK_EVENTS rows each: a chunk ends with the step
-    in which a multiple of _CHUNK_EVENTS falls."""
+def _step_chunks(code: np.ndarray) -> list[slice]:
+    """Rows of `code` (sorted) cut between steps, about _CHUNK_EVENTS each: a chunk ends with the step in which a
+    multiple of _CHUNK_EVENTS falls."""
     ends = np.r_[np.flatnonzero(code[1:] != code[:-1]) + 1, code.size]
     cuts = ends[np.searchsorted(ends, np.arange(_CHUNK_EVENTS, code.size, _CHUNK_EVENTS), side="left")]
     bounds = [0, *sorted(set(cuts.tolist()) | {code.size})]
-    return list(zip(bounds, bounds[1:]))
+    return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
 
 
 def _nvtx_frame(ranges: pl.DataFrame, rank_of: dict) -> pl.DataFrame:

@@ -122,7 +122,7 @@ def test_step_chunks_hold_whole_steps(seed, monkeypatch):
     sizes = [rng.randint(1, 25) for _ in range(1 if seed % 5 == 0 else rng.randint(1, 12))]
     code = np.repeat(np.arange(len(sizes), dtype=np.int32) - (1 if seed % 5 == 0 else 0), sizes)
     monkeypatch.setattr(nsys, "_CHUNK_EVENTS", rng.randint(1, 40))
-    chunks = nsys._step_chunks(code)
+    chunks = [(c.start, c.stop) for c in nsys._step_chunks(code)]
     assert [lo for lo, _ in chunks] == [0, *(hi for _, hi in chunks[:-1])] and chunks[-1][1] == code.size
     assert all(hi > lo and (hi == code.size or code[hi - 1] != code[hi]) for lo, hi in chunks)
     assert all(hi - lo < nsys._CHUNK_EVENTS + max(sizes) for lo, hi in chunks)
