@@ -48,12 +48,14 @@ class Launches:
         parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         for batch in calls:
             frame = cast(pl.DataFrame, pl.from_arrow(batch))
-            # A call without process or id can launch nothing that carries them. A filter per process (a few) is
-            # faster than partition_by.
+            # A call without process or id can launch nothing that carries them. Copied out by a mask per process
+            # (a few; faster than partition_by) into numpy's own memory (see _Activity in ingest/nsys.py).
+            known = (frame["pid_key"].is_not_null() & frame["corr_id"].is_not_null()).to_numpy()
+            pids, ids = frame["pid_key"].fill_null(0).to_numpy(), frame["corr_id"].fill_null(0).to_numpy()
+            starts = frame["launch_ns"].fill_null(_NO_START).to_numpy()
             for pid in frame["pid_key"].drop_nulls().unique().to_list():
-                part = frame.filter((pl.col("pid_key") == pid) & pl.col("corr_id").is_not_null())
-                starts = part["launch_ns"].fill_null(_NO_START).to_numpy()
-                parts.setdefault(pid, []).append((part["corr_id"].to_numpy(), _keys(ranges.get(pid), starts)))
+                rows = known & (pids == pid)
+                parts.setdefault(pid, []).append((ids[rows], _keys(ranges.get(pid), starts[rows])))
         self.repeated = 0  # (process, correlation id) pairs carried by more than one call
         self._by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for pid in list(parts):

@@ -31,6 +31,7 @@ Definitions (the receipt says them too, in Anatomy.attribution and .step_marker)
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -515,15 +516,20 @@ _NO_TIME = np.iinfo(np.int64).min  # a NULL start or end (a damaged export), as 
 class _Activity:
     """The GPU activity as it streams in, kept as only what the anatomy reads: per process, graph replays apart
     (left out when graphs were traced per node), each activity's step code (-1: none; no steps: all -1, else only
-    claimed activities are kept), category code, start and end; kernel calls and time per (process, step,
-    category, name), summed batch by batch; the counts the warnings need; with keep_raw, the batches too. No
-    frame keeps correlation ids, launch times, devices or names per activity."""
+    claimed activities are kept), category code, start and end; kernel calls and time per (process, step, name),
+    summed batch by batch; the counts the warnings need; with keep_raw, the batches too. No frame keeps
+    correlation ids, launch times, devices or names per activity.
+
+    What is kept is numpy's own memory, copied out of each batch by a mask: a column kept from a batch would hold
+    DuckDB's whole batch alive, and long-lived data in polars' allocator, between each batch's freed temporaries,
+    left it holding several times that (measured: 590 MB of RSS for 142 MB of ids)."""
 
     def __init__(self, step_values: np.ndarray, names: dict[int, str], copy_cat: dict[int, str],
                  rules: CategoryRules, keep_raw: bool, *, has_steps: bool) -> None:
         self.step_values, self.names, self.copy_cat, self.rules = step_values, names, copy_cat, rules
         self.keep_raw, self.has_steps = keep_raw, has_steps
-        self.parts: dict[tuple[int | None, bool], list[pl.DataFrame]] = {}  # (pid_key, graph replays) -> batches
+        # (pid_key, graph replays) -> step codes, category codes, starts, ends: one array of each per batch
+        self.parts: dict[tuple[int | None, bool], tuple[list[np.ndarray], ...]] = {}
         self.devices: list[pl.DataFrame] = []  # (pid_key, device_id, graph) triples of each batch
         self._sums: list[pl.DataFrame] = []  # kernel calls and time of some batches (kernel_sums)
         self.in_graph = 0  # kernels that ran inside a graph replay
@@ -535,7 +541,8 @@ class _Activity:
     def add(self, batch, launches: Launches) -> None:
         """One streamed batch (an Arrow record batch of sql/_nsys_activity.sql); `launches` gives its steps."""
         activity = cast(pl.DataFrame, pl.from_arrow(batch))
-        codes = self._codes(activity, launches)
+        rows_of = _rows_by_pid(activity["pid_key"])
+        codes = self._codes(activity, rows_of, launches)
         replay = (activity["kind"] == _KIND["graph"]).to_numpy()
         self.in_graph += int(activity["in_graph"].sum())
         for is_graph in (False, True):
@@ -549,40 +556,37 @@ class _Activity:
         if self.keep_raw:
             self._raw.append(activity.select("pid_key", _steps(codes, self.step_values), "category", "kind", "graph",
                                              "name_id", "short_id", "stream_id", "start_ns", "end_ns"))
-        claimed = pl.col("code") >= 0
         lazy = activity.lazy()
-        kept = (lazy.filter(claimed) if self.has_steps else lazy).select(
-            "pid_key", "graph", "code", pl.col("category").to_physical(), "start_ns", "end_ns")
-        # Per process, graph replays apart: a filter each (a few processes) is faster than partition_by. Copies
-        # of a few columns: a column kept from the batch would hold DuckDB's whole batch alive.
-        parts = [(pid, is_graph) for pid in activity["pid_key"].unique().to_list()
-                 for is_graph in ((False, True) if replay.any() else (False,))]
-        devices, sums, *kept_parts = pl.collect_all([
+        devices, sums = pl.collect_all([
             # Devices per process, the graph replays' apart (left out when graphs were traced per node).
             lazy.select("pid_key", "device_id", "graph").unique(),
-            lazy.filter((pl.col("kind") == _KIND["kernel"]) & claimed).group_by(_KERNEL_KEYS).agg(
-                pl.len().cast(pl.Int64).alias("calls"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns")),
-            *(kept.filter((pl.col("pid_key").is_null() if pid is None else pl.col("pid_key") == pid)
-                          & (pl.col("graph") == is_graph)).drop("pid_key", "graph") for pid, is_graph in parts)])
+            lazy.filter((pl.col("kind") == _KIND["kernel"]) & (pl.col("code") >= 0)).group_by(_KERNEL_KEYS).agg(
+                pl.len().cast(pl.Int64).alias("calls"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))])
         self.devices.append(devices)
         self._sums.append(sums)
         if len(self._sums) == 8:  # what was summed so far and the last batches' sums, summed
             self._sums = [self.kernel_sums()]
-        for key, part in zip(parts, kept_parts):
-            if part.height:
-                self.parts.setdefault(key, []).append(part)
+        columns = (codes, activity["category"].to_physical().to_numpy(),
+                   activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy())
+        for pid, rows in rows_of.items():
+            if self.has_steps:
+                rows = rows & (codes >= 0)
+            for is_graph in (False, True) if replay.any() else (False,):
+                kept = rows & (replay == is_graph) if replay.any() else rows
+                if kept.any():
+                    for stored, column in zip(self.parts.setdefault((pid, is_graph), ([], [], [], [])), columns):
+                        stored.append(column[kept])
 
-    def _codes(self, activity: pl.DataFrame, launches: Launches) -> np.ndarray:
+    def _codes(self, activity: pl.DataFrame, rows_of: dict[int | None, np.ndarray], launches: Launches) -> np.ndarray:
         """Step code per activity (-1: no step range claimed it), through its launching call's correlation id."""
         codes = np.full(activity.height, -1, np.int32)
-        if not self.has_steps:
-            return codes
-        known = (activity["pid_key"].is_not_null() & activity["corr_id"].is_not_null()).to_numpy()
-        pid = activity["pid_key"].fill_null(0).to_numpy()
-        corr = activity["corr_id"].fill_null(0).to_numpy()
-        for p in activity["pid_key"].unique().drop_nulls().to_list():
-            rows = np.flatnonzero((pid == p) & known)
-            codes[rows] = launches.codes(p, corr[rows])
+        if self.has_steps:
+            known = activity["corr_id"].is_not_null().to_numpy()
+            corr = activity["corr_id"].fill_null(0).to_numpy()
+            for pid, rows in rows_of.items():
+                if pid is not None:
+                    mine = np.flatnonzero(rows & known)
+                    codes[mine] = launches.codes(pid, corr[mine])
         return codes
 
     def kernel_sums(self) -> pl.DataFrame:
@@ -597,20 +601,28 @@ class _Activity:
 
     def take(self, pid: int | None, with_graphs: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(step code, category code, start, end) of a process's kept activities, given up by the store."""
-        parts, replays = self.parts.pop((pid, False), []), self.parts.pop((pid, True), [])
-        if with_graphs:
-            parts += replays
-        del replays
-        both = pl.concat(parts) if parts else pl.DataFrame(schema={"code": pl.Int32, "category": pl.UInt8,
-                                                                   "start_ns": pl.Int64, "end_ns": pl.Int64})
-        del parts
-        return (both["code"].to_numpy(), both["category"].to_numpy(),
-                both["start_ns"].fill_null(_NO_TIME).to_numpy(), both["end_ns"].fill_null(_NO_TIME).to_numpy())
+        batches = [self.parts.pop((pid, False), ([], [], [], [])), self.parts.pop((pid, True), ([], [], [], []))]
+        if not with_graphs:
+            del batches[1]
+        columns = []
+        for i, dtype in enumerate((np.int32, np.uint8, np.int64, np.int64)):
+            columns.append(np.concatenate([a for b in batches for a in b[i]] or [np.zeros(0, dtype)]))
+            for b in batches:
+                b[i].clear()  # each batch's copy released as soon as it is joined
+        code, category, start, end = columns
+        return code, category, start, end
 
     def raw_frame(self, with_graphs: bool, rank_of: dict) -> pl.DataFrame:
         raw = pl.concat(self._raw)
         return (raw if with_graphs else raw.filter(~pl.col("graph"))).with_columns(
             pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"))
+
+
+def _rows_by_pid(pid_key: pl.Series) -> dict[int | None, np.ndarray]:
+    """The rows of each process (None: rows without one) of a batch, as masks."""
+    pid = pid_key.fill_null(0).to_numpy()
+    missing = pid_key.is_null().to_numpy()
+    return {p: missing if p is None else (pid == p) & ~missing for p in pid_key.unique().to_list()}
 
 
 def _steps(codes: np.ndarray, step_values: np.ndarray) -> pl.Series:
@@ -710,31 +722,17 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
     per_step: list[pl.DataFrame] = []
     per_category: list[pl.DataFrame] = []
     events: list[pl.DataFrame] = []
+    _trim_heap()  # what the stream freed
     for pid in activity.pids():
-        code, cat, start, end = activity.take(pid, with_graphs)
         rank = rank_of.get(pid)
-        if rank is None or not code.size:
-            continue
-        order = sort_order(code, start, stable=False)
-        # One array at a time, each copy replacing its original.
-        code = code[order]
-        cat = cat[order]
-        start = start[order]
-        end = end[order]
-        del order
-
-        def one(rows: slice) -> tuple[pl.DataFrame, pl.DataFrame]:
-            return sorted_step_ns(code[rows], cat[rows], start[rows], end[rows], categories)
-
-        # Chunks are independent and numpy releases the GIL: _CHUNK_WORKERS at a time.
-        with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
-            for step_ns, category_ns in pool.map(one, _step_chunks(code)):
-                per_step.append(_ranked(step_ns, rank, activity.step_values))
-                per_category.append(_ranked(category_ns, rank, activity.step_values))
-        # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new.
-        events.append(pl.DataFrame([pl.repeat(rank, code.size, dtype=pl.Int32, eager=True).alias("rank"),
-                                    _steps(code, activity.step_values), categories.gather(cat).cast(pl.Utf8),
-                                    pl.Series("start_ns", start), pl.Series("end_ns", end)]))
+        if rank is None:
+            activity.take(pid, with_graphs)  # not ranked: dropped
+        else:
+            step_parts, category_parts, frame = _process_anatomy(activity, pid, with_graphs, rank, categories)
+            per_step += step_parts
+            per_category += category_parts
+            events.append(frame)
+        _trim_heap()
     if not per_step:  # no ranked activity: the frames' columns, no rows
         none = np.zeros(0, np.int64)
         per_step, per_category = ([_ranked(frame, 0, activity.step_values)] for frame in sorted_step_ns(
@@ -768,6 +766,47 @@ _NO_EVENTS = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "category"
                                   "end_ns": pl.Int64})
 
 
+def _process_anatomy(activity: _Activity, pid: int | None, with_graphs: bool, rank: int, categories: pl.Series
+                     ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame]:
+    """One process's integers per step and per (step, category) (sorted_step_ns, by chunk) and its events; its
+    activity taken from the store here, so that its unsorted arrays go as the sorted ones come."""
+    code, cat, start, end = activity.take(pid, with_graphs)
+    step_values = activity.step_values
+    order = sort_order(code, start, stable=False)
+    # One array at a time, each copy replacing its original.
+    code = code[order]
+    cat = cat[order]
+    start = start[order]
+    end = end[order]
+    del order
+
+    def one(rows: slice) -> tuple[pl.DataFrame, pl.DataFrame]:
+        return sorted_step_ns(code[rows], cat[rows], start[rows], end[rows], categories)
+
+    # Chunks are independent and numpy releases the GIL: _CHUNK_WORKERS at a time.
+    with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
+        done = list(pool.map(one, _step_chunks(code)))
+    # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new.
+    events = pl.DataFrame([pl.Series("rank", np.full(code.size, rank, np.int32)), _steps(code, step_values),
+                           categories.gather(cat).cast(pl.Utf8), pl.Series("start_ns", start),
+                           pl.Series("end_ns", end)])
+    return ([_ranked(step_ns, rank, step_values) for step_ns, _ in done],
+            [_ranked(category_ns, rank, step_values) for _, category_ns in done], events)
+
+
+def _trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing to do). numpy
+    arrays under glibc's mmap threshold (which rises to 32 MB) live on that heap and polars allocates from its
+    own, which cannot reuse what numpy freed there: at 10M kernels the anatomy's freed batches, sort and chunk
+    arrays stayed resident beside the events (peak 1,308 MiB; 1,043 with a trim after each process)."""
+    try:
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (OSError, TypeError):
+        return
+    if trim is not None:
+        trim(0)
+
+
 def _ranked(frame: pl.DataFrame, rank: int, step_values: np.ndarray) -> pl.DataFrame:
     """A per-step frame of one process keyed by step code -> keyed by (rank, step)."""
     return frame.select(pl.lit(rank, dtype=pl.Int32).alias("rank"), _steps(frame["key"].to_numpy(), step_values),
@@ -793,8 +832,8 @@ def _kernel_steps(activity: _Activity, rank_of: dict, names: dict[int, str]) -> 
             .agg(pl.col("calls").sum(), (pl.col("ns").sum() / 1e6).alias("time_ms")))
 
 
-_CHUNK_EVENTS = 1 << 20  # activities per interval-arithmetic chunk (whole steps of one process)
-_CHUNK_WORKERS = min(2, os.cpu_count() or 1)  # chunks in flight: each holds its intermediates (~100 MB)
+_CHUNK_EVENTS = 1 << 18  # activities per interval-arithmetic chunk (whole steps of one process)
+_CHUNK_WORKERS = min(2, os.cpu_count() or 1)  # chunks in flight: each holds its intermediates (~25 MB)
 
 
 def _step_chunks(code: np.ndarray) -> list[slice]:
