@@ -529,7 +529,7 @@ class _Activity:
         self.step_values, self.names, self.copy_cat, self.rules = step_values, names, copy_cat, rules
         self.keep_raw, self.has_steps = keep_raw, has_steps
         # (pid_key, graph replays) -> step codes, category codes, starts, ends: one array of each per batch
-        self.parts: dict[tuple[int | None, bool], tuple[list[np.ndarray], ...]] = {}
+        self._parts: dict[tuple[int | None, bool], tuple[list[np.ndarray], ...]] = {}
         self.devices: list[pl.DataFrame] = []  # (pid_key, device_id, graph) triples of each batch
         self._sums: list[pl.DataFrame] = []  # kernel calls and time of some batches (kernel_sums)
         self.in_graph = 0  # kernels that ran inside a graph replay
@@ -568,13 +568,14 @@ class _Activity:
             self._sums = [self.kernel_sums()]
         columns = (codes, activity["category"].to_physical().to_numpy(),
                    activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy())
+        by_graph = {False: ~replay, True: replay} if replay.any() else {False: None}
         for pid, rows in rows_of.items():
             if self.has_steps:
                 rows = rows & (codes >= 0)
-            for is_graph in (False, True) if replay.any() else (False,):
-                kept = rows & (replay == is_graph) if replay.any() else rows
+            for is_graph, of_kind in by_graph.items():
+                kept = rows if of_kind is None else rows & of_kind
                 if kept.any():
-                    for stored, column in zip(self.parts.setdefault((pid, is_graph), ([], [], [], [])), columns):
+                    for stored, column in zip(self._parts.setdefault((pid, is_graph), ([], [], [], [])), columns):
                         stored.append(column[kept])
 
     def _codes(self, activity: pl.DataFrame, rows_of: dict[int | None, np.ndarray], launches: Launches) -> np.ndarray:
@@ -597,11 +598,11 @@ class _Activity:
         return self._unclaimed[False] + (self._unclaimed[True] if with_graphs else 0)
 
     def pids(self) -> list[int | None]:
-        return list(dict.fromkeys(pid for pid, _ in self.parts))
+        return list(dict.fromkeys(pid for pid, _ in self._parts))
 
     def take(self, pid: int | None, with_graphs: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(step code, category code, start, end) of a process's kept activities, given up by the store."""
-        batches = [self.parts.pop((pid, False), ([], [], [], [])), self.parts.pop((pid, True), ([], [], [], []))]
+        batches = [self._parts.pop((pid, False), ([], [], [], [])), self._parts.pop((pid, True), ([], [], [], []))]
         if not with_graphs:
             del batches[1]
         columns = []
