@@ -48,14 +48,20 @@ def _combined_key(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
     return key
 
 
-def _order(key: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Indices sorting by (key, start): one argsort of a packed int64 when it fits, else lexsort."""
+def sort_order(key: np.ndarray, start: np.ndarray, *, stable: bool = True) -> np.ndarray:
+    """Indices sorting by (key, start): one argsort of a packed int64 when it fits, else lexsort. Without
+    `stable`, rows equal in both come in any order (numpy's quicksort, about twice as fast)."""
     if start.size == 0:
         return np.zeros(0, dtype=np.int64)
-    rel = start - start.min()
-    width = int(rel.max()) + 1
+    lo = int(start.min())
+    width = int(start.max()) - lo + 1
     if (int(key.max()) + 1) * width < 2**62:
-        return np.argsort(key * width + rel, kind="stable")
+        # Packed in one array; int64 wraps, so a step out of range in between still ends in range.
+        packed = key.astype(np.int64)
+        packed *= width
+        packed += start
+        packed -= lo
+        return np.argsort(packed, kind="stable" if stable else None)
     return np.lexsort((start, key))
 
 
@@ -66,7 +72,7 @@ def _grouped(events: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, np.nd
     start = events["start_ns"].to_numpy().astype(np.int64)
     end = events["end_ns"].to_numpy().astype(np.int64)
     key = _combined_key(events, keys)
-    order = _order(key, start)
+    order = sort_order(key, start)
     sorted_key = key[order]
     new = np.r_[True, sorted_key[1:] != sorted_key[:-1]] if order.size else np.zeros(0, dtype=bool)
     group = np.cumsum(new) - 1
@@ -129,7 +135,7 @@ def intersection_ns(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.Dat
     if both.height == 0:
         return pl.DataFrame(schema={**{k: a.schema[k] for k in keys}, "both_ns": pl.Int64})
     key_rows, group, _, _ = _grouped(both.with_columns(pl.lit(0).alias("start_ns"), pl.lit(0).alias("end_ns")), keys)
-    ordered = both[_order(_combined_key(both, keys), both["start_ns"].to_numpy().astype(np.int64))]
+    ordered = both[sort_order(_combined_key(both, keys), both["start_ns"].to_numpy().astype(np.int64))]
     # Edges: +1 at an island start, -1 at its end, per set. Islands within one set are disjoint, so the
     # running count of each set is 0 or 1, and it returns to 0 at every group boundary.
     n = ordered.height
@@ -160,14 +166,112 @@ def _spans_cover(ev: pl.DataFrame, sp: pl.DataFrame) -> bool:
     return inside.height == bounds.height
 
 
+def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end: np.ndarray,
+                   categories: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """anatomy_rows' integers for activities sorted by (key, start), one step per key value, its span its own
+    work (first start, last end): (one row per key: key, span_start_ns, span_end_ns and STEP_NS; one row per
+    (key, category) present: key, category, union_ns). `category`: codes into `categories`.
+
+    Every union is one linear pass over rows already in order (a mask keeps the order), where anatomy_rows sorts
+    each interval set again (_masked_unions). When no interval ends before it starts, the overlap of two unions is
+    |A| + |B| - |A u B| and the in-span values are the unions themselves (an interval of length 0 adds nothing);
+    otherwise the overlap is intersection_ns' edge sweep and in-span values count only intervals of positive
+    length, as anatomy_rows' clipping leaves them."""
+    change = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
+    first = np.flatnonzero(change)
+    group = np.cumsum(change) - 1
+    n = first.size
+    union, proper = _masked_unions(group, start, end, n)
+    member = categories.cast(pl.Utf8)
+
+    def of(names: tuple[str, ...]) -> np.ndarray:
+        return member.is_in(names).to_numpy()[category]
+
+    comm, compute = of(COMM_CATEGORIES), of(COMPUTE_CATEGORIES)
+    comm_ns, compute_ns, kernel_ns, busy = union(comm), union(compute), union(comm | compute), union(None)
+    if proper:
+        both = comm_ns + compute_ns - kernel_ns
+        busy_in, c_in, m_in, cm = busy, compute_ns, comm_ns, both
+    else:
+        both = (_both_swept(group, start, end, comm, compute, n)
+                if (end[comm | compute] < start[comm | compute]).any() else comm_ns + compute_ns - kernel_ns)
+        positive = end > start
+        busy_in, c_in, m_in = union(positive), union(positive & compute), union(positive & comm)
+        cm = c_in + m_in - union(positive & (comm | compute))
+    step_ns = pl.DataFrame({
+        "key": key[first], "span_start_ns": start[first],
+        "span_end_ns": np.maximum.reduceat(end, first) if n else np.zeros(0, np.int64),
+        "union_ns": busy, "busy_in_span_ns": busy_in,
+        "kernels": np.bincount(group[of(KERNEL_ONLY)], minlength=n).astype(np.int64),
+        "comm_ns": comm_ns, "both_ns": both, "c_ns": c_in, "m_ns": m_in, "cm_ns": cm})
+    keys, codes, unions = [], [], []
+    for code in np.flatnonzero(np.bincount(category, minlength=len(categories))):
+        rows = category == code
+        present = np.flatnonzero(np.bincount(group[rows], minlength=n))
+        keys.append(key[first[present]])
+        codes.append(np.full(present.size, code, np.uint32))
+        unions.append(union(rows)[present])
+    category_ns = pl.DataFrame({
+        "key": np.concatenate(keys) if keys else key[:0],
+        "category": categories.gather(np.concatenate(codes) if codes else np.zeros(0, np.uint32)),
+        "union_ns": np.concatenate(unions) if unions else np.zeros(0, np.int64)})
+    return step_ns, category_ns
+
+
+def _masked_unions(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int):
+    """(union, proper): union(rows) is the length of the union of the intervals a mask selects (None: all) per
+    group, for intervals sorted by (group, start) with groups 0..n-1; proper: no interval ends before it starts.
+
+    Proper intervals whose groups fit side by side in an int64 are lifted apart (group g moved up by g times the
+    time range), so one running maximum of ends needs no reset between groups and each interval adds what it
+    reaches past the ones before it: a few passes. Otherwise the islands, as union_ns merges them."""
+    proper = bool((end >= start).all())
+    if proper and start.size:
+        base = int(start.min())
+        span = int(end.max()) - base + 1
+        if n * span < 1 << 62:
+            lift = group * span
+            lifted_start, lifted_end = (start - base) + lift, (end - base) + lift
+            del lift
+
+            def lifted(rows: np.ndarray | None) -> np.ndarray:
+                g, s, e = ((group, lifted_start, lifted_end) if rows is None
+                           else (group[rows], lifted_start[rows], lifted_end[rows]))
+                if not g.size:
+                    return np.zeros(n, np.int64)
+                # What each interval reaches past both its start and every end before it.
+                gain = np.empty_like(e)
+                gain[0] = e[0] - s[0]
+                np.subtract(e[1:], np.maximum(s[1:], np.maximum.accumulate(e)[:-1]), out=gain[1:])
+                np.maximum(gain, 0, out=gain)
+                return np.bincount(g, weights=gain, minlength=n).astype(np.int64)
+            return lifted, proper
+
+    def merged(rows: np.ndarray | None) -> np.ndarray:
+        g, s, e = (group, start, end) if rows is None else (group[rows], start[rows], end[rows])
+        gi, si, ei = _islands(g, s, e)
+        return np.bincount(gi, weights=(ei - si), minlength=n).astype(np.int64)
+    return merged, proper
+
+
+def _both_swept(group: np.ndarray, start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray,
+                n: int) -> np.ndarray:
+    """Per group, the time both row sets `a` and `b` cover, by intersection_ns' edge sweep."""
+    def frame(rows: np.ndarray) -> pl.DataFrame:
+        return pl.DataFrame({"group": group[rows], "start_ns": start[rows], "end_ns": end[rows]})
+    hit = intersection_ns(frame(a), frame(b), ["group"])
+    both = np.zeros(n, np.int64)
+    both[hit["group"].to_numpy()] = hit["both_ns"].to_numpy()
+    return both
+
+
 def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per (rank, step): time by category (union), idle inside the span, exposed comm.
 
     Returns (rows[rank, step, category, time_ms], per_step[rank, step, gpu_ms, kernels, comm_ms, overlap_pct]).
     """
     ev = events.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
-    by_cat = union_ns(ev, [*_KEYS, "category"]).select(*_KEYS, pl.col("category").cast(pl.Utf8),
-                                                       (pl.col("union_ns") / 1e6).alias("time_ms"))
+    by_cat = union_ns(ev, [*_KEYS, "category"])
     busy = union_ns(ev, _KEYS)
     # Kernels only: memcpy / memset are not kernels, and a CUDA-graph replay holds an unknown number of them.
     counts = (ev.filter(pl.col("category").is_in(KERNEL_ONLY)).group_by(_KEYS)
@@ -195,33 +299,38 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
         m_in = clipped.filter(pl.col("category").is_in(COMM_CATEGORIES))
         m_union = union_ns(m_in, _KEYS).rename({"union_ns": "m_ns"})
         cm = intersection_ns(m_in, c_in, _KEYS).rename({"both_ns": "cm_ns"})
+    totals = sp.select(*_KEYS, "span_start_ns", "span_end_ns")
+    for part in (busy, busy_in_span, counts, comm_union, hidden,
+                 union_ns(c_in, _KEYS).rename({"union_ns": "c_ns"}), m_union, cm):
+        totals = totals.join(part, on=_KEYS, how="left", nulls_equal=True)
+    return anatomy_from_ns(by_cat, totals.with_columns(pl.col(*STEP_NS).fill_null(0)))
+
+
+# Integers per (rank, step) that anatomy_from_ns turns into rows: the union of all work (union_ns), of the work
+# inside the span (busy_in_span_ns), kernels counted, the union of communication (comm_ns) and its overlap with
+# compute (both_ns); inside the span, the union of compute (c_ns), of communication (m_ns) and their overlap (cm_ns).
+STEP_NS = ("union_ns", "busy_in_span_ns", "kernels", "comm_ns", "both_ns", "c_ns", "m_ns", "cm_ns")
+
+
+def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """anatomy_rows' result from its integers: `by_cat` (rank, step, category, union_ns) and `totals` (rank,
+    step, span_start_ns, span_end_ns and STEP_NS, one row per span). The milliseconds are computed here once for
+    all steps, so whoever computed the integers (in chunks, or with numpy on sorted arrays) gets the same floats."""
+    by_cat = by_cat.select(*_KEYS, pl.col("category").cast(pl.Utf8), (pl.col("union_ns") / 1e6).alias("time_ms"))
     # The non-overlapping decomposition of the span (issue 16): compute only + communication hidden under
     # compute + exposed communication + memory work under neither + idle = the span, exactly.
-    part = (sp.select(*_KEYS)
-            .join(union_ns(c_in, _KEYS).rename({"union_ns": "c_ns"}), on=_KEYS, how="left", nulls_equal=True)
-            .join(m_union, on=_KEYS, how="left", nulls_equal=True)
-            .join(cm, on=_KEYS, how="left", nulls_equal=True)
-            .join(busy_in_span, on=_KEYS, how="left", nulls_equal=True)
-            .with_columns(pl.col("c_ns", "m_ns", "cm_ns", "busy_in_span_ns").fill_null(0))
-            .with_columns(((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
-                          (pl.col("cm_ns") / 1e6).alias("comm_hidden"),
-                          ((pl.col("m_ns") - pl.col("cm_ns")) / 1e6).alias("exposed_comm"),
-                          ((pl.col("busy_in_span_ns") - (pl.col("c_ns") + pl.col("m_ns") - pl.col("cm_ns"))).clip(0)
-                           / 1e6).alias("memcpy_only")))
-    per_step = (
-        sp.join(busy, on=_KEYS, how="left", nulls_equal=True)
-        .join(busy_in_span, on=_KEYS, how="left", nulls_equal=True)
-        .join(counts, on=_KEYS, how="left", nulls_equal=True)
-        .join(comm_union, on=_KEYS, how="left", nulls_equal=True)
-        .join(hidden, on=_KEYS, how="left", nulls_equal=True)
-        .with_columns(pl.col("union_ns", "busy_in_span_ns", "kernels", "comm_ns", "both_ns").fill_null(0))
-        .with_columns(
-            (pl.col("union_ns") / 1e6).alias("gpu_ms"),
-            ((pl.col("span_end_ns") - pl.col("span_start_ns") - pl.col("busy_in_span_ns")).clip(0) / 1e6).alias("idle_ms"),
-            (pl.col("comm_ns") / 1e6).alias("comm_ms"),
-            ((pl.col("comm_ns") - pl.col("both_ns")) / 1e6).alias("exposed_ms"),
-            pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("both_ns") / pl.col("comm_ns")).otherwise(None).alias("overlap_pct"),
-        )
+    part = totals.with_columns(
+        ((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
+        (pl.col("cm_ns") / 1e6).alias("comm_hidden"),
+        ((pl.col("m_ns") - pl.col("cm_ns")) / 1e6).alias("exposed_comm"),
+        ((pl.col("busy_in_span_ns") - (pl.col("c_ns") + pl.col("m_ns") - pl.col("cm_ns"))).clip(0)
+         / 1e6).alias("memcpy_only"))
+    per_step = totals.with_columns(
+        (pl.col("union_ns") / 1e6).alias("gpu_ms"),
+        ((pl.col("span_end_ns") - pl.col("span_start_ns") - pl.col("busy_in_span_ns")).clip(0) / 1e6).alias("idle_ms"),
+        (pl.col("comm_ns") / 1e6).alias("comm_ms"),
+        ((pl.col("comm_ns") - pl.col("both_ns")) / 1e6).alias("exposed_ms"),
+        pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("both_ns") / pl.col("comm_ns")).otherwise(None).alias("overlap_pct"),
     )
     derived = pl.concat([
         per_step.select(*_KEYS, pl.lit("idle").alias("category"), pl.col("idle_ms").alias("time_ms")),

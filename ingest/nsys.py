@@ -4,11 +4,11 @@ Reading: the schema (table and column names) and the small tables come from Pyth
 because `PRAGMA table_info` is exact and those tables are a few hundred rows. The large tables
 (kernels, memcpy, memset, runtime calls, NVTX) are scanned by DuckDB's sqlite extension (loaded
 from the duckdb-ext wheel, no download), reading only the named columns, and streamed out as Arrow
-record batches: first the runtime calls, kept as sorted correlation ids per process (ingest/correlation.py),
-then the GPU activity, each batch given its launch time (a binary search of its correlation id), its step
-(a binary search of that launch time over its process's step ranges) and its category as it arrives.
-No join or GROUP BY runs in DuckDB and no frame holds correlation ids or launch times for the whole
-capture. Fetching millions of rows through sqlite3 builds a Python object per value instead.
+record batches: first the runtime calls, kept per process as the sorted correlation ids that a step range
+claims (ingest/correlation.py), then the GPU activity, each batch given its step (a binary search of its
+correlation id) and its category as it arrives, and kept as only what the anatomy reads (_Activity). No join
+or GROUP BY runs in DuckDB and no frame holds correlation ids or launch times for the whole capture.
+Fetching millions of rows through sqlite3 builds a Python object per value instead.
 
 Definitions (the receipt says them too, in Anatomy.attribution and .step_marker):
 - rank: processes that launched GPU work, ordered by (lowest deviceId, pid). Overridden by the
@@ -31,6 +31,7 @@ Definitions (the receipt says them too, in Anatomy.attribution and .step_marker)
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -47,8 +48,8 @@ import polars as pl
 
 from receipts import duck
 from receipts.errors import InputError
-from receipts.ingest.correlation import Launches
-from receipts.ingest.intervals import anatomy_rows, kernel_steps
+from receipts.ingest.correlation import Launches, StepRanges
+from receipts.ingest.intervals import anatomy_from_ns, sort_order, sorted_step_ns
 from receipts.schema.categories import KERNEL_CATEGORIES, MEMORY_CATEGORIES, CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA,
                                    Anatomy, EnvVar, IdentityClaim, epoch_iso)
@@ -140,12 +141,14 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         if step_ranges.height and RUNTIME not in schema:
             raise InputError(path, f"step ranges found but table {RUNTIME} is absent: GPU work cannot reach a step "
                                    "(re-profile with --trace=cuda)", table=RUNTIME)
-        launches = Launches(_batches(con, load_query("_nsys_launches")) if RUNTIME in schema else ())
+        step_values, by_pid = _ranges_by_pid(step_ranges)
+        launches = Launches(_batches(con, load_query("_nsys_launches")) if RUNTIME in schema else (), by_pid)
         copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
-        activity, devices = _stream_activity(con, activity_query, launches, _ranges_by_pid(step_ranges), names,
-                                             copy_cat, rules, keep_raw)
+        activity = _Activity(step_values, names, copy_cat, rules, keep_raw, has_steps=step_ranges.height > 0)
+        for batch in _batches(con, activity_query):
+            activity.add(batch, launches)
         repeated = launches.repeated
-        del launches  # the largest intermediate (every runtime call's id and start): not held past its use
+        del launches  # every claimed runtime call's id and code: not held past its use
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
     except (duckdb.Error, RuntimeError) as exc:  # the sqlite scanner raises a bare RuntimeError on a bad page
         bad_table, what = _damaged_table(path, schema, nvtx_table)
@@ -153,11 +156,12 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
                                "corrupt", table=bad_table) from exc
     finally:
         con.close()
-    activity, graph_trace = _graph_mode(path, schema, activity)
+    graph_trace = _graph_mode(path, schema, activity)
     if graph_trace is not None:
         warnings.append(_graph_note(activity, graph_trace))
-    activity = activity.drop("in_graph")
-    if graph_trace == "node":
+    with_graphs = graph_trace != "node"  # graph replays count unless their kernels are rows of their own
+    devices = pl.concat(activity.devices)
+    if not with_graphs:
         devices = devices.filter(~pl.col("graph"))
     if repeated:
         warnings.append(f"{repeated} (process, correlationId) pairs of {RUNTIME} repeat: each GPU "
@@ -165,11 +169,9 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
 
     environ = _parse_environment(env_rows.get("DeviceEnvironment"))
     rank_of, attribution_rank, world, ranks_stated = _ranks(devices, environ, thread_ranks)
-    activity = activity.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32)
-                                     .alias("rank")).drop("pid_key")
     has_steps = step_ranges.height > 0
     if has_steps:
-        unattributed = activity["step"].null_count()
+        unattributed = activity.unclaimed(with_graphs)
         marker = f"NVTX ranges matching {step_pattern!r} in table {nvtx_table}"
     else:
         unattributed = 0
@@ -178,14 +180,8 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     # The model of the devices that ran kernels: Windows exports also list display adapters (Intel HD,
     # 'Microsoft Basic Render Driver'), which are no CUDA device (smCount 0) and ran nothing.
     ran = set(devices["device_id"].drop_nulls().unique().to_list())
-    raw = _raw_events(activity, names) if keep_raw else None
-    # What the anatomy reads, in (rank, step) order for its chunks. Sorted before the unattributed rows are left
-    # out, so the activity frame goes before that second copy is made.
-    events = activity.select("rank", "step", "category", "start_ns", "end_ns", "kind", "name_id").sort(
-        _group_key(activity))
-    del activity
-    events = events.filter(pl.col("rank").is_not_null() & (pl.col("step").is_not_null() if has_steps else True))
-    rows, steps, kernels, events = _anatomy(events, step_ranges, rank_of, has_steps, names)
+    raw = _raw_events(activity.raw_frame(with_graphs, rank_of), names) if keep_raw else None
+    rows, steps, kernels, events = _anatomy(activity, with_graphs, step_ranges, rank_of, has_steps, names)
     nvtx = _nvtx_frame(ranges, rank_of)
     cuda_devices = [(i, n) for i, n, sm in gpu_names if sm != 0]
     used = [n for i, n in cuda_devices if i in ran] or [n for _, n in cuda_devices]
@@ -451,26 +447,23 @@ def _has_activity_cols(cols: list[str]) -> bool:
     return set(_ACTIVITY_COLS) <= set(cols) and bool({"globalPid", "globalTid"} & set(cols))
 
 
-def _graph_mode(path: Path, schema: dict, activity: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+def _graph_mode(path: Path, schema: dict, activity: "_Activity") -> str | None:
     """How CUDA graphs were traced: 'node' when any kernel ran inside a graph (its graph rows, if the export
     had both, are then left out: counted once), 'graph' when the export has GRAPH_TRACE, else None."""
-    is_graph = pl.col("kind") == _KIND["graph"]
-    if activity["in_graph"].any():
-        return activity.filter(~is_graph), "node"
+    if activity.in_graph:
+        return "node"
     if GRAPH in schema:
         _require(path, schema, GRAPH, _ACTIVITY_COLS, ("globalPid", "globalTid"))
-        return activity, "graph"
-    return activity, None
+        return "graph"
+    return None
 
 
-def _graph_note(activity: pl.DataFrame, graph_trace: str) -> str:
+def _graph_note(activity: "_Activity", graph_trace: str) -> str:
     """What the anatomy can and cannot say about CUDA-graph work, by trace mode."""
     if graph_trace == "node":
-        n = activity["in_graph"].sum()
-        return (f"CUDA graphs traced per node (--cuda-graph-trace=node): {n} kernels ran inside graph replays and are "
-                "categorised by name like any kernel")
-    graphs = activity.filter(pl.col("kind") == _KIND["graph"])
-    n, total_ms = graphs.height, int((graphs["end_ns"] - graphs["start_ns"]).sum() or 0) / 1e6
+        return (f"CUDA graphs traced per node (--cuda-graph-trace=node): {activity.in_graph} kernels ran inside graph "
+                "replays and are categorised by name like any kernel")
+    n, total_ms = activity.graph_rows, activity.graph_ns / 1e6
     return (f"CUDA graphs traced per graph (--cuda-graph-trace=graph, nsys's default): {n} replays ({total_ms:.1f} ms) "
             "are busy time of category cuda_graph; the kernels inside them are not in the export, so GEMM / attention "
             "/ communication detail inside graphs needs re-profiling with --cuda-graph-trace=node")
@@ -495,49 +488,150 @@ def _activity_select(table: str, cols: list[str], kind: str, keep_raw: bool) -> 
 
 def _batches(con, query: str):
     """The query's result as Arrow record batches of _BATCH_ROWS rows, at least one (an empty table of the
-    result's columns when it has no rows)."""
-    reader = con.execute(query).fetch_record_batch(_BATCH_ROWS)
-    empty = True
-    for batch in reader:
-        empty = False
-        yield batch
-    if empty:
-        yield reader.schema.empty_table()
+    result's columns when it has no rows). The query runs, and each next batch is read, in a thread while the
+    caller works on the batch before: DuckDB releases the GIL while it scans, so on two cores the scan (most of
+    the ingest) and the work on the batches overlap."""
+    def scan():
+        reader = con.execute(query).fetch_record_batch(_BATCH_ROWS)
+        empty = True
+        for batch in reader:
+            empty = False
+            yield batch
+        if empty:
+            yield reader.schema.empty_table()
+
+    batches = scan()
+    with ThreadPoolExecutor(max_workers=1) as ahead:
+        pending = ahead.submit(next, batches, None)
+        while (batch := pending.result()) is not None:
+            pending = ahead.submit(next, batches, None)
+            yield batch
 
 
 _BATCH_ROWS = 1 << 19  # activities (or runtime calls) per streamed batch: what one batch's frames hold
+_KERNEL_KEYS = ("pid_key", "code", "name_id")  # a kernel's category is its name's
+_NO_TIME = np.iinfo(np.int64).min  # a NULL start or end (a damaged export), as the interval arithmetic reads it
 
 
-def _stream_activity(con, query: str, launches: Launches, by_pid: dict, names: dict[int, str],
-                     copy_cat: dict[int, str], rules: CategoryRules, keep_raw: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(activity, devices): the activity streams in batches, each given its step and category on arrival, so the
-    frame kept holds neither correlation ids nor launch times; devices: the (pid_key, device_id, graph) triples."""
-    owned: list[pl.DataFrame] = []
-    pending: list[pl.DataFrame] = []
-    found: list[pl.DataFrame] = []
-    for batch in _batches(con, query):
-        part, devices = _activity_batch(batch, launches, by_pid, names, copy_cat, rules, keep_raw)
-        pending.append(part)
-        found.append(devices)
-        # Copied out of DuckDB's batches two at a time: a column kept from a batch holds every column of that
-        # batch alive (DuckDB releases a batch whole), correlation ids and all.
-        if len(pending) == 2:
-            owned.append(pl.concat(pending, rechunk=True))
-            pending.clear()
-    return pl.concat(owned + pending), pl.concat(found)
+class _Activity:
+    """The GPU activity as it streams in, kept as only what the anatomy reads: per process, graph replays apart
+    (left out when graphs were traced per node), each activity's step code (-1: none; no steps: all -1, else only
+    claimed activities are kept), category code, start and end; kernel calls and time per (process, step, name),
+    summed batch by batch; the counts the warnings need; with keep_raw, the batches too. No frame keeps
+    correlation ids, launch times, devices or names per activity.
+
+    What is kept is numpy's own memory, copied out of each batch by a mask: a column kept from a batch would hold
+    DuckDB's whole batch alive, and long-lived data in polars' allocator, between each batch's freed temporaries,
+    left it holding several times that (measured: 590 MB of RSS for 142 MB of ids)."""
+
+    def __init__(self, step_values: np.ndarray, names: dict[int, str], copy_cat: dict[int, str],
+                 rules: CategoryRules, keep_raw: bool, *, has_steps: bool) -> None:
+        self.step_values, self.names, self.copy_cat, self.rules = step_values, names, copy_cat, rules
+        self.keep_raw, self.has_steps = keep_raw, has_steps
+        # (pid_key, graph replays) -> step codes, category codes, starts, ends: one array of each per batch
+        self._parts: dict[tuple[int | None, bool], tuple[list[np.ndarray], ...]] = {}
+        self.devices: list[pl.DataFrame] = []  # (pid_key, device_id, graph) triples of each batch
+        self._sums: list[pl.DataFrame] = []  # kernel calls and time of some batches (kernel_sums)
+        self.in_graph = 0  # kernels that ran inside a graph replay
+        self.graph_rows = 0
+        self.graph_ns = 0
+        self._unclaimed = {False: 0, True: 0}  # activities no step claimed, by graph replay or not
+        self._raw: list[pl.DataFrame] = []
+
+    def add(self, batch, launches: Launches) -> None:
+        """One streamed batch (an Arrow record batch of sql/_nsys_activity.sql); `launches` gives its steps."""
+        activity = cast(pl.DataFrame, pl.from_arrow(batch))
+        rows_of = _rows_by_pid(activity["pid_key"])
+        codes = self._codes(activity, rows_of, launches)
+        replay = (activity["kind"] == _KIND["graph"]).to_numpy()
+        self.in_graph += int(activity["in_graph"].sum())
+        for is_graph in (False, True):
+            self._unclaimed[is_graph] += int(np.count_nonzero((codes < 0) & (replay == is_graph)))
+        activity = _categorise(activity, self.names, self.copy_cat, self.rules).with_columns(
+            pl.Series("code", codes), pl.Series("graph", replay))
+        if replay.any():
+            replays = activity.filter(pl.col("graph"))
+            self.graph_rows += replays.height
+            self.graph_ns += int((replays["end_ns"] - replays["start_ns"]).sum() or 0)
+        if self.keep_raw:
+            self._raw.append(activity.select("pid_key", _steps(codes, self.step_values), "category", "kind", "graph",
+                                             "name_id", "short_id", "stream_id", "start_ns", "end_ns"))
+        lazy = activity.lazy()
+        devices, sums = pl.collect_all([
+            # Devices per process, the graph replays' apart (left out when graphs were traced per node).
+            lazy.select("pid_key", "device_id", "graph").unique(),
+            lazy.filter((pl.col("kind") == _KIND["kernel"]) & (pl.col("code") >= 0)).group_by(_KERNEL_KEYS).agg(
+                pl.len().cast(pl.Int64).alias("calls"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))])
+        self.devices.append(devices)
+        self._sums.append(sums)
+        if len(self._sums) == 8:  # what was summed so far and the last batches' sums, summed
+            self._sums = [self.kernel_sums()]
+        columns = (codes, activity["category"].to_physical().to_numpy(),
+                   activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy())
+        by_graph = {False: ~replay, True: replay} if replay.any() else {False: None}
+        for pid, rows in rows_of.items():
+            if self.has_steps:
+                rows = rows & (codes >= 0)
+            for is_graph, of_kind in by_graph.items():
+                kept = rows if of_kind is None else rows & of_kind
+                if kept.any():
+                    for stored, column in zip(self._parts.setdefault((pid, is_graph), ([], [], [], [])), columns):
+                        stored.append(column[kept])
+
+    def _codes(self, activity: pl.DataFrame, rows_of: dict[int | None, np.ndarray], launches: Launches) -> np.ndarray:
+        """Step code per activity (-1: no step range claimed it), through its launching call's correlation id."""
+        codes = np.full(activity.height, -1, np.int32)
+        if self.has_steps:
+            known = activity["corr_id"].is_not_null().to_numpy()
+            corr = activity["corr_id"].fill_null(0).to_numpy()
+            for pid, rows in rows_of.items():
+                if pid is not None:
+                    mine = np.flatnonzero(rows & known)
+                    codes[mine] = launches.codes(pid, corr[mine])
+        return codes
+
+    def kernel_sums(self) -> pl.DataFrame:
+        """Kernel calls and time (ns) per (pid_key, step code, name id), over the batches so far."""
+        return pl.concat(self._sums).group_by(_KERNEL_KEYS).agg(pl.col("calls", "ns").sum())
+
+    def unclaimed(self, with_graphs: bool) -> int:
+        return self._unclaimed[False] + (self._unclaimed[True] if with_graphs else 0)
+
+    def pids(self) -> list[int | None]:
+        return list(dict.fromkeys(pid for pid, _ in self._parts))
+
+    def take(self, pid: int | None, with_graphs: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(step code, category code, start, end) of a process's kept activities, given up by the store."""
+        batches = [self._parts.pop((pid, False), ([], [], [], [])), self._parts.pop((pid, True), ([], [], [], []))]
+        if not with_graphs:
+            del batches[1]
+        columns = []
+        for i, dtype in enumerate((np.int32, np.uint8, np.int64, np.int64)):
+            columns.append(np.concatenate([a for b in batches for a in b[i]] or [np.zeros(0, dtype)]))
+            for b in batches:
+                b[i].clear()  # each batch's copy released as soon as it is joined
+        code, category, start, end = columns
+        return code, category, start, end
+
+    def raw_frame(self, with_graphs: bool, rank_of: dict) -> pl.DataFrame:
+        raw = pl.concat(self._raw)
+        return (raw if with_graphs else raw.filter(~pl.col("graph"))).with_columns(
+            pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"))
 
 
-def _activity_batch(batch, launches: Launches, by_pid: dict, names: dict[int, str],
-                    copy_cat: dict[int, str], rules: CategoryRules, keep_raw: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One streamed batch of activity (an Arrow record batch) with its step and category, without what only
-    served to find them (correlation id, copy kind) or what only the raw events read; and its distinct
-    (pid_key, device_id, graph) triples."""
-    activity = cast(pl.DataFrame, pl.from_arrow(batch))
-    # Devices per process, the graph replays' apart (left out when graphs were traced per node): a few rows.
-    devices = activity.select("pid_key", "device_id", (pl.col("kind") == _KIND["graph"]).alias("graph")).unique()
-    return (_categorise(activity, names, copy_cat, rules)
-            .with_columns(_attribute_steps(activity, launches, by_pid))
-            .drop("corr_id", "copy_kind", "device_id", *(() if keep_raw else ("stream_id", "short_id")))), devices
+def _rows_by_pid(pid_key: pl.Series) -> dict[int | None, np.ndarray]:
+    """The rows of each process (None: rows without one) of a batch, as masks."""
+    pid = pid_key.fill_null(0).to_numpy()
+    missing = pid_key.is_null().to_numpy()
+    return {p: missing if p is None else (pid == p) & ~missing for p in pid_key.unique().to_list()}
+
+
+def _steps(codes: np.ndarray, step_values: np.ndarray) -> pl.Series:
+    """The step number of each step code (null for -1)."""
+    if not step_values.size:
+        return pl.repeat(None, codes.size, dtype=pl.Int64, eager=True).alias("step")
+    numbers = pl.Series("step", step_values[np.maximum(codes, 0)], dtype=pl.Int64)
+    return numbers if not (codes < 0).any() else pl.select(pl.when(pl.Series(codes >= 0)).then(numbers)).to_series()
 
 
 # Every category an activity can get (a rule's category is one of KERNEL_CATEGORIES): one Enum for all batches.
@@ -562,36 +656,14 @@ def _categorise(activity: pl.DataFrame, names: dict[int, str], copy_cat: dict[in
         .alias("category"))
 
 
-def _ranges_by_pid(step_ranges: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per process: its step ranges' (start, end, step), sorted by start."""
-    return {pid: (r["range_start_ns"].to_numpy(), r["range_end_ns"].to_numpy(), r["step"].to_numpy())
-            for (pid,), r in step_ranges.sort("pid_key", "range_start_ns").group_by("pid_key", maintain_order=True)}
-
-
-def _attribute_steps(activity: pl.DataFrame, launches: Launches, by_pid: dict) -> pl.Series:
-    """Step per activity (null: no step range claimed it): the latest step range of the launching process that
-    started at or before the launch claims the activity if it was still open at the launch (end exclusive).
-    One binary search per activity over its process's ranges sorted by start: the ASOF join, without sorting
-    the millions of activities."""
-    step = np.zeros(activity.height, dtype=np.int64)
-    claimed = np.zeros(activity.height, dtype=bool)
-    if by_pid and activity.height:
-        known = (activity["pid_key"].is_not_null() & activity["corr_id"].is_not_null()).to_numpy()
-        pid = activity["pid_key"].fill_null(0).to_numpy()
-        corr = activity["corr_id"].fill_null(0).to_numpy()
-        for p in activity["pid_key"].unique().drop_nulls().to_list():
-            if p not in by_pid:
-                continue
-            starts, ends, steps = by_pid[p]
-            rows = np.flatnonzero((pid == p) & known)
-            launch, found = launches.lookup(p, corr[rows])
-            rows, launch = rows[found], launch[found]
-            at = np.searchsorted(starts, launch, side="right") - 1
-            rows, launch, at = rows[at >= 0], launch[at >= 0], at[at >= 0]
-            still_open = launch < ends[at]
-            step[rows[still_open]] = steps[at[still_open]]
-            claimed[rows[still_open]] = True
-    return pl.select(pl.when(pl.Series(claimed)).then(pl.Series(step)).alias("step")).to_series()
+def _ranges_by_pid(step_ranges: pl.DataFrame) -> tuple[np.ndarray, dict[int, StepRanges]]:
+    """(the distinct step numbers, sorted; per process, its step ranges sorted by start, each with the code of
+    its step: the step number's index among them)."""
+    step_values = np.unique(step_ranges["step"].to_numpy())
+    return step_values, {
+        pid: StepRanges(r["range_start_ns"].to_numpy(), r["range_end_ns"].to_numpy(),
+                        np.searchsorted(step_values, r["step"].to_numpy()).astype(np.int32))
+        for (pid,), r in step_ranges.sort("pid_key", "range_start_ns").group_by("pid_key", maintain_order=True)}
 
 
 def _empty_ranges() -> pl.DataFrame:
@@ -641,34 +713,35 @@ def _ranks(devices: pl.DataFrame, environ: dict[str, str],
 
 # --- frames ------------------------------------------------------------------------------
 
-def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool,
+def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool,
              names: dict[int, str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(rows, steps, kernel_steps, events) from the activities of ranked processes that a step claimed (all of
-    them when there are no steps): rank, step, category, start_ns, end_ns, kind, name_id. Every number is per
-    (rank, step), so the interval arithmetic runs over chunks of whole (rank, step) groups: its intermediates
-    follow the chunk, not the capture. `events` (Anatomy.events) is made of the same chunks."""
-    # Kernel names as an Enum of the names that ran (codes, not strings, through kernel_steps' group-by).
-    kernel_ids = events.filter(pl.col("kind") == _KIND["kernel"])["name_id"].drop_nulls().unique().to_list()
-    name_of = {i: names[i] for i in kernel_ids if i in names}
-    name_enum = pl.Enum(sorted({*name_of.values(), "(unnamed)"}))
-
-    def one(chunk: pl.DataFrame) -> tuple[pl.DataFrame, ...]:
-        spans = chunk.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
-                                                  pl.col("end_ns").max().alias("span_end_ns"))
-        rows, per_step = anatomy_rows(chunk.select("rank", "step", "category", "start_ns", "end_ns"), spans)
-        kernels = kernel_steps(chunk.filter(pl.col("kind") == _KIND["kernel"]).with_columns(
-            pl.col("name_id").replace_strict(name_of, default=None, return_dtype=name_enum).alias("name")))
-        return rows, per_step, spans, kernels
-
-    # Chunks are independent and numpy / polars release the GIL: _CHUNK_WORKERS at a time.
-    chunks = list(_step_chunks(events))
-    with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
-        parts = list(pool.map(one, chunks))
-    rows, per_step, spans, kernels = (pl.concat([p[i] for p in parts]) for i in range(4))
-    kernels = kernels.with_columns(pl.col("category", "name").cast(pl.Utf8))
-    # Slices of one frame: only the category text is new memory.
-    events = pl.concat([c.select("rank", "step", pl.col("category").cast(pl.Utf8), "start_ns", "end_ns")
-                        for c in chunks])
+    """(rows, steps, kernel_steps, events) from the kept activity of ranked processes. Each process's activity is
+    sorted once by (step, start); every number is per (rank, step), so the interval arithmetic runs over chunks of
+    whole steps of those sorted arrays (its intermediates follow the chunk, not the capture), giving integers per
+    step that intervals.anatomy_from_ns turns into milliseconds for all steps at once."""
+    categories = pl.Series(_CATEGORY.categories, dtype=_CATEGORY)
+    per_step: list[pl.DataFrame] = []
+    per_category: list[pl.DataFrame] = []
+    events: list[pl.DataFrame] = []
+    _trim_heap()  # what the stream freed
+    for pid in activity.pids():
+        rank = rank_of.get(pid)
+        if rank is None:
+            activity.take(pid, with_graphs)  # not ranked: dropped
+        else:
+            step_parts, category_parts, frame = _process_anatomy(activity, pid, with_graphs, rank, categories)
+            per_step += step_parts
+            per_category += category_parts
+            events.append(frame)
+        _trim_heap()
+    if not per_step:  # no ranked activity: the frames' columns, no rows
+        none = np.zeros(0, np.int64)
+        per_step, per_category = ([_ranked(frame, 0, activity.step_values)] for frame in sorted_step_ns(
+            none.astype(np.int32), none.astype(np.uint8), none, none, categories))
+    # One chunk each, as one frame computed for the whole capture would be: polars divides a chunk of one value
+    # exactly and a longer one through the reciprocal (1 ulp apart).
+    totals = pl.concat(per_step, rechunk=True)
+    rows, step_rows = anatomy_from_ns(pl.concat(per_category, rechunk=True), totals)
     if has_steps:
         markers = (step_ranges.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None,
                                                                              return_dtype=pl.Int32).alias("rank"))
@@ -677,61 +750,100 @@ def _anatomy(events: pl.DataFrame, step_ranges: pl.DataFrame, rank_of: dict, has
                                                  ((pl.col("range_end_ns") - pl.col("range_start_ns")).max() / 1e6)
                                                  .alias("wall_ms")))
     else:
-        markers = spans.select("rank", "step", pl.col("span_start_ns").alias("start_ns"),
-                               ((pl.col("span_end_ns") - pl.col("span_start_ns")) / 1e6).alias("wall_ms"))
+        markers = totals.select("rank", "step", pl.col("span_start_ns").alias("start_ns"),
+                                ((pl.col("span_end_ns") - pl.col("span_start_ns")) / 1e6).alias("wall_ms"))
     markers = markers.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
-    steps = (markers.join(per_step, on=["rank", "step"], how="left", nulls_equal=True)
+    steps = (markers.join(step_rows, on=["rank", "step"], how="left", nulls_equal=True)
              .with_columns(pl.col("gpu_ms", "comm_ms").fill_null(0.0), pl.col("kernels").fill_null(0),
                            (pl.lit(has_steps) & (pl.col("step") == pl.col("step").min().over("rank"))).alias("warmup")))
     warm = steps.select("rank", "step", "warmup")
     rows = rows.join(warm, on=["rank", "step"], how="left", nulls_equal=True).with_columns(pl.col("warmup").fill_null(False))
     return (rows.select([pl.col(c).cast(t) for c, t in ANATOMY_ROW_SCHEMA.items()]).sort("rank", "step", "category"),
             steps.select([pl.col(c).cast(t) for c, t in ANATOMY_STEP_SCHEMA.items()]).sort("rank", "step"),
-            kernels, events)
+            _kernel_steps(activity, rank_of, names), pl.concat(events) if events else _NO_EVENTS)
 
 
-_CHUNK_EVENTS = 1 << 20  # activities per interval-arithmetic chunk (whole (rank, step) groups)
-_CHUNK_WORKERS = min(4, os.cpu_count() or 1)  # chunks in flight: each holds its intermediates (~0.3 GB)
+_NO_EVENTS = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "category": pl.Utf8, "start_ns": pl.Int64,
+                                  "end_ns": pl.Int64})
 
 
-def _step_chunks(events: pl.DataFrame):
-    """`events` cut into slices of whole (rank, step) groups of about _CHUNK_EVENTS activities each, at least
-    two groups per slice: polars divides a one-row column by a literal exactly but a longer one through the
-    reciprocal (1 ulp apart), so a one-group slice would give milliseconds a bit off the unchunked ones."""
-    if events.height <= _CHUNK_EVENTS:
-        yield events
+def _process_anatomy(activity: _Activity, pid: int | None, with_graphs: bool, rank: int, categories: pl.Series
+                     ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame]:
+    """One process's integers per step and per (step, category) (sorted_step_ns, by chunk) and its events; its
+    activity taken from the store here, so that its unsorted arrays go as the sorted ones come."""
+    code, cat, start, end = activity.take(pid, with_graphs)
+    step_values = activity.step_values
+    order = sort_order(code, start, stable=False)
+    # One array at a time, each copy replacing its original.
+    code = code[order]
+    cat = cat[order]
+    start = start[order]
+    end = end[order]
+    del order
+
+    def one(rows: slice) -> tuple[pl.DataFrame, pl.DataFrame]:
+        return sorted_step_ns(code[rows], cat[rows], start[rows], end[rows], categories)
+
+    # Chunks are independent and numpy releases the GIL: _CHUNK_WORKERS at a time.
+    with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
+        done = list(pool.map(one, _step_chunks(code)))
+    # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new.
+    events = pl.DataFrame([pl.Series("rank", np.full(code.size, rank, np.int32)), _steps(code, step_values),
+                           categories.gather(cat).cast(pl.Utf8), pl.Series("start_ns", start),
+                           pl.Series("end_ns", end)])
+    return ([_ranked(step_ns, rank, step_values) for step_ns, _ in done],
+            [_ranked(category_ns, rank, step_values) for _, category_ns in done], events)
+
+
+def _trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing to do). numpy
+    arrays under glibc's mmap threshold (which rises to 32 MB) live on that heap and polars allocates from its
+    own, which cannot reuse what numpy freed there: at 10M kernels the anatomy's freed batches, sort and chunk
+    arrays stayed resident beside the events (peak 1,308 MiB; 1,043 with a trim after each process)."""
+    try:
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (OSError, TypeError):
         return
-    key = _group_key(events)
-    # parse() hands them over in that order already (sorted as they were selected): no second copy.
-    if isinstance(key, list) or not events.select(key).to_series().is_sorted():
-        events = events.sort(key)
-    group_ends = events.group_by("rank", "step", maintain_order=True).len()["len"].cum_sum().to_numpy()
-    # Cut after the group in which each multiple of the chunk size falls.
-    wanted = np.searchsorted(group_ends, np.arange(_CHUNK_EVENTS, events.height, _CHUNK_EVENTS), side="left") + 1
-    n = len(group_ends)
-    bounds = [0]  # group indices: slice i holds groups bounds[i] .. bounds[i + 1] - 1
-    for end in [*sorted(set(wanted.tolist())), n]:
-        if end - bounds[-1] >= 2:
-            bounds.append(end)
-    if bounds[-1] != n:  # a last single group joins the slice before it (or is the only one)
-        bounds[-1:] = [n] if len(bounds) > 1 else [0, n]
-    rows = [0, *group_ends[[g - 1 for g in bounds[1:]]].tolist()]
-    for lo, hi in zip(rows, rows[1:]):
-        yield events.slice(lo, hi - lo)
+    if trim is not None:
+        trim(0)
 
 
-def _group_key(events: pl.DataFrame) -> pl.Expr | list[str]:
-    """A sort key that makes each (rank, step) group contiguous: one packed int64 when ranks and the step
-    range fit in 31 and 32 bits (a single-column sort, several times faster than two columns)."""
-    lo, hi = events["step"].min(), events["step"].max()
-    rank_lo, rank_hi = events["rank"].min(), events["rank"].max()
-    if rank_lo is None or rank_lo < 0 or rank_hi >= 2**31:  # type: ignore[operator]
-        return ["rank", "step"]
-    if lo is None:  # no steps: one group per rank
-        return pl.col("rank")
-    if hi - lo >= 2**31:  # type: ignore[operator]
-        return ["rank", "step"]
-    return pl.col("rank").cast(pl.Int64) * 2**32 + (pl.col("step").fill_null(hi + 1) - lo)  # type: ignore[operator]
+def _ranked(frame: pl.DataFrame, rank: int, step_values: np.ndarray) -> pl.DataFrame:
+    """A per-step frame of one process keyed by step code -> keyed by (rank, step)."""
+    return frame.select(pl.lit(rank, dtype=pl.Int32).alias("rank"), _steps(frame["key"].to_numpy(), step_values),
+                        pl.exclude("key"))
+
+
+def _kernel_steps(activity: _Activity, rank_of: dict, names: dict[int, str]) -> pl.DataFrame:
+    """Kernel calls and time per (rank, step, category, name), from the sums the stream kept per name id."""
+    sums = activity.kernel_sums()
+    ids = sums["name_id"].drop_nulls().unique().to_list()
+    name_of = {i: names[i] for i in ids if i in names}
+    # As _categorise: by name, 'other' without a name id.
+    category_of = {i: activity.rules.classify(names.get(i, "")) for i in ids}
+    return (sums.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32)
+                              .alias("rank"),
+                              _steps(sums["code"].to_numpy(), activity.step_values),
+                              pl.col("name_id").replace_strict(category_of, default="other", return_dtype=pl.Utf8)
+                              .fill_null("other").alias("category"),
+                              pl.col("name_id").replace_strict(name_of, default=None, return_dtype=pl.Utf8)
+                              .fill_null("(unnamed)").alias("name"))
+            .filter(pl.col("rank").is_not_null())
+            .group_by("rank", "step", "category", "name")
+            .agg(pl.col("calls").sum(), (pl.col("ns").sum() / 1e6).alias("time_ms")))
+
+
+_CHUNK_EVENTS = 1 << 18  # activities per interval-arithmetic chunk (whole steps of one process)
+_CHUNK_WORKERS = min(2, os.cpu_count() or 1)  # chunks in flight: each holds its intermediates (~25 MB)
+
+
+def _step_chunks(code: np.ndarray) -> list[slice]:
+    """Rows of `code` (sorted) cut between steps, about _CHUNK_EVENTS each: a chunk ends with the step in which a
+    multiple of _CHUNK_EVENTS falls."""
+    ends = np.r_[np.flatnonzero(code[1:] != code[:-1]) + 1, code.size]
+    cuts = ends[np.searchsorted(ends, np.arange(_CHUNK_EVENTS, code.size, _CHUNK_EVENTS), side="left")]
+    bounds = [0, *sorted(set(cuts.tolist()) | {code.size})]
+    return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
 
 
 def _nvtx_frame(ranges: pl.DataFrame, rank_of: dict) -> pl.DataFrame:

@@ -23,6 +23,7 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -114,21 +115,17 @@ def test_chunked_interval_arithmetic_gives_the_same_numbers(name, expected, tmp_
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_step_chunks_hold_whole_groups_of_at_least_two(seed, monkeypatch):
-    """The chunker on shuffled (rank, step) groups: steps null, negative, or too far apart to pack."""
+def test_step_chunks_hold_whole_steps(seed, monkeypatch):
+    """The chunker on one process's sorted step codes (all -1 when the capture has no steps): every row in one
+    chunk, in order, no step cut across two chunks, and none larger than the chunk size plus one step."""
     rng = random.Random(seed)
-    keys = [(rng.choice([0, 1, 7]), None if seed % 5 == 0 else rng.choice([-3, 0, 1, 2, 5, 2**40 if seed % 7 == 0 else 9]))
-            for _ in range(rng.randint(1, 12))]
-    rows = [k for k in set(keys) for _ in range(rng.randint(1, 25))]
-    rng.shuffle(rows)
-    events = pl.DataFrame({"rank": [r for r, _ in rows], "step": [s for _, s in rows]},
-                          schema={"rank": pl.Int32, "step": pl.Int64})
+    sizes = [rng.randint(1, 25) for _ in range(1 if seed % 5 == 0 else rng.randint(1, 12))]
+    code = np.repeat(np.arange(len(sizes), dtype=np.int32) - (1 if seed % 5 == 0 else 0), sizes)
     monkeypatch.setattr(nsys, "_CHUNK_EVENTS", rng.randint(1, 40))
-    chunks = list(nsys._step_chunks(events))
-    groups = [set(zip(c["rank"], c["step"])) for c in chunks]
-    assert sum(c.height for c in chunks) == events.height
-    assert sum(len(g) for g in groups) == len(set(rows))  # no group split across chunks
-    assert len(chunks) == 1 or all(len(g) >= 2 for g in groups)
+    chunks = [(c.start, c.stop) for c in nsys._step_chunks(code)]
+    assert [lo for lo, _ in chunks] == [0, *(hi for _, hi in chunks[:-1])] and chunks[-1][1] == code.size
+    assert all(hi > lo and (hi == code.size or code[hi - 1] != code[hi]) for lo, hi in chunks)
+    assert all(hi - lo < nsys._CHUNK_EVENTS + max(sizes) for lo, hi in chunks)
 
 
 if __name__ == "__main__" and sys.argv[1:] in (["--write"], ["--add-missing"]):
