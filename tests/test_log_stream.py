@@ -147,7 +147,8 @@ def _run_on_a_terminal(args: list[str], cwd: Path) -> str:
 
 def test_a_long_ingest_on_a_terminal_shows_the_file_bytes_and_lines(tmp_path):
     log = tmp_path / "long_nanochat.log"
-    log.write_bytes(NANOCHAT.read_bytes() * 3000)  # ~1.2 M lines: several seconds on a shared 2-core box
+    # ~2.9M lines: well past the bar's one-second delay (the reading alone: ~2 s of CPU), loaded machine or not
+    log.write_bytes(NANOCHAT.read_bytes() * 12000)
     out = _run_on_a_terminal([sys.executable, "-m", "receipts.cli.main", "--db", str(tmp_path / "r.duckdb"),
                               "ingest", str(log)], tmp_path)
     assert "ingested" in out, out[-2000:]
