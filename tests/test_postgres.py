@@ -543,3 +543,25 @@ def test_db_upgrade_resummarises_stale_summaries_on_postgres(pg_url, tmp_path):
     after = _psql(pg_url, "SELECT receipt_id, rule, n_steady_steps, median_step_ms, summary_json "
                           "FROM receipt_summaries ORDER BY receipt_id")
     assert after == before and len(after) == 3
+
+
+def test_a_spilled_step_series_lands_the_same_in_both_backends(pg_url, tmp_path):
+    # A nanochat log long enough for several bulk slices: its step rows wait in Parquet (ingest/spool.py) and
+    # reach PostgreSQL by COPY slice by slice, DuckDB by one INSERT over Parquet slices: the same rows, in order.
+    from receipts.store.rows import BULK_SLICE_ROWS
+
+    real = (Path(__file__).resolve().parents[2] / "shared" / "realdata" / "logs" / "sft_run_gtx1660.log")
+    if not real.is_file():
+        pytest.skip("real data not present")
+    lines = real.read_text().splitlines()
+    steps = [line for line in lines if line.startswith("step ")]
+    body = [f"step {i:05d}" + steps[i % len(steps)][len("step 00000"):] for i in range(1, 2 * BULK_SLICE_ROWS + 777)]
+    log = tmp_path / "nanochat_long.log"
+    log.write_text("\n".join([*lines[:lines.index(steps[0])], *body]) + "\n")
+    registry = load_registry(None)
+    with open_store(pg_url) as pg, open_store(str(tmp_path / "r.duckdb")) as duck:
+        ingest_paths(pg, [log], registry=registry)
+        ingest_paths(duck, [log], registry=registry)
+        query = "SELECT * FROM receipt_steps ORDER BY step"
+        a, b = pg.sql(query), duck.sql(query)
+    assert a.height == len(body) and a.equals(b.cast(a.schema))
