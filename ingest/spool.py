@@ -19,15 +19,18 @@ from typing import Any
 
 import polars as pl
 
-# Rows per Parquet row group of the settled steps: the store reads them back in slices of about this size.
+# Rows per Parquet row group of the settled steps: a slice the store's bulk write collects (store/rows.py,
+# bulk_slices) decodes only the row groups it overlaps.
 ROW_GROUP_ROWS = 1 << 18
-_parts_made = itertools.count()
+_spools_made = itertools.count()  # names the files of each spool apart, in one scratch folder
 
 
 class RowSpool:
+    """One parse's rows of one kind (steps, Megatron's iteration rows), chunk by chunk, in order."""
+
     def __init__(self, directory: Path | None = None, name: str = "rows"):
         self._dir = directory
-        self._name = f"{name}-{next(_parts_made)}"
+        self._name = f"{name}-{next(_spools_made)}"
         self._parts: list[pl.DataFrame] = []
         self._files: list[Path] = []
         self._schema: pl.Schema | None = None

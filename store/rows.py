@@ -80,13 +80,13 @@ def step_frame(receipt: Receipt) -> Steps:
 
 
 # Rows per slice of a bulk write: each is one copy (a log's constant receipt_id made real, an Arrow table or
-# a CSV buffer), never the whole series at once.
+# a CSV buffer), never the whole series at once (2^16: 2^18-row slices held ~60 MiB more at 2M steps, measured).
 BULK_SLICE_ROWS = 1 << 16
 
 
 def bulk_slices(frame: Steps, rows: int = BULK_SLICE_ROWS) -> Iterator[pl.DataFrame]:
     """A bulk frame in order, `rows` at a time: slices of a DataFrame, or of a spilled step frame collected
-    one at a time (a scan of Parquet row groups of this size: ingest/spool.py), so a write holds one slice."""
+    one at a time (a scan of the settled Parquet file: ingest/spool.py), so a write holds one slice."""
     if isinstance(frame, pl.DataFrame):
         for start in range(0, frame.height, rows):
             yield frame.slice(start, rows)
