@@ -31,7 +31,6 @@ Definitions (the receipt says them too, in Anatomy.attribution and .step_marker)
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shutil
@@ -47,6 +46,7 @@ import numpy as np
 import polars as pl
 
 from receipts import duck
+from receipts.allocator import trim_c_heap
 from receipts.errors import InputError
 from receipts.ingest.correlation import Launches, StepRanges
 from receipts.ingest.intervals import anatomy_from_ns, sort_order, sorted_step_ns
@@ -723,7 +723,7 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
     per_step: list[pl.DataFrame] = []
     per_category: list[pl.DataFrame] = []
     events: list[pl.DataFrame] = []
-    _trim_heap()  # what the stream freed
+    trim_c_heap()  # what the stream freed
     for pid in activity.pids():
         rank = rank_of.get(pid)
         if rank is None:
@@ -733,7 +733,7 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
             per_step += step_parts
             per_category += category_parts
             events.append(frame)
-        _trim_heap()
+        trim_c_heap()
     if not per_step:  # no ranked activity: the frames' columns, no rows
         none = np.zeros(0, np.int64)
         per_step, per_category = ([_ranked(frame, 0, activity.step_values)] for frame in sorted_step_ns(
@@ -793,19 +793,6 @@ def _process_anatomy(activity: _Activity, pid: int | None, with_graphs: bool, ra
                            pl.Series("end_ns", end)])
     return ([_ranked(step_ns, rank, step_values) for step_ns, _ in done],
             [_ranked(category_ns, rank, step_values) for _, category_ns in done], events)
-
-
-def _trim_heap() -> None:
-    """Hand the C heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing to do). numpy
-    arrays under glibc's mmap threshold (which rises to 32 MB) live on that heap and polars allocates from its
-    own, which cannot reuse what numpy freed there: at 10M kernels the anatomy's freed batches, sort and chunk
-    arrays stayed resident beside the events (peak 1,308 MiB; 1,043 with a trim after each process)."""
-    try:
-        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    except (OSError, TypeError):
-        return
-    if trim is not None:
-        trim(0)
 
 
 def _ranked(frame: pl.DataFrame, rank: int, step_values: np.ndarray) -> pl.DataFrame:
