@@ -105,12 +105,17 @@ def raw_read(path: Path) -> int:
     return n
 
 
-def ingest(path: Path) -> int:
-    """The parse as `receipts ingest` runs it: streamed, the step rows spilled to a scratch folder."""
+def ingest(path: Path, spill: bool = True) -> int:
+    """The parse as `receipts ingest` runs it: streamed, the step rows spilled to a scratch folder (or, with
+    spill=False, held in memory: the parse code alone)."""
     import polars as pl
 
     from receipts.ingest import sniff
 
+    if not spill:
+        parsed = sniff.parse_streamed(path)
+        assert parsed is not None, f"{path} did not take the streamed path"
+        return parsed.steps.lazy().select(pl.len()).collect().item()
     with tempfile.TemporaryDirectory(prefix="bench-spill-") as spill:
         parsed = sniff.parse_streamed(path, spill=Path(spill))
         assert parsed is not None, f"{path} did not take the streamed path"
@@ -133,7 +138,8 @@ def peak_in_child(mode: str, path: Path) -> float:
 
 
 def child(mode: str, path: Path) -> None:
-    return_freed_memory_at_once()
+    if os.environ.get("BENCH_ALLOCATOR") != "polars":
+        return_freed_memory_at_once()
     if mode == "store":
         from receipts.cli.main import main as receipts_cli
 
@@ -159,12 +165,16 @@ def main() -> None:
     ap.add_argument("--big-store", action=argparse.BooleanOptionalAction, default=True,
                     help="the whole `receipts ingest` at --big-lines too (minutes: the bootstrap interval is O(n log^2 n))")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--allocator", choices=["receipts", "polars"], default="receipts",
+                    help="polars' allocator as `receipts` sets it (freed pages returned at once) or polars' own default")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child[0], Path(args.child[1]))
         return
-    return_freed_memory_at_once()  # the timed parses too run as `receipts` runs them
+    if args.allocator == "receipts":
+        return_freed_memory_at_once()  # the timed parses too run as `receipts` runs them
+    os.environ["BENCH_ALLOCATOR"] = args.allocator  # and the measuring children
     import polars as pl
 
     print("command: " + " ".join(shlex.quote(a) for a in [*(f"{k}={v}" for k, v in os.environ.items()
@@ -179,10 +189,13 @@ def main() -> None:
             size_mib = path.stat().st_size / 2**20
             steps = ingest(path)
             t_ingest, cpu_ingest = timed(lambda: ingest(path), args.repeat)
+            t_mem, cpu_mem = timed(lambda: ingest(path, spill=False), args.repeat)
             t_raw, cpu_raw = timed(lambda: raw_read(path), args.repeat)
             print(f"\n{fmt}: {n:,} lines ({size_mib:.0f} MiB), {steps:,} steps parsed")
             print(f"  streamed ingest (sniff + parse)     {t_ingest:7.3f} s  {n / t_ingest / 1e6:6.2f} M lines/s "
                   f"(CPU {cpu_ingest:.3f} s: {n / cpu_ingest / 1e6:.2f} M lines/s)")
+            print(f"  the same, steps kept in memory      {t_mem:7.3f} s  {n / t_mem / 1e6:6.2f} M lines/s "
+                  f"(CPU {cpu_mem:.3f} s: {n / cpu_mem / 1e6:.2f} M lines/s)")
             print(f"  raw read of the file (8 MiB blocks) {t_raw:7.3f} s  {n / t_raw / 1e6:6.2f} M lines/s   "
                   f"ingest/raw = {t_ingest / t_raw:.1f}x (CPU {cpu_ingest / max(cpu_raw, 1e-9):.1f}x)")
             print(f"  peak RSS, streamed parse at {n / 1e6:.0f}M lines: {peak_in_child('stream', path):6.0f} MiB")
