@@ -28,28 +28,33 @@ RULE = "steady-summary-v1"
 def steady_series(steps: Steps) -> tuple[np.ndarray, np.ndarray]:
     """(step_ms, tokens_per_s) of the steady steps in step order, from a frame with step, rank, step_ms,
     tokens_per_s and warmup, as sql/steady_steps_many.sql reads it from the store."""
-    return steady_values(steps, "step_ms"), steady_values(steps, "tokens_per_s")
-
-
-def steady_values(steps: Steps, metric: str) -> np.ndarray:
-    """One series of steady_series (`metric`: step_ms or tokens_per_s); from a spilled frame only the rows
-    and columns it needs are collected, one series at a time."""
-    steady = (steps.lazy().select("step", "rank", "step_ms", "tokens_per_s", "warmup")
-              .filter(~pl.col("warmup") & pl.col("step_ms").is_not_null()))
-    if one_row_per_step(steady):  # a log's usual series: each step's row is already its aggregate
-        return steady.select(pl.col(metric).drop_nulls()).collect().to_series().to_numpy()
-    per_step = (steady.group_by("step")
-                .agg(pl.col("step_ms").max(),
-                     pl.when(pl.col("rank").n_unique() > 1).then(pl.col("tokens_per_s").sum())
-                     .otherwise(pl.col("tokens_per_s").max()).alias("tokens_per_s"))
-                .sort("step"))
-    return per_step.select(pl.col(metric).drop_nulls()).collect().to_series().to_numpy()
+    per_step = _steady_per_step(steps)
+    return _values(per_step, "step_ms"), _values(per_step, "tokens_per_s")
 
 
 def summarise_steps(steps: Steps) -> dict[str, Any]:
     """summarise(*steady_series(steps)), holding one series at a time (a 10M-step log's is 80 MB)."""
-    return {"rule": RULE, "step_ms": _one(steady_values(steps, "step_ms")),
-            "tokens_per_s": _one(steady_values(steps, "tokens_per_s"))}
+    per_step = _steady_per_step(steps)
+    return {"rule": RULE, "step_ms": _one(_values(per_step, "step_ms")),
+            "tokens_per_s": _one(_values(per_step, "tokens_per_s"))}
+
+
+def _steady_per_step(steps: Steps) -> pl.LazyFrame:
+    """One row per steady step, in step order: a step's time its slowest rank's, its tokens/s summed over ranks
+    when the log is per rank. Lazy: from a spilled frame each series collects only its own column."""
+    steady = (steps.lazy().select("step", "rank", "step_ms", "tokens_per_s", "warmup")
+              .filter(~pl.col("warmup") & pl.col("step_ms").is_not_null()))
+    if one_row_per_step(steady):  # a log's usual series: each step's row is already its aggregate
+        return steady
+    return (steady.group_by("step")
+            .agg(pl.col("step_ms").max(),
+                 pl.when(pl.col("rank").n_unique() > 1).then(pl.col("tokens_per_s").sum())
+                 .otherwise(pl.col("tokens_per_s").max()).alias("tokens_per_s"))
+            .sort("step"))
+
+
+def _values(per_step: pl.LazyFrame, metric: str) -> np.ndarray:
+    return per_step.select(pl.col(metric).drop_nulls()).collect().to_series().to_numpy()
 
 
 def series_by_receipt(steps: pl.DataFrame, ids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
