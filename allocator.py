@@ -4,9 +4,9 @@ heap on request (trim_c_heap).
 polars allocates through its own jemalloc, which it configures when it loads to keep freed pages for reuse
 (dirty_decay_ms:500, muzzy_decay_ms:1000; pola-rs/polars#18088). An ingest runs phases that each peak in turn
 (the parse, the window, the summary, the bulk write), with numpy and DuckDB allocating outside jemalloc in
-between, so the pages polars freed in one phase stayed resident under the next: a 2M-step log's ingest peaked
-at 402 MiB, and at 291 MiB with freed pages returned at once, for the same user CPU
-(benchmarks/bench_log_ingest.py). polars appends what _RJEM_MALLOC_CONF holds when it loads to its own
+between, so the pages polars freed in one phase stayed resident under the next: a 2M-step nanochat log's ingest
+peaks at 390 MiB under polars' setting and at 313 MiB with freed pages returned at once, for 0.3-0.9 s more CPU in
+the parse of 2M lines (benchmarks/bench_log_ingest.py, with and without --allocator polars). polars appends what _RJEM_MALLOC_CONF holds when it loads to its own
 options (later ones win), and reads it only then; a value the user set wins, and child processes (rank
 workers, the dashboard's server) inherit it.
 """

@@ -112,12 +112,8 @@ def ingest(path: Path, spill: bool = True) -> int:
 
     from receipts.ingest import sniff
 
-    if not spill:
-        parsed = sniff.parse_streamed(path)
-        assert parsed is not None, f"{path} did not take the streamed path"
-        return parsed.steps.lazy().select(pl.len()).collect().item()
-    with tempfile.TemporaryDirectory(prefix="bench-spill-") as spill:
-        parsed = sniff.parse_streamed(path, spill=Path(spill))
+    with tempfile.TemporaryDirectory(prefix="bench-spill-") as scratch:
+        parsed = sniff.parse_streamed(path, spill=Path(scratch) if spill else None)
         assert parsed is not None, f"{path} did not take the streamed path"
         return parsed.steps.lazy().select(pl.len()).collect().item()
 
