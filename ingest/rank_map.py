@@ -26,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias, TypeVar, cast
 
 from receipts.errors import InputError, UsageError
 
@@ -103,7 +103,7 @@ def read_ranks(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fals
 
 
 def _map(reader: str, paths: list[Path], *, rules: CategoryRules, keep_raw: bool, env_rules: EnvRules | None,
-         plan: RankMap, stats: MapStats | None) -> list[kineto.RankTrace | nsys_job.ExportPart]:
+         plan: RankMap, stats: MapStats | None) -> list[_Part]:
     """Each file read by `reader` ('kineto' | 'nsys'), results in the order of `paths`; the first failing file
     (in that order) raises its error here."""
     stats = stats if stats is not None else MapStats()
@@ -116,7 +116,7 @@ def _map(reader: str, paths: list[Path], *, rules: CategoryRules, keep_raw: bool
         results = _on_dask(tasks, plan, stats)
     else:
         results = _in_pool(tasks, workers, stats) if workers > 1 else _serial(tasks, stats)
-    parts: list[kineto.RankTrace | nsys_job.ExportPart] = []
+    parts: list[_Part] = []
     for outcome in results:
         if isinstance(outcome, _Failed):
             raise InputError(outcome.path, outcome.message, outcome.line, outcome.table)
@@ -142,8 +142,10 @@ class _Failed:
     table: str | None
 
 
+_Part: TypeAlias = "kineto.RankTrace | nsys_job.ExportPart"  # one file read: a rank's rows, or an export's
+_Outcome: TypeAlias = "kineto.RankTrace | nsys_job.ExportPart | _Failed"
 _Task = tuple[str, Path, int, "CategoryRules", bool, "EnvRules | None", "Path | None"]
-_Result = tuple["kineto.RankTrace | nsys_job.ExportPart | _Failed", str, int]
+_Result = tuple[_Outcome, str, int]
 
 
 def _read_task(reader: str, path: Path, position: int, rules: CategoryRules, keep_raw: bool,
@@ -154,7 +156,7 @@ def _read_task(reader: str, path: Path, position: int, rules: CategoryRules, kee
 
     from receipts.ingest import kineto, nsys_job
 
-    out: kineto.RankTrace | nsys_job.ExportPart | _Failed
+    out: _Outcome
     try:
         if reader == "nsys":
             out = nsys_job.read_export(path, rules=rules, keep_raw=keep_raw, env_rules=env_rules)
@@ -195,15 +197,15 @@ def _peak_rss_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def _collect(results: Iterator[_Result], stats: MapStats) -> Iterator[kineto.RankTrace | nsys_job.ExportPart | _Failed]:
+def _collect(results: Iterator[_Result], stats: MapStats) -> Iterator[_Outcome]:
     for out, worker, rss in results:
         stats.peak_rss_kib[worker] = max(stats.peak_rss_kib.get(worker, 0), rss)
         yield out
 
 
-def _serial(tasks: list[_Task], stats: MapStats) -> list[kineto.RankTrace | nsys_job.ExportPart | _Failed]:
+def _serial(tasks: list[_Task], stats: MapStats) -> list[_Outcome]:
     stats.where = "serial"
-    results: list[kineto.RankTrace | nsys_job.ExportPart | _Failed] = []
+    results: list[_Outcome] = []
     for out in _collect((_read_task(*t) for t in tasks), stats):
         results.append(out)
         if isinstance(out, _Failed):
@@ -211,7 +213,7 @@ def _serial(tasks: list[_Task], stats: MapStats) -> list[kineto.RankTrace | nsys
     return results
 
 
-def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> list[kineto.RankTrace | nsys_job.ExportPart | _Failed]:
+def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> list[_Outcome]:
     # spawn, not fork: polars' thread pool in a forked child can deadlock (polars' own warning).
     stats.where = f"{workers} worker processes"
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
@@ -238,7 +240,7 @@ def _share_cores(threads: int) -> None:
     os.environ.setdefault("RECEIPTS_THREADS", str(threads))
 
 
-def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> list[kineto.RankTrace | nsys_job.ExportPart | _Failed]:
+def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> list[_Outcome]:
     client, close = _dask_client(plan)
     stats.where = f"Dask ({plan.dask}, {len(client.scheduler_info().get('workers', {}))} workers)"
     try:
