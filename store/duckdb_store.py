@@ -12,9 +12,10 @@ import polars as pl
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
 from receipts.store.base import Store, check_unchanged, next_history_rows
-from receipts.store.rows import bulk_slices
 from receipts.store.duckdb_lock import open_with_lock_wait
 from receipts.store.duckdb_tx import transaction
+from receipts.store.rows import bulk_slices
+
 
 class DuckDBStore(Store):
     def __init__(self, path: str | Path, *, read_only: bool = False):
