@@ -11,8 +11,12 @@ if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see
 import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import duckdb
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def extension_directory() -> str | None:
@@ -41,3 +45,13 @@ def connect(database: str = ":memory:", *, read_only: bool = False, extensions: 
     for name in extensions:
         con.load_extension(name)
     return con
+
+
+def query_frame(con: duckdb.DuckDBPyConnection, query: str,
+                params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
+    """A query's rows as a polars frame, through the Arrow C stream interface polars reads directly. The
+    client's `.pl()` goes through a pyarrow Table instead: pyarrow loaded for every command (+25 MiB, ~0.1 s)
+    and each result copied once more on the way."""
+    import polars as pl
+
+    return pl.DataFrame(con.sql(query, params=params or None))

@@ -23,6 +23,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from receipts import __version__
 from receipts.allocator import return_freed_memory_at_once
+from receipts.lean_imports import leave_pandas_out
 
 # command -> (module under receipts.cli with a register(app) function, the function or Typer app that
 # implements it). Listed here so the layout shows every command, in the order `receipts --help` shows
@@ -151,6 +152,7 @@ def root(
 
 def main() -> None:
     return_freed_memory_at_once()  # before any command imports polars (receipts/allocator.py)
+    leave_pandas_out()  # DuckDB would import it to bind a parameter (receipts/lean_imports.py)
     try:
         app()
     except SystemExit as done:

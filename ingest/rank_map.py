@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias, TypeVar, cast
 
 from receipts.errors import InputError, UsageError
+from receipts.lean_imports import leave_pandas_out, pandas_left_out
 
 if TYPE_CHECKING:  # imported where the map runs: `receipts --help` and log ingest never load the trace reader
     from receipts.ingest import kineto, nsys_job
@@ -217,7 +218,7 @@ def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> list[_Outcome
     # spawn, not fork: polars' thread pool in a forked child can deadlock (polars' own warning).
     stats.where = f"{workers} worker processes"
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_share_cores, initargs=(_threads_each(workers),))
+                               initializer=_start_worker, initargs=(_threads_each(workers), pandas_left_out()))
     try:
         return list(_collect(pool.map(_read_task, *zip(*tasks)), stats))
     except BrokenProcessPool as exc:
@@ -231,13 +232,15 @@ def _threads_each(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
-def _share_cores(threads: int) -> None:
+def _start_worker(threads: int, without_pandas: bool) -> None:
     """In a fresh worker, before polars starts its thread pool: the machine's cores shared among the workers
     (16 workers each running polars on every core of a 32-core host ran 3.6x the serial path; see
     benchmarks/bench_ranks.py). DuckDB's threads (nsys exports) follow RECEIPTS_THREADS (duck.connect). What the
     user set is kept."""
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
     os.environ.setdefault("RECEIPTS_THREADS", str(threads))
+    if without_pandas:  # as the command line's process (receipts/lean_imports.py)
+        leave_pandas_out()
 
 
 def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> list[_Outcome]:

@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from receipts.duck import query_frame
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
 from receipts.store.base import Store, check_unchanged, next_history_rows
@@ -40,7 +41,7 @@ class DuckDBStore(Store):
         self.con.close()
 
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
-        return self.con.execute(query, params or {}).pl()
+        return query_frame(self.con, query, params)
 
     def _merge_json(self, receipt_id, column, facts, source_rows) -> bool:
         # One writer process per DuckDB file (its lock), and the read sits inside the write transaction.
@@ -102,17 +103,11 @@ class DuckDBStore(Store):
 
 def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame | pl.LazyFrame) -> None:
     """A bulk frame into `table`, in order, inside the caller's transaction, one slice in memory at a time
-    (store/rows.py: bulk_slices). A spilled step series (a LazyFrame) goes through Parquet files DuckDB reads in
-    one INSERT: rows inserted from Arrow in one transaction stay in DuckDB's memory until the commit (~125 B a
-    row, measured: 2M steps +250 MiB whatever memory_limit says); rows read from Parquet are written out as
-    they come."""
+    (store/rows.py: bulk_slices), through Parquet files DuckDB reads in one INSERT. Rows inserted from Arrow in
+    one transaction stayed in DuckDB's memory until the commit (~125 B a row, measured: 2M steps +250 MiB
+    whatever memory_limit says), and handing DuckDB a frame through Arrow loads pyarrow (+25 MiB in every
+    ingest); rows read from Parquet are written out as they come."""
     columns = ", ".join(f'"{c}"' for c in frame.collect_schema().names())
-    if isinstance(frame, pl.DataFrame):
-        for part in bulk_slices(frame):
-            con.register("_bulk", part.to_arrow())
-            con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM _bulk")
-            con.unregister("_bulk")
-        return
     with tempfile.TemporaryDirectory(prefix="receipts-bulk-") as staging:
         files = []
         for i, part in enumerate(bulk_slices(frame)):

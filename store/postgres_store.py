@@ -16,7 +16,7 @@ import polars as pl
 import psycopg
 from psycopg import sql as pgsql
 
-from receipts.duck import connect
+from receipts.duck import connect, query_frame
 from receipts.errors import StoreError
 from receipts.schema.tables import metadata
 from receipts.schema.model import Steps
@@ -62,13 +62,14 @@ class PostgresStore(Store):
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
         con = self._reader()
         try:
-            return con.execute(query, params or {}).pl()
-        except duckdb.CatalogException:
+            return query_frame(con, query, params)
+        except (duckdb.CatalogException, duckdb.BinderException):
             # The extension caches the catalog (tables, columns) per attach, though each query reads rows
             # in a fresh snapshot; a table or column created since the attach (db upgrade, another
-            # process's init) is only seen after clearing that cache. Retry once.
+            # process's init) is only seen after clearing that cache (a missing table is a catalog error, a
+            # missing column a binder error). Retry once.
             con.execute("CALL pg_clear_cache()")
-            return con.execute(query, params or {}).pl()
+            return query_frame(con, query, params)
 
     # ---- writes ----------------------------------------------------------------------------------
     def _merge_json(self, receipt_id, column, facts, source_rows) -> bool:

@@ -1,0 +1,78 @@
+"""The command line leaves pandas out (receipts/lean_imports.py): DuckDB's client would import it, and pyarrow,
+before binding any parameter. Commands still work, and read the same frames through the Arrow C stream
+(duck.query_frame) as through the client's pyarrow path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import duckdb
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from conftest import REALDATA, REPO
+from receipts.duck import query_frame
+
+LOG = REALDATA / "logs" / "sft_run_gtx1660.log"
+
+RUN_CLI = """
+import sys
+from receipts.cli.main import main
+sys.argv = ["receipts", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as done:
+    code = done.code
+else:
+    code = 0
+print("IMPORTED", " ".join(sorted(m for m in ("pandas", "pyarrow") if m in sys.modules)), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def _cli(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", RUN_CLI, "--db", str(tmp_path / "r.duckdb"), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def test_ingest_show_and_list_run_without_pandas_or_pyarrow(tmp_path):
+    for args in (("ingest", str(LOG)), ("show", "sft_run_gtx1660"), ("list", "--json")):
+        done = _cli(tmp_path, *args)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines()[-1].split() == ["IMPORTED"], (args, done.stderr)
+    assert "sft_run_gtx1660" in done.stdout
+
+
+def test_a_finder_answers_import_pandas_as_not_installed():
+    code = ("from receipts.lean_imports import leave_pandas_out, pandas_left_out\n"
+            "assert leave_pandas_out() and pandas_left_out()\n"
+            "import importlib.util, duckdb, polars as pl\n"
+            "try:\n    import pandas\nexcept ModuleNotFoundError as e:\n    print('refused', e.name)\n"
+            "print(duckdb.connect().execute('SELECT ? AS a', ['x']).fetchall())\n"
+            "print(pl.DataFrame({'a': [1]}).to_dicts())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.split("\n")[:3] == ["refused pandas", "[('x',)]", "[{'a': 1}]"]
+
+
+def test_once_pandas_is_imported_it_stays():
+    pytest.importorskip("pandas")
+    code = ("import pandas\nfrom receipts.lean_imports import leave_pandas_out, pandas_left_out\n"
+            "print(leave_pandas_out(), pandas_left_out())\nimport pandas.api\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.split() == ["False", "False"]
+
+
+def test_query_frame_reads_what_the_clients_pyarrow_path_reads():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (i INTEGER, b BIGINT, u UBIGINT, f DOUBLE, s VARCHAR, ts TIMESTAMPTZ, d DATE, "
+                "dec DECIMAL(10, 2), j JSON, l INTEGER[], ok BOOLEAN)")
+    con.execute("INSERT INTO t VALUES (1, 2, 3, 1.5, 'x', ?, DATE '2026-11-24', 1.25, '{\"a\": 1}', [1, 2], true),"
+                " (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                [datetime(2026, 11, 24, tzinfo=timezone.utc)])
+    for query, params in (("SELECT * FROM t ORDER BY i", None), ("SELECT * FROM t WHERE s = ?", ["x"]),
+                          ("SELECT * FROM t WHERE s = $s", {"s": "nothing"}), ("SELECT count(*) AS n FROM t", [])):
+        expected = con.execute(query, params or []).pl()
+        assert_frame_equal(query_frame(con, query, params), expected)
