@@ -9,7 +9,6 @@ import sys
 from datetime import datetime, timezone
 
 import duckdb
-import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
