@@ -182,10 +182,7 @@ def _count_tail(below: np.ndarray, length: int, part: int, n_blocks: int, rank: 
     within t (_OUTSIDE_MASS left out, aliased in at most that much), not on 0..n: at millions of steps the
     window is a few thousand wide where 0..n took FFTs of 2^24 points, 4 GiB and minutes per interval."""
     n = below.size
-    prefix = np.zeros(n + 1, dtype=np.int32 if n < 2**31 else np.int64)
-    np.cumsum(below, dtype=prefix.dtype, out=prefix[1:])
-    whole = _block_count_pmf(prefix, length, n - length + 1)
-    last = _block_count_pmf(prefix, part, n - length + 1)
+    whole, last = _block_count_pmfs(below, length, part)
     mean = (n_blocks - 1) * float(whole @ np.arange(whole.size)) + float(last @ np.arange(last.size))
     spread = math.sqrt(math.log(2.0 / _OUTSIDE_MASS) / 2.0 * ((n_blocks - 1) * length ** 2 + part ** 2))
     lo, hi = max(0, math.floor(mean - spread)), min(n, math.ceil(mean + spread))
@@ -193,11 +190,28 @@ def _count_tail(below: np.ndarray, length: int, part: int, n_blocks: int, rank: 
         return 1.0
     if rank > hi:
         return 0.0
+    # The window is a few million wide when blocks are long (10M steps, blocks of 9,487: 2^22 points): each
+    # array below is then 32 MB, so the spectrum is built and the pmf clipped in place, and the tail read
+    # as one or two slices rather than through an index array.
     size = _fast_length(min(n + 2, hi - lo + 1))
-    spectrum = np.fft.rfft(whole, size) ** (n_blocks - 1) * np.fft.rfft(last, size)
-    pmf = np.clip(np.fft.irfft(spectrum, size), 0.0, None)  # pmf[v % size] = P*(count = v), v in lo..hi
-    values = np.arange(rank, hi + 1)
-    return float(pmf[values % size].sum())
+    spectrum = np.fft.rfft(whole, size)
+    spectrum **= n_blocks - 1
+    spectrum *= np.fft.rfft(last, size)
+    pmf = np.fft.irfft(spectrum, size)  # pmf[v % size] = P*(count = v), v in lo..hi
+    del spectrum
+    np.clip(pmf, 0.0, None, out=pmf)
+    first, final = rank % size, hi % size  # v = rank..hi, at most one turn of the circle
+    tail = pmf[first:final + 1] if first <= final else np.concatenate((pmf[first:], pmf[:final + 1]))
+    return float(tail.sum())
+
+
+def _block_count_pmfs(below: np.ndarray, length: int, part: int) -> tuple[np.ndarray, np.ndarray]:
+    """The count pmfs of a whole block and of the last block's first `part`, starts over the n - length + 1
+    moving-block positions; the running count they are read from (4 B a step) is freed before the FFTs."""
+    n = below.size
+    prefix = np.zeros(n + 1, dtype=np.int32 if n < 2**31 else np.int64)
+    np.cumsum(below, dtype=prefix.dtype, out=prefix[1:])
+    return _block_count_pmf(prefix, length, n - length + 1), _block_count_pmf(prefix, part, n - length + 1)
 
 
 _STARTS_AT_ONCE = 1 << 16  # block starts counted per numpy call in _block_count_pmf: its memory, whatever n

@@ -29,14 +29,14 @@ TAIL_FRACTION = 0.1
 RULE_NAME = "leading-slow-steps-v2"
 
 
-def _step_times(steps: Steps) -> tuple[np.ndarray, np.ndarray]:
-    """(step, step_ms): one time per step (the slowest rank: a step ends when its last rank does), in step order,
-    strictly increasing steps whichever path made them. From a spilled frame the two columns are collected one
-    after the other, each made one array before the next is read (a read in row groups is then copied whole)."""
+def _step_times(steps: Steps) -> pl.LazyFrame:
+    """step, step_ms: one time per step (the slowest rank: a step ends when its last rank does), in step order,
+    strictly increasing steps whichever path made them. The caller collects one column at a time: from a spilled
+    frame a column is read in row groups and copied whole into one array, 16 B a step while it is made."""
     timed = steps.lazy().select("step", "rank", "step_ms").filter(pl.col("step_ms").is_not_null())
     if not one_row_per_step(timed):
         timed = timed.group_by("step").agg(pl.col("step_ms").max()).sort("step")
-    return _column(timed, "step"), _column(timed, "step_ms")
+    return timed
 
 
 def _column(frame: pl.LazyFrame, name: str) -> np.ndarray:
@@ -57,23 +57,26 @@ def warmup_steps_from_phases(phases: tuple[tuple[str, int | None, int | None], .
 def choose_window(steps: Steps, phases: tuple[tuple[str, int | None, int | None], ...], *,
                   tail: int | None = None) -> StepWindow:
     """`tail`: a last step known to be cut short (cut_short_tail), left out of the steady window."""
-    step_nums, ms = _step_times(steps)  # numpy, not lists: a log's series runs to millions of steps
-    if step_nums.size == 0:
+    timed = _step_times(steps)
+    # the times first, then the step numbers, never both: 8 B a step each, 80 MB at 10M steps
+    ms = _column(timed, "step_ms")  # numpy, not lists: a log's series runs to millions of steps
+    if ms.size == 0:
         return StepWindow(None, None, 0, None, "no step times", 0)
     marker_last = warmup_steps_from_phases(phases)
+    settled_at = None  # position of the first steady step, by the slow-steps rule
     if marker_last is not None:
         names = sorted({n for n, _, _ in phases if n.lower() in WARMUP_PHASES})
-        warmup_last: int | None = marker_last
         rule = "marker:" + "+".join(names)
     else:
         rule = RULE_NAME
-        warmup_last = None
-        n = step_nums.size
+        n = ms.size
         if n >= 4:
             half = n // 2
             limit = SLOW_FACTOR * cast(float, pl.Series(ms[half:]).median())
-            warmup_last = int(step_nums[_settled(ms, limit, half) - 1])
+            settled_at = _settled(ms, limit, half)
     del ms
+    step_nums = _column(timed, "step")
+    warmup_last = marker_last if settled_at is None else int(step_nums[settled_at - 1])
     if tail is not None and bool((step_nums == tail).any()):
         rule += "+cut-short-tail"
     steady = np.ones(step_nums.size, dtype=bool) if warmup_last is None else step_nums > warmup_last
@@ -110,7 +113,8 @@ def cut_short_tail(steps: pl.DataFrame, busy_ms: dict[int, float] | None = None)
     """The last step when it was cut short: a profiler's final step often closes as the capture stops, with
     no GPU work or a few microseconds of it (a tail, not a steady step). Returns that step or None.
     `steps` carries step and step_ms; `busy_ms` the GPU busy time per step where a profile knows it."""
-    step_nums, ms = _step_times(steps)
+    timed = _step_times(steps)  # a profile's steps: thousands, not millions
+    step_nums, ms = _column(timed, "step"), _column(timed, "step_ms")
     if step_nums.size < 3:
         return None
     last = int(step_nums[-1])
