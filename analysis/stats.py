@@ -178,21 +178,19 @@ def _count_tail(below: np.ndarray, length: int, part: int, n_blocks: int, rank: 
 
     The count is a sum of independent block counts, so its distribution is the k-fold convolution of one
     block's, by FFT. Hoeffding's inequality bounds the mass farther than t from the mean by
-    2 exp(-2 t^2 / sum of squared block ranges); the convolution runs on a circular window of the values
+    2 exp(-2 t^2 / sum of squared block ranges) (_count_window); the convolution runs on a circular window of the values
     within t (_OUTSIDE_MASS left out, aliased in at most that much), not on 0..n: at millions of steps the
     window is a few thousand wide where 0..n took FFTs of 2^24 points, 4 GiB and minutes per interval."""
     n = below.size
     whole, last = _block_count_pmfs(below, length, part)
-    mean = (n_blocks - 1) * float(whole @ np.arange(whole.size)) + float(last @ np.arange(last.size))
-    spread = math.sqrt(math.log(2.0 / _OUTSIDE_MASS) / 2.0 * ((n_blocks - 1) * length ** 2 + part ** 2))
-    lo, hi = max(0, math.floor(mean - spread)), min(n, math.ceil(mean + spread))
+    lo, hi = _count_window(whole, last, n_blocks, n)
     if rank <= lo:
         return 1.0
     if rank > hi:
         return 0.0
-    # The window is a few million wide when blocks are long (10M steps, blocks of 9,487: 2^22 points): each
-    # array below is then 32 MB, so the spectrum is built and the pmf clipped in place, and the tail read
-    # as one or two slices rather than through an index array.
+    # The window can be millions wide (10M steps whose blocks of 9,487 hold anywhere from few to most of the
+    # flagged values: 2^22 points): each array below is then 32 MB, so the spectrum is built and the pmf
+    # clipped in place, and the tail read as one or two slices rather than through an index array.
     size = _fast_length(min(n + 2, hi - lo + 1))
     spectrum = np.fft.rfft(whole, size)
     spectrum **= n_blocks - 1
@@ -203,6 +201,22 @@ def _count_tail(below: np.ndarray, length: int, part: int, n_blocks: int, rank: 
     first, final = rank % size, hi % size  # v = rank..hi, at most one turn of the circle
     tail = pmf[first:final + 1] if first <= final else np.concatenate((pmf[first:], pmf[:final + 1]))
     return float(tail.sum())
+
+
+def _count_window(whole: np.ndarray, last: np.ndarray, n_blocks: int, n: int) -> tuple[int, int]:
+    """The counts lo..hi outside which Hoeffding's inequality leaves less than _OUTSIDE_MASS: each block count
+    lies within its pmf's support, so its range is that support's width (at most the block's length; far less
+    when every block holds about as many flagged values, as blocks of thousands of steps do), plus one count
+    each side for the rounding of the mean."""
+    mean = (n_blocks - 1) * float(whole @ np.arange(whole.size)) + float(last @ np.arange(last.size))
+    spread = math.sqrt(math.log(2.0 / _OUTSIDE_MASS) / 2.0
+                       * ((n_blocks - 1) * _support_width(whole) ** 2 + _support_width(last) ** 2))
+    return max(0, math.floor(mean - spread) - 1), min(n, math.ceil(mean + spread) + 1)
+
+
+def _support_width(pmf: np.ndarray) -> int:
+    held = np.flatnonzero(pmf)
+    return int(held[-1] - held[0]) if held.size else 0
 
 
 def _block_count_pmfs(below: np.ndarray, length: int, part: int) -> tuple[np.ndarray, np.ndarray]:

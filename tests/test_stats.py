@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import REALDATA
 from receipts.analysis.stats import block_length, median_interval, summarize
 from receipts.analysis.window import choose_window
 from receipts.schema.model import steps_frame
@@ -192,15 +193,11 @@ def test_the_windowed_count_tail_is_the_full_distributions(n, length, share, phi
 def _count_tail_indexed(below, length, part, n_blocks, rank):
     """The reference: the windowed computation as first written, every array a new one and the tail read through
     an index array (the in-place form saves ~100 MB at 10M steps, and must change no bit)."""
-    import math
-
-    from receipts.analysis.stats import _OUTSIDE_MASS, _block_count_pmfs, _fast_length
+    from receipts.analysis.stats import _block_count_pmfs, _count_window, _fast_length
 
     n = below.size
     whole, last = _block_count_pmfs(below, length, part)
-    mean = (n_blocks - 1) * float(whole @ np.arange(whole.size)) + float(last @ np.arange(last.size))
-    spread = math.sqrt(math.log(2.0 / _OUTSIDE_MASS) / 2.0 * ((n_blocks - 1) * length ** 2 + part ** 2))
-    lo, hi = max(0, math.floor(mean - spread)), min(n, math.ceil(mean + spread))
+    lo, hi = _count_window(whole, last, n_blocks, n)
     if rank <= lo:
         return 1.0
     if rank > hi:
@@ -226,6 +223,63 @@ def test_the_in_place_count_tail_changes_no_bit(n, blocks, share, seed, offset):
     part = n - (n_blocks - 1) * length
     rank = min(max(int(share * n) + offset, 0), n)
     assert _count_tail(below, length, part, n_blocks, rank) == _count_tail_indexed(below, length, part, n_blocks, rank)
+
+
+def _window_from_block_length(length, part):
+    """The reference window: Hoeffding's with each block's range its length, as before the support's width."""
+    import math
+
+    from receipts.analysis.stats import _OUTSIDE_MASS
+
+    def window(whole, last, n_blocks, n):
+        mean = (n_blocks - 1) * float(whole @ np.arange(whole.size)) + float(last @ np.arange(last.size))
+        spread = math.sqrt(math.log(2.0 / _OUTSIDE_MASS) / 2.0 * ((n_blocks - 1) * length ** 2 + part ** 2))
+        return max(0, math.floor(mean - spread)), min(n, math.ceil(mean + spread))
+    return window
+
+
+def _interval_with_block_length_window(x, monkeypatch):
+    from receipts.analysis import stats
+
+    n = x.size
+    b = stats.block_length(x)
+    n_blocks = -(-n // b)
+    with monkeypatch.context() as m:
+        m.setattr(stats, "_count_window", _window_from_block_length(b, n - (n_blocks - 1) * b))
+        return stats.median_interval(x, length=b)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(50, 120_000), phi=st.floats(0.0, 0.98), digits=st.integers(1, 4), period=st.integers(0, 300),
+       seed=st.integers(0, 2**31))
+def test_the_support_window_finds_the_ends_the_block_length_window_finds(n, phi, digits, period, seed, monkeypatch):
+    # A narrower window only leaves out mass Hoeffding's bound already put below 1e-20: the same interval, with
+    # or without a repeating pattern (logs built from a real log's lines repeated, whose blocks hold alike).
+    rng = np.random.default_rng(seed)
+    x = 100.0 + ar1(rng, n, phi, 1.0)
+    if period:
+        x = np.resize(x[:period], n)
+    x = np.round(x, digits)
+    assert median_interval(x) == _interval_with_block_length_window(x, monkeypatch)
+
+
+def test_the_support_window_finds_the_same_ends_on_every_real_log(monkeypatch):
+    from receipts.analysis.summary import steady_series
+    from receipts.errors import InputError
+    from receipts.pipeline import parse_log
+    from receipts.schema.model import mark_warmup
+
+    seen = 0
+    for path in sorted((REALDATA / "logs").iterdir()):
+        try:
+            run = parse_log(path)
+        except InputError:  # not a log this project reads
+            continue
+        for x in steady_series(mark_warmup(run.steps, choose_window(run.steps, run.phases, tail=run.tail_step))):
+            if x.size >= 8:
+                seen += 1
+                assert median_interval(x) == _interval_with_block_length_window(x, monkeypatch), path.name
+    assert seen >= 8
 
 
 def test_a_long_run_interval_is_computed_on_a_window_not_on_millions_of_counts():
