@@ -45,6 +45,8 @@ def _frame(df: pl.DataFrame) -> dict:
 def _digest(df: pl.DataFrame | None) -> dict | None:
     if df is None:
         return None
+    # an Enum column by its text: the numbers are the snapshot, not the column's encoding (an Enum sorts by code)
+    df = df.with_columns(pl.col(pl.Enum, pl.Categorical).cast(pl.Utf8))
     df = df.sort(df.columns, nulls_last=True)
     return {"height": df.height, "columns": {c: str(t) for c, t in df.schema.items()},
             "sha256": hashlib.sha256(df.write_csv().encode()).hexdigest()}
