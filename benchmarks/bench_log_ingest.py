@@ -14,8 +14,8 @@ the whole process, interpreter and polars' arenas included). Every process here 
 command line sets it (receipts/allocator.py). Peak memory: the streamed parse at --lines and --big-lines, the whole read (read_log + parse,
 the path before streaming) at --lines, and `receipts --db NEW ingest LOG` itself (parse, window, summary and the
 write of every step row) at --lines (and --big-lines). The floor under the ingest figures is the same command on
-the log built to ~1,000 lines: the interpreter, typer and rich, polars, DuckDB, SQLAlchemy (the schema), and the
-pandas and pyarrow that DuckDB's Python client imports on its first bound parameter.
+the log built to ~1,000 lines: the interpreter, typer and rich, polars, numpy, DuckDB and SQLAlchemy (the schema);
+not pandas nor pyarrow, which the command line leaves out (receipts/lean_imports.py).
 """
 
 from __future__ import annotations
