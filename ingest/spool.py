@@ -2,7 +2,7 @@
 
 A step parser reduces each chunk of a log to a few numbers per step line, but a 10M-line log still leaves
 ~50 bytes a step (0.5 GB) when every chunk's rows are held until the end. Given a directory, the spool
-writes each chunk's rows to a Parquet part as they come and the parse ends with a scan of one Parquet file
+writes each chunk's rows to an Arrow IPC part as they come and the parse ends with a scan of one Parquet file
 of steps (`settle`): what reads the steps afterwards (the window, the summary, the store's bulk insert)
 collects the columns it needs, or slices of rows. Without a directory (a parser called on its own, the
 tests) the rows stay in memory and `settle` returns a DataFrame; both give the same rows.
@@ -47,15 +47,16 @@ class RowSpool:
         if self._dir is None:
             self._parts.append(rows)
             return
-        part = self._dir / f"{self._name}-{len(self._files):06d}.parquet"
-        # uncompressed: a part lives until the settle reads it back once (lz4 cost ~0.15 s of CPU per 2M steps)
-        rows.write_parquet(part, compression="uncompressed", statistics=False)
+        part = self._dir / f"{self._name}-{len(self._files):06d}.arrow"
+        # Arrow IPC, uncompressed: a part lives until the settle reads it back once, and IPC is the buffers as they
+        # are (uncompressed Parquet still encodes: 0.16 against 0.10 s of CPU per 2M steps)
+        rows.write_ipc(part, compression="uncompressed")
         self._files.append(part)
 
     def rows(self) -> pl.LazyFrame:
         """Every row added, in order."""
         if self._files:
-            return pl.scan_parquet(self._files)
+            return pl.scan_ipc(self._files)
         if self._parts:
             return pl.concat(self._parts).lazy()
         return pl.LazyFrame(schema=self._schema)
@@ -66,7 +67,9 @@ class RowSpool:
         if self._dir is None:
             return steps.collect()
         out = self._dir / f"{self._name}-settled.parquet"
-        steps.sink_parquet(out, compression="lz4", row_group_size=ROW_GROUP_ROWS, statistics=False)
+        # Parquet, uncompressed: lz4 cost 0.08 s of CPU per 2M steps; Arrow IPC writes faster still but is read
+        # through a memory map, whose pages counted in the ingest's peak RSS (10M steps: 570 against 341 MiB).
+        steps.sink_parquet(out, compression="uncompressed", row_group_size=ROW_GROUP_ROWS, statistics=False)
         for part in self._files:  # the parts are in the settled file now
             part.unlink()
         return pl.scan_parquet(out)
