@@ -24,6 +24,7 @@ from receipts.analysis.anatomy import steady_kernel_totals
 from receipts.analysis import summary as steady_summary
 from receipts.analysis.window import choose_window, cut_short_tail, in_window, mark_warmup
 from receipts.errors import InputError
+from receipts.scratch import scratch_dir
 from receipts.ingest import sniff, sysinfo
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.rank_map import RankMap
@@ -386,8 +387,8 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
         raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "
                                "this looks like a training log")
     # A long log's step rows wait on disk, not in memory, until the store has them (ingest/spool.py).
-    with tempfile.TemporaryDirectory(prefix="receipts-steps-") as spill:
-        parsed = parse_log(path, fmt, progress, spill=Path(spill))
+    with scratch_dir("steps") as spill:  # removed as the ingest ends; a killed one's by the next (receipts/scratch.py)
+        parsed = parse_log(path, fmt, progress, spill=spill)
         side_claim, side = read_sidecar(path)
         name = run_name or side.get("run_name") or (path.parent.name if path.name == "run.log" else path.stem)
         all_tags = tuple(tags) + tuple(side.get("tags", ()))

@@ -27,7 +27,6 @@ from __future__ import annotations
 import gzip
 import re
 import shutil
-import tempfile
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -37,6 +36,7 @@ from typing import TypeVar
 import polars as pl
 
 from receipts.errors import InputError
+from receipts.scratch import scratch_dir
 from receipts.ingest import nsys
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.sanity import checked_anatomy
@@ -95,8 +95,8 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env
     kind = kind or ("nsys-gz" if path.name.endswith(".gz") else "nsys-rep" if path.name.endswith(".nsys-rep")
                     else "nsys")
     if kind == "nsys-gz":
-        with tempfile.TemporaryDirectory(prefix="receipts-nsys-") as tmp:
-            plain = Path(tmp) / path.name.removesuffix(".gz")
+        with scratch_dir("nsys") as tmp:
+            plain = tmp / path.name.removesuffix(".gz")
             try:
                 with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)

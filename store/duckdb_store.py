@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import polars as pl
 
 from receipts.duck import query_frame
 from receipts.errors import StoreError, UnsupportedVersion
+from receipts.scratch import scratch_dir
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
 from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.duckdb_lock import open_with_lock_wait
@@ -108,10 +108,10 @@ def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFram
     whatever memory_limit says), and handing DuckDB a frame through Arrow loads pyarrow (+25 MiB in every
     ingest); rows read from Parquet are written out as they come."""
     columns = ", ".join(f'"{c}"' for c in frame.collect_schema().names())
-    with tempfile.TemporaryDirectory(prefix="receipts-bulk-") as staging:
+    with scratch_dir("bulk") as staging:
         files = []
         for i, part in enumerate(bulk_slices(frame)):
-            files.append(str(Path(staging) / f"{i:06d}.parquet"))
+            files.append(str(staging / f"{i:06d}.parquet"))
             part.write_parquet(files[-1], compression="lz4", statistics=False)
         if not files:
             return

@@ -1,0 +1,66 @@
+"""Scratch folders an ingest writes and removes, and what a killed ingest left of them.
+
+An ingest stages work on disk: a long log's step rows (ingest/spool.py), the Parquet slices of a bulk write
+(store/duckdb_store.py), a gzipped nsys export unpacked (ingest/nsys_job.py). Each goes in a temporary folder
+removed when the step ends, or fails: but a process killed outright (SIGKILL, the OOM killer, a node lost) runs
+no cleanup, and a 10M-step log left ~100 MB behind, an unpacked export gigabytes. So each folder's name carries
+its owner, host and pid (`receipts-steps-gpu07-41233-k2j9x1`), and making one first removes those of this host
+whose process is gone. A folder of another host (a temp dir shared by containers, whose pids are not ours to
+judge) or of a live process is left alone, as is anything not named this way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "host"
+_OWNED = re.compile(r"^receipts-[a-z]+-(?P<host>[A-Za-z0-9._]+)-(?P<pid>[0-9]+)-[^/]+$")
+
+
+@contextmanager
+def scratch_dir(kind: str, parent: Path | None = None) -> Iterator[Path]:
+    """A fresh folder `receipts-<kind>-<host>-<pid>-*` in `parent` (the temp dir by default), removed on exit;
+    the orphans of killed ingests there are removed first."""
+    where = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    remove_orphans(where)
+    with tempfile.TemporaryDirectory(prefix=f"receipts-{kind}-{_HOST}-{os.getpid()}-", dir=where) as folder:
+        yield Path(folder)
+
+
+def remove_orphans(parent: Path) -> list[Path]:
+    """Remove the scratch folders in `parent` of this host's processes that no longer run; returns them."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        owned = _OWNED.match(entry.name)
+        if owned is None or owned["host"] != _HOST or not entry.is_dir(follow_symlinks=False):
+            continue
+        if _running(int(owned["pid"])):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: running
+        return True
+    except OverflowError:
+        return False
+    return True

@@ -1,0 +1,79 @@
+"""Scratch folders (receipts/scratch.py): removed as the step ends, and what a killed ingest left is removed by the
+next one on the same host; a live process's folder, another host's and anything else in the temp dir stay."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REALDATA, REPO
+from receipts.scratch import _HOST, remove_orphans, scratch_dir
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    return int(done.stdout)  # exited: no process has this pid now (reuse within the test is vanishingly rare)
+
+
+def test_a_scratch_folder_is_removed_when_its_step_ends_or_fails(tmp_path):
+    with scratch_dir("steps", tmp_path) as folder:
+        (folder / "part.arrow").write_bytes(b"x")
+        assert folder.name.startswith(f"receipts-steps-{_HOST}-{os.getpid()}-")
+    assert not folder.exists()
+    try:
+        with scratch_dir("bulk", tmp_path) as folder:
+            raise ValueError("the write failed")
+    except ValueError:
+        pass
+    assert not folder.exists()
+
+
+def test_only_a_dead_process_of_this_host_loses_its_folder(tmp_path):
+    dead = tmp_path / f"receipts-steps-{_HOST}-{_dead_pid()}-abc123"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = tmp_path / f"receipts-steps-{_HOST}-{sleeper.pid}-def456"
+        other_host = tmp_path / f"receipts-steps-{_HOST}x-{_dead_pid()}-ghi789"
+        not_ours = tmp_path / "receipts-steps-notes"
+        for folder in (dead, live, other_host, not_ours):
+            folder.mkdir()
+            (folder / "rows.arrow").write_bytes(b"x")
+        assert remove_orphans(tmp_path) == [dead]
+        assert not dead.exists() and live.exists() and other_host.exists() and not_ours.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert remove_orphans(tmp_path) == [live]  # its process gone now
+
+
+def test_the_next_ingest_removes_what_a_killed_one_left(tmp_path):
+    # A real ingest SIGKILLed while its step rows are on disk, then another ingest on this host.
+    log = tmp_path / "long.log"
+    body = [line for line in (REALDATA / "logs" / "sft_run_gtx1660.log").read_text().splitlines()
+            if line.startswith("step ")]
+    with open(log, "w") as f:
+        for rep in range(2500):
+            f.write("\n".join(f"step {rep * len(body) + i + 1:05d}{line[10:]}" for i, line in enumerate(body)) + "\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    cli = [sys.executable, "-m", "receipts.cli.main", "--db", str(tmp_path / "r.duckdb"), "ingest"]
+    killed = subprocess.Popen([*cli, str(log)], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith("receipts-steps-") and any(p.iterdir()) for p in scratch.iterdir()):
+        assert killed.poll() is None and time.monotonic() < deadline, "the ingest ended before its rows were spilled"
+        time.sleep(0.02)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    left = [p for p in scratch.iterdir() if p.name.startswith("receipts-")]
+    assert left, "SIGKILL runs no cleanup: the scratch folder is still there"
+    done = subprocess.run([*cli, str(REALDATA / "logs" / "sft_run_gtx1660.log")], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not any(p.exists() for p in left)
+    assert [p for p in scratch.iterdir() if p.name.startswith("receipts-")] == []
