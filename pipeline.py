@@ -469,7 +469,10 @@ def with_stragglers(anatomy: Anatomy) -> Anatomy:
     if anatomy.events is None or anatomy.steps.height == 0:
         return anatomy
     steady = anatomy.steps.filter(~pl.col("warmup") & pl.col("step").is_not_null())
-    events = anatomy.events.join(steady.select("rank", "step"), on=["rank", "step"]) if steady.height else anatomy.events
+    # lazy: the analysis collects the parts it reads; a joined copy of every steady activity was the peak of
+    # an nsys ingest (5M kernels: 809 MiB)
+    events = (anatomy.events.lazy().join(steady.select("rank", "step").lazy(), on=["rank", "step"], how="semi")
+              if steady.height else anatomy.events)
     step_ms = (cast("float | None", steady.group_by("step").agg(pl.col("wall_ms").max())["wall_ms"].median())
                if steady.height else None)
     report = stragglers.analyse(events, step_ms)

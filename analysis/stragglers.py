@@ -97,11 +97,11 @@ def _empty_per_step() -> pl.DataFrame:
                                 "last_arrivals": pl.Int64, "collectives": pl.Int64})
 
 
-def match_collectives(events: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+def match_collectives(events: pl.DataFrame | pl.LazyFrame) -> tuple[pl.DataFrame, list[str]]:
     """One row per (collective, rank) with its key (step, kind, ordinal within the step and kind). A step
     whose count of some kind differs across ranks (a profiler window that opened mid-step on one rank, a
     collective one rank launched in the next step) leaves that kind of that step unmatched, named in the notes."""
-    comm = events.filter(pl.col("category").is_in(COMM_CATEGORIES) & pl.col("rank").is_not_null())
+    comm = events.lazy().filter(pl.col("category").is_in(COMM_CATEGORIES) & pl.col("rank").is_not_null()).collect()
     comm = comm.with_columns(pl.col("step").fill_null(-1)).sort("rank", "step", "category", "start_ns").with_columns(
         pl.int_range(pl.len()).over("rank", "step", "category").alias("ordinal"))
     n_ranks = comm["rank"].n_unique()
@@ -113,10 +113,12 @@ def match_collectives(events: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     return comm.join(good, on=["step", "category"]), notes
 
 
-def analyse(events: pl.DataFrame, step_ms: float | None = None) -> StragglerReport | None:
-    """None when the profile has fewer than two ranks with communication (nothing to compare)."""
-    ev = events.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), "category",
-                       pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64))
+def analyse(events: pl.DataFrame | pl.LazyFrame, step_ms: float | None = None) -> StragglerReport | None:
+    """None when the profile has fewer than two ranks with communication (nothing to compare). `events` may be
+    lazy (a profile's steady steps, pipeline.with_stragglers): only the parts read are collected, the
+    communication always, one rank's or the others' compute only for a rank that may be a straggler."""
+    ev = events.lazy().select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), "category",
+                              pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64))
     matched, notes = match_collectives(ev)
     ranks = sorted(matched["rank"].unique().to_list())
     if len(ranks) < 2 or matched.height == 0:
@@ -179,7 +181,7 @@ def analyse(events: pl.DataFrame, step_ms: float | None = None) -> StragglerRepo
                            tuple(stragglers), per_step if per_step.height else _empty_per_step(), per_kind)
 
 
-def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame) -> float:
+def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame) -> float:
     """Median over the other ranks of their median step's wait at `rank`'s late collectives not covered by their
     own compute (steps without such a wait count as 0). The median step, as step times are compared: a few
     slow steps of the whole job do not inflate the what-if."""
@@ -192,7 +194,7 @@ def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame
     if waits.height == 0:
         return 0.0
     compute = (ev.filter(pl.col("category").is_in(COMPUTE) & (pl.col("rank") != rank))
-               .select("rank", pl.col("step").fill_null(-1), "category", "start_ns", "end_ns"))
+               .select("rank", pl.col("step").fill_null(-1), "category", "start_ns", "end_ns").collect())
     keys = ["rank", "step"]
     wait = union_ns(waits, keys)
     covered = intersection_ns(waits, compute, keys) if compute.height else wait.select(*keys, pl.lit(0).alias("both_ns"))
@@ -203,13 +205,13 @@ def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame
     return float(np.median(per_other))
 
 
-def _straggler(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame, step_ms: float) -> Straggler:
+def _straggler(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame, step_ms: float) -> Straggler:
     impact_ms = exposed_wait_ms_per_step(rank, per_rank, ev)
     cause, detail = _cause(rank, per_rank, ev)
     return Straggler(rank, impact_ms, 100.0 * impact_ms / step_ms, cause, detail)
 
 
-def _cause(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame) -> tuple[str, str]:
+def _cause(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame) -> tuple[str, str]:
     """Busy time by group in the window before each late collective: the straggler against the median of the
     others, window = previous collective's end on that rank -> this collective's start."""
     spans = (per_rank.sort("rank", "start_ns")
@@ -224,7 +226,7 @@ def _cause(rank: int, per_rank: pl.DataFrame, ev: pl.DataFrame) -> tuple[str, st
     totals: dict[int, dict[str, float]] = {}
     for r in windows["rank"].unique().to_list():
         w = windows.filter(pl.col("rank") == r)
-        acts = ev.filter(pl.col("rank") == r)
+        acts = ev.filter(pl.col("rank") == r).collect()
         starts, ends = acts["start_ns"].to_numpy(), acts["end_ns"].to_numpy()
         cats = acts["category"].to_numpy()
         out = {"compute": 0.0, "memcpy": 0.0, "idle/launch gaps": 0.0}

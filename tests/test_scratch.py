@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from conftest import REALDATA, REPO
 from receipts.scratch import _HOST, remove_orphans, scratch_dir

@@ -15,6 +15,7 @@ import sqlite3
 import statistics
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from receipts.analysis.stragglers import analyse
@@ -237,3 +238,18 @@ def test_the_planted_rank_is_named_whichever_rank_it_is(other_rank, run, rank, s
 def test_the_clean_run_profiled_for_12_steps_names_nobody(other_rank):
     report = _report(other_rank, "straggler_base_kineto12")
     assert report["stragglers"] == [] and report["clock_ok"] and report["n_collectives"] > 100
+
+
+@pytest.mark.parametrize("run", ["straggler_plant_kineto", "straggler_base_kineto"])
+def test_a_lazy_steady_selection_reports_what_a_joined_copy_reports(run):
+    # pipeline.with_stragglers hands the analysis its steady events lazily (a semi-join the analysis collects in
+    # parts); the report must be the one the eager inner join gave, which copied every steady activity.
+    a = kineto.parse_files(sorted((S / run / "traces").glob("*.json.gz")), rules=load_category_rules())
+    steady = a.steps.filter(~pl.col("warmup") & pl.col("step").is_not_null()).select("rank", "step")
+    step_ms = float(a.steps["wall_ms"].median())
+    eager = analyse(a.events.join(steady, on=["rank", "step"]), step_ms)
+    lazy = analyse(a.events.lazy().join(steady.lazy(), on=["rank", "step"], how="semi"), step_ms)
+    assert eager is not None and lazy is not None and bool(eager.stragglers) == ("plant" in run)
+    assert (eager.ranks, eager.stragglers, eager.n_collectives, eager.note) == (lazy.ranks, lazy.stragglers,
+                                                                              lazy.n_collectives, lazy.note)
+    assert eager.per_step.equals(lazy.per_step) and eager.per_kind.equals(lazy.per_kind)
