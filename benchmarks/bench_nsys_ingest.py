@@ -1,5 +1,6 @@
 """nsys ingest throughput: parse() on an export scaled to >= 5M kernel rows, against DuckDB scanning
-the same kernel columns bare, in the same run (issue 15: aim <= 3x, bounded peak RSS).
+the same kernel columns bare, in the same run (issue 15: aim <= 3x, bounded peak RSS); and the peak RSS of the
+whole `receipts ingest` of it (parse, steady window, straggler analysis, the store's write).
 
     .venv/bin/python benchmarks/bench_nsys_ingest.py [--kernels 5000000] [--source mfu_2gpu_after.sqlite]
 
@@ -46,6 +47,22 @@ a = nsys.parse(Path(sys.argv[1]), rules=load_category_rules())
 s = time.perf_counter() - t
 print(json.dumps({"s": s, "rss": _hwm(),
                   "steps": a.steps.height, "unattributed": a.unattributed, "activities": int(a.steps["kernels"].sum())}))
+"""
+# The whole command, as a user runs it: parse, the steady window, the straggler analysis, the store's write.
+INGEST = HWM + """
+import json, sys, tempfile, time
+from pathlib import Path
+from receipts.cli.main import main
+with tempfile.TemporaryDirectory() as tmp:
+    sys.argv = ["receipts", "--db", str(Path(tmp) / "bench.duckdb"), "ingest", sys.argv[1]]
+    t = time.perf_counter()
+    try:
+        main()
+    except SystemExit as done:
+        if done.code:
+            raise
+    s = time.perf_counter() - t
+print(json.dumps({"s": s, "rss": _hwm()}))
 """
 SCAN = HWM + """
 import json, sys, time
@@ -132,11 +149,13 @@ def main() -> None:
     scan = min((run(SCAN, path) for _ in range(args.repeat)), key=lambda r: r["s"])
     scan_all = min((run(SCAN_ALL, path) for _ in range(args.repeat)), key=lambda r: r["s"])
     parsed = min((run(PARSE, path) for _ in range(args.repeat)), key=lambda r: r["s"])
+    ingested = run(INGEST, path)
     rows = scan["rows"]
     print(f"\n{'measurement':<46}{'seconds':>10}{'kernel rows/s':>16}{'peak RSS MiB':>14}")
     for label, r in (("duckdb sqlite_scan, kernel cols (ref)", scan),
                      ("duckdb sqlite_scan, all cols parse reads", scan_all),
-                     ("receipts.ingest.nsys.parse", parsed)):
+                     ("receipts.ingest.nsys.parse", parsed),
+                     ("`receipts ingest` into a new store (once)", ingested)):
         print(f"{label:<46}{r['s']:>10.2f}{rows / r['s']:>16,.0f}{r['rss'] / 2**20:>14,.0f}")
     kernels, memcpy, memset, runtime = scan_all["rows"]
     print(f"\nrows: kernel {kernels:,}, memcpy {memcpy:,}, memset {memset:,}, runtime {runtime:,}; steps: "
