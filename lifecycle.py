@@ -13,7 +13,7 @@ if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see
 import hashlib
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from receipts.errors import InputError, UsageError
@@ -73,6 +73,7 @@ class LedgerWrite:
     identity_conflict: dict | None = None     # re-ingest asked for another identity than the stored one
     warnings: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()             # identity parts the stored receipt lacks (a rumor when any)
+    ended_early: str | None = None            # already_stored: why the stored file looked cut short
 
 
 def check_claim(claim: IdentityClaim, registry: Registry) -> list[str]:
@@ -123,9 +124,34 @@ def write_current(store: Store, receipt: Receipt, *, registry: Registry, asked: 
         return LedgerWrite(result.receipt_id, result.run_name, True, complete, replaces, newer, None, tuple(warnings),
                            _missing(final))
     stored = store.query("receipt", {"receipt_id": result.receipt_id}).row(0, named=True)
-    conflict = identity_conflict(stored, receipt, asked, registry=registry, named=named)
-    # Already stored: what the file itself claims was said when it was first ingested; only new asks now.
-    return LedgerWrite(result.receipt_id, stored["run_name"], False, bool(stored["identity_complete"]),
+    return _unchanged(stored, receipt.run_name, receipt.tags, asked, asked_warnings, registry=registry, named=named)
+
+
+def already_stored(store: Store, content_sha256: str, *, run_name: str, tags: tuple[str, ...], asked: IdentityClaim,
+                   registry: Registry, named: bool) -> LedgerWrite | None:
+    """What write_current reports for a file whose content is already stored, without parsing it (a second
+    ingest of the same log: a 2M-line one parsed for 5 s to be told "unchanged"); None when it is not stored.
+
+    A receipt is its file's content (its id the sha256's first 16 hex digits, the full digest checked), so storing
+    the parse again writes nothing whatever the parse gives. The outcome is the one a parse would give: the
+    stored run name, identity and ledger state, an identity conflict for explicit claims that differ, the file's
+    warnings and whether it ended early as its first parse said them (stored), and the warnings of the explicit
+    claims (strict mode refuses an unknown one)."""
+    found = store.query("receipt", {"receipt_id": content_sha256[:16]})
+    if found.height == 0 or found["content_sha256"][0] != content_sha256:
+        return None
+    stored = found.row(0, named=True)
+    file_warnings = json.loads(stored["warnings_json"] or "[]")
+    write = _unchanged(stored, run_name, tuple(sorted(set(tags))), asked, [*file_warnings, *check_claim(asked, registry)],
+                       registry=registry, named=named)
+    return replace(write, ended_early=stored["ended_early"])
+
+
+def _unchanged(stored: dict, run_name: str, tags: tuple[str, ...], asked: IdentityClaim, asked_warnings: list[str], *,
+               registry: Registry, named: bool) -> LedgerWrite:
+    """A file already stored: what the file itself claims was said when it was first ingested; only new asks now."""
+    conflict = identity_conflict(stored, run_name, tags, asked, registry=registry, named=named)
+    return LedgerWrite(stored["id"], stored["run_name"], False, bool(stored["identity_complete"]),
                        (), stored["superseded_by"], conflict, tuple(asked_warnings), _missing(stored))
 
 
@@ -229,8 +255,8 @@ def _refuse_shared_run_name(store: Store, receipt: Receipt, replaced: set[str]) 
                          f"(or rename the other: `receipts retag {users[0]['id']} --run-name NEW --why ...`)")
 
 
-def identity_conflict(stored: dict, receipt: Receipt, asked: IdentityClaim, *, registry: Registry,
-                      named: bool) -> dict | None:
+def identity_conflict(stored: dict, run_name: str, tags: tuple[str, ...], asked: IdentityClaim, *,
+                      registry: Registry, named: bool) -> dict | None:
     """The explicit claims of a re-ingest that the stored receipt does not carry, or None.
 
     Returns {"receipt_id", "stored": {...}, "asked": {...}, "retag": "receipts retag ..."}; only the fields
@@ -242,10 +268,10 @@ def identity_conflict(stored: dict, receipt: Receipt, asked: IdentityClaim, *, r
         if raw and getattr(ident, part) != stored[part]:
             stored_part[part], asked_part[part] = stored[part], getattr(ident, part)
             flags += [flag, raw]
-    if named and receipt.run_name != stored["run_name"]:
-        stored_part["run_name"], asked_part["run_name"] = stored["run_name"], receipt.run_name
-        flags += ["--run-name", receipt.run_name]
-    missing_tags = sorted(set(receipt.tags) - set(json.loads(stored["tags_json"] or "[]")))
+    if named and run_name != stored["run_name"]:
+        stored_part["run_name"], asked_part["run_name"] = stored["run_name"], run_name
+        flags += ["--run-name", run_name]
+    missing_tags = sorted(set(tags) - set(json.loads(stored["tags_json"] or "[]")))
     if missing_tags:
         stored_part["tags"], asked_part["tags"] = json.loads(stored["tags_json"] or "[]"), missing_tags
         for t in missing_tags:

@@ -30,7 +30,7 @@ from receipts.ingest.rank_files import natural_order
 from receipts.ingest.rank_map import RankMap
 from receipts.ingest.sanity import checked_anatomy, checked_run
 from receipts.ingest.textlog import ReadProgress, read_log
-from receipts.lifecycle import MachineSeen, check_attachment, machine_of_facts, write_current
+from receipts.lifecycle import MachineSeen, already_stored, check_attachment, machine_of_facts, write_current
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
 from receipts.schema.model import (FACT_SECTIONS, Anatomy, IdentityClaim, ParsedRun, Receipt, SourceFile, StepWindow,
@@ -97,15 +97,16 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
     )
 
 
-def _source(path: Path, fmt: str, role: str, files: list[Path] | None = None) -> SourceFile:
-    """A file, or a folder's files (all of them, or the given ones) hashed in name order."""
+def _source(path: Path, fmt: str, role: str, files: list[Path] | None = None, *, sha256: str | None = None) -> SourceFile:
+    """A file, or a folder's files (all of them, or the given ones) hashed in name order; `sha256`: the file's,
+    when the caller has it already."""
     if path.is_dir():
         import hashlib
 
         files = sorted(files if files is not None else (p for p in path.iterdir() if p.is_file()))
         digest = hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()
         return SourceFile(str(path.resolve()), digest, sum(p.stat().st_size for p in files), fmt, role)
-    return SourceFile(str(path.resolve()), sha256_file(path), path.stat().st_size, fmt, role)
+    return SourceFile(str(path.resolve()), sha256 or sha256_file(path), path.stat().st_size, fmt, role)
 
 
 def run_dir_traces(run_dir: Path) -> list[Path]:
@@ -386,16 +387,23 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
     if attach is not None:
         raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "
                                "this looks like a training log")
+    side_claim, side = read_sidecar(path)
+    name = run_name or side.get("run_name") or (path.parent.name if path.name == "run.log" else path.stem)
+    all_tags = tuple(tags) + tuple(side.get("tags", ()))
+    asked, named = side_claim.merged(identity), bool(run_name or side.get("run_name"))
+    content_sha256 = sha256_file(path)
+    stored = already_stored(store, content_sha256, run_name=name, tags=all_tags, asked=asked, registry=registry,
+                            named=named)
+    if stored is not None:  # the same content again: nothing to parse, nothing to write
+        return IngestOutcome(str(path), stored.receipt_id, stored.run_name, False, "receipt", stored.complete,
+                             stored.ended_early, stored.warnings, (), stored.superseded_by, stored.identity_conflict,
+                             stored.missing)
     # A long log's step rows wait on disk, not in memory, until the store has them (ingest/spool.py).
     with scratch_dir("steps") as spill:  # removed as the ingest ends; a killed one's by the next (receipts/scratch.py)
         parsed = parse_log(path, fmt, progress, spill=spill)
-        side_claim, side = read_sidecar(path)
-        name = run_name or side.get("run_name") or (path.parent.name if path.name == "run.log" else path.stem)
-        all_tags = tuple(tags) + tuple(side.get("tags", ()))
-        receipt = build_receipt(parsed, source=_source(path, parsed.source_format, "log"),
-                                claim=side_claim.merged(identity), registry=registry, run_name=name, tags=all_tags)
-        return _write_receipt(store, path, receipt, registry=registry, asked=side_claim.merged(identity),
-                              named=bool(run_name or side.get("run_name")))
+        receipt = build_receipt(parsed, source=_source(path, parsed.source_format, "log", sha256=content_sha256),
+                                claim=asked, registry=registry, run_name=name, tags=all_tags)
+        return _write_receipt(store, path, receipt, registry=registry, asked=asked, named=named)
 
 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
