@@ -189,7 +189,7 @@ def test_reader_sees_commits_made_after_it_attached(pg_url, tmp_path):
 
 
 def test_read_only_store_never_writes(pg_url, tmp_path, pg_server):
-    (path,) = _logs(tmp_path, 1)
+    path, unseen = _logs(tmp_path, 2)
     with pytest.raises(StoreError, match="no receipts schema"):
         open_store(pg_url, read_only=True)                       # an empty database is not created read-only
     _cli("--db", pg_url, "db", "init")
@@ -212,8 +212,11 @@ def test_read_only_store_never_writes(pg_url, tmp_path, pg_server):
         assert store.query("list_receipts", {"all": True}).height == 1
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         _psql(reader_url, "DELETE FROM receipts")
-    done = _cli("--db", reader_url, "ingest", str(tmp_path / "run_0000.log"), check=False)
+    done = _cli("--db", reader_url, "ingest", str(unseen), check=False)
     assert done.returncode == 2 and "permission denied" in done.stderr
+    # A file already stored needs no write: the reader is told so (lifecycle.already_stored), nothing is attempted.
+    done = _cli("--db", reader_url, "ingest", str(path), check=False)
+    assert done.returncode == 0 and "unchanged" in done.stdout
 
 
 # ---- migrations on both backends ---------------------------------------------------------------
