@@ -188,10 +188,15 @@ def _count_tail(below: np.ndarray, length: int, part: int, n_blocks: int, rank: 
         return 1.0
     if rank > hi:
         return 0.0
-    # The window can be millions wide (10M steps whose blocks of 9,487 hold anywhere from few to most of the
-    # flagged values: 2^22 points): each array below is then 32 MB, so the spectrum is built and the pmf
-    # clipped in place, and the tail read as one or two slices rather than through an index array.
-    size = _fast_length(min(n + 2, hi - lo + 1))
+    return _tail_mass(whole, last, n_blocks, rank, hi, _fast_length(min(n + 2, hi - lo + 1)))
+
+
+def _tail_mass(whole: np.ndarray, last: np.ndarray, n_blocks: int, rank: int, hi: int, size: int) -> float:
+    """P*(count in rank..hi) from the n_blocks - 1 fold convolution of `whole` with `last`, circular over `size`.
+
+    The window can be millions wide (10M steps whose blocks of 9,487 hold anywhere from few to most of the
+    flagged values: 2^22 points): each array here is then 32 MB, so the spectrum is built and the pmf clipped in
+    place, and the tail read as one or two slices rather than through an index array."""
     spectrum = np.fft.rfft(whole, size)
     spectrum **= n_blocks - 1
     spectrum *= np.fft.rfft(last, size)
