@@ -141,18 +141,17 @@ def already_stored(store: Store, content_sha256: str, *, run_name: str, tags: tu
     if found.height == 0 or found["content_sha256"][0] != content_sha256:
         return None
     stored = found.row(0, named=True)
-    file_warnings = json.loads(stored["warnings_json"] or "[]")
-    write = _unchanged(stored, run_name, tuple(sorted(set(tags))), asked, [*file_warnings, *check_claim(asked, registry)],
-                       registry=registry, named=named)
+    warnings = [*json.loads(stored["warnings_json"] or "[]"), *check_claim(asked, registry)]
+    write = _unchanged(stored, run_name, tuple(sorted(set(tags))), asked, warnings, registry=registry, named=named)
     return replace(write, ended_early=stored["ended_early"])
 
 
-def _unchanged(stored: dict, run_name: str, tags: tuple[str, ...], asked: IdentityClaim, asked_warnings: list[str], *,
+def _unchanged(stored: dict, run_name: str, tags: tuple[str, ...], asked: IdentityClaim, warnings: list[str], *,
                registry: Registry, named: bool) -> LedgerWrite:
     """A file already stored: what the file itself claims was said when it was first ingested; only new asks now."""
     conflict = identity_conflict(stored, run_name, tags, asked, registry=registry, named=named)
     return LedgerWrite(stored["id"], stored["run_name"], False, bool(stored["identity_complete"]),
-                       (), stored["superseded_by"], conflict, tuple(asked_warnings), _missing(stored))
+                       (), stored["superseded_by"], conflict, tuple(warnings), _missing(stored))
 
 
 def _missing(row: dict) -> tuple[str, ...]:

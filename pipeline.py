@@ -24,7 +24,6 @@ from receipts.analysis.anatomy import steady_kernel_totals
 from receipts.analysis import summary as steady_summary
 from receipts.analysis.window import choose_window, cut_short_tail, in_window, mark_warmup
 from receipts.errors import InputError
-from receipts.scratch import scratch_dir
 from receipts.ingest import sniff, sysinfo
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.rank_map import RankMap
@@ -39,6 +38,7 @@ from receipts.schema import toml_file
 from receipts.schema.registry import Registry
 from receipts.schema.secrets import EnvRules
 from receipts.schema.toml_file import read_toml
+from receipts.scratch import scratch_dir
 from receipts.store import Store
 
 SIDECAR_NAME = "receipt.toml"

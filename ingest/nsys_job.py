@@ -36,13 +36,13 @@ from typing import TypeVar
 import polars as pl
 
 from receipts.errors import InputError
-from receipts.scratch import scratch_dir
 from receipts.ingest import nsys
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.sanity import checked_anatomy
 from receipts.schema.categories import CategoryRules
 from receipts.schema.model import Anatomy
 from receipts.schema.secrets import EnvRules
+from receipts.scratch import scratch_dir
 
 EXPORT_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")
 # Which node of the job an export of several processes comes from (torchrun's GROUP_RANK, the usual NODE_RANK,

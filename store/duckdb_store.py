@@ -10,8 +10,8 @@ import polars as pl
 
 from receipts.duck import query_frame
 from receipts.errors import StoreError, UnsupportedVersion
-from receipts.scratch import scratch_dir
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
+from receipts.scratch import scratch_dir
 from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.duckdb_lock import open_with_lock_wait
 from receipts.store.duckdb_tx import transaction
