@@ -1,6 +1,7 @@
 """End to end in a real headless Chromium (Debian's, never a downloaded one): `receipts dashboard` on a store
 of real ingested data, every view visited, charts checked as painted by vega-embed, no exception shown.
-Screenshots of each view land in docs/screenshots/.
+Screenshots of each view land in the test's temp folder; with RECEIPTS_UPDATE_SCREENSHOTS=1, in docs/screenshots/
+(the README's pictures: a test run left them rewritten in the work tree, one pixel of a timestamp apart).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from urllib.parse import urlencode
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHOTS = REPO / "docs" / "screenshots"
+DOC_SHOTS = REPO / "docs" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -114,7 +115,8 @@ def dashboard(tmp_path_factory):
 def test_every_view_renders_charts_in_chromium(dashboard):
     base, ids, root = dashboard
     mod = _apptest_module()
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots = DOC_SHOTS if os.environ.get("RECEIPTS_UPDATE_SCREENSHOTS") == "1" else root / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
     views = [
         ("lanes", {}, 1, "Lanes"),
         ("receipt", {"id": ids["rumor"]}, 3, "Fragmentation drift"),
@@ -127,7 +129,7 @@ def test_every_view_renders_charts_in_chromium(dashboard):
             page.goto(f"{base}/?{urlencode({'view': view, **params})}")
             wait_for_view(page, n_charts)
             assert expect in page.inner_text("body"), view
-            page.screenshot(path=str(SHOTS / f"{view}.png"), full_page=True)
+            page.screenshot(path=str(shots / f"{view}.png"), full_page=True)
 
         # the refusal is the page: no chart, the differing field named
         page.goto(f"{base}/?{urlencode({'view': 'compare', 'a': ids['a'], 'b': ids['other']})}")
@@ -135,7 +137,7 @@ def test_every_view_renders_charts_in_chromium(dashboard):
         page.wait_for_timeout(500)
         assert "host_lineage" in page.inner_text("body")
         assert page.locator(CHARTS).count() == 0
-        page.screenshot(path=str(SHOTS / "compare_refused.png"), full_page=True)
+        page.screenshot(path=str(shots / "compare_refused.png"), full_page=True)
 
         # moving through views with the sidebar, as a person does
         page.goto(base + "/")
