@@ -11,8 +11,9 @@ from sqlalchemy import (BigInteger, Boolean, Column, Double, Index, Integer, Met
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-# Bump with a migration (store/migrations) whenever a table changes.
-SCHEMA_VERSION = 8
+from receipts.schema.version import IDENTITY_FIELDS, SCHEMA_VERSION
+
+__all__ = ["BULK_TABLES", "IDENTITY_FIELDS", "SCHEMA_VERSION", "ddl_statements", "metadata"]
 
 metadata = MetaData()
 
@@ -120,8 +121,6 @@ receipt_sources = Table(
 
 # v3, append-only: one row per change of a receipt's claimed identity (`receipts retag`), with the values
 # before and after, raw and canonical. Writers may INSERT here but never UPDATE or DELETE (docs/teams.md).
-IDENTITY_FIELDS = ("run_name", "tags_json", "raw_host_lineage", "host_lineage", "raw_preset", "preset_family",
-                   "raw_regime", "launch_regime", "identity_complete")
 identity_history = Table(
     "identity_history", metadata,
     Column("receipt_id", Text, nullable=False),

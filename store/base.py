@@ -14,7 +14,7 @@ import polars as pl
 
 from receipts.errors import ReceiptNotFound, StoreError
 from receipts.schema.model import Anatomy, Receipt, SourceFile, Steps
-from receipts.schema.tables import IDENTITY_FIELDS
+from receipts.schema.version import IDENTITY_FIELDS
 from receipts.store import rows as R
 from receipts.sql import load_query
 

@@ -10,7 +10,7 @@ import polars as pl
 
 from receipts.duck import query_frame
 from receipts.errors import StoreError, UnsupportedVersion
-from receipts.schema.tables import SCHEMA_VERSION, ddl_statements, metadata
+from receipts.schema.version import SCHEMA_VERSION
 from receipts.scratch import scratch_dir
 from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.duckdb_lock import open_with_lock_wait
@@ -138,6 +138,8 @@ def os_user() -> str:
 
 
 def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    from receipts.schema.tables import metadata  # writes only: reads never load SQLAlchemy (schema/version.py)
+
     columns = [c.name for c in metadata.tables[table].columns]
     placeholders = ", ".join("?" for _ in columns)
     names = ", ".join(f'"{c}"' for c in columns)
@@ -168,6 +170,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, url: str) -> None:
             migrations.upgrade(migrations.DuckDBTarget(con, url))
         check_version(con, url)
         return
+    from receipts.schema.tables import ddl_statements, metadata  # a new store: its tables made from their definitions
+
     if tables - set(metadata.tables):
         raise StoreError(url, f"is a DuckDB file of something else (tables: {', '.join(sorted(tables))[:200]})")
     with transaction(con):
