@@ -7,9 +7,9 @@ polars allocates through its own jemalloc, which it configures when it loads to 
 between, so the pages polars freed in one phase stayed resident under the next: a 2M-step nanochat log's ingest
 peaks at 295 MiB under polars' setting and at 245 MiB with freed pages returned at once, a 10M-step one at 596 and
 340 MiB, for ~0.45 s more CPU in the parse of 2M lines (2.17 against 1.71 s: benchmarks/bench_log_ingest.py, with
-and without --allocator polars). A shorter decay does not split the difference: 200 ms kept 274 and 435 MiB. polars appends what _RJEM_MALLOC_CONF holds when it loads to its own
-options (later ones win), and reads it only then; a value the user set wins, and child processes (rank
-workers, the dashboard's server) inherit it.
+and without --allocator polars). A shorter decay does not split the difference: 200 ms kept 274 and 435 MiB.
+polars appends what _RJEM_MALLOC_CONF holds when it loads to its own options (later ones win), and reads it only
+then; a value the user set wins, and child processes (rank workers, the dashboard's server) inherit it.
 """
 
 from __future__ import annotations

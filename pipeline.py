@@ -29,7 +29,8 @@ from receipts.ingest.rank_files import natural_order
 from receipts.ingest.rank_map import RankMap
 from receipts.ingest.sanity import checked_anatomy, checked_run
 from receipts.ingest.textlog import ReadProgress, read_log
-from receipts.lifecycle import MachineSeen, already_stored, check_attachment, machine_of_facts, write_current
+from receipts.lifecycle import (LedgerWrite, MachineSeen, already_stored, check_attachment, machine_of_facts,
+                                write_current)
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
 from receipts.schema.model import (FACT_SECTIONS, Anatomy, IdentityClaim, ParsedRun, Receipt, SourceFile, StepWindow,
@@ -395,9 +396,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
     stored = already_stored(store, content_sha256, run_name=name, tags=all_tags, asked=asked, registry=registry,
                             named=named)
     if stored is not None:  # the same content again: nothing to parse, nothing to write
-        return IngestOutcome(str(path), stored.receipt_id, stored.run_name, False, "receipt", stored.complete,
-                             stored.ended_early, stored.warnings, (), stored.superseded_by, stored.identity_conflict,
-                             stored.missing)
+        return _receipt_outcome(path, stored, ended_early=stored.ended_early, warnings=stored.warnings)
     # A long log's step rows wait on disk, not in memory, until the store has them (ingest/spool.py).
     with scratch_dir("steps") as spill:  # removed as the ingest ends; a killed one's by the next (receipts/scratch.py)
         parsed = parse_log(path, fmt, progress, spill=spill)
@@ -507,7 +506,14 @@ def _write_receipt(store: Store, path: Path, receipt: Receipt, *, registry: Regi
     """Store a parsed receipt through the identity lifecycle (lifecycle.write_current): superseding an
     earlier view of the same run, refusing unknown values in strict mode, reporting identity conflicts."""
     written = write_current(store, receipt, registry=registry, asked=asked, named=named, anatomies=anatomies)
-    return IngestOutcome(str(path), written.receipt_id, written.run_name, written.created, "receipt",
-                         written.complete, receipt.parsed.ended_early, receipt.parsed.warnings + written.warnings,
-                         written.supersedes, written.superseded_by, written.identity_conflict, written.missing)
+    return _receipt_outcome(path, written, ended_early=receipt.parsed.ended_early,
+                            warnings=receipt.parsed.warnings + written.warnings)
+
+
+def _receipt_outcome(path: Path, written: LedgerWrite, *, ended_early: str | None,
+                     warnings: tuple[str, ...]) -> IngestOutcome:
+    """What the ledger did with a receipt, as the file's outcome (the file's own note and warnings given)."""
+    return IngestOutcome(str(path), written.receipt_id, written.run_name, written.created, "receipt", written.complete,
+                         ended_early, warnings, written.supersedes, written.superseded_by, written.identity_conflict,
+                         written.missing)
 

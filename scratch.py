@@ -4,8 +4,9 @@ An ingest stages work on disk: a long log's step rows (ingest/spool.py), the Par
 (store/duckdb_store.py), a gzipped nsys export unpacked (ingest/nsys_job.py). Each goes in a temporary folder
 removed when the step ends, or fails: but a process killed outright (SIGKILL, the OOM killer, a node lost) runs
 no cleanup, and a 10M-step log left ~100 MB behind, an unpacked export gigabytes. So each folder's name carries
-its owner, host and pid (`receipts-steps-gpu07-41233-k2j9x1`), and making one first removes those of this host
-whose process is gone. A folder of another host (a temp dir shared by containers, whose pids are not ours to
+its owner, host and pid (`receipts-steps-gpu07-41233-k2j9x1`), and a process's first one in a folder first
+removes those of this host whose process is gone (once: an orphan is left by a process that died before this one
+looked, and a batch of a thousand logs need not list the temp dir a thousand times). A folder of another host (a temp dir shared by containers, whose pids are not ours to
 judge) or of a live process is left alone, as is anything not named this way.
 """
 
@@ -22,14 +23,17 @@ from pathlib import Path
 
 _HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "host"
 _OWNED = re.compile(r"^receipts-[a-z]+-(?P<host>[A-Za-z0-9._]+)-(?P<pid>[0-9]+)-[^/]+$")
+_swept: set[Path] = set()  # folders this process has removed the orphans of
 
 
 @contextmanager
 def scratch_dir(kind: str, parent: Path | None = None) -> Iterator[Path]:
     """A fresh folder `receipts-<kind>-<host>-<pid>-*` in `parent` (the temp dir by default), removed on exit;
-    the orphans of killed ingests there are removed first."""
+    the orphans of killed ingests there are removed first, the first time this process makes one there."""
     where = Path(parent) if parent is not None else Path(tempfile.gettempdir())
-    remove_orphans(where)
+    if where not in _swept:
+        remove_orphans(where)
+        _swept.add(where)
     with tempfile.TemporaryDirectory(prefix=f"receipts-{kind}-{_HOST}-{os.getpid()}-", dir=where) as folder:
         yield Path(folder)
 
