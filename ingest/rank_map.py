@@ -144,7 +144,7 @@ class _Failed:
 
 
 _Part: TypeAlias = "kineto.RankTrace | nsys_job.ExportPart"  # one file read: a rank's rows, or an export's
-_Outcome: TypeAlias = "kineto.RankTrace | nsys_job.ExportPart | _Failed"
+_Outcome: TypeAlias = "_Part | _Failed"
 _Task = tuple[str, Path, int, "CategoryRules", bool, "EnvRules | None", "Path | None"]
 _Result = tuple[_Outcome, str, int]
 
