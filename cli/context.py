@@ -14,12 +14,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from receipts.cli.termination import interrupted_exit_code, interruption
 from receipts.errors import ReceiptsError
 from receipts.schema.registry import Registry, load_registry
 from receipts.store import Store, open_store
 
 EXIT_OK, EXIT_REJECTED, EXIT_INPUT, EXIT_REFUSED = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 
@@ -147,9 +147,9 @@ def handle_errors(fn: Callable) -> Callable:
             raise typer.Exit(exc.exit_code) from None
         except BrokenPipeError:
             quiet_broken_pipe()
-        except KeyboardInterrupt:
-            err_console.print("interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM / SIGHUP (cli/termination.py)
+            err_console.print(interruption())
+            raise typer.Exit(interrupted_exit_code()) from None
         except Exception as exc:  # noqa: BLE001 - the one place every unexpected error becomes exit 2
             report_error(exc, debug=_debug(args, kwargs))
             raise typer.Exit(EXIT_INPUT) from None

@@ -8,9 +8,10 @@ from typing import Any, List, Optional
 import typer
 from rich.markup import escape
 
-from receipts.cli.context import (EXIT_INPUT, EXIT_INTERRUPTED, console, err_console, handle_errors, one_line,
+from receipts.cli.context import (EXIT_INPUT, console, err_console, handle_errors, one_line,
                                    print_json, report_error, settings)
 from receipts.cli.progress import IngestProgress
+from receipts.cli.termination import interrupted_exit_code, interruption
 from receipts.errors import InputError, UsageError
 from receipts.ingest.rank_map import RankMap
 from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each, ingest_targets
@@ -90,7 +91,7 @@ def ingest(
                     _say(item, debug=cfg.debug)
     except KeyboardInterrupt:
         _summary(rows, as_json, interrupted=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(interrupted_exit_code()) from None
     _summary(rows, as_json)
     if any(r["status"] == "failed" for r in rows):
         raise typer.Exit(EXIT_INPUT)
@@ -146,7 +147,7 @@ def _summary(rows: list[dict], as_json: bool, *, interrupted: bool = False) -> N
         return  # one file: its own line says it all
     line = f"{counts['ingested']} ingested, {counts['unchanged']} unchanged, {counts['failed']} failed"
     if interrupted:
-        line += "; interrupted: the files before the interruption are stored, the one in progress is not"
+        line += f"; {interruption()}: the files before it are stored, the one in progress is not"
     elif counts["failed"] and (counts["ingested"] or counts["unchanged"]):
         stored = counts["ingested"] + counts["unchanged"]
         line += f"; the other {stored} file{' is' if stored == 1 else 's are'} stored"

@@ -23,6 +23,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from receipts import __version__
 from receipts.allocator import return_freed_memory_at_once
+from receipts.cli.termination import interrupted_exit_code, stop_like_ctrl_c
 from receipts.lean_imports import leave_pandas_out
 
 # command -> (module under receipts.cli with a register(app) function, the function or Typer app that
@@ -153,16 +154,17 @@ def root(
 def main() -> None:
     return_freed_memory_at_once()  # before any command imports polars (receipts/allocator.py)
     leave_pandas_out()  # DuckDB would import it to bind a parameter (receipts/lean_imports.py)
+    stop_like_ctrl_c()  # SIGTERM and SIGHUP roll back and clean up as Ctrl-C does (cli/termination.py)
     try:
         app()
     except SystemExit as done:
-        if done.code == 130:
+        if done.code == interrupted_exit_code():
             # Interrupted: everything is written and said. Leave without interpreter teardown, where DuckDB's
             # worker threads of an interrupted query could abort the process ('terminate called without an
             # active exception', exit -6 instead of 130, about 1 Ctrl-C in 30 during `ingest FOLDER`).
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(130)
+            os._exit(done.code)
         raise
     except Exception as exc:  # noqa: BLE001 - outside any command (start-up): still one line and exit 2
         from receipts.cli.context import EXIT_INPUT, report_error

@@ -3,11 +3,14 @@ next one on the same host; a live process's folder, another host's and anything 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from conftest import REALDATA, REPO
 from receipts.scratch import _HOST, remove_orphans, scratch_dir
@@ -76,3 +79,35 @@ def test_the_next_ingest_removes_what_a_killed_one_left(tmp_path):
     assert done.returncode == 0, done.stderr
     assert not any(p.exists() for p in left)
     assert [p for p in scratch.iterdir() if p.name.startswith("receipts-")] == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_terminated_ingest_stops_as_ctrl_c_does(tmp_path, sig):
+    # A scheduler's time limit (SIGTERM) or a closed terminal (SIGHUP) mid-parse: the file in progress is not
+    # stored, its scratch folder goes, the summary says which signal, and the exit code is 128 + its number.
+    log = tmp_path / "long.log"
+    body = [line for line in (REALDATA / "logs" / "sft_run_gtx1660.log").read_text().splitlines()
+            if line.startswith("step ")]
+    with open(log, "w") as f:
+        for rep in range(2500):
+            f.write("\n".join(f"step {rep * len(body) + i + 1:05d}{line[10:]}" for i, line in enumerate(body)) + "\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    db = tmp_path / "r.duckdb"
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    proc = subprocess.Popen([sys.executable, "-m", "receipts.cli.main", "--db", str(db), "ingest", str(log)],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith("receipts-steps-") and any(p.iterdir()) for p in scratch.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the ingest ended before its rows were spilled"
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"0 ingested, 0 unchanged, 0 failed; terminated ({sig.name}): the files "
+                                            "before it are stored, the one in progress is not")
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("receipts-")] == []
+    listed = subprocess.run([sys.executable, "-m", "receipts.cli.main", "--db", str(db), "list", "--json"], env=env,
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
