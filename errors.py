@@ -73,6 +73,17 @@ class StoreError(ReceiptsError):
 
 
 @dataclass
+class ScratchFull(ReceiptsError):
+    """The disk under an ingest's scratch folder (receipts/scratch.py) filled while it staged work there."""
+    folder: Path
+
+    def __str__(self) -> str:
+        return (f"no space left on the disk of {self.folder} (the temp dir) for this ingest's scratch files, where "
+                "a long log's step rows and an unpacked export are staged; free space there or point TMPDIR at a "
+                "larger disk")
+
+
+@dataclass
 class UsageError(ReceiptsError):
     message: str
 

@@ -12,6 +12,7 @@ judge) or of a live process is left alone, as is anything not named this way.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -20,6 +21,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from receipts.errors import ScratchFull
 
 _HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "host"
 _OWNED = re.compile(r"^receipts-[a-z]+-(?P<host>[A-Za-z0-9._]+)-(?P<pid>[0-9]+)-[^/]+$")
@@ -35,7 +38,29 @@ def scratch_dir(kind: str, parent: Path | None = None) -> Iterator[Path]:
         remove_orphans(where)
         _swept.add(where)
     with tempfile.TemporaryDirectory(prefix=f"receipts-{kind}-{_HOST}-{os.getpid()}-", dir=where) as folder:
-        yield Path(folder)
+        try:
+            yield Path(folder)
+        except Exception as exc:
+            if _filled(exc, where):
+                raise ScratchFull(where) from exc
+            raise
+
+
+def _filled(exc: Exception, where: Path) -> bool:
+    """Whether `exc` is a write refused for want of space (ENOSPC from Python, polars' 'os error 28', DuckDB's
+    IOException text) on the disk of `where`: the store's own disk filling is another matter, told apart by
+    what is left here while the failed write's partial files still stand."""
+    full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or any(
+        text in str(exc) for text in ("No space left on device", "os error 28"))
+    if not full:
+        return False
+    try:
+        return shutil.disk_usage(where).free < _NEARLY_FULL
+    except OSError:
+        return False
+
+
+_NEARLY_FULL = 16 << 20  # bytes free under which a refused write was this folder's disk filling
 
 
 def remove_orphans(parent: Path) -> list[Path]:

@@ -3,8 +3,10 @@ next one on the same host; a live process's folder, another host's and anything 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import time
 import pytest
 
 from conftest import REALDATA, REPO
+from receipts.errors import ScratchFull
 from receipts.scratch import _HOST, remove_orphans, scratch_dir
 
 
@@ -111,3 +114,23 @@ def test_a_terminated_ingest_stops_as_ctrl_c_does(tmp_path, sig):
     listed = subprocess.run([sys.executable, "-m", "receipts.cli.main", "--db", str(db), "list", "--json"], env=env,
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
+
+
+def test_a_full_temp_disk_is_named_with_its_remedy(tmp_path, monkeypatch):
+    # Seen with TMPDIR on a 2 MiB tmpfs: 'FAILED nc.log: OSError: No space left on device (os error 28) (run with
+    # --debug for the traceback)', naming neither the folder nor what to do.
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(1 << 30, 1 << 30, 4096))
+    for refused in (OSError(errno.ENOSPC, "No space left on device"),  # Python's own write
+                    OSError("No space left on device (os error 28)")):  # polars' write_ipc / write_parquet
+        with pytest.raises(ScratchFull) as info:
+            with scratch_dir("steps", tmp_path):
+                raise refused
+        assert info.value.__cause__ is refused
+        assert str(info.value).startswith(f"no space left on the disk of {tmp_path} (the temp dir)")
+        assert "point TMPDIR at a larger disk" in str(info.value)
+    # The same error with room left here is another disk's (the store's): passed on as it is.
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(1 << 40, 1 << 30, 1 << 39))
+    with pytest.raises(OSError, match="os error 28"):
+        with scratch_dir("steps", tmp_path):
+            raise OSError("No space left on device (os error 28)")
+    assert [p for p in tmp_path.iterdir()] == []
