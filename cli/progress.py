@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TaskID, TextColumn,
                            TimeElapsedColumn)
+from rich.table import Column
 
 from receipts.pipeline import IngestFailure, ingest_targets
 
@@ -29,6 +30,15 @@ def target_bytes(target: Path) -> int:
         return target.stat().st_size
     except OSError:
         return 0
+
+
+# What the columns beside the name and the bar take: spinner, `454.1/454.1 MiB`, `4,000,082 lines, 0/1 files`,
+# `0:00:03` and the spaces between the six columns.
+_FIXED_WIDTH = 1 + 15 + 26 + 7 + 5
+
+
+def _cut(max_width: int | None = None) -> Column:
+    return Column(no_wrap=True, overflow="ellipsis", max_width=max_width)
 
 
 class IngestProgress:
@@ -60,11 +70,19 @@ class IngestProgress:
     def __enter__(self) -> IngestProgress:
         if not self.enabled or not self._order:
             return self
+        # One line whatever the terminal's width and the names: the file name gives way (an ellipsis), then the
+        # bar, before any column wraps (rich wrapped `MiB` onto a line of its own in 80 columns).
+        room = self._console.width - _FIXED_WIDTH
+        bar = min(max(room // 3, 10), 40)
         self._progress = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-            TextColumn("{task.fields[files]}"), TimeElapsedColumn(),
+            SpinnerColumn(), TextColumn("[bold]{task.description}", table_column=_cut(max(room - bar, 10))),
+            BarColumn(bar_width=bar), DownloadColumn(binary_units=True, table_column=_cut()),
+            TextColumn("{task.fields[files]}", table_column=_cut()), TimeElapsedColumn(table_column=_cut()),
             console=self._console, transient=True, refresh_per_second=8)
-        self._task = self._progress.add_task(self._label(0), total=sum(self._sizes.values()) or None,
+        # One unit more than the bytes per file: the file's last step (window, summary, the store's write) runs
+        # after its last byte is read, and a task at its total is finished (rich then freezes the elapsed time
+        # and blanks the spinner: a 4M-line ingest looked hung for its last 4 of 9 s).
+        self._task = self._progress.add_task(self._label(0), total=sum(self._sizes.values()) + len(self._order),
                                              files=self._files_text())
         self._timer = threading.Timer(self._delay_s, self._start)
         self._timer.daemon = True
@@ -76,10 +94,11 @@ class IngestProgress:
             self._started = True
             self._progress.start()
 
-    def _label(self, index: int) -> str:
+    def _label(self, index: int, *, read: bool = False) -> str:
         if index >= len(self._order):
             return "done"
-        return f"ingesting {Path(self._order[index]).name}"
+        # Once a file is read, its parse (a format read whole), window, summary and store write remain.
+        return f"{'finishing' if read else 'ingesting'} {Path(self._order[index]).name}"
 
     def _files_text(self) -> str:
         lines = f"{self._lines:,} lines, " if self._lines else ""
@@ -90,7 +109,10 @@ class IngestProgress:
         if self._progress is None or self._task is None:
             return
         self._lines = lines_read
-        self._progress.update(self._task, completed=self._bytes_done + bytes_read, files=self._files_text())
+        current = self._order[self._files_done] if self._files_done < len(self._order) else None
+        all_read = current is not None and bytes_read >= self._sizes.get(current, 0)
+        self._progress.update(self._task, completed=self._bytes_done + self._files_done + bytes_read,
+                              files=self._files_text(), description=self._label(self._files_done, read=all_read))
 
     def done(self, path: str) -> None:
         """One outcome is in: advance by its bytes, name the next file."""
@@ -99,7 +121,7 @@ class IngestProgress:
         self._files_done += 1
         self._bytes_done += self._sizes.get(path, 0)
         self._lines = 0
-        self._progress.update(self._task, completed=self._bytes_done, files=self._files_text(),
+        self._progress.update(self._task, completed=self._bytes_done + self._files_done, files=self._files_text(),
                               description=self._label(self._files_done))
 
     def __exit__(self, *exc: object) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 
 from rich.console import Console
@@ -48,3 +49,35 @@ def test_not_a_terminal_no_bar(db):
     assert "files" not in result.stderr and "ingesting" not in result.stderr
     console = Console(file=io.StringIO(), force_terminal=False)
     assert not IngestProgress([GPU_DATA / "fsdp2_2gpu_nsys" / "run.log"], console).enabled
+
+
+def test_one_line_in_an_80_column_terminal_whatever_the_name(tmp_path):
+    # Seen in an 80-column terminal: the bar's `MiB` wrapped onto a line of its own under the byte counts.
+    long_name = tmp_path / ("track_1_short_2025-09-10_Yarn__ef66c943-e262-400f-822f-068d397a1dc9" + "_x" * 20 + ".txt")
+    long_name.write_bytes(b"x" * (300 << 12))
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80)
+    with IngestProgress([long_name], console, delay_s=0.0) as progress:
+        time.sleep(0.2)
+        progress.read(1 << 20, 4_000_082)
+        time.sleep(0.3)
+    visible = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    frames = [f for f in visible.replace("\r", "\n").split("\n") if f.strip()]
+    assert frames and all(len(f) <= 80 and "MiB" in f and " files " in f for f in frames), frames
+    assert "ingesting track…" in frames[-1] and "1.0/1.2 MiB 4,000,082 lines, 0/1 files" in frames[-1], frames[-1]
+
+
+def test_a_file_read_to_its_end_is_still_in_progress_until_stored(tmp_path):
+    # rich finishes a task at its total: the spinner blanked and the elapsed time froze while the last 4 s of a
+    # 4M-line ingest (window, summary, the store's write) ran, which looked hung.
+    log = tmp_path / "run.log"
+    log.write_bytes(b"x" * 4096)
+    console, out = _terminal()
+    with IngestProgress([log], console, delay_s=0.0) as progress:
+        progress.read(4096, 100)
+        task = progress._progress.tasks[0]
+        assert not task.finished and task.description == "finishing run.log"
+        time.sleep(0.2)
+        progress.done(str(log))
+        assert task.finished and task.description == "done"
+    assert "finishing run.log" in out.getvalue()
