@@ -120,7 +120,7 @@ app = typer.Typer(
     name="receipts",
     cls=LazyGroup,
     help="A warehouse for GPU training-run receipts. Exit codes: 0 ok, 1 gate rejected, 2 usage/input error, "
-         "3 comparison refused.",
+         "3 comparison refused, 130 interrupted (129 SIGHUP, 143 SIGTERM), 141 output closed.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
