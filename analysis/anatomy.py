@@ -39,6 +39,7 @@ class AnatomyReport:
     steps: list[dict[str, Any]]      # sql/anatomy_steps.sql: per rank and step
     nvtx: list[dict[str, Any]]       # sql/anatomy_nvtx.sql: per rank and NVTX range
     kernels: list[dict[str, Any]]    # sql/anatomy_kernels.sql: the top kernels of each category, steady steps
+    across_ranks: list[dict[str, Any]]  # across_ranks(window): per phase and category, the spread over ranks
 
 
 def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None = None,
@@ -79,7 +80,26 @@ def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None
         steps=steps.to_dicts(),
         nvtx=nvtx.to_dicts(),
         kernels=kernels.to_dicts(),
+        across_ranks=across_ranks(window).to_dicts(),
     )
+
+
+def across_ranks(window: pl.DataFrame) -> pl.DataFrame:
+    """Per phase and category, ms per step over the ranks that had it: how many, the median, the least and the
+    most with their rank (the lowest rank of a tie for the least, the highest for the most) and the spread,
+    (most - least) / median in %. What a profile of many ranks reads as one table instead of one per rank."""
+    phase_order = pl.col("phase").replace_strict({"steady": 0, "window": 1, "warmup": 2}, default=3,
+                                                 return_dtype=pl.Int8)
+    return (window.filter(pl.col("rank").is_not_null())
+            .sort("per_step_ms", "rank")
+            .group_by("phase", "category")
+            .agg(pl.len().cast(pl.Int64).alias("ranks"), pl.col("per_step_ms").median().alias("median_ms"),
+                 pl.col("per_step_ms").first().alias("min_ms"), pl.col("rank").first().alias("min_rank"),
+                 pl.col("per_step_ms").last().alias("max_ms"), pl.col("rank").last().alias("max_rank"))
+            .with_columns(pl.when(pl.col("median_ms") > 0)
+                          .then((pl.col("max_ms") - pl.col("min_ms")) / pl.col("median_ms") * 100.0)
+                          .alias("spread_pct"))
+            .sort(phase_order, pl.col("median_ms"), pl.col("category"), descending=[False, True, False]))
 
 
 def steady_kernel_totals(kernel_steps: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

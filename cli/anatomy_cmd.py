@@ -13,6 +13,9 @@ from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.errors import UsageError
 
 
+MANY_RANKS = 8  # past one node's GPUs, a table per rank is read as a wall of numbers: the default is per category
+
+
 def register(app: typer.Typer) -> None:
     app.command("anatomy")(anatomy)
 
@@ -21,19 +24,26 @@ def register(app: typer.Typer) -> None:
 def anatomy(
     ctx: typer.Context,
     ref: str = typer.Argument(..., help="Receipt id, id prefix or run name."),
-    by: str = typer.Option("rank", "--by", help="step | rank | nvtx | kernel"),
+    by: Optional[str] = typer.Option(
+        None, "--by", show_default=False,
+        help=f"category | rank | step | nvtx | kernel (default: rank, or category past {MANY_RANKS} ranks: the spread "
+             "of each category over the ranks)"),
     top: int = typer.Option(10, "--top", min=1, help="With --by kernel (and in --json): kernels kept per category."),
     source: Optional[str] = typer.Option(None, "--source", help="sha256 prefix of the export (default: newest)."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (rows, steps, window, nvtx, kernels)."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Machine-readable output (rows, steps, window, nvtx, kernels, across_ranks)."),
 ) -> None:
     """Step-time anatomy by category (GEMM, attention, MoE, NCCL, memcpy, idle, exposed comm).
 
     Example: receipts anatomy run_b --by step
     """
-    if by not in ("step", "rank", "nvtx", "kernel"):
-        raise UsageError(f"--by must be step, rank, nvtx or kernel (got {by!r})")
+    if by not in (None, "category", "step", "rank", "nvtx", "kernel"):
+        raise UsageError(f"--by must be category, rank, step, nvtx or kernel (got {by!r})")
     with settings(ctx).read_store() as store:
         report = anatomy_report(store, store.resolve(ref), source_sha256=source, top_kernels=top)
+    ranks = len({r["rank"] for r in report.window if r["rank"] is not None})
+    if by is None:
+        by = "category" if ranks > MANY_RANKS else "rank"
     if as_json:
         print_json(report)
         return
@@ -66,6 +76,17 @@ def anatomy(
                           "-" if r["ms_per_step"] is None else f"{r['ms_per_step']:,.3f}", f"{r['share_pct']:.1f}",
                           escape(r["name"]))
         console.print(table)
+        return
+    if by == "category":
+        for phase in dict.fromkeys(r["phase"] for r in report.across_ranks):
+            table = Table(title=f"{phase}: ms per step over {ranks} ranks (--by rank: each rank)")
+            for c in ("category", "ranks", "median", "min (rank)", "max (rank)", "spread %"):
+                table.add_column(c, overflow="fold")
+            for r in (r for r in report.across_ranks if r["phase"] == phase):
+                table.add_row(escape(r["category"]), str(r["ranks"]), f"{r['median_ms']:,.3f}",
+                              f"{r['min_ms']:,.3f} ({r['min_rank']})", f"{r['max_ms']:,.3f} ({r['max_rank']})",
+                              "-" if r["spread_pct"] is None else f"{r['spread_pct']:.1f}")
+            console.print(table)
         return
     if by == "rank":
         table = Table(title="per rank, ms per step (steady vs warm-up)")
