@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from receipts.store import Store
 
 
+# Past one node's GPUs, a table or chart per rank is a wall of numbers: `anatomy` and the dashboard show each
+# category over the ranks instead (across_ranks).
+MANY_RANKS = 8
+
+
 @dataclass(frozen=True)
 class AnatomySource:
     """The profiler export the anatomy comes from."""

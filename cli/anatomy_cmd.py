@@ -8,12 +8,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from receipts.analysis.anatomy import anatomy_report
+from receipts.analysis.anatomy import MANY_RANKS, anatomy_report
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.errors import UsageError
-
-
-MANY_RANKS = 8  # past one node's GPUs, a table per rank is read as a wall of numbers: the default is per category
 
 
 def register(app: typer.Typer) -> None:

@@ -163,6 +163,26 @@ def anatomy_categories(window: pl.DataFrame) -> alt.Chart:
 
 
 @_fit_width
+def anatomy_spread(across: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
+    """Steady state, each category's ms per step over the ranks (analysis.anatomy.across_ranks): a bar from the
+    least to the most rank, a tick at the median. For a profile of many ranks, where a bar per rank and category
+    (anatomy_categories) is a comb nobody can read."""
+    frame = across.filter(pl.col("phase").is_in(["steady", "window"]))
+    y = alt.Y("category:N", title=None, sort=alt.EncodingSortField("median_ms", order="descending"))
+    tooltip = ["category", "ranks", alt.Tooltip("median_ms:Q", title="median (ms)", format=",.3f"),
+               alt.Tooltip("min_ms:Q", title="least (ms)", format=",.3f"), alt.Tooltip("min_rank:Q", title="least: rank"),
+               alt.Tooltip("max_ms:Q", title="most (ms)", format=",.3f"), alt.Tooltip("max_rank:Q", title="most: rank"),
+               alt.Tooltip("spread_pct:Q", title="spread (% of median)", format=".1f")]
+    span = alt.Chart(frame).mark_bar(height=10, opacity=0.45, color="#4c78a8").encode(
+        y=y, x=alt.X("min_ms:Q", title="busy time per step over the ranks (ms): least to most, tick at the median"),
+        x2="max_ms:Q", tooltip=tooltip)
+    median = alt.Chart(frame).mark_tick(thickness=2, size=18, color="#222222").encode(y=y, x="median_ms:Q",
+                                                                                     tooltip=tooltip)
+    return alt.layer(span, median).properties(width=WIDE, height=alt.Step(24),
+                                              title="each category over the ranks (steady state)")
+
+
+@_fit_width
 def anatomy_phases(window: pl.DataFrame) -> alt.Chart:
     """Warm-up beside steady state, ms per step by category (mean over ranks). Horizontal: category
     names stay readable, and Streamlit's fit-to-container cannot squeeze rotated labels into the plot."""

@@ -75,3 +75,20 @@ def test_past_one_nodes_ranks_the_default_is_one_table_per_phase(tmp_path, db):
     assert "per rank, ms per step" in cli(db, "anatomy", "ranks12", "--by", "rank").stdout
     bad = cli(db, "anatomy", "ranks12", "--by", "ranks")
     assert bad.exit_code == 2 and "--by must be category, rank, step, nvtx or kernel" in bad.stderr
+
+
+def test_the_dashboard_draws_the_spread_past_one_nodes_ranks(tmp_path, db, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    assert cli(db, "ingest", str(_renumbered(tmp_path / "ranks12", 12)), "--run-name", "ranks12").exit_code == 0
+    code, report = cli_json(db, "anatomy", "ranks12")
+    monkeypatch.setenv("RECEIPTS_DB", db)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py"), default_timeout=60)
+    at.query_params["view"] = "anatomy"
+    at.query_params["id"] = report["receipt_id"]
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(c.value.startswith("12 ranks: each category from its least to its most busy rank") for c in at.caption)
+    specs = [c.proto.spec for c in at.get("vega_lite_chart")]
+    spread = next(s for s in specs if "each category over the ranks (steady state)" in s)
+    assert "least to most, tick at the median" in spread and "busy time by category (overlapping)" not in "".join(specs)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 import streamlit as st
 
+from receipts.analysis.anatomy import MANY_RANKS
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
 
@@ -53,7 +54,13 @@ def render(data: Data) -> None:
     steady = window.filter(pl.col("phase").is_in(["steady", "window"]))
     st.altair_chart(charts.anatomy_by_rank(steady))
     st.markdown("#### Busy time by category, steady state (overlapping, not additive)")
-    st.altair_chart(charts.anatomy_categories(steady))
+    ranks = window["rank"].drop_nulls().n_unique()
+    if ranks > MANY_RANKS:  # a bar per rank and category is unreadable past a node's ranks: their spread instead
+        st.altair_chart(charts.anatomy_spread(pl.DataFrame(rep.across_ranks)))
+        st.caption(f"{ranks} ranks: each category from its least to its most busy rank, the median ticked; "
+                   "`receipts anatomy RUN --by category` prints the ranks at each end.")
+    else:
+        st.altair_chart(charts.anatomy_categories(steady))
     st.markdown("#### Warm-up vs steady")
     if not window.filter(pl.col("phase") == "warmup").height:
         st.caption("This export has no warm-up steps marked (no step markers, or the capture began after warm-up): "
