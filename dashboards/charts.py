@@ -167,8 +167,10 @@ def anatomy_spread(across: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """Steady state, each category's ms per step over the ranks (analysis.anatomy.across_ranks): a bar from the
     least to the most rank, a tick at the median. For a profile of many ranks, where a bar per rank and category
     (anatomy_categories) is a comb nobody can read."""
-    frame = across.filter(pl.col("phase").is_in(["steady", "window"]))
-    y = alt.Y("category:N", title=None, sort=alt.EncodingSortField("median_ms", order="descending"))
+    frame = across.filter(pl.col("phase").is_in(["steady", "window"])
+                          & pl.col("category").is_in(list(KERNEL_CATEGORIES + MEMORY_CATEGORIES)))
+    y = alt.Y("category:N", title=None, sort=alt.EncodingSortField("median_ms", order="descending"),
+              axis=alt.Axis(labelLimit=240))
     tooltip = ["category", "ranks", alt.Tooltip("median_ms:Q", title="median (ms)", format=",.3f"),
                alt.Tooltip("min_ms:Q", title="least (ms)", format=",.3f"), alt.Tooltip("min_rank:Q", title="least: rank"),
                alt.Tooltip("max_ms:Q", title="most (ms)", format=",.3f"), alt.Tooltip("max_rank:Q", title="most: rank"),

@@ -92,3 +92,9 @@ def test_the_dashboard_draws_the_spread_past_one_nodes_ranks(tmp_path, db, monke
     specs = [c.proto.spec for c in at.get("vega_lite_chart")]
     spread = next(s for s in specs if "each category over the ranks (steady state)" in s)
     assert "least to most, tick at the median" in spread and "busy time by category (overlapping)" not in "".join(specs)
+    # Under "busy time by category": the kernel and memory categories, not the parts of the step (idle is no work).
+    from receipts.dashboards.charts import anatomy_spread
+
+    inline = anatomy_spread(pl.DataFrame(report["across_ranks"])).to_dict()["datasets"]
+    drawn = {row["category"] for rows in inline.values() for row in rows}
+    assert "nccl_all_gather" in drawn and not drawn & {"idle", "compute_only", "exposed_comm", "comm_hidden"}
