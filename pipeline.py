@@ -28,7 +28,7 @@ from receipts.ingest import sniff, sysinfo
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.rank_map import RankMap
 from receipts.ingest.sanity import checked_anatomy, checked_run
-from receipts.ingest.textlog import ReadProgress, read_log
+from receipts.ingest.textlog import ReadProgress, log_sha256, read_log
 from receipts.lifecycle import (LedgerWrite, MachineSeen, already_stored, check_attachment, machine_of_facts,
                                 write_current)
 from receipts.schema.categories import CategoryRules, load_category_rules
@@ -389,10 +389,10 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
         raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "
                                "this looks like a training log")
     side_claim, side = read_sidecar(path)
-    name = run_name or side.get("run_name") or (path.parent.name if path.name == "run.log" else path.stem)
+    name = run_name or side.get("run_name") or _default_run_name(path)
     all_tags = tuple(tags) + tuple(side.get("tags", ()))
     asked, named = side_claim.merged(identity), bool(run_name or side.get("run_name"))
-    content_sha256 = sha256_file(path)
+    content_sha256 = log_sha256(path)  # a compressed log's is its text's: gzipped or not, one receipt
     stored = already_stored(store, content_sha256, run_name=name, tags=all_tags, asked=asked, registry=registry,
                             named=named)
     if stored is not None:  # the same content again: nothing to parse, nothing to write
@@ -403,6 +403,13 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
         receipt = build_receipt(parsed, source=_source(path, parsed.source_format, "log", sha256=content_sha256),
                                 claim=asked, registry=registry, run_name=name, tags=all_tags)
         return _write_receipt(store, path, receipt, registry=registry, asked=asked, named=named)
+
+
+def _default_run_name(path: Path) -> str:
+    """A `receipts run` directory's name for its run.log, else the file's name without its extension (and without
+    a compression suffix first: train.log.gz is the run `train`, as train.log is)."""
+    plain = path.with_suffix("") if path.suffix in (".gz", ".xz", ".bz2", ".zst") else path
+    return path.parent.name if plain.name == "run.log" else plain.stem
 
 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,

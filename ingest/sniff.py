@@ -61,8 +61,8 @@ def sniff_kind(path: Path) -> str:
             with gzip.open(path, "rb") as f:
                 inner = f.read(4096)
         except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a corrupt deflate stream
-            raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped "
-                                   "PyTorch profiler trace (.pt.trace.json.gz)") from exc
+            raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped training "
+                                   "log, PyTorch profiler trace (.pt.trace.json.gz) or nsys export") from exc
         if inner.startswith(SQLITE_MAGIC):
             return "nsys-gz"  # exports are gzipped to travel; SQLite needs a real file
         return "kineto" if inner.lstrip().startswith(b"{") else "log"

@@ -9,9 +9,15 @@ grow with the log's length. Both split lines the same way, so a parser sees the 
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import hashlib
 import io
+import lzma
 import re
+import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -21,6 +27,12 @@ import polars as pl
 from receipts.errors import InputError
 
 _SNIFF_BYTES = 8192
+# A long log is often kept compressed; these are read as the text they hold, streamed (magic bytes, not names).
+_COMPRESSED = {b"\x1f\x8b": ("gzip", lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
+               b"\xfd7zXZ\x00": ("xz", lambda raw: lzma.LZMAFile(raw, "rb"))}
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# What a cut-short or corrupt compressed stream raises while it is read.
+_BAD_STREAM = (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
 _NOT_NEWLINE = re.compile(rb"[^\n]")
 BLOCK_BYTES = 8 << 20  # a block of lines: big enough to amortise polars' per-call cost, small next to the log
 
@@ -75,19 +87,16 @@ class LogChunk:
 
 def read_log(path: Path, progress: ReadProgress | None = None) -> LogText:
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except IsADirectoryError as exc:
-        raise InputError(path, "is a directory; expected a training log file") from exc
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    with _open_log(path) as (f, how):
+        data = _read(path, f, how)
+        read = len(data) if how is None else f.fileobj_position()
     if not data.removeprefix(b"\xef\xbb\xbf").strip():  # a lone UTF-8 BOM is empty too
         raise InputError(path, "is empty; expected a training log")
     _refuse_binary(path, data[:_SNIFF_BYTES])
     unterminated = not data.endswith(b"\n")
     lines = _lines(data)
     if progress is not None:
-        progress(len(data), len(lines))
+        progress(read, len(lines))
     return LogText(path=path, lines=lines, unterminated_last=unterminated)
 
 
@@ -95,39 +104,118 @@ def read_chunks(path: Path, progress: ReadProgress | None = None, *,
                 block_bytes: int = BLOCK_BYTES) -> Iterator[LogChunk]:
     """The log in chunks of whole lines (about `block_bytes` each; a longer line makes a longer chunk),
     split exactly as `read_log` splits it. The caller checks emptiness (read_log does, on the fallback
-    path); a binary head is refused here as there. The file must be seekable (the streamed path reads a log
-    more than once anyway: sniffed, then parsed)."""
+    path); a binary head is refused here as there. A plain file must be seekable (the streamed path reads a log
+    more than once anyway: sniffed, then parsed); a compressed one is read through its decompressor."""
     path = Path(path)
-    try:
-        f = open(path, "rb")
-    except IsADirectoryError as exc:
-        raise InputError(path, "is a directory; expected a training log file") from exc
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
-    with f:
-        data = f.read(block_bytes)
-        _refuse_binary(path, data[:_SNIFF_BYTES])
+    with _open_log(path) as (f, how):
+        blocks = _raw_blocks(path, f, block_bytes) if how is None else _decompressed_blocks(path, f, how, block_bytes)
         first_line, done = 1, 0
-        while data:
-            more = bool(f.peek(1))
-            if more:
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:  # no newline yet: one line longer than a block, read on
-                    data += f.read(block_bytes)
-                    continue
-                # the cut line is read again with the next block: carrying it over instead (carry + next block,
-                # then the cut) copied every block twice, 3x the CPU time of the read itself
-                f.seek(cut - len(data), io.SEEK_CUR)
-                data = data[:cut]
+        for data, more, position in blocks:
+            if first_line == 1:
+                _refuse_binary(path, data[:_SNIFF_BYTES])
             lines = _lines(data)
             frame = pl.DataFrame({"text": lines}).with_row_index("line", offset=first_line).with_columns(
                 pl.col("line").cast(pl.Int64))
             first_line += len(lines)
             done += len(data)
             if progress is not None:
-                progress(done, first_line - 1)
+                progress(done if position is None else position, first_line - 1)
             yield LogChunk(frame, last=not more, unterminated_last=not more and not data.endswith(b"\n"))
-            data = f.read(block_bytes)
+
+
+_Block = tuple[bytes, bool, "int | None"]  # whole lines, whether more follow, bytes of the file read (compressed)
+
+
+def _raw_blocks(path: Path, f, block_bytes: int) -> Iterator[_Block]:
+    data = f.read(block_bytes)
+    while data:
+        more = bool(f.peek(1))
+        if more:
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:  # no newline yet: one line longer than a block, read on
+                data += f.read(block_bytes)
+                continue
+            # the cut line is read again with the next block: carrying it over instead (carry + next block,
+            # then the cut) copied every block twice, 3x the CPU time of the read itself
+            f.seek(cut - len(data), io.SEEK_CUR)
+            data = data[:cut]
+        yield data, more, None
+        data = f.read(block_bytes)
+
+
+def _decompressed_blocks(path: Path, f, how: str, block_bytes: int) -> Iterator[_Block]:
+    """As _raw_blocks, over a decompressing stream (which cannot seek back cheaply: the cut line is carried)."""
+    pending = _read(path, f, how, block_bytes)
+    while pending:
+        following = _read(path, f, how, block_bytes)
+        if following:
+            cut = pending.rfind(b"\n") + 1
+            if cut == 0:  # no newline yet: one line longer than a block, read on
+                pending += following
+                continue
+            data, pending = pending[:cut], pending[cut:] + following
+        else:
+            data, pending = pending, b""
+        yield data, bool(pending), f.fileobj_position()
+
+
+class _Compressed:
+    """A decompressing reader that also says how far into the file (the compressed bytes) it has read: what a
+    progress bar, sized by the file, follows."""
+
+    def __init__(self, raw, stream) -> None:
+        self._raw, self._stream = raw, stream
+
+    def read(self, size: int = -1) -> bytes:
+        return self._stream.read(size)
+
+    def fileobj_position(self) -> int:
+        return self._raw.tell()
+
+
+@contextmanager
+def _open_log(path: Path) -> Iterator[tuple]:
+    """(a binary reader of the log's text, the compression it was read through or None)."""
+    try:
+        raw = open(path, "rb")
+    except IsADirectoryError as exc:
+        raise InputError(path, "is a directory; expected a training log file") from exc
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    with raw:
+        magic = raw.peek(8)[:8]
+        if magic.startswith(_ZSTD_MAGIC):
+            raise InputError(path, "is zstd-compressed, which this build does not read; decompress it first "
+                                   "(`zstd -d FILE`), or keep the log as gzip, xz or bzip2, which are read as is")
+        how = next(((name, opener) for m, (name, opener) in _COMPRESSED.items() if magic.startswith(m)), None)
+        if magic[:3] == b"BZh" and magic[3:4].isdigit() and magic[4:8] in (b"1AY&", b"\x17rE8"):  # block or end
+            how = ("bzip2", lambda raw: bz2.BZ2File(raw, "rb"))
+        if how is None:
+            yield raw, None
+            return
+        name, opener = how
+        with opener(raw) as stream:
+            yield _Compressed(raw, stream), name
+
+
+def _read(path: Path, f, how: str | None, size: int = -1) -> bytes:
+    try:
+        return f.read(size)
+    except _BAD_STREAM as exc:
+        raise InputError(path, f"the {how} stream is corrupt or cut short ({exc}); expected a {how}-compressed "
+                               "training log") from exc
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
+
+
+def log_sha256(path: Path) -> str:
+    """The sha256 of the log's text: a compressed log's is its content's, so the same log gzipped and plain is one
+    receipt (the file's own digest would make it two runs of a lane, each with the other's steps)."""
+    digest = hashlib.sha256()
+    with _open_log(Path(path)) as (f, how):
+        while chunk := _read(path, f, how, 1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _refuse_binary(path: Path, head: bytes) -> None:

@@ -16,8 +16,10 @@ out of range; configuration files with wrong value types, non-UTF-8 bytes or dee
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import math
 import re
 import shutil
@@ -40,7 +42,7 @@ from conftest import GPU_DATA, REALDATA
 CASES = {
     "log": 1800, "log_forced_format": 600, "sysinfo": 700, "sidecar": 500, "registry": 450,
     "categories": 200, "env_rules": 200, "redactor": 500, "kineto": 250, "nsys": 130, "nsys_gz": 40, "nsys_job": 40,
-    "cli": 120,
+    "cli": 120, "log_compressed": 150,
 }
 CASE_BOUND_S = 20.0   # one case longer than this is a hang (the slowest clean case takes < 2 s)
 
@@ -209,6 +211,30 @@ def test_every_log_parser_parses_or_names_the_file(tmp_path_factory, seed, ops):
     path = tmp_path_factory.mktemp("log") / Path(seed).name
     path.write_bytes(mutate(LOG_SEEDS[seed], ops))
     # A flipped byte can turn `"v":1` into `"v":7`: a version this build does not read is a clean error too.
+    parsed = holds(lambda: parse_log(path), path, errors=(InputError, UnsupportedVersion))
+    if parsed is not None:
+        _check_parsed_run(parsed)
+
+
+COMPRESSORS = {"gzip": gzip.compress, "xz": lzma.compress, "bzip2": bz2.compress}
+
+
+@fuzz("log_compressed")
+@given(seed=st.sampled_from(sorted(LOG_SEEDS) or ["-"]), how=st.sampled_from(sorted(COMPRESSORS)),
+       ops=st.lists(BYTE_OPS, max_size=2), cut=st.none() | st.floats(0.0, 1.0), flip=st.none() | st.integers(0, 1 << 20))
+def test_a_compressed_log_parses_as_its_text_or_names_the_file(tmp_path_factory, seed, how, ops, cut, flip):
+    # A log kept gzipped, xz'd or bzip2'd is read through its decompressor: damage to the text is the text's
+    # to report, damage to the compressed stream (cut short, a flipped byte) one clear error naming the file.
+    needs(LOG_SEEDS)
+    from receipts.pipeline import parse_log
+
+    packed = bytearray(COMPRESSORS[how](mutate(LOG_SEEDS[seed], ops)))
+    if cut is not None:
+        del packed[max(1, int(len(packed) * cut)):]
+    if flip is not None:
+        packed[flip % len(packed)] ^= 0x5A
+    path = tmp_path_factory.mktemp("packed") / f"{Path(seed).name}.{how}"
+    path.write_bytes(bytes(packed))
     parsed = holds(lambda: parse_log(path), path, errors=(InputError, UnsupportedVersion))
     if parsed is not None:
         _check_parsed_run(parsed)

@@ -1,0 +1,102 @@
+"""Compressed training logs (gzip, xz, bzip2) are read as the text they hold, streamed through the decompressor:
+the same lines, the same receipt (its id is the text's digest, so a log gzipped after its first ingest is
+'unchanged'), and a damaged stream is one error naming the file. zstd is refused with its remedy."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from cli_helpers import cli, cli_json
+from conftest import realdata
+from receipts.errors import InputError
+from receipts.ingest.textlog import log_sha256, read_chunks, read_log
+from receipts.pipeline import parse_log
+
+COMPRESS = {"gz": gzip.compress, "xz": lzma.compress, "bz2": bz2.compress}
+LOGS = ("sft_run_gtx1660.log", "megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-baseline.log",
+        "track_1_short_2024-10-09_SOAP__5bdc3988-496c-4232-b4ef-53764cb81c92.txt",
+        "torchtitan_pr1287_dcp_zoc_steps200-250.txt", "v4.0__Dell_results_XE9680x8H100-SXM-80GB_bert_result_0.txt")
+
+
+def _packed(tmp_path: Path, plain: Path, suffix: str) -> Path:
+    path = tmp_path / f"{plain.name}.{suffix}"
+    path.write_bytes(COMPRESS[suffix](plain.read_bytes()))
+    return path
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESS))
+@pytest.mark.parametrize("name", LOGS)
+def test_a_compressed_log_is_its_text(tmp_path, name, suffix):
+    plain = realdata("logs", name)
+    packed = _packed(tmp_path, plain, suffix)
+    assert log_sha256(packed) == log_sha256(plain)
+    assert read_log(packed).lines.equals(read_log(plain).lines)
+    # Streamed in blocks small enough that lines cross them (the decompressed reader carries the cut line).
+    small = list(read_chunks(packed, block_bytes=4096))
+    reference = list(read_chunks(plain, block_bytes=4096))
+    assert len(small) >= min(3, len(reference)) and [c.last for c in small].count(True) == 1 and small[-1].last
+    assert pl.concat([c.frame for c in small]).equals(pl.concat([c.frame for c in reference]))
+    a, b = parse_log(packed), parse_log(plain)
+    assert a.steps.equals(b.steps) and a.source_format == b.source_format and a.ended_early == b.ended_early
+
+
+def test_a_line_longer_than_a_block_and_no_final_newline(tmp_path):
+    text = b"first\n" + b"x" * 10_000 + b"\nlast without newline"
+    plain = tmp_path / "long.log"
+    plain.write_bytes(text)
+    packed = _packed(tmp_path, plain, "gz")
+    chunks = list(read_chunks(packed, block_bytes=1024))
+    assert [line for c in chunks for line in c.frame["text"]] == ["first", "x" * 10_000, "last without newline"]
+    assert chunks[-1].last and chunks[-1].unterminated_last and not any(c.last for c in chunks[:-1])
+
+
+def test_progress_follows_the_compressed_bytes(tmp_path):
+    packed = _packed(tmp_path, realdata("logs", "megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-"
+                                                "lr-3.0e-4-baseline.log"), "gz")
+    seen: list[tuple[int, int]] = []
+    for _ in read_chunks(packed, lambda done, lines: seen.append((done, lines)), block_bytes=16_384):
+        pass
+    assert len(seen) > 2 and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert seen[-1][0] == packed.stat().st_size  # the bar, sized by the file, ends full
+
+
+def test_gzipping_a_stored_log_is_the_same_receipt_named_without_the_suffix(tmp_path, db):
+    plain = tmp_path / "train.log"
+    plain.write_bytes(realdata("logs", "sft_run_gtx1660.log").read_bytes())
+    packed = _packed(tmp_path, plain, "gz")
+    first = cli(db, "ingest", str(packed))
+    assert first.exit_code == 0 and "(train)" in first.stdout, first.stdout  # train.log.gz is the run `train`
+    again = cli(db, "ingest", str(plain))
+    assert again.exit_code == 0 and again.stdout.startswith("unchanged: "), again.stdout
+    code, listed = cli_json(db, "list")
+    assert code == 0 and [r["run_name"] for r in listed] == ["train"]
+
+
+@pytest.mark.parametrize("damage", ["cut", "flip"])
+def test_a_damaged_stream_is_one_error_naming_the_file_and_nothing_is_stored(tmp_path, db, damage):
+    packed = bytearray(gzip.compress(realdata("logs", "sft_run_gtx1660.log").read_bytes()))
+    if damage == "cut":
+        del packed[len(packed) // 2:]
+    else:
+        packed[len(packed) // 2] ^= 0xFF
+    path = tmp_path / "run.log.gz"
+    path.write_bytes(bytes(packed))
+    with pytest.raises(InputError) as info:
+        parse_log(path)
+    assert info.value.path == path and "the gzip stream is corrupt or cut short" in str(info.value)
+    result = cli(db, "ingest", str(path))
+    assert result.exit_code == 2 and "Traceback" not in result.stderr + result.stdout
+    assert cli_json(db, "list")[1] == []
+
+
+def test_zstd_is_refused_with_its_remedy(tmp_path):
+    path = tmp_path / "run.log.zst"
+    path.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 64)
+    with pytest.raises(InputError, match=r"is zstd-compressed.*zstd -d FILE"):
+        parse_log(path)
