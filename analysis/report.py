@@ -5,19 +5,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from receipts.analysis.listing import series_headline
 from receipts.analysis.record import load_many
 
 if TYPE_CHECKING:
     from receipts.store import Store
-
-
-def series_headline(provenance: dict[str, Any]) -> dict[str, Any]:
-    """What one point of the receipt's series is (`step`, `epoch`, `block`, `segment`: MLPerf logs have no
-    per-iteration record unless NeMo's tracked_stats give one) and, for an MLPerf result, its headline: the
-    time to train, run_start -> run_stop, in seconds (None otherwise)."""
-    ttt_ms = provenance.get("time_to_train_ms")
-    return {"series_unit": provenance.get("step_unit") or "step",
-            "time_to_train_s": ttt_ms / 1000.0 if isinstance(ttt_ms, (int, float)) else None}
 
 
 def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:

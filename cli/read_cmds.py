@@ -1,17 +1,18 @@
-"""`receipts list` and `receipts show`."""
+"""`receipts list` and `receipts show`.
+
+`list --json` is what scripts and CI run over whole stores, so it imports only what it reads and prints with
+(the store, analysis/listing.py, orjson); the table's rich and `show`'s report (polars, numpy) are imported
+where they are used.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from receipts.analysis.report import receipt_report, series_headline
-from receipts.cli.context import console, handle_errors, print_json, settings
-from receipts.cli.render import fmt_bytes, fmt_duration, fmt_ms
+from receipts.analysis.listing import receipt_list
+from receipts.cli.context import handle_errors, print_json, settings
 
 
 TABLE_ROWS = 200  # `list` without --json or --limit
@@ -37,10 +38,7 @@ def list_receipts(
     Example: receipts list --all --json
     """
     with settings(ctx).read_store() as store:
-        frame = store.query("list_receipts", {"all": show_all})
-    rows = [{**r, **series_headline(json.loads(r["provenance_json"] or "{}"))} for r in frame.to_dicts()]
-    if lane:
-        rows = [r for r in rows if any(lane in (r[k] or "") for k in ("host_lineage", "preset_family", "launch_regime"))]
+        rows = receipt_list(store, include_superseded=show_all, lane=lane)
     total = len(rows)
     # A terminal table of 10,000 rows takes rich ~10 s to lay out and nobody reads it: the newest TABLE_ROWS,
     # saying how many are left out. --json is for programs: all of them unless asked.
@@ -51,7 +49,7 @@ def list_receipts(
             "id": r["id"], "run_name": r["run_name"],
             "identity": {"host_lineage": r["host_lineage"], "preset_family": r["preset_family"],
                          "launch_regime": r["launch_regime"], "complete": r["identity_complete"]},
-            "machine_class": r["machine_class"], "source_format": r["source_format"], "tags": json.loads(r["tags_json"]),
+            "machine_class": r["machine_class"], "source_format": r["source_format"], "tags": r["tags"],
             "n_steady_steps": r["n_steady_steps"], "median_step_ms": r["median_step_ms"],
             "series_unit": r["series_unit"], "time_to_train_s": r["time_to_train_s"],
             "peak_allocated_bytes": r["peak_allocated_bytes"], "peak_reserved_bytes": r["peak_reserved_bytes"],
@@ -59,28 +57,9 @@ def list_receipts(
             "superseded_by": r["superseded_by"],
         } for r in rows])
         return
-    n_superseded = sum(1 for r in rows if r["superseded_by"])
-    title = f"{total} receipts" + (f" ({n_superseded} superseded, marked in the last column)" if show_all
-                                    else " (current; --all adds superseded ones)")
-    if len(rows) < total:
-        title += f"; the newest {len(rows)} shown (--limit N, --limit 0 for all)"
-    table = Table(title=title, show_lines=False)
-    # Time to train is MLPerf's headline; a store without MLPerf receipts gets no column of dashes.
-    with_ttt = any(r["time_to_train_s"] is not None for r in rows)
-    for col in ("id", "run", "host lineage", "preset family", "regime", "machine", "steady n", "median step",
-                *(["time to train"] if with_ttt else []), "peak alloc"):
-        table.add_column(col)
-    if show_all:
-        table.add_column("superseded by")
-    for r in rows:
-        rumor = "" if r["identity_complete"] else " [yellow](rumor)[/]"
-        table.add_row(r["id"][:12], escape(r["run_name"]) + rumor, *(escape(r[k] or "-") for k in
-                      ("host_lineage", "preset_family", "launch_regime", "machine_class")),
-                      f"{r['n_steady_steps']} {r['series_unit']}s" if r["series_unit"] != "step" else str(r["n_steady_steps"]),
-                      fmt_ms(r["median_step_ms"]) + (f"/{r['series_unit']}" if r["series_unit"] != "step" else ""),
-                      *([fmt_duration(r["time_to_train_s"])] if with_ttt else []), fmt_bytes(r["peak_allocated_bytes"]),
-                      *([(r["superseded_by"] or "-")[:12]] if show_all else []))
-    console.print(table)
+    from receipts.cli.render import render_receipt_list
+
+    render_receipt_list(rows, total=total, show_all=show_all)
 
 
 @handle_errors
@@ -93,6 +72,8 @@ def show(
 
     Example: receipts show run_b --json
     """
+    from receipts.analysis.report import receipt_report
+
     with settings(ctx).read_store() as store:
         report = receipt_report(store, store.resolve(ref))
     if as_json:

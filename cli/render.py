@@ -32,6 +32,33 @@ def ended_early_line(run_name: str, reason: str) -> str:
             "(a crashed or stopped run: its figures cover only the steps it logged)")
 
 
+def render_receipt_list(rows: list[dict[str, Any]], *, total: int, show_all: bool) -> None:
+    """`receipts list` as a table: `rows` (analysis.listing.receipt_list's, newest first) are the ones shown of
+    `total`; `show_all`: superseded receipts are among them, marked in a last column."""
+    n_superseded = sum(1 for r in rows if r["superseded_by"])
+    title = f"{total} receipts" + (f" ({n_superseded} superseded, marked in the last column)" if show_all
+                                    else " (current; --all adds superseded ones)")
+    if len(rows) < total:
+        title += f"; the newest {len(rows)} shown (--limit N, --limit 0 for all)"
+    table = Table(title=title, show_lines=False)
+    # Time to train is MLPerf's headline; a store without MLPerf receipts gets no column of dashes.
+    with_ttt = any(r["time_to_train_s"] is not None for r in rows)
+    for col in ("id", "run", "host lineage", "preset family", "regime", "machine", "steady n", "median step",
+                *(["time to train"] if with_ttt else []), "peak alloc"):
+        table.add_column(col)
+    if show_all:
+        table.add_column("superseded by")
+    for r in rows:
+        rumor = "" if r["identity_complete"] else " [yellow](rumor)[/]"
+        table.add_row(r["id"][:12], escape(r["run_name"]) + rumor, *(escape(r[k] or "-") for k in
+                      ("host_lineage", "preset_family", "launch_regime", "machine_class")),
+                      f"{r['n_steady_steps']} {r['series_unit']}s" if r["series_unit"] != "step" else str(r["n_steady_steps"]),
+                      fmt_ms(r["median_step_ms"]) + (f"/{r['series_unit']}" if r["series_unit"] != "step" else ""),
+                      *([fmt_duration(r["time_to_train_s"])] if with_ttt else []), fmt_bytes(r["peak_allocated_bytes"]),
+                      *([(r["superseded_by"] or "-")[:12]] if show_all else []))
+    console.print(table)
+
+
 def render_report(r: dict[str, Any]) -> None:
     ident = r["identity"]
     status = "[green]complete[/]" if ident["complete"] else "[yellow]INCOMPLETE (a rumor: comparisons are refused)[/]"

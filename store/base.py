@@ -1,5 +1,8 @@
 """What every store backend offers. Writes are one transaction per receipt and idempotent by content
-hash; reads run the analysis SQL in sql/ through DuckDB (directly, or over PostgreSQL via ATTACH)."""
+hash; reads run the analysis SQL in sql/ through DuckDB (directly, or over PostgreSQL via ATTACH).
+
+polars, and store/rows.py and the schema model that build frames with it, load where a method writes or
+returns a frame: a read of plain rows (query_rows: `receipts list`) opens a store without them (~0.1 s)."""
 
 from __future__ import annotations
 
@@ -8,15 +11,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from receipts.errors import ReceiptNotFound, StoreError
-from receipts.schema.model import Anatomy, Receipt, SourceFile, Steps
 from receipts.schema.version import IDENTITY_FIELDS
-from receipts.store import rows as R
 from receipts.sql import load_query
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from receipts.schema.model import Anatomy, Receipt, SourceFile, Steps
 
 
 # What `receipts retag` may rewrite on a receipt: the claimed identity, its resolution, the run name and tags
@@ -84,6 +88,8 @@ class Store(ABC):
         `supersedes`: earlier receipts of the same run that this one replaces; their superseded_by is set to
         this receipt's id in the same transaction (only where still null). `columns` overrides values of the
         receipts row (an identity carried over from a superseded receipt, or superseded_by itself)."""
+        from receipts.store import rows as R
+
         ingested_at = R.now_iso()
         bulk = {"receipt_steps": R.step_frame(receipt)}
         small = {
@@ -106,6 +112,8 @@ class Store(ABC):
     def attach_anatomy(self, receipt_id: str, anatomy: Anatomy, source: SourceFile, *, forced: str | None = None) -> bool:
         """Attach a profiler export to an existing receipt; False when that export is already attached.
         `forced`: the contradiction `--force` overrode, kept on the source row."""
+        from receipts.store import rows as R
+
         ingested_at = R.now_iso()
         bulk: dict[str, Steps] = {}
         small: dict[str, list[dict[str, Any]]] = {
@@ -116,6 +124,8 @@ class Store(ABC):
     def attach_facts(self, receipt_id: str, section: str, facts: dict[str, Any], source: SourceFile, *,
                      forced: str | None = None) -> bool:
         """Merge machine facts (topology, software) into a receipt; False when that file is already attached."""
+        from receipts.store import rows as R
+
         if section not in ("topology", "software"):
             raise ValueError(section)
         return self._merge_json(receipt_id, f"{section}_json", facts,
@@ -124,6 +134,8 @@ class Store(ABC):
     def replace_summaries(self, summaries: dict[str, dict[str, Any]]) -> None:
         """Store steady-state summaries (analysis/summary.py's stored form) by receipt id, replacing any row a
         receipt had, in one transaction: `receipts db upgrade` re-summarises receipts under a new rule."""
+        from receipts.store import rows as R
+
         if summaries:
             self._replace_rows("receipt_summaries", [R.summary_row(rid, s) for rid, s in summaries.items()])
 
@@ -152,6 +164,8 @@ class Store(ABC):
 
     @staticmethod
     def _merged(current: str | None, facts: dict[str, Any]) -> str:
+        from receipts.store import rows as R
+
         return R.dumps({**json.loads(current or "{}"), **facts})
 
     @abstractmethod
@@ -162,6 +176,10 @@ class Store(ABC):
         already attached."""
 
     def _add_anatomy(self, bulk, small, receipt_id, anatomy, source, ingested_at) -> None:
+        import polars as pl
+
+        from receipts.store import rows as R
+
         raw_path = self._write_raw_events(anatomy.raw_events, source) if anatomy.raw_events is not None else None
         for table, frame in R.anatomy_frames(receipt_id, source.sha256, anatomy).items():
             bulk[table] = pl.concat([bulk[table], frame]) if table in bulk else frame
@@ -178,6 +196,8 @@ class Store(ABC):
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{source.sha256}.parquet"
         if not path.exists():
+            import polars as pl
+
             tmp = path.with_suffix(".parquet.tmp")
             if isinstance(raw_events, pl.LazyFrame):
                 raw_events.sink_parquet(tmp)
@@ -199,6 +219,8 @@ class Store(ABC):
         `expected` holds the stored values the change was computed from; if another retag changed them in
         the meantime the write is refused (run it again) rather than silently undoing that one. Returns the
         history row's seq (1 for a receipt's first retag)."""
+        from receipts.store import rows as R
+
         unknown = set(changes) - set(RETAG_COLUMNS)
         if unknown:
             raise ValueError(f"not identity columns: {sorted(unknown)}")
@@ -245,6 +267,15 @@ class Store(ABC):
     def query(self, name: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
         """Run sql/<name>.sql with named parameters ($name)."""
         return self.sql(load_query(name), params or {})
+
+    @abstractmethod
+    def sql_rows(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> list[dict[str, Any]]:
+        """`sql`'s rows as plain dicts (column name -> Python value, in the query's column order): for rows
+        that go straight to output, without building a frame only to take it apart (or importing polars)."""
+
+    def query_rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Run sql/<name>.sql with named parameters ($name); its rows as plain dicts (`sql_rows`)."""
+        return self.sql_rows(load_query(name), params or {})
 
     def version(self) -> str:
         """Changes whenever receipts are added: dashboards key their caches on it."""

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 
-from receipts.duck import query_frame
+from receipts.duck import query_frame, query_rows
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.version import SCHEMA_VERSION
 from receipts.scratch import scratch_dir
 from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.duckdb_lock import open_with_lock_wait
 from receipts.store.duckdb_tx import transaction
-from receipts.store.rows import bulk_slices
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 class DuckDBStore(Store):
@@ -42,6 +43,9 @@ class DuckDBStore(Store):
 
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
         return query_frame(self.con, query, params)
+
+    def sql_rows(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> list[dict[str, Any]]:
+        return query_rows(self.con, query, params)
 
     def _merge_json(self, receipt_id, column, facts, source_rows) -> bool:
         # One writer process per DuckDB file (its lock), and the read sits inside the write transaction.
@@ -107,6 +111,8 @@ def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFram
     one transaction stayed in DuckDB's memory until the commit (~125 B a row, measured: 2M steps +250 MiB
     whatever memory_limit says), and handing DuckDB a frame through Arrow loads pyarrow (+25 MiB in every
     ingest); rows read from Parquet are written out as they come."""
+    from receipts.store.rows import bulk_slices  # polars: loaded by writes, not by a store opened to read
+
     columns = ", ".join(f'"{c}"' for c in frame.collect_schema().names())
     with scratch_dir("bulk") as staging:
         files = []

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import io
 import itertools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import duckdb
 import polars as pl
 import psycopg
 from psycopg import sql as pgsql
 
-from receipts.duck import connect, query_frame
+from receipts.duck import connect, query_frame, query_rows
 from receipts.errors import StoreError
 from receipts.schema.tables import metadata
 from receipts.schema.model import Steps
@@ -24,6 +25,9 @@ from receipts.store.base import Store, check_unchanged, next_history_rows
 from receipts.store.migrations import PostgresTarget, ensure_schema
 from receipts.store.rows import bulk_slices
 from receipts.store.urls import libpq_dsn, redact_url
+
+_T = TypeVar("_T")
+
 
 class PostgresStore(Store):
     def __init__(self, url: str, *, read_only: bool = False):
@@ -60,16 +64,22 @@ class PostgresStore(Store):
         return self._duck
 
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
+        return self._read(query_frame, query, params)
+
+    def sql_rows(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> list[dict[str, Any]]:
+        return self._read(query_rows, query, params)
+
+    def _read(self, fetch: Callable[[duckdb.DuckDBPyConnection, str, Any], _T], query: str, params: Any) -> _T:
         con = self._reader()
         try:
-            return query_frame(con, query, params)
+            return fetch(con, query, params)
         except (duckdb.CatalogException, duckdb.BinderException):
             # The extension caches the catalog (tables, columns) per attach, though each query reads rows
             # in a fresh snapshot; a table or column created since the attach (db upgrade, another
             # process's init) is only seen after clearing that cache (a missing table is a catalog error, a
             # missing column a binder error). Retry once.
             con.execute("CALL pg_clear_cache()")
-            return query_frame(con, query, params)
+            return fetch(con, query, params)
 
     # ---- writes ----------------------------------------------------------------------------------
     def _merge_json(self, receipt_id, column, facts, source_rows) -> bool:

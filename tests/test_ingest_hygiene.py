@@ -229,7 +229,7 @@ def test_an_unexpected_exception_is_exit_2_with_one_line_and_debug_shows_the_tra
     def broken(store, receipt_id):
         raise ZeroDivisionError("float division by zero\nsecond line of the message")
 
-    monkeypatch.setattr("receipts.cli.read_cmds.receipt_report", broken)
+    monkeypatch.setattr("receipts.analysis.report.receipt_report", broken)
     result = cli(db, "show", "sft_run_gtx1660")
     assert result.exit_code == 2
     line = _one_line(result.stderr)

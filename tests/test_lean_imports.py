@@ -1,9 +1,11 @@
 """The command line leaves pandas out (receipts/lean_imports.py): DuckDB's client would import it, and pyarrow,
 before binding any parameter. Commands still work, and read the same frames through the Arrow C stream
-(duck.query_frame) as through the client's pyarrow path. Reads open the store without SQLAlchemy."""
+(duck.query_frame) as through the client's pyarrow path. Reads open the store without SQLAlchemy, and `list --json`
+without polars or numpy."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -27,14 +29,16 @@ except SystemExit as done:
     code = done.code
 else:
     code = 0
-print("IMPORTED", " ".join(sorted(m for m in ("pandas", "pyarrow", "sqlalchemy") if m in sys.modules)), file=sys.stderr)
+print("IMPORTED", " ".join(sorted(m for m in {watched!r} if m in sys.modules)), file=sys.stderr)
 sys.exit(code)
 """
 
 
-def _cli(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", RUN_CLI, "--db", str(tmp_path / "r.duckdb"), *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+def _cli(tmp_path, *args: str, watched: tuple[str, ...] = ("pandas", "pyarrow", "sqlalchemy")
+         ) -> subprocess.CompletedProcess[str]:
+    """The CLI in a fresh interpreter; its last stderr line names the `watched` modules it imported."""
+    return subprocess.run([sys.executable, "-c", RUN_CLI.format(watched=watched), "--db", str(tmp_path / "r.duckdb"),
+                           *args], capture_output=True, text=True, cwd=REPO, timeout=300)
 
 
 def test_ingest_show_and_list_run_without_pandas_or_pyarrow(tmp_path):
@@ -45,6 +49,16 @@ def test_ingest_show_and_list_run_without_pandas_or_pyarrow(tmp_path):
         assert done.returncode == 0, done.stderr
         assert done.stderr.splitlines()[-1].split() == ["IMPORTED", *imported], (args, done.stderr)
     assert "unchanged" in done.stdout
+
+
+def test_list_json_loads_neither_polars_nor_numpy(tmp_path):
+    """`list --json` goes store -> plain rows -> orjson (analysis/listing.py): importing polars and numpy was
+    ~0.15 s of its 0.68 s over 10,000 receipts (benchmarks/bench_gate.py). The table's rich loads for the table."""
+    assert _cli(tmp_path, "ingest", str(LOG)).returncode == 0
+    done = _cli(tmp_path, "list", "--json", watched=("polars", "numpy", "rich.table", "receipts.schema.model"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1].split() == ["IMPORTED"], done.stderr
+    assert [r["run_name"] for r in json.loads(done.stdout)] == ["sft_run_gtx1660"]
 
 
 def test_a_finder_answers_import_pandas_as_not_installed():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from receipts.analysis.listing import receipt_list
 from receipts.errors import InputError, StoreError
 from receipts.pipeline import ingest_paths
 from receipts.schema.registry import load_registry
@@ -179,9 +180,9 @@ def test_reader_sees_commits_made_after_it_attached(pg_url, tmp_path):
     with open_store(pg_url) as reader, open_store(pg_url) as writer:
         ingest_paths(writer, [a], registry=registry)
         first = reader.version()
-        assert reader.query("list_receipts", {"all": True}).height == 1
+        assert len(receipt_list(reader, include_superseded=True)) == 1
         ingest_paths(writer, [b], registry=registry)
-        assert reader.query("list_receipts", {"all": True}).height == 2          # rows: a fresh snapshot per query
+        assert len(receipt_list(reader, include_superseded=True)) == 2          # rows: a fresh snapshot per query
         assert reader.version() != first
         # The extension caches the catalog: a column added since the attach must still be found.
         _psql(pg_url, "ALTER TABLE receipts ADD COLUMN probe_note TEXT")
@@ -196,7 +197,7 @@ def test_read_only_store_never_writes(pg_url, tmp_path, pg_server):
     with open_store(pg_url, read_only=True) as store:
         with pytest.raises(StoreError, match="read-only"):
             ingest_paths(store, [path], registry=load_registry(None))
-        assert store.query("list_receipts", {"all": True}).height == 0
+        assert receipt_list(store, include_superseded=True) == []
     # The dashboard's role, as docs/teams.md sets it up: SELECT only.
     import psycopg
 
@@ -209,7 +210,7 @@ def test_read_only_store_never_writes(pg_url, tmp_path, pg_server):
     _cli("--db", pg_url, "ingest", str(path))
     reader_url = _url_for(pg_url, _psql(pg_url, "SELECT current_database()")[0][0], user=user, password=password)
     with open_store(reader_url, read_only=True) as store:
-        assert store.query("list_receipts", {"all": True}).height == 1
+        assert len(receipt_list(store, include_superseded=True)) == 1
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         _psql(reader_url, "DELETE FROM receipts")
     done = _cli("--db", reader_url, "ingest", str(unseen), check=False)
