@@ -72,16 +72,22 @@ def _candidate(x: np.ndarray) -> tuple[int, float] | None:
 
 
 def _ttest(left: np.ndarray, right: np.ndarray) -> float:
-    from scipy.stats import ttest_ind
+    """Student's two-sample t-test, pooled variance, two-sided: scipy.stats.ttest_ind(equal_var=True)'s p-value,
+    spelled out over scipy.special's t distribution (importing scipy.stats took 0.6 s of a lane history's 2)."""
+    from scipy.special import stdtr
 
     if left.size + right.size < 3:
         return 1.0
     if np.ptp(np.concatenate([left, right])) == 0:
         return 1.0
-    p = float(ttest_ind(left, right, equal_var=True).pvalue)
-    if math.isnan(p):  # both sides constant, different values: as different as data can be
-        return 0.0
-    return p
+    n1, n2 = left.size, right.size
+    df = n1 + n2 - 2
+    # (n - 1) x the variance of each side is its sum of squared deviations: 0 for a side of one run, as scipy has it
+    pooled = (np.sum((left - left.mean()) ** 2) + np.sum((right - right.mean()) ** 2)) / df
+    with np.errstate(divide="ignore"):
+        t = (left.mean() - right.mean()) / np.sqrt(pooled * (1.0 / n1 + 1.0 / n2))
+    # both sides constant, different values: t is infinite, p 0 (as different as data can be)
+    return float(2.0 * stdtr(df, -abs(t)))
 
 
 def _stats(x: np.ndarray, cuts: list[int]) -> list[ChangePoint]:

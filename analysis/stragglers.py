@@ -268,6 +268,16 @@ def stored_report(store: "Store", receipt_id: str) -> dict | None:
     return found[0] if found else None
 
 
+def stored_report_many(store: "Store", receipt_ids: list[str]) -> dict[str, dict]:
+    """stored_report of each receipt that has one, in one query."""
+    if not receipt_ids:
+        return {}
+    by_receipt: dict[str, list[dict]] = {}
+    for row in store.query("stragglers_many", {"ids": receipt_ids}).iter_rows(named=True):
+        by_receipt.setdefault(row["receipt_id"], []).append(row)
+    return {rid: found[0] for rid, rows in by_receipt.items() if (found := stored_reports(rows))}
+
+
 EXPLAINS_SHARE = 0.5  # a straggler explains a difference when its impact change covers >= half of it
 
 
