@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -56,8 +57,9 @@ def test_only_a_dead_process_of_this_host_loses_its_folder(tmp_path):
     assert remove_orphans(tmp_path) == [live]  # its process gone now
 
 
-def test_the_next_ingest_removes_what_a_killed_one_left(tmp_path):
-    # A real ingest SIGKILLed while its step rows are on disk, then another ingest on this host.
+def _ingest_caught_spilling(tmp_path: Path, **popen) -> tuple[subprocess.Popen, Path, list[str], dict]:
+    """A real `receipts ingest` of a 330,000-line log with TMPDIR in tmp_path, returned once its step rows are on
+    disk: (the process, the scratch parent, the command line before the file, the environment)."""
     log = tmp_path / "long.log"
     body = [line for line in (REALDATA / "logs" / "sft_run_gtx1660.log").read_text().splitlines()
             if line.startswith("step ")]
@@ -67,17 +69,23 @@ def test_the_next_ingest_removes_what_a_killed_one_left(tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
-    cli = [sys.executable, "-m", "receipts.cli.main", "--db", str(tmp_path / "r.duckdb"), "ingest"]
-    killed = subprocess.Popen([*cli, str(log)], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cli = [sys.executable, "-m", "receipts.cli.main", "--db", str(tmp_path / "r.duckdb")]
+    proc = subprocess.Popen([*cli, "ingest", str(log)], env=env, cwd=REPO, **popen)
     deadline = time.monotonic() + 120
     while not any(p.name.startswith("receipts-steps-") and any(p.iterdir()) for p in scratch.iterdir()):
-        assert killed.poll() is None and time.monotonic() < deadline, "the ingest ended before its rows were spilled"
+        assert proc.poll() is None and time.monotonic() < deadline, "the ingest ended before its rows were spilled"
         time.sleep(0.02)
+    return proc, scratch, cli, env
+
+
+def test_the_next_ingest_removes_what_a_killed_one_left(tmp_path):
+    # A real ingest SIGKILLed while its step rows are on disk, then another ingest on this host.
+    killed, scratch, cli, env = _ingest_caught_spilling(tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
     left = [p for p in scratch.iterdir() if p.name.startswith("receipts-")]
     assert left, "SIGKILL runs no cleanup: the scratch folder is still there"
-    done = subprocess.run([*cli, str(REALDATA / "logs" / "sft_run_gtx1660.log")], env=env, cwd=REPO,
+    done = subprocess.run([*cli, "ingest", str(REALDATA / "logs" / "sft_run_gtx1660.log")], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert not any(p.exists() for p in left)
@@ -88,22 +96,8 @@ def test_the_next_ingest_removes_what_a_killed_one_left(tmp_path):
 def test_a_terminated_ingest_stops_as_ctrl_c_does(tmp_path, sig):
     # A scheduler's time limit (SIGTERM) or a closed terminal (SIGHUP) mid-parse: the file in progress is not
     # stored, its scratch folder goes, the summary says which signal, and the exit code is 128 + its number.
-    log = tmp_path / "long.log"
-    body = [line for line in (REALDATA / "logs" / "sft_run_gtx1660.log").read_text().splitlines()
-            if line.startswith("step ")]
-    with open(log, "w") as f:
-        for rep in range(2500):
-            f.write("\n".join(f"step {rep * len(body) + i + 1:05d}{line[10:]}" for i, line in enumerate(body)) + "\n")
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    db = tmp_path / "r.duckdb"
-    env = {**os.environ, "TMPDIR": str(scratch)}
-    proc = subprocess.Popen([sys.executable, "-m", "receipts.cli.main", "--db", str(db), "ingest", str(log)],
-                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not any(p.name.startswith("receipts-steps-") and any(p.iterdir()) for p in scratch.iterdir()):
-        assert proc.poll() is None and time.monotonic() < deadline, "the ingest ended before its rows were spilled"
-        time.sleep(0.02)
+    proc, scratch, cli, env = _ingest_caught_spilling(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                      text=True)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + sig, (proc.returncode, err)
@@ -111,8 +105,7 @@ def test_a_terminated_ingest_stops_as_ctrl_c_does(tmp_path, sig):
     assert err.strip().splitlines()[-1] == (f"0 ingested, 0 unchanged, 0 failed; terminated ({sig.name}): the files "
                                             "before it are stored, the one in progress is not")
     assert [p.name for p in scratch.iterdir() if p.name.startswith("receipts-")] == []
-    listed = subprocess.run([sys.executable, "-m", "receipts.cli.main", "--db", str(db), "list", "--json"], env=env,
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    listed = subprocess.run([*cli, "list", "--json"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
 
 
