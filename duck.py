@@ -42,6 +42,9 @@ def connect(database: str = ":memory:", *, read_only: bool = False, extensions: 
     if threads.isdigit() and int(threads) > 0:
         config["threads"] = int(threads)
     con = duckdb.connect(database, read_only=read_only, config=config)
+    # DuckDB draws its own progress bar on a terminal under a query that runs past 2 s: across ours (cli/progress.py)
+    # or a command's table. receipts says its own progress. (A connection's setting, not a connect-time one.)
+    con.execute("SET enable_progress_bar = false")
     for name in extensions:
         con.load_extension(name)
     return con

@@ -137,11 +137,12 @@ def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None 
 
 
 def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
-                  env_rules: EnvRules | None = None, ranks: RankMap = RankMap()) -> Anatomy:
+                  env_rules: EnvRules | None = None, ranks: RankMap = RankMap(),
+                  progress: ReadProgress | None = None) -> Anatomy:
     """`env_rules`: the loaded configuration's secret rules (Registry.env_rules) for an export's captured
     environment; None reads the shipped ones only. `ranks`: how the traces of a multi-rank Kineto profile, or
     the exports of a job profiled one nsys report per rank or node, are read (worker processes, Dask;
-    ingest/rank_map.py)."""
+    ingest/rank_map.py). `progress`: for one nsys export, its rows streamed so far, as bytes of the file."""
     if kind in ("nsys-dir", "nsys-files"):  # one job's exports, one per rank or node: one anatomy
         from receipts.ingest import nsys_job, rank_map
 
@@ -150,7 +151,10 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
     if kind in ("nsys", "nsys-gz", "nsys-rep"):  # one export: what each export of a job is read as
         from receipts.ingest import nsys_job
 
-        return nsys_job.read_export(path, rules=rules, keep_raw=keep_raw, env_rules=env_rules, kind=kind).anatomy
+        size = path.stat().st_size
+        rows = None if progress is None else (lambda fraction: progress(int(size * fraction), 0))
+        return nsys_job.read_export(path, rules=rules, keep_raw=keep_raw, env_rules=env_rules, kind=kind,
+                                    progress=rows).anatomy
     from receipts.ingest import kineto, rank_map
 
     traces = {"kineto-dir": kineto.trace_files, "kineto-files": run_dir_traces}.get(kind, lambda p: [p])(path)
@@ -376,7 +380,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
     if kind in PROFILE_KINDS:
         return _ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
                                attach=attach, tags=tags, rules=rules or load_category_rules(), keep_raw=keep_raw,
-                               force=force, ranks=ranks)
+                               force=force, ranks=ranks, progress=progress)
     if kind in FACT_SECTIONS:
         if attach is None:
             raise InputError(path, f"is `{kind}` output: machine facts belong to a run; give --attach RUN")
@@ -414,10 +418,11 @@ def _default_run_name(path: Path) -> str:
 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
-                    keep_raw: bool, force: bool = False, ranks: RankMap = RankMap()) -> IngestOutcome:
+                    keep_raw: bool, force: bool = False, ranks: RankMap = RankMap(),
+                    progress: ReadProgress | None = None) -> IngestOutcome:
     with _raw_staging(store, kind, keep_raw) as staging:
         ranks = replace(ranks, raw_staging=staging) if staging else ranks
-        anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks)
+        anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks, progress)
         source = _source(path, anatomy.source_format, anatomy.source_format, _profile_files(path, kind))
         if attach is not None:
             receipt_id = store.resolve(attach)

@@ -3,7 +3,7 @@
 Parsers return data and never print; the pipeline yields one outcome per file as soon as it is stored. This
 bar follows those outcomes: bytes and files done of the batch, the file in progress, time elapsed; within a
 training log it follows the parser's reading too (`read`, the pipeline's progress callback: bytes and lines
-of the log so far). A batch that ends within the delay never draws it, so quick ingests and scripts (stderr
+of the log so far), and within an nsys export the rows of its large tables streamed (as bytes of the file). A batch that ends within the delay never draws it, so quick ingests and scripts (stderr
 not a terminal) see no change.
 """
 

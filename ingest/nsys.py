@@ -38,6 +38,7 @@ import sqlite3
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -103,9 +104,9 @@ def _writable(folder: Path) -> bool:
 
 
 def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]*(\d+)$",
-          keep_raw: bool = False, env_rules: EnvRules | None = None) -> Anatomy:
+          keep_raw: bool = False, env_rules: EnvRules | None = None, progress: Progress | None = None) -> Anatomy:
     """`env_rules`: the secret rules of the loaded configuration (shipped + ./receipts.toml + --registry);
-    None: the shipped ones."""
+    None: the shipped ones. `progress`: called with the fraction of the large tables' rows streamed so far."""
     path = Path(path)
     _check_sqlite_file(path)
     warnings: list[str] = []
@@ -119,6 +120,8 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         session_start = _small_table(path, "TARGET_INFO_SESSION_START_TIME", lambda: _session_start_ns(db, schema))
         copy_names = _small_table(path, "ENUM_CUDA_MEMCPY_OPER", lambda: _copy_kind_names(db, schema))
         names = _small_table(path, "StringIds", lambda: _string_ids(db, schema))
+        large = (RUNTIME, KERNEL, MEMCPY, MEMSET, GRAPH)
+        streamed = _RowsStreamed(sum(_row_estimate(db, t) for t in large if t in schema), progress)
     nvtx_table = _nvtx_table(schema)
     if nvtx_table is None:
         warnings.append("no NVTX table (NVTX_EVENTS*) in the export: steps and NVTX ranges unavailable")
@@ -142,10 +145,11 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
             raise InputError(path, f"step ranges found but table {RUNTIME} is absent: GPU work cannot reach a step "
                                    "(re-profile with --trace=cuda)", table=RUNTIME)
         step_values, by_pid = _ranges_by_pid(step_ranges)
-        launches = Launches(_batches(con, load_query("_nsys_launches")) if RUNTIME in schema else (), by_pid)
+        launches = Launches(streamed.counted(_batches(con, load_query("_nsys_launches"))) if RUNTIME in schema else (),
+                            by_pid)
         copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
         activity = _Activity(step_values, names, copy_cat, rules, keep_raw, has_steps=step_ranges.height > 0)
-        for batch in _batches(con, activity_query):
+        for batch in streamed.counted(_batches(con, activity_query)):
             activity.add(batch, launches)
         repeated = launches.repeated
         del launches  # every claimed runtime call's id and code: not held past its use
@@ -506,6 +510,32 @@ def _batches(con, query: str):
         while (batch := pending.result()) is not None:
             pending = ahead.submit(next, batches, None)
             yield batch
+
+
+Progress = Callable[[float], None]
+
+
+class _RowsStreamed:
+    """The fraction of the large tables' rows streamed so far, said to `progress` batch by batch: the scans of the
+    runtime calls and the activities are nearly all of a large export's ingest."""
+
+    def __init__(self, total: int, progress: Progress | None) -> None:
+        self.total, self.done, self.progress = total, 0, progress
+
+    def counted(self, batches: Iterator) -> Iterator:
+        for batch in batches:
+            yield batch
+            self.done += batch.num_rows
+            if self.progress is not None and self.total:
+                self.progress(min(self.done / self.total, 1.0))
+
+
+def _row_estimate(db: sqlite3.Connection, table: str) -> int:
+    """A table's rows as its largest rowid says (an index lookup; nsys appends and never deletes); 0 if unread."""
+    try:
+        return int(db.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0] or 0)
+    except sqlite3.Error:
+        return 0  # a damaged table is the scan's to name
 
 
 _BATCH_ROWS = 1 << 19  # activities (or runtime calls) per streamed batch: what one batch's frames hold

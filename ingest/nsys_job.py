@@ -88,9 +88,10 @@ def _stem(path: Path) -> str:
 
 
 def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env_rules: EnvRules | None = None,
-                kind: str | None = None) -> ExportPart:
+                kind: str | None = None, progress: nsys.Progress | None = None) -> ExportPart:
     """The map: one export into its anatomy and session start. `kind` ('nsys' | 'nsys-gz' | 'nsys-rep', as
-    sniff.sniff_kind tells from content) or, when None, the name's ending (.sqlite, .sqlite.gz, .nsys-rep)."""
+    sniff.sniff_kind tells from content) or, when None, the name's ending (.sqlite, .sqlite.gz, .nsys-rep).
+    `progress`: nsys.parse's, the fraction of the export's large tables streamed."""
     path = Path(path)
     kind = kind or ("nsys-gz" if path.name.endswith(".gz") else "nsys-rep" if path.name.endswith(".nsys-rep")
                     else "nsys")
@@ -104,13 +105,14 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env
                 raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped nsys "
                                        "SQLite export") from exc
             try:
-                return replace(read_export(plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules, kind="nsys"),
-                               path=path)
+                return replace(read_export(plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules, kind="nsys",
+                                           progress=progress), path=path)
             except InputError as exc:  # the user named the .gz, not our temporary copy
                 raise InputError(path, exc.message.replace(str(plain), str(path)), exc.line, exc.table) from exc
     sqlite_path = nsys.export_report(path) if kind == "nsys-rep" else path
     # Checked here, per export: a value out of range names the export that holds it, not the job's folder.
-    anatomy = checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules), path)
+    anatomy = checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules,
+                                         progress=progress), path)
     environ = {e.name: e.value for e in anatomy.env if e.is_set and e.value is not None}
     node = next((int(environ[k]) for k in _NODE_ENV if re.fullmatch(r"[0-9]{1,6}", environ.get(k, ""))), None)
     return ExportPart(path, anatomy, node)

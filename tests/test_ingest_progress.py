@@ -81,3 +81,31 @@ def test_a_file_read_to_its_end_is_still_in_progress_until_stored(tmp_path):
         progress.done(str(log))
         assert task.finished and task.description == "done"
     assert "finishing run.log" in out.getvalue()
+
+
+def test_an_nsys_export_moves_the_bar_as_its_tables_stream(tmp_path):
+    # A 1 GB export sat at 0/969.6 MiB for its whole 10 s: the bar now follows the rows of its runtime and activity
+    # tables streamed, as bytes of the file, and reaches the file's size when they are read.
+    from receipts.ingest import nsys
+    from receipts.pipeline import ingest_each
+    from receipts.schema.categories import load_category_rules
+    from receipts.schema.registry import load_registry
+    from receipts.store import open_store
+
+    export = realdata("nsys", "mfu_2gpu_after.sqlite")
+    fractions: list[float] = []
+    nsys.parse(export, rules=load_category_rules(), progress=fractions.append)
+    assert fractions and fractions == sorted(fractions) and fractions[-1] == 1.0 and 0 < fractions[0] < 1
+    seen: list[tuple[int, int]] = []
+    with open_store(str(tmp_path / "r.duckdb")) as store:
+        outcomes = list(ingest_each(store, [export], registry=load_registry(None),
+                                    progress=lambda done, lines: seen.append((done, lines))))
+    assert not [o for o in outcomes if not hasattr(o, "receipt_id")], outcomes
+    assert seen == [(int(export.stat().st_size * f), 0) for f in fractions]
+
+
+def test_duckdb_draws_no_progress_bar_of_its_own():
+    # Its bar (`100% ▕████`) broke into ours under a long scan of an export.
+    from receipts import duck
+
+    assert duck.connect().execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
