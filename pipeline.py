@@ -142,12 +142,14 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
     """`env_rules`: the loaded configuration's secret rules (Registry.env_rules) for an export's captured
     environment; None reads the shipped ones only. `ranks`: how the traces of a multi-rank Kineto profile, or
     the exports of a job profiled one nsys report per rank or node, are read (worker processes, Dask;
-    ingest/rank_map.py). `progress`: for one nsys export, its rows streamed so far, as bytes of the file."""
+    ingest/rank_map.py). `progress`: for one nsys export, its rows streamed so far, as bytes of the file; for a
+    profile of several files, the bytes of those read so far."""
     if kind in ("nsys-dir", "nsys-files"):  # one job's exports, one per rank or node: one anatomy
         from receipts.ingest import nsys_job, rank_map
 
         return checked_anatomy(rank_map.parse_nsys_job(nsys_job.job_exports(path), rules=rules, keep_raw=keep_raw,
-                                                       env_rules=env_rules, plan=ranks), path)
+                                                       env_rules=env_rules, plan=_with_progress(ranks, progress)),
+                               path)
     if kind in ("nsys", "nsys-gz", "nsys-rep"):  # one export: what each export of a job is read as
         from receipts.ingest import nsys_job
 
@@ -158,7 +160,13 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
     from receipts.ingest import kineto, rank_map
 
     traces = {"kineto-dir": kineto.trace_files, "kineto-files": run_dir_traces}.get(kind, lambda p: [p])(path)
-    return checked_anatomy(rank_map.parse_kineto(traces, rules=rules, keep_raw=keep_raw, plan=ranks), path)
+    return checked_anatomy(rank_map.parse_kineto(traces, rules=rules, keep_raw=keep_raw,
+                                                 plan=_with_progress(ranks, progress)), path)
+
+
+def _with_progress(ranks: RankMap, progress: ReadProgress | None) -> RankMap:
+    """The map says the bytes of the profile's files read so far (a trace or an export done) to the bar."""
+    return ranks if progress is None else replace(ranks, progress=lambda done: progress(done, 0))
 
 
 def _profile_files(path: Path, kind: str) -> list[Path] | None:

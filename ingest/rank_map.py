@@ -24,9 +24,10 @@ import os
 import resource
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, TypeAlias, TypeVar, cast
 
 from receipts.errors import InputError, UsageError
 from receipts.lean_imports import leave_pandas_out, pandas_left_out
@@ -54,11 +55,14 @@ class RankMap:
     enough to pay for them, see AUTO_MIN_BYTES), or on Dask (`dask`: 'local', a scheduler file or address).
     `raw_staging`: with keep_raw, a folder where each task off this process writes its rank's raw events as
     Parquet (`<position>.parquet`), so only the small per-step rows travel back; the reduce then scans those
-    files lazily and the store streams them into place (tasks on a remote Dask cluster must reach it)."""
+    files lazily and the store streams them into place (tasks on a remote Dask cluster must reach it).
+    `progress`: called with the bytes of the profile's files read so far, as each file's task is in (the
+    progress bar's; a 64-rank profile otherwise sat at 0 until its last rank was read)."""
 
     workers: int | None = None
     dask: str | None = None
     raw_staging: Path | None = None
+    progress: Callable[[int], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.workers is not None and self.workers < 1:
@@ -118,11 +122,23 @@ def _map(reader: str, paths: list[Path], *, rules: CategoryRules, keep_raw: bool
     else:
         results = _in_pool(tasks, workers, stats) if workers > 1 else _serial(tasks, stats)
     parts: list[_Part] = []
-    for outcome in results:
-        if isinstance(outcome, _Failed):
-            raise InputError(outcome.path, outcome.message, outcome.line, outcome.table)
-        parts.append(outcome)
+    done = 0
+    with closing(results):  # a failure stops the map here: the pool or the cluster is let go at once
+        for outcome, path in zip(results, paths):
+            if isinstance(outcome, _Failed):
+                raise InputError(outcome.path, outcome.message, outcome.line, outcome.table)
+            parts.append(outcome)
+            if plan.progress is not None:
+                done += _size(path)
+                plan.progress(done)
     return parts
+
+
+def _size(path: Path) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0
 
 
 def _workers(paths: list[Path], asked: int | None) -> int:
@@ -204,23 +220,22 @@ def _collect(results: Iterator[_Result], stats: MapStats) -> Iterator[_Outcome]:
         yield out
 
 
-def _serial(tasks: list[_Task], stats: MapStats) -> list[_Outcome]:
+# Each runner yields the tasks' outcomes in task order, as they come in: the caller says its progress file by file.
+def _serial(tasks: list[_Task], stats: MapStats) -> Generator[_Outcome, None, None]:
     stats.where = "serial"
-    results: list[_Outcome] = []
     for out in _collect((_read_task(*t) for t in tasks), stats):
-        results.append(out)
+        yield out
         if isinstance(out, _Failed):
             break  # serial reading stops at the first bad trace, as the pool's caller does
-    return results
 
 
-def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> list[_Outcome]:
+def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> Generator[_Outcome, None, None]:
     # spawn, not fork: polars' thread pool in a forked child can deadlock (polars' own warning).
     stats.where = f"{workers} worker processes"
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_start_worker, initargs=(_threads_each(workers), pandas_left_out()))
     try:
-        return list(_collect(pool.map(_read_task, *zip(*tasks)), stats))
+        yield from _collect(pool.map(_read_task, *zip(*tasks)), stats)
     except BrokenProcessPool as exc:
         raise UsageError(f"a worker process reading the traces died ({exc}); out of memory? retry with fewer "
                          "--workers (--workers 1 reads them in this process)") from exc
@@ -243,12 +258,12 @@ def _start_worker(threads: int, without_pandas: bool) -> None:
         leave_pandas_out()
 
 
-def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> list[_Outcome]:
+def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> Generator[_Outcome, None, None]:
     client, close = _dask_client(plan)
     stats.where = f"Dask ({plan.dask}, {len(client.scheduler_info().get('workers', {}))} workers)"
     try:
         futures = client.map(_read_task, *zip(*tasks), pure=False)
-        return list(_collect(iter(client.gather(futures)), stats))
+        yield from _collect((future.result() for future in futures), stats)
     finally:
         close()
 

@@ -221,3 +221,14 @@ def test_the_default_pool_follows_the_measured_break_even(tmp_path, monkeypatch,
         files.append(path)
     monkeypatch.setattr(rank_map.os, "cpu_count", lambda: cores)
     assert rank_map._workers(files, None) == expected
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_map_says_its_progress_file_by_file(workers):
+    # The bar of a 64-rank ingest sat at 0 until the last rank was read: each file's bytes count as its task is in.
+    files = _sets()["fsdp2_2gpu"]
+    seen: list[int] = []
+    anatomy = rank_map.parse_kineto(files, rules=RULES, plan=RankMap(workers=workers, progress=seen.append))
+    sizes = [f.stat().st_size for f in files]
+    assert seen == [sum(sizes[:i + 1]) for i in range(len(files))] and anatomy.ranks_traced == len(files)
+    assert_same_anatomy(anatomy, kineto.parse_files(files, rules=RULES))
