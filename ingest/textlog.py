@@ -108,7 +108,7 @@ def read_chunks(path: Path, progress: ReadProgress | None = None, *,
     more than once anyway: sniffed, then parsed); a compressed one is read through its decompressor."""
     path = Path(path)
     with _open_log(path) as (f, how):
-        blocks = _raw_blocks(path, f, block_bytes) if how is None else _decompressed_blocks(path, f, how, block_bytes)
+        blocks = _raw_blocks(f, block_bytes) if how is None else _decompressed_blocks(path, f, how, block_bytes)
         first_line, done = 1, 0
         for data, more, position in blocks:
             if first_line == 1:
@@ -126,7 +126,7 @@ def read_chunks(path: Path, progress: ReadProgress | None = None, *,
 _Block = tuple[bytes, bool, "int | None"]  # whole lines, whether more follow, bytes of the file read (compressed)
 
 
-def _raw_blocks(path: Path, f, block_bytes: int) -> Iterator[_Block]:
+def _raw_blocks(f, block_bytes: int) -> Iterator[_Block]:
     data = f.read(block_bytes)
     while data:
         more = bool(f.peek(1))
@@ -187,15 +187,22 @@ def _open_log(path: Path) -> Iterator[tuple]:
         if magic.startswith(_ZSTD_MAGIC):
             raise InputError(path, "is zstd-compressed, which this build does not read; decompress it first "
                                    "(`zstd -d FILE`), or keep the log as gzip, xz or bzip2, which are read as is")
-        how = next(((name, opener) for m, (name, opener) in _COMPRESSED.items() if magic.startswith(m)), None)
-        if magic[:3] == b"BZh" and magic[3:4].isdigit() and magic[4:8] in (b"1AY&", b"\x17rE8"):  # block or end
-            how = ("bzip2", lambda raw: bz2.BZ2File(raw, "rb"))
+        how = _compression(magic)
         if how is None:
             yield raw, None
             return
         name, opener = how
         with opener(raw) as stream:
             yield _Compressed(raw, stream), name
+
+
+def _compression(magic: bytes) -> tuple[str, Callable] | None:
+    """(name, opener over the raw file) of the compression these first bytes announce, or None (plain text)."""
+    found = next((how for m, how in _COMPRESSED.items() if magic.startswith(m)), None)
+    # bzip2: 'BZh', the block size digit, then a block's or the end's magic (a text line may open with 'BZh')
+    if found is None and magic[:3] == b"BZh" and magic[3:4].isdigit() and magic[4:8] in (b"1AY&", b"\x17rE8"):
+        found = ("bzip2", lambda raw: bz2.BZ2File(raw, "rb"))
+    return found
 
 
 def _read(path: Path, f, how: str | None, size: int = -1) -> bytes:
