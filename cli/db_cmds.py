@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from receipts.cli.context import console, err_console, handle_errors, print_json, settings
+from receipts.cli.progress import CountProgress
 from receipts.store import migrations, open_store
 from receipts.store.sync import push as push_receipts
 
@@ -95,8 +96,9 @@ def push(
     Example: receipts --db node17.duckdb push --to postgresql://receipts@db.internal/receipts
     """
     cfg = settings(ctx)
-    with open_store(cfg.db, read_only=True) as source, open_store(to) as target:
-        result = push_receipts(source, target)
+    with open_store(cfg.db, read_only=True) as source, open_store(to) as target, \
+            CountProgress("pushing receipts", err_console) as progress:
+        result = push_receipts(source, target, progress=progress if progress.enabled else None)
         target_url = target.url
     if as_json:
         print_json({"to": target_url, "receipts_copied": result.receipts_copied,

@@ -1,4 +1,5 @@
-"""The ingest progress bar: on stderr, only on a terminal, only for a batch that runs longer than a second.
+"""Progress bars: on stderr, only on a terminal, only for work that runs longer than a second. The ingest's
+(IngestProgress) and one of things done of a total (CountProgress: `receipts push`).
 
 Parsers return data and never print; the pipeline yields one outcome per file as soon as it is stored. This
 bar follows those outcomes: bytes and files done of the batch, the file in progress, time elapsed; within a
@@ -13,8 +14,8 @@ import threading
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TaskID, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID,
+                           TextColumn, TimeElapsedColumn)
 from rich.table import Column
 
 from receipts.pipeline import IngestFailure, ingest_targets
@@ -123,6 +124,45 @@ class IngestProgress:
         self._lines = 0
         self._progress.update(self._task, completed=self._bytes_done + self._files_done, files=self._files_text(),
                               description=self._label(self._files_done))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._progress is not None and self._started:
+            self._progress.stop()
+
+
+class CountProgress:
+    """A bar of things done of a total (`receipts push`: receipts), by the same rules as the ingest's: on stderr,
+    only on a terminal, only past a delay. Call it with (done, total)."""
+
+    def __init__(self, what: str, console: Console, *, delay_s: float = DELAY_S):
+        self.enabled = console.is_terminal
+        self._what, self._console, self._delay_s = what, console, delay_s
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self._timer: threading.Timer | None = None
+        self._started = False
+
+    def __enter__(self) -> CountProgress:
+        if self.enabled:
+            self._progress = Progress(SpinnerColumn(), TextColumn(f"[bold]{self._what}"), BarColumn(),
+                                      MofNCompleteColumn(), TimeElapsedColumn(), console=self._console,
+                                      transient=True, refresh_per_second=8)
+            self._task = self._progress.add_task(self._what, total=None)
+            self._timer = threading.Timer(self._delay_s, self._start)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def _start(self) -> None:
+        if self._progress is not None and not self._started:
+            self._started = True
+            self._progress.start()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=done, total=total)
 
     def __exit__(self, *exc: object) -> None:
         if self._timer is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import polars as pl
@@ -58,8 +59,9 @@ def _anatomy_payload(source: Store, receipt_id: str, source_sha256: str | None):
     return small, bulk
 
 
-def push(source: Store, target: Store) -> PushResult:
-    """Copy every receipt (and every attached export) of `source` that `target` lacks."""
+def push(source: Store, target: Store, progress: Callable[[int, int], None] | None = None) -> PushResult:
+    """Copy every receipt (and every attached export) of `source` that `target` lacks. `progress`: called with
+    (receipts done, receipts in the source) before each receipt."""
     result = PushResult()
     present = set(target.sql("SELECT content_sha256 FROM receipts")["content_sha256"].to_list())
     attached = {tuple(r) for r in target.sql("SELECT receipt_id, source_sha256 FROM anatomy_sources").iter_rows()}
@@ -71,16 +73,30 @@ def push(source: Store, target: Store) -> PushResult:
             missing_facts.setdefault(row["receipt_id"], []).append(row)
     target_history, local_history = _history_keys(target), _history_keys(source)
     local = source.sql("SELECT id, content_sha256 FROM receipts ORDER BY ingested_at, id")
+    # A push reads the source in batches of receipts, a query per table per batch: a query per table per
+    # receipt (12) took 16.5 s of a 1,000-receipt push's 23, and a push with nothing to copy 8 s over 10,000.
+    exports_here: dict[str, list[str]] = {}
+    for receipt_id, sha in source.sql("SELECT receipt_id, source_sha256 FROM anatomy_sources "
+                                      "ORDER BY receipt_id, source_sha256").iter_rows():
+        exports_here.setdefault(receipt_id, []).append(sha)
+    to_copy = [rid for rid, sha in local.iter_rows() if sha not in present]
+    batches = iter(_batches(source, to_copy))
+    payloads: dict[str, _Payload] = {}
+    done = 0
     for receipt_id, content_sha256 in local.iter_rows():
-        if content_sha256 not in present and _copy_receipt(source, target, receipt_id, content_sha256):
-            result.receipts_copied += 1
-            result.copied_ids.append(receipt_id)
-            continue
+        if progress is not None:
+            progress(done, local.height)
+        done += 1
+        if content_sha256 not in present:
+            if receipt_id not in payloads:
+                payloads = _payloads(source, next(batches))
+            if _copy_receipt(target, payloads.pop(receipt_id), content_sha256):
+                result.receipts_copied += 1
+                result.copied_ids.append(receipt_id)
+                continue
         result.receipts_skipped += 1
         # The receipt was there already; exports attached to it locally since then still travel.
-        exports = source.sql("SELECT source_sha256 FROM anatomy_sources WHERE receipt_id = $id ORDER BY source_sha256",
-                             {"id": receipt_id})["source_sha256"].to_list()
-        for sha in exports:
+        for sha in exports_here.get(receipt_id, []):
             if (receipt_id, sha) in attached or not _copy_attachment(source, target, receipt_id, sha):
                 result.anatomy_skipped += 1
             else:
@@ -139,21 +155,62 @@ def _copy_facts(source: Store, target: Store, receipt_id: str, fact_sources: lis
     return copied
 
 
-def _copy_receipt(source: Store, target: Store, receipt_id: str, content_sha256: str) -> bool:
-    params = {"id": receipt_id}
-    small = {"receipts": _rows(_select(source, "receipts", "id = $id", params))}
-    bulk: dict[str, pl.DataFrame] = {}
-    for table in RECEIPT_TABLES:
-        frame = _select(source, table, "receipt_id = $id", params)
-        if table in BULK_TABLES:
-            bulk[table] = frame
-        else:
-            small[table] = _rows(frame)
-    anatomy_small, anatomy_bulk = _anatomy_payload(source, receipt_id, None)
-    small.update(anatomy_small)
-    bulk.update(anatomy_bulk)
+# What one receipt carries to another store: its small tables' rows, its bulk tables' frames, the ids it superseded.
+_Payload = tuple[dict[str, list[dict[str, Any]]], dict[str, pl.DataFrame], tuple[str, ...]]
+BATCH_RECEIPTS = 256
+BATCH_STEP_ROWS = 1 << 20  # a batch's step rows: a 10M-step receipt is a batch of its own
+
+
+def _batches(source: Store, receipt_ids: list[str]) -> Iterator[list[str]]:
+    """`receipt_ids` in order, cut into batches of at most BATCH_RECEIPTS receipts and BATCH_STEP_ROWS step rows."""
+    if not receipt_ids:
+        return
+    steps = dict(source.sql("SELECT receipt_id, count(*) AS n FROM receipt_steps WHERE list_contains($ids, receipt_id) "
+                            "GROUP BY receipt_id", {"ids": receipt_ids}).iter_rows())
+    batch: list[str] = []
+    rows = 0
+    for rid in receipt_ids:
+        n = steps.get(rid, 0)
+        if batch and (len(batch) == BATCH_RECEIPTS or rows + n > BATCH_STEP_ROWS):
+            yield batch
+            batch, rows = [], 0
+        batch.append(rid)
+        rows += n
+    yield batch
+
+
+def _payloads(source: Store, batch: list[str]) -> dict[str, _Payload]:
+    """Each receipt of `batch` as _copy_receipt writes it, read a query per table for the whole batch."""
+    params = {"ids": batch}
+    frames = {"receipts": _select(source, "receipts", "list_contains($ids, id)", params).rename({"id": "receipt_id"})}
+    for table in (*RECEIPT_TABLES, "anatomy_sources", *ANATOMY_TABLES):
+        frames[table] = _select(source, table, "list_contains($ids, receipt_id)", params)
+    parts = {table: frame.partition_by("receipt_id", as_dict=True, maintain_order=True)
+             for table, frame in frames.items()}
+    superseded: dict[str, list[str]] = {}
+    for rid, by in source.sql("SELECT id, superseded_by FROM receipts WHERE list_contains($ids, superseded_by) "
+                              "ORDER BY id", params).iter_rows():
+        superseded.setdefault(by, []).append(rid)
+
+    def own(table: str, rid: str) -> pl.DataFrame:
+        return parts[table].get((rid,), frames[table].clear())
+
+    out: dict[str, _Payload] = {}
+    for rid in batch:
+        small = {"receipts": _rows(own("receipts", rid).rename({"receipt_id": "id"}))}
+        bulk: dict[str, pl.DataFrame] = {}
+        for table in (*RECEIPT_TABLES, "anatomy_sources", *ANATOMY_TABLES):
+            if table in BULK_TABLES:
+                bulk[table] = own(table, rid)
+            else:
+                small[table] = _rows(own(table, rid))
+        out[rid] = (small, bulk, tuple(superseded.get(rid, ())))
+    return out
+
+
+def _copy_receipt(target: Store, payload: _Payload, content_sha256: str) -> bool:
+    small, bulk, earlier = payload
     # Receipts this one superseded locally, pushed earlier while still current, are superseded there too.
-    earlier = tuple(source.sql("SELECT id FROM receipts WHERE superseded_by = $id", params)["id"].to_list())
     return target.copy_receipt_rows(content_sha256=content_sha256, small=small, bulk=bulk, supersedes=earlier)
 
 
