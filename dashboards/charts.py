@@ -115,12 +115,14 @@ def topology(cells: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     return alt.layer(rect, text).properties(width=alt.Step(44), height=alt.Step(26), title="topology (nvidia-smi topo -m)")
 
 
-def anatomy_by_step(rows: pl.DataFrame) -> alt.FacetChart:
+def anatomy_by_step(rows: pl.DataFrame, *, ranks_label: str | None = None) -> alt.FacetChart:
     """Where each step went, per rank: the non-overlapping decomposition (compute only, communication hidden
-    under compute, exposed communication, memory work under neither, idle), stacked: it sums to the step."""
+    under compute, exposed communication, memory work under neither, idle), stacked: it sums to the step.
+    `ranks_label`: the one column's name when the rows are a summary over ranks (analysis.anatomy.mean_over_ranks)."""
     frame = (rows.filter(pl.col("category").is_in(DECOMPOSITION))
              .with_columns(pl.col("step").cast(pl.Utf8).fill_null("window").alias("step_label"),
-                           pl.col("rank").cast(pl.Utf8).fill_null("?").alias("rank_label")))
+                           (pl.lit(ranks_label) if ranks_label else pl.col("rank").cast(pl.Utf8).fill_null("?"))
+                           .alias("rank_label")))
     x = alt.X("step_label:N", title="step", sort=None)
     bars = alt.Chart(frame).mark_bar().encode(
         x=x, y=alt.Y("sum(time_ms):Q", title="time per step (ms)"),
@@ -129,8 +131,9 @@ def anatomy_by_step(rows: pl.DataFrame) -> alt.FacetChart:
         opacity=alt.condition("datum.warmup", alt.value(0.45), alt.value(1.0)),
         tooltip=["step_label", "category", alt.Tooltip("time_ms:Q", format=",.3f"), "warmup"])
     return bars.transform_calculate(order=_DECOMPOSITION_ORDER).properties(width=360, height=240).facet(
-        column=alt.Column("rank_label:N", title="rank")).properties(
-        title="per step and rank: parts that sum to the step (faded = warm-up)")
+        column=alt.Column("rank_label:N", title=None if ranks_label else "rank")).properties(
+        title=f"per step {'(the mean of the ranks)' if ranks_label else 'and rank'}: parts that sum to the step "
+              "(faded = warm-up)")
 
 
 @_fit_width

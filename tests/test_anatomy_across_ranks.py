@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from receipts.analysis.anatomy import across_ranks
+from receipts.analysis.anatomy import across_ranks, mean_over_ranks
 from tests.cli_helpers import cli, cli_json
 
 TRACES = Path(__file__).parent / "data" / "gpu" / "fsdp2_2gpu_kineto" / "traces"
@@ -40,6 +40,20 @@ def test_each_category_over_the_ranks_that_had_it():
     assert (nccl["ranks"], nccl["min_rank"], nccl["max_rank"], nccl["spread_pct"]) == (2, 0, 2, 0.0)
     assert idle["spread_pct"] is None
     assert (warm["ranks"], warm["median_ms"], warm["min_rank"], warm["max_rank"]) == (2, 45.0, 1, 0)
+
+
+def test_the_mean_of_the_ranks_per_step_keeps_the_parts_summing_to_the_step():
+    rows = pl.DataFrame([
+        (0, 1, "compute_only", 6.0, True), (0, 1, "idle", 4.0, True), (1, 1, "compute_only", 8.0, True),
+        (1, 1, "idle", 2.0, True), (2, 1, "compute_only", 10.0, True),       # rank 2 had no idle in step 1
+        (0, 2, "compute_only", 5.0, False), (1, 2, "compute_only", 7.0, False),  # rank 2 missed step 2
+        (0, None, "idle", 9.0, False), (1, None, "idle", 3.0, False),           # an export without step markers
+    ], schema={"rank": pl.Int32, "step": pl.Int64, "category": pl.Utf8, "time_ms": pl.Float64, "warmup": pl.Boolean},
+        orient="row")
+    got = {(r["step"], r["category"]): (r["time_ms"], r["warmup"], r["rank"]) for r in mean_over_ranks(rows).to_dicts()}
+    assert got == {(1, "compute_only"): (8.0, True, None), (1, "idle"): (2.0, True, None),
+                   (2, "compute_only"): (6.0, False, None), (None, "idle"): (6.0, False, None)}
+    assert mean_over_ranks(rows).columns == rows.columns
 
 
 def _renumbered(folder: Path, ranks: int) -> Path:
@@ -89,9 +103,17 @@ def test_the_dashboard_draws_the_spread_past_one_nodes_ranks(tmp_path, db, monke
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any(c.value.startswith("12 ranks: each category from its least to its most busy rank") for c in at.caption)
+    assert "#### Per step, the mean of the ranks" in [m.value for m in at.markdown]
     specs = [c.proto.spec for c in at.get("vega_lite_chart")]
     spread = next(s for s in specs if "each category over the ranks (steady state)" in s)
     assert "least to most, tick at the median" in spread and "busy time by category (overlapping)" not in "".join(specs)
+    from receipts.dashboards.charts import anatomy_by_step
+    from receipts.store import open_store
+
+    with open_store(db, read_only=True) as store:
+        rows = store.query("anatomy_rows", {"receipt_id": report["receipt_id"], "source_sha256": report["source"]["sha256"]})
+    drawn = anatomy_by_step(mean_over_ranks(rows), ranks_label="mean of 12 ranks").to_dict()["datasets"]
+    assert {r["rank_label"] for rows in drawn.values() for r in rows} == {"mean of 12 ranks"}  # one column, not 12
     # Under "busy time by category": the kernel and memory categories, not the parts of the step (idle is no work).
     from receipts.dashboards.charts import anatomy_spread
 
