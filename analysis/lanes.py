@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import polars as pl
 
+from receipts.analysis.listing import unsummarised
 from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor, noise_floor
 
 if TYPE_CHECKING:
@@ -39,11 +40,14 @@ def lane_of(receipt) -> Lane | None:
 
 
 def lane_runs(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, last: int | None = None) -> pl.DataFrame:
-    """Current runs of the lanes in run order (columns: sql/lane_runs.sql), one query for all of them."""
+    """Current runs of the lanes in run order (columns: sql/lane_runs.sql), one query for all of them (and one
+    for the receipts without a stored summary, whose medians it takes from their steps)."""
     lanes = list(dict.fromkeys(lanes))
     return store.query("lane_runs", {"hosts": [ln.host_lineage for ln in lanes],
                                      "presets": [ln.preset_family for ln in lanes],
-                                     "regimes": [ln.launch_regime for ln in lanes], "tag": tag, "last": last})
+                                     "regimes": [ln.launch_regime for ln in lanes], "tag": tag, "last": last,
+                                     "unsummarised": unsummarised(store)})
+
 
 
 def floors_from_runs(runs: pl.DataFrame, lanes: Iterable[Lane]) -> dict[Lane, NoiseFloor]:

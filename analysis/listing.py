@@ -25,13 +25,18 @@ def series_headline(provenance: dict[str, Any]) -> dict[str, Any]:
             "time_to_train_s": ttt_ms / 1000.0 if isinstance(ttt_ms, (int, float)) else None}
 
 
+def unsummarised(store: Store) -> list[str]:
+    """The ids of the receipts without a stored steady-state summary (stored before schema 6), which the lane
+    and list queries summarise from their steps: passed to them as a value (sql/lane_runs.sql says why)."""
+    return [r["id"] for r in store.query_rows("unsummarised_receipts")]
+
+
 def receipt_list(store: Store, *, include_superseded: bool = False, lane: str | None = None) -> list[dict[str, Any]]:
     """Newest first: sql/list_receipts.sql's columns, with `tags` (a list) for tags_json and the series
     headline (series_unit, time_to_train_s) for provenance_json. `include_superseded`: receipts replaced by a
     later ingest of the same run too; `lane`: only receipts whose host lineage, preset family or launch regime
     contains this text."""
-    unsummarised = [r["id"] for r in store.query_rows("unsummarised_receipts")]
-    rows = store.query_rows("list_receipts", {"all": include_superseded, "unsummarised": unsummarised})
+    rows = store.query_rows("list_receipts", {"all": include_superseded, "unsummarised": unsummarised(store)})
     for r in rows:
         r["tags"] = _decoded(r.pop("tags_json"))
         r.update(series_headline(_decoded(r.pop("provenance_json") or "{}")))

@@ -4,7 +4,8 @@
 --        without a summary, through steady_step_times).
 -- Params: $hosts, $presets, $regimes (VARCHAR[] or NULL = any), $tag (text or NULL), $since, $until
 --         (ISO date text or NULL; compared with run_at), $search (text or NULL: case-insensitive substring of
---         run name, id, hostname or a raw identity value).
+--         run name, id, hostname or a raw identity value); $unsummarised (VARCHAR[]: the receipts without a stored
+--         summary, analysis.listing.unsummarised; a value, not a subquery: see sql/lane_runs.sql).
 -- Columns: id, run_name, host_lineage, preset_family, launch_regime (canonical; null when missing),
 --          rumor (bool: identity incomplete), missing (text: the absent identity fields, '' when complete),
 --          lane (text: 'host · preset · regime', or 'rumor' for incomplete receipts),
@@ -33,7 +34,8 @@ WITH r AS (
     SELECT m.receipt_id, m.n_steady_steps, m.median_step_ms
     FROM receipt_summaries m SEMI JOIN picked p ON p.id = m.receipt_id
 ), t AS (
-    SELECT * FROM steady_step_times((SELECT list(id) FROM picked WHERE id NOT IN (SELECT receipt_id FROM summarised)))
+    SELECT * FROM steady_step_times(CAST($unsummarised AS VARCHAR[]))
+    WHERE receipt_id IN (SELECT id FROM picked) AND receipt_id NOT IN (SELECT receipt_id FROM summarised)
 ), m AS (
     SELECT * FROM summarised
     UNION ALL

@@ -4,7 +4,10 @@
 --        through steady_step_times).
 -- Params: $hosts, $presets, $regimes (VARCHAR[], parallel: lane i is (hosts[i], presets[i], regimes[i]),
 --         canonical identity values); $tag (text or NULL: only receipts carrying this lineage tag);
---         $last (integer or NULL: only each lane's most recent $last runs).
+--         $last (integer or NULL: only each lane's most recent $last runs); $unsummarised (VARCHAR[]: the receipts
+--         without a stored summary, sql/unsummarised_receipts.sql). A value, not a subquery here: over a
+--         subquery's list the postgres scanner could push no filter down and read every step row of the store
+--         (2.3 s of a 10,000-receipt store's history on PostgreSQL; 12 against 8 ms in DuckDB).
 -- Current: superseded_by IS NULL (a superseded receipt is an older copy of a run, never evidence).
 -- Columns: host_lineage, preset_family, launch_regime (the lane), receipt_id, run_name,
 --          run_date (timestamp, UTC: the run's own start from its log/header, else the ingest time),
@@ -32,7 +35,8 @@ WITH lanes AS (
     SELECT m.receipt_id, m.n_steady_steps AS n_steps, m.median_step_ms
     FROM receipt_summaries m SEMI JOIN picked p ON p.id = m.receipt_id
 ), t AS (
-    SELECT * FROM steady_step_times((SELECT list(id) FROM picked WHERE id NOT IN (SELECT receipt_id FROM summarised)))
+    SELECT * FROM steady_step_times(CAST($unsummarised AS VARCHAR[]))
+    WHERE receipt_id IN (SELECT id FROM picked) AND receipt_id NOT IN (SELECT receipt_id FROM summarised)
 ), m AS (
     SELECT * FROM summarised
     UNION ALL

@@ -185,3 +185,28 @@ def test_the_t_test_is_scipys_pooled_t_test(left, right, digits):
         expected = float(ttest_ind(a, b, equal_var=True).pvalue)
     expected = 0.0 if math.isnan(expected) else expected  # both sides constant: as before, as different as can be
     assert _ttest(a, b) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+
+
+def test_the_lane_view_reads_stored_medians_and_recomputes_the_same_without_them(noise_db, tmp_path):
+    # sql/dash_lanes.sql takes the receipts without a summary as a value (over a subquery the postgres scanner
+    # read every step row of the store): with some summaries deleted, the same medians from the steps.
+    import shutil
+
+    import duckdb
+
+    from receipts.analysis.listing import unsummarised
+    from receipts.store import open_store
+
+    params = {"hosts": None, "presets": None, "regimes": None, "tag": None, "since": None, "until": None,
+              "search": None}
+    bare = tmp_path / "bare.duckdb"
+    shutil.copy(noise_db, bare)
+    with duckdb.connect(str(bare)) as con:
+        con.execute("DELETE FROM receipt_summaries WHERE receipt_id IN (SELECT id FROM receipts WHERE run_name LIKE 'slow%')")
+    frames = []
+    for db in (noise_db, str(bare)):
+        with open_store(db, read_only=True) as store:
+            frames.append(store.query("dash_lanes", {**params, "unsummarised": unsummarised(store)})
+                          .select("id", "n_steady_steps", "median_step_ms").sort("id"))
+    assert len(ids := set(frames[0]["id"])) == 15 and ids == set(frames[1]["id"])
+    assert frames[0].equals(frames[1])

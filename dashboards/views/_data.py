@@ -30,6 +30,7 @@ class Data:
         self.url = url
         self._store: Store | None = open_store(url, read_only=True)
         self.version = self._store.version()
+        self._unsummarised: list[str] | None = None
 
     @property
     def store(self) -> Store:
@@ -43,6 +44,20 @@ class Data:
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         return _query(self.url, self.version, name, _key(params), self)
+
+    def lanes(self, **filters: Any) -> pl.DataFrame:
+        """sql/dash_lanes.sql under `filters` (hosts, presets, regimes, tag, since, until, search; None = any)."""
+        return self.query("dash_lanes", **{"hosts": None, "presets": None, "regimes": None, "tag": None, "since": None,
+                                           "until": None, "search": None, **filters}, unsummarised=self.unsummarised)
+
+    @property
+    def unsummarised(self) -> list[str]:
+        """Receipts without a stored summary, read once per script run (the lane queries take them as a value)."""
+        if self._unsummarised is None:
+            from receipts.analysis.listing import unsummarised
+
+            self._unsummarised = unsummarised(self.store)
+        return self._unsummarised
 
     def report(self, receipt_id: str) -> dict[str, Any]:
         return _report(self.url, self.version, receipt_id, self)

@@ -13,8 +13,7 @@ from receipts.dashboards.views._data import Data
 
 def render(data: Data) -> None:
     st.header("Lane history")
-    everything = data.query("dash_lanes", hosts=None, presets=None, regimes=None, tag=None, since=None, until=None,
-                            search=None)
+    everything = data.lanes()
     lanes = lane_summary(everything).filter(~pl.col("rumor"))
     if lanes.height == 0:
         st.info("No complete lane yet: rumors (incomplete identity) have no history.")

@@ -74,7 +74,7 @@ def render(data: Data) -> None:
     st.header("Lanes")
     st.caption("A lane is every receipt sharing one identity: host lineage · preset family · launch regime. "
                "A receipt missing any of the three is a **rumor**: listed, never compared.")
-    frame = data.query("dash_lanes", **_filters(data))
+    frame = data.lanes(**_filters(data))
     lanes = lane_summary(frame)
     n_rumors = int(frame["rumor"].sum()) if frame.height else 0
     c = st.columns(3)

@@ -14,8 +14,7 @@ GIB = float(1 << 30)
 def pick_receipt(data: Data, label: str, param: str, default_index: int = 0, *, lane_of: str | None = None) -> str | None:
     """A receipt picker whose choice lives in the URL (?param=id) so every page can be linked.
     `lane_of`: offer only the receipts of that receipt's lane (itself left out), as a comparison needs."""
-    rows = data.query("dash_lanes", hosts=None, presets=None, regimes=None, tag=None, since=None, until=None,
-                      search=None).select("id", "run_name", "rumor", "lane")
+    rows = data.lanes().select("id", "run_name", "rumor", "lane")
     if lane_of is not None:
         lane = rows.filter(pl.col("id") == lane_of)["lane"]
         same = rows.filter((pl.col("lane") == lane[0]) & (pl.col("id") != lane_of) & ~pl.col("rumor")) if lane.len() else rows
