@@ -210,3 +210,33 @@ def test_the_lane_view_reads_stored_medians_and_recomputes_the_same_without_them
                           .select("id", "n_steady_steps", "median_step_ms").sort("id"))
     assert len(ids := set(frames[0]["id"])) == 15 and ids == set(frames[1]["id"])
     assert frames[0].equals(frames[1])
+
+
+def test_the_dashboard_lane_history_reads_stored_summaries_and_recomputes_the_same(noise_db, tmp_path):
+    # sql/lane_history.sql: median, p10 and p90 from the stored summaries (numpy's linear percentiles), from the
+    # steps (quantile_cont) for a receipt without one; over a subquery it read every step row on PostgreSQL.
+    import shutil
+
+    import duckdb
+    import polars as pl
+
+    from receipts.analysis.listing import unsummarised
+    from receipts.store import open_store
+
+    lane = {"host_lineage": "h100-device-x1", "preset_family": "toy_fsdp2_v1", "launch_regime": "fsdp2/no-compile"}
+    bare = tmp_path / "bare.duckdb"
+    shutil.copy(noise_db, bare)
+    with duckdb.connect(str(bare)) as con:
+        con.execute("DELETE FROM receipt_summaries")
+    frames = []
+    for db in (noise_db, str(bare)):
+        with open_store(db, read_only=True) as store:
+            frames.append(store.query("lane_history", {**lane, "unsummarised": unsummarised(store)}))
+    stored, recomputed = frames
+    assert stored.height == 15 and stored["receipt_id"].to_list() == recomputed["receipt_id"].to_list()
+    assert stored["n_steps"].to_list() == recomputed["n_steps"].to_list()
+    for column in ("median_step_ms", "p10_step_ms", "p90_step_ms"):
+        assert stored[column].is_not_null().all()
+        assert ((stored[column] - recomputed[column]).abs() <= 1e-9 * recomputed[column].abs()).all(), column
+    assert stored.drop("median_step_ms", "p10_step_ms", "p90_step_ms").equals(
+        recomputed.drop("median_step_ms", "p10_step_ms", "p90_step_ms")) and isinstance(stored, pl.DataFrame)

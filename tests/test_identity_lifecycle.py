@@ -313,7 +313,7 @@ def test_lanes_and_lane_history_leave_superseded_receipts_out(tmp_path, db):
         lanes = store.query("dash_lanes", {"hosts": None, "presets": None, "regimes": None, "tag": None,
                                            "since": None, "until": None, "search": None, "unsummarised": []})
         history = store.query("lane_history", {"host_lineage": "h200-device-x1", "preset_family": "toy_fsdp2_v1",
-                                               "launch_regime": "fsdp2/no-compile"})
+                                               "launch_regime": "fsdp2/no-compile", "unsummarised": []})
         assert lanes.height == 1 and history.height == 1 and lanes["n_steady_steps"][0] == 17
 
 

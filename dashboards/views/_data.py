@@ -109,7 +109,8 @@ def _history(url: str, version: str, lane: tuple[str, str, str], _data: Data) ->
     from receipts.analysis.history import read_history
     from receipts.analysis.lanes import Lane
 
-    history = _data.store.query("lane_history", dict(zip(("host_lineage", "preset_family", "launch_regime"), lane)))
+    history = _data.store.query("lane_history", {**dict(zip(("host_lineage", "preset_family", "launch_regime"), lane)),
+                                                 "unsummarised": _data.unsummarised})
     h = read_history(_data.store, Lane(*lane))
     marks = pl.DataFrame([{"receipt_id": r.id, "ci_low": r.ci_low, "ci_high": r.ci_high, "z": r.z,
                            "change_point": r.change_point, "change_pct": r.change_pct, "change_pvalue": r.change_pvalue,
