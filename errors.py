@@ -55,12 +55,15 @@ class UnsupportedVersion(ReceiptsError):
 class ReceiptNotFound(ReceiptsError):
     ref: str
     candidates: tuple[str, ...] = ()
+    close: tuple[str, ...] = ()  # run names spelled like `ref` (a typo's likely meaning)
 
     def __str__(self) -> str:
         if self.candidates:
             shown = ", ".join(self.candidates[:5])
             return f"receipt reference {self.ref!r} is ambiguous: it matches {shown}"
-        return f"no receipt matches {self.ref!r} (use an id, a unique id prefix, or a run name; see `receipts list`)"
+        guess = f"; did you mean {' or '.join(repr(c) for c in self.close)}?" if self.close else ""
+        return (f"no receipt matches {self.ref!r}{guess} (use an id, a unique id prefix, or a run name; see "
+                "`receipts list`)")
 
 
 @dataclass

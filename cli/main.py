@@ -77,6 +77,17 @@ class LazyGroup(TyperGroup):
             self._load(COMMANDS[cmd_name][0])
         return self.commands.get(cmd_name)
 
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """As typer's, and a mistyped command is answered with the commands spelled like it."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib  # the error path only: start-up stays as it was
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=2, cutoff=0.7)
+            if close:
+                ctx.fail(f"No such command {name!r}; did you mean {' or '.join(repr(c) for c in close)}?")
+        return super().resolve_command(ctx, args)
+
     def _load_unlisted(self) -> None:
         listed = {module for module, _ in COMMANDS.values()}
         for module in COMMAND_MODULES:

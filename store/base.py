@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -289,8 +289,16 @@ class Store(ABC):
         rows = [(r["id"], r["run_name"], r["match"], r["superseded_by"]) for r in found.iter_rows(named=True)]
         answer = _pick(ref, rows)
         if isinstance(answer, ReceiptNotFound):
-            raise answer
+            raise answer if answer.candidates else replace(answer, close=self._spelled_like(ref))
         return answer
+
+    def _spelled_like(self, ref: str) -> tuple[str, ...]:
+        """Current run names close to `ref` (difflib's ratio >= 0.8), closest first: read only when a reference
+        matched nothing."""
+        import difflib
+
+        names = [r["run_name"] for r in self.query_rows("current_run_names")]
+        return tuple(difflib.get_close_matches(ref, names, n=3, cutoff=0.8))
 
     def resolve_many(self, refs: list[str], *, current_only: bool = False) -> dict[str, str | ReceiptNotFound]:
         """Resolve many references with one read; each maps to an id or the ReceiptNotFound it would raise.

@@ -131,7 +131,15 @@ def test_unknown_reference_is_an_input_error(tmp_path, db):
     a = write_native_log(tmp_path / "run_a.log", _steps(30, 200, 15))
     cli(db, "ingest", str(a))
     result = cli(db, "show", "nope")
-    assert result.exit_code == 2 and "no receipt matches 'nope'" in result.stderr
+    assert result.exit_code == 2 and "no receipt matches 'nope' (use an id" in result.stderr  # nothing close
+    typo = cli(db, "compare", "run_a", "rn_a")
+    assert typo.exit_code == 2 and "no receipt matches 'rn_a'; did you mean 'run_a'?" in typo.stderr
+
+
+def test_a_mistyped_command_is_answered_with_the_ones_spelled_like_it(db):
+    result = cli(db, "histroy", "x")
+    assert result.exit_code == 2 and "No such command 'histroy'; did you mean 'history'?" in result.stderr
+    assert "did you mean" not in cli(db, "frobnicate").stderr
 
 
 def _store_bytes(db: str) -> list:
