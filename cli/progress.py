@@ -42,19 +42,48 @@ def _cut(max_width: int | None = None) -> Column:
     return Column(no_wrap=True, overflow="ellipsis", max_width=max_width)
 
 
-class IngestProgress:
-    """Use as a context manager around the ingest loop and call `done(path)` after each outcome."""
+class _DelayedBar:
+    """A rich bar on `console` when it is a terminal, drawn only once `delay_s` has passed (`_show` sets it up and
+    starts the clock), removed on exit."""
 
-    def __init__(self, paths: list[Path], console: Console, *, recursive: bool = False, delay_s: float = DELAY_S):
+    def __init__(self, console: Console, delay_s: float) -> None:
         self.enabled = console.is_terminal
         self._console = console
         self._delay_s = delay_s
-        self._sizes: dict[str, int] = {}
-        self._order: list[str] = []
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         self._timer: threading.Timer | None = None
         self._started = False
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def _show(self, progress: Progress, task: TaskID) -> None:
+        self._progress, self._task = progress, task
+        self._timer = threading.Timer(self._delay_s, self._start)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _start(self) -> None:
+        if self._progress is not None and not self._started:
+            self._started = True
+            self._progress.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._progress is not None and self._started:
+            self._progress.stop()
+
+
+class IngestProgress(_DelayedBar):
+    """Use as a context manager around the ingest loop and call `done(path)` after each outcome."""
+
+    def __init__(self, paths: list[Path], console: Console, *, recursive: bool = False, delay_s: float = DELAY_S):
+        super().__init__(console, delay_s)
+        self._sizes: dict[str, int] = {}
+        self._order: list[str] = []
         self._files_done = 0
         self._bytes_done = 0     # bytes of the files done
         self._lines = 0          # lines read of the file in progress
@@ -64,10 +93,6 @@ class IngestProgress:
                 self._order.append(key)
                 self._sizes[key] = 0 if isinstance(target, IngestFailure) else target_bytes(Path(key))
 
-    @property
-    def started(self) -> bool:
-        return self._started
-
     def __enter__(self) -> IngestProgress:
         if not self.enabled or not self._order:
             return self
@@ -75,7 +100,7 @@ class IngestProgress:
         # bar, before any column wraps (rich wrapped `MiB` onto a line of its own in 80 columns).
         room = self._console.width - _FIXED_WIDTH
         bar = min(max(room // 3, 10), 40)
-        self._progress = Progress(
+        progress = Progress(
             SpinnerColumn(), TextColumn("[bold]{task.description}", table_column=_cut(max(room - bar, 10))),
             BarColumn(bar_width=bar), DownloadColumn(binary_units=True, table_column=_cut()),
             TextColumn("{task.fields[files]}", table_column=_cut()), TimeElapsedColumn(table_column=_cut()),
@@ -83,17 +108,9 @@ class IngestProgress:
         # One unit more than the bytes per file: the file's last step (window, summary, the store's write) runs
         # after its last byte is read, and a task at its total is finished (rich then freezes the elapsed time
         # and blanks the spinner: a 4M-line ingest looked hung for its last 4 of 9 s).
-        self._task = self._progress.add_task(self._label(0), total=sum(self._sizes.values()) + len(self._order),
-                                             files=self._files_text())
-        self._timer = threading.Timer(self._delay_s, self._start)
-        self._timer.daemon = True
-        self._timer.start()
+        self._show(progress, progress.add_task(self._label(0), total=sum(self._sizes.values()) + len(self._order),
+                                               files=self._files_text()))
         return self
-
-    def _start(self) -> None:
-        if self._progress is not None and not self._started:
-            self._started = True
-            self._progress.start()
 
     def _label(self, index: int, *, read: bool = False) -> str:
         if index >= len(self._order):
@@ -125,47 +142,22 @@ class IngestProgress:
         self._progress.update(self._task, completed=self._bytes_done + self._files_done, files=self._files_text(),
                               description=self._label(self._files_done))
 
-    def __exit__(self, *exc: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._progress is not None and self._started:
-            self._progress.stop()
 
-
-class CountProgress:
+class CountProgress(_DelayedBar):
     """A bar of things done of a total (`receipts push`: receipts), by the same rules as the ingest's: on stderr,
     only on a terminal, only past a delay. Call it with (done, total)."""
 
     def __init__(self, what: str, console: Console, *, delay_s: float = DELAY_S):
-        self.enabled = console.is_terminal
-        self._what, self._console, self._delay_s = what, console, delay_s
-        self._progress: Progress | None = None
-        self._task: TaskID | None = None
-        self._timer: threading.Timer | None = None
-        self._started = False
+        super().__init__(console, delay_s)
+        self._what = what
 
     def __enter__(self) -> CountProgress:
         if self.enabled:
-            self._progress = Progress(SpinnerColumn(), TextColumn(f"[bold]{self._what}"), BarColumn(),
-                                      MofNCompleteColumn(), TimeElapsedColumn(), console=self._console,
-                                      transient=True, refresh_per_second=8)
-            self._task = self._progress.add_task(self._what, total=None)
-            self._timer = threading.Timer(self._delay_s, self._start)
-            self._timer.daemon = True
-            self._timer.start()
+            progress = Progress(SpinnerColumn(), TextColumn(f"[bold]{self._what}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=self._console, transient=True, refresh_per_second=8)
+            self._show(progress, progress.add_task(self._what, total=None))
         return self
-
-    def _start(self) -> None:
-        if self._progress is not None and not self._started:
-            self._started = True
-            self._progress.start()
 
     def __call__(self, done: int, total: int) -> None:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._progress is not None and self._started:
-            self._progress.stop()

@@ -153,18 +153,10 @@ def test_show_prints_the_lanes_noise_floor(noise_db):
 def test_history_reads_the_stored_intervals_and_recomputes_the_same_without_them(noise_db, tmp_path):
     # Each run's interval comes from its summary stored at ingest (reading and bootstrapping every run's series
     # again took 1.1 s over a lane of 278 runs); a store without them (before schema 6) gives the same history.
-    import shutil
-
-    import duckdb
-
     code, stored = cli_json(noise_db, "history", "aa_03")
     assert code == 0
-    bare = tmp_path / "bare.duckdb"
-    shutil.copy(noise_db, bare)
-    with duckdb.connect(str(bare)) as con:
-        con.execute("DELETE FROM receipt_summaries WHERE receipt_id IN (SELECT id FROM receipts WHERE run_name LIKE 'aa_0%')")
-        assert con.execute("SELECT count(*) FROM receipt_summaries").fetchone()[0] > 0  # a mix of both paths
-    code, recomputed = cli_json(str(bare), "history", "aa_03")
+    bare = _without_summaries(noise_db, tmp_path, "aa_0%")  # a mix of both paths
+    code, recomputed = cli_json(bare, "history", "aa_03")
     assert code == 0 and recomputed == stored
     assert all(r["ci_low"] is not None and r["block_length"] for r in stored["runs"])
 
@@ -190,24 +182,10 @@ def test_the_t_test_is_scipys_pooled_t_test(left, right, digits):
 def test_the_lane_view_reads_stored_medians_and_recomputes_the_same_without_them(noise_db, tmp_path):
     # sql/dash_lanes.sql takes the receipts without a summary as a value (over a subquery the postgres scanner
     # read every step row of the store): with some summaries deleted, the same medians from the steps.
-    import shutil
-
-    import duckdb
-
-    from receipts.analysis.listing import unsummarised
-    from receipts.store import open_store
-
     params = {"hosts": None, "presets": None, "regimes": None, "tag": None, "since": None, "until": None,
               "search": None}
-    bare = tmp_path / "bare.duckdb"
-    shutil.copy(noise_db, bare)
-    with duckdb.connect(str(bare)) as con:
-        con.execute("DELETE FROM receipt_summaries WHERE receipt_id IN (SELECT id FROM receipts WHERE run_name LIKE 'slow%')")
-    frames = []
-    for db in (noise_db, str(bare)):
-        with open_store(db, read_only=True) as store:
-            frames.append(store.query("dash_lanes", {**params, "unsummarised": unsummarised(store)})
-                          .select("id", "n_steady_steps", "median_step_ms").sort("id"))
+    frames = [f.select("id", "n_steady_steps", "median_step_ms").sort("id") for f in
+              _both(noise_db, _without_summaries(noise_db, tmp_path, "slow%"), "dash_lanes", params)]
     assert len(ids := set(frames[0]["id"])) == 15 and ids == set(frames[1]["id"])
     assert frames[0].equals(frames[1])
 
@@ -215,23 +193,8 @@ def test_the_lane_view_reads_stored_medians_and_recomputes_the_same_without_them
 def test_the_dashboard_lane_history_reads_stored_summaries_and_recomputes_the_same(noise_db, tmp_path):
     # sql/lane_history.sql: median, p10 and p90 from the stored summaries (numpy's linear percentiles), from the
     # steps (quantile_cont) for a receipt without one; over a subquery it read every step row on PostgreSQL.
-    import shutil
-
-    import duckdb
-    import polars as pl
-
-    from receipts.analysis.listing import unsummarised
-    from receipts.store import open_store
-
     lane = {"host_lineage": "h100-device-x1", "preset_family": "toy_fsdp2_v1", "launch_regime": "fsdp2/no-compile"}
-    bare = tmp_path / "bare.duckdb"
-    shutil.copy(noise_db, bare)
-    with duckdb.connect(str(bare)) as con:
-        con.execute("DELETE FROM receipt_summaries")
-    frames = []
-    for db in (noise_db, str(bare)):
-        with open_store(db, read_only=True) as store:
-            frames.append(store.query("lane_history", {**lane, "unsummarised": unsummarised(store)}))
+    frames = _both(noise_db, _without_summaries(noise_db, tmp_path, "%"), "lane_history", lane)
     stored, recomputed = frames
     assert stored.height == 15 and stored["receipt_id"].to_list() == recomputed["receipt_id"].to_list()
     assert stored["n_steps"].to_list() == recomputed["n_steps"].to_list()
@@ -239,4 +202,31 @@ def test_the_dashboard_lane_history_reads_stored_summaries_and_recomputes_the_sa
         assert stored[column].is_not_null().all()
         assert ((stored[column] - recomputed[column]).abs() <= 1e-9 * recomputed[column].abs()).all(), column
     assert stored.drop("median_step_ms", "p10_step_ms", "p90_step_ms").equals(
-        recomputed.drop("median_step_ms", "p10_step_ms", "p90_step_ms")) and isinstance(stored, pl.DataFrame)
+        recomputed.drop("median_step_ms", "p10_step_ms", "p90_step_ms"))
+
+
+def _without_summaries(noise_db: str, tmp_path: Path, runs_like: str) -> str:
+    """A copy of the store whose receipts named LIKE `runs_like` have no stored summary (as before schema 6)."""
+    import shutil
+
+    import duckdb
+
+    bare = tmp_path / "bare.duckdb"
+    shutil.copy(noise_db, bare)
+    with duckdb.connect(str(bare)) as con:
+        con.execute("DELETE FROM receipt_summaries WHERE receipt_id IN (SELECT id FROM receipts WHERE run_name LIKE ?)",
+                    [runs_like])
+    return str(bare)
+
+
+def _both(with_summaries: str, without: str, query: str, params: dict) -> list:
+    """sql/<query> on each store, given the receipts each lacks a summary for."""
+    from receipts.analysis.listing import unsummarised
+    from receipts.store import open_store
+
+    frames = []
+    for db in (with_summaries, without):
+        with open_store(db, read_only=True) as store:
+            frames.append(store.query(query, {**params, "unsummarised": unsummarised(store)}))
+    return frames
+

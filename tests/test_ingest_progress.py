@@ -109,3 +109,19 @@ def test_duckdb_draws_no_progress_bar_of_its_own():
     from receipts import duck
 
     assert duck.connect().execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
+
+
+def test_a_count_bar_says_done_of_total():
+    # `receipts push`: receipts copied of the source's, by the ingest bar's rules (terminal only, past a delay)
+    from receipts.cli.progress import CountProgress
+
+    console, out = _terminal()
+    with CountProgress("pushing receipts", console, delay_s=0.0) as progress:
+        progress(3, 10)
+        time.sleep(0.3)
+        assert progress.started
+    assert "pushing receipts" in out.getvalue() and "3/10" in out.getvalue()
+    quiet = Console(file=io.StringIO(), force_terminal=False)
+    with CountProgress("pushing receipts", quiet, delay_s=0.0) as progress:
+        progress(3, 10)
+    assert not progress.enabled and quiet.file.getvalue() == ""
