@@ -46,6 +46,16 @@ class AnatomyReport:
     kernels: list[dict[str, Any]]    # sql/anatomy_kernels.sql: the top kernels of each category, steady steps
     across_ranks: list[dict[str, Any]]  # across_ranks(window): per phase and category, the spread over ranks
 
+    @property
+    def ranks(self) -> int:
+        """The ranks the window holds (a process that launched no GPU work has none)."""
+        return len({r["rank"] for r in self.window if r["rank"] is not None})
+
+    @property
+    def many_ranks(self) -> bool:
+        """Past MANY_RANKS: shown as each category over the ranks, not rank by rank."""
+        return self.ranks > MANY_RANKS
+
 
 def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None = None,
                    top_kernels: int = 10) -> AnatomyReport:

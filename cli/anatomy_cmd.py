@@ -38,9 +38,8 @@ def anatomy(
         raise UsageError(f"--by must be category, rank, step, nvtx or kernel (got {by!r})")
     with settings(ctx).read_store() as store:
         report = anatomy_report(store, store.resolve(ref), source_sha256=source, top_kernels=top)
-    ranks = len({r["rank"] for r in report.window if r["rank"] is not None})
     if by is None:
-        by = "category" if ranks > MANY_RANKS else "rank"
+        by = "category" if report.many_ranks else "rank"
     if as_json:
         print_json(report)
         return
@@ -76,7 +75,7 @@ def anatomy(
         return
     if by == "category":
         for phase in dict.fromkeys(r["phase"] for r in report.across_ranks):
-            table = Table(title=f"{phase}: ms per step over {ranks} ranks (--by rank: each rank)")
+            table = Table(title=f"{phase}: ms per step over {report.ranks} ranks (--by rank: each rank)")
             for c in ("category", "ranks", "median", "min (rank)", "max (rank)", "spread %"):
                 table.add_column(c, overflow="fold")
             for r in (r for r in report.across_ranks if r["phase"] == phase):

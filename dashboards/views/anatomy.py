@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 import streamlit as st
 
-from receipts.analysis.anatomy import MANY_RANKS, mean_over_ranks
+from receipts.analysis.anatomy import mean_over_ranks
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
 
@@ -48,10 +48,9 @@ def render(data: Data) -> None:
                "under compute, exposed communication, memory work under neither, idle. The busy time of each kernel "
                "category is shown apart and not stacked: categories overlap (communication runs under compute).")
 
-    ranks = window["rank"].drop_nulls().n_unique()
-    if ranks > MANY_RANKS:  # a chart per rank is unreadable past a node's ranks: their mean, per step
+    if rep.many_ranks:  # a chart per rank is unreadable past a node's ranks: their mean, per step
         st.markdown("#### Per step, the mean of the ranks")
-        st.altair_chart(charts.anatomy_by_step(mean_over_ranks(rows), ranks_label=f"mean of {ranks} ranks"))
+        st.altair_chart(charts.anatomy_by_step(mean_over_ranks(rows), ranks_label=f"mean of {rep.ranks} ranks"))
     else:
         st.markdown("#### Per step and rank")
         st.altair_chart(charts.anatomy_by_step(rows))
@@ -59,9 +58,9 @@ def render(data: Data) -> None:
     steady = window.filter(pl.col("phase").is_in(["steady", "window"]))
     st.altair_chart(charts.anatomy_by_rank(steady))
     st.markdown("#### Busy time by category, steady state (overlapping, not additive)")
-    if ranks > MANY_RANKS:  # a bar per rank and category is unreadable past a node's ranks: their spread instead
+    if rep.many_ranks:  # a bar per rank and category is unreadable past a node's ranks: their spread instead
         st.altair_chart(charts.anatomy_spread(pl.DataFrame(rep.across_ranks)))
-        st.caption(f"{ranks} ranks: each category from its least to its most busy rank, the median ticked; "
+        st.caption(f"{rep.ranks} ranks: each category from its least to its most busy rank, the median ticked; "
                    "`receipts anatomy RUN --by category` prints the ranks at each end.")
     else:
         st.altair_chart(charts.anatomy_categories(steady))
