@@ -2,8 +2,8 @@
 interval, its z-score against the lane's noise floor, and whether a change point starts there.
 
 `history` is pure (the lane's run rows and each run's interval in, a LaneHistory out); `read_history` reads
-them through sql/lane_runs.sql and the stored summaries (the step series only for a run without one); `resolve_lane` turns what a user typed
-(a receipt reference, or a lane written 'HOST PRESET REGIME') into a Lane.
+them through sql/lane_runs.sql and the stored summaries (the step series only for a run without one);
+`resolve_lane` turns what a user typed (a receipt reference, or a lane written 'HOST PRESET REGIME') into a Lane.
 
 Run order: the run's own start time from its log or RECEIPT header (receipts.started_at) when it has
 one, else the time it was ingested; each run says which (run_date_source 'header' | 'ingest').
@@ -110,8 +110,7 @@ def steady_intervals(store: "Store", ids: list[str]) -> dict[str, RunInterval | 
     """Each receipt's moving-block bootstrap interval of its steady median: the one stored with its summary at
     ingest, else computed from its steady step times (a receipt stored before summaries, or under an older rule).
     Over a lane of 278 runs the series took 1.1 s to read and bootstrap again."""
-    stored = {r["receipt_id"]: s for r in store.query("receipt_summaries_many", {"ids": ids}).iter_rows(named=True)
-              if (s := summary.parse(r["summary_json"])) is not None} if ids else {}
+    stored = summary.stored_many(store, ids)
     out = {rid: summary.parts(s, "step_ms")[1] for rid, s in stored.items()}
     need = [i for i in ids if i not in stored]
     if need:

@@ -49,7 +49,6 @@ def lane_runs(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, 
                                      "unsummarised": unsummarised(store)})
 
 
-
 def floors_from_runs(runs: pl.DataFrame, lanes: Iterable[Lane]) -> dict[Lane, NoiseFloor]:
     """The noise floor of each lane from lane_runs rows (a lane without rows gets the default floor)."""
     by_lane: dict[Lane, list[tuple[str, float]]] = {lane: [] for lane in lanes}

@@ -72,8 +72,7 @@ def load_many(store: "Store", receipt_ids: list[str], *, series: bool = True) ->
     ids = list(dict.fromkeys(receipt_ids))
     rows = store.query("receipts_many", {"ids": ids})
     env_rows = store.query("receipt_env_many", {"ids": ids})
-    stored = {r["receipt_id"]: s for r in store.query("receipt_summaries_many", {"ids": ids}).iter_rows(named=True)
-              if (s := summary.parse(r["summary_json"])) is not None}
+    stored = summary.stored_many(store, ids)
     need = ids if series else [i for i in ids if i not in stored]
     steps = store.query("steady_steps_many", {"ids": need}) if need else pl.DataFrame(
         schema={"receipt_id": pl.Utf8, "step": pl.Int64, "step_ms": pl.Float64, "tokens_per_s": pl.Float64})

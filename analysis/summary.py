@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from receipts.analysis.stats import RunInterval, Summary, median_interval, summarize
 from receipts.schema.model import Steps, one_row_per_step
+
+if TYPE_CHECKING:
+    from receipts.store import Store
 
 # Bump when the window rule, the series definition or the statistics change: stored summaries under an older
 # rule are then recomputed from the series on read (and `receipts db upgrade` records the new rule).
@@ -74,6 +77,15 @@ def summarise(step_ms: np.ndarray, tokens_per_s: np.ndarray) -> dict[str, Any]:
 def _one(x: np.ndarray) -> dict[str, Any]:
     s, i = summarize(x), median_interval(x)
     return {"summary": asdict(s) if s else None, "interval": asdict(i) if i else None}
+
+
+def stored_many(store: "Store", ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The summaries stored for `ids` under this build's RULE, by receipt id (a receipt without one, or with one
+    made under another rule, is left out: its caller summarises it from its series)."""
+    if not ids:
+        return {}
+    return {r["receipt_id"]: s for r in store.query("receipt_summaries_many", {"ids": ids}).iter_rows(named=True)
+            if (s := parse(r["summary_json"])) is not None}
 
 
 def parse(text: str | None) -> dict[str, Any] | None:
