@@ -82,11 +82,9 @@ def push(source: Store, target: Store, progress: Callable[[int, int], None] | No
     to_copy = [rid for rid, sha in local.iter_rows() if sha not in present]
     batches = iter(_batches(source, to_copy))
     payloads: dict[str, _Payload] = {}
-    done = 0
-    for receipt_id, content_sha256 in local.iter_rows():
+    for done, (receipt_id, content_sha256) in enumerate(local.iter_rows()):
         if progress is not None:
             progress(done, local.height)
-        done += 1
         if content_sha256 not in present:
             if receipt_id not in payloads:
                 payloads = _payloads(source, next(batches))
@@ -157,6 +155,7 @@ def _copy_facts(source: Store, target: Store, receipt_id: str, fact_sources: lis
 
 # What one receipt carries to another store: its small tables' rows, its bulk tables' frames, the ids it superseded.
 _Payload = tuple[dict[str, list[dict[str, Any]]], dict[str, pl.DataFrame], tuple[str, ...]]
+_PAYLOAD_TABLES = (*RECEIPT_TABLES, "anatomy_sources", *ANATOMY_TABLES)  # keyed by receipt_id, beside `receipts`
 BATCH_RECEIPTS = 256
 BATCH_STEP_ROWS = 1 << 20  # a batch's step rows: a 10M-step receipt is a batch of its own
 
@@ -182,10 +181,9 @@ def _batches(source: Store, receipt_ids: list[str]) -> Iterator[list[str]]:
 def _payloads(source: Store, batch: list[str]) -> dict[str, _Payload]:
     """Each receipt of `batch` as _copy_receipt writes it, read a query per table for the whole batch."""
     params = {"ids": batch}
-    frames = {"receipts": _select(source, "receipts", "list_contains($ids, id)", params).rename({"id": "receipt_id"})}
-    for table in (*RECEIPT_TABLES, "anatomy_sources", *ANATOMY_TABLES):
-        frames[table] = _select(source, table, "list_contains($ids, receipt_id)", params)
-    parts = {table: frame.partition_by("receipt_id", as_dict=True, maintain_order=True)
+    key = {table: "id" if table == "receipts" else "receipt_id" for table in ("receipts", *_PAYLOAD_TABLES)}
+    frames = {table: _select(source, table, f"list_contains($ids, {column})", params) for table, column in key.items()}
+    parts = {table: frame.partition_by(key[table], as_dict=True, maintain_order=True)
              for table, frame in frames.items()}
     superseded: dict[str, list[str]] = {}
     for rid, by in source.sql("SELECT id, superseded_by FROM receipts WHERE list_contains($ids, superseded_by) "
@@ -197,9 +195,9 @@ def _payloads(source: Store, batch: list[str]) -> dict[str, _Payload]:
 
     out: dict[str, _Payload] = {}
     for rid in batch:
-        small = {"receipts": _rows(own("receipts", rid).rename({"receipt_id": "id"}))}
+        small = {"receipts": _rows(own("receipts", rid))}
         bulk: dict[str, pl.DataFrame] = {}
-        for table in (*RECEIPT_TABLES, "anatomy_sources", *ANATOMY_TABLES):
+        for table in _PAYLOAD_TABLES:
             if table in BULK_TABLES:
                 bulk[table] = own(table, rid)
             else:
