@@ -6,8 +6,9 @@ removed when the step ends, or fails: but a process killed outright (SIGKILL, th
 no cleanup, and a 10M-step log left ~100 MB behind, an unpacked export gigabytes. So each folder's name carries
 its owner, host and pid (`receipts-steps-gpu07-41233-k2j9x1`), and a process's first one in a folder first
 removes those of this host whose process is gone (once: an orphan is left by a process that died before this one
-looked, and a batch of a thousand logs need not list the temp dir a thousand times). A folder of another host (a temp dir shared by containers, whose pids are not ours to
-judge) or of a live process is left alone, as is anything not named this way.
+looked, and a batch of a thousand logs need not list the temp dir a thousand times). A folder of another host (a
+temp dir shared by containers, whose pids are not ours to judge) or of a live process is left alone, as is
+anything not named this way. A write refused for want of space there is said as such (errors.ScratchFull).
 """
 
 from __future__ import annotations

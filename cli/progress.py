@@ -4,14 +4,16 @@
 Parsers return data and never print; the pipeline yields one outcome per file as soon as it is stored. This
 bar follows those outcomes: bytes and files done of the batch, the file in progress, time elapsed; within a
 training log it follows the parser's reading too (`read`, the pipeline's progress callback: bytes and lines
-of the log so far), and within an nsys export the rows of its large tables streamed (as bytes of the file). A batch that ends within the delay never draws it, so quick ingests and scripts (stderr
-not a terminal) see no change.
+of the log so far), within an nsys export the rows of its large tables streamed, and within a profile of many
+files the files read (both as bytes of the file). A batch that ends within the delay never draws it, so quick
+ingests and scripts (stderr not a terminal) see no change.
 """
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID,
@@ -59,8 +61,10 @@ class _DelayedBar:
     def started(self) -> bool:
         return self._started
 
-    def _show(self, progress: Progress, task: TaskID) -> None:
-        self._progress, self._task = progress, task
+    def _show(self, columns: tuple, description: str, **task: Any) -> None:
+        """The bar of `columns` (transient: gone when done), its one task, and the clock before it is drawn."""
+        self._progress = Progress(*columns, console=self._console, transient=True, refresh_per_second=8)
+        self._task = self._progress.add_task(description, **task)
         self._timer = threading.Timer(self._delay_s, self._start)
         self._timer.daemon = True
         self._timer.start()
@@ -100,16 +104,14 @@ class IngestProgress(_DelayedBar):
         # bar, before any column wraps (rich wrapped `MiB` onto a line of its own in 80 columns).
         room = self._console.width - _FIXED_WIDTH
         bar = min(max(room // 3, 10), 40)
-        progress = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.description}", table_column=_cut(max(room - bar, 10))),
-            BarColumn(bar_width=bar), DownloadColumn(binary_units=True, table_column=_cut()),
-            TextColumn("{task.fields[files]}", table_column=_cut()), TimeElapsedColumn(table_column=_cut()),
-            console=self._console, transient=True, refresh_per_second=8)
+        columns = (SpinnerColumn(), TextColumn("[bold]{task.description}", table_column=_cut(max(room - bar, 10))),
+                   BarColumn(bar_width=bar), DownloadColumn(binary_units=True, table_column=_cut()),
+                   TextColumn("{task.fields[files]}", table_column=_cut()), TimeElapsedColumn(table_column=_cut()))
         # One unit more than the bytes per file: the file's last step (window, summary, the store's write) runs
         # after its last byte is read, and a task at its total is finished (rich then freezes the elapsed time
         # and blanks the spinner: a 4M-line ingest looked hung for its last 4 of 9 s).
-        self._show(progress, progress.add_task(self._label(0), total=sum(self._sizes.values()) + len(self._order),
-                                               files=self._files_text()))
+        self._show(columns, self._label(0), total=sum(self._sizes.values()) + len(self._order),
+                   files=self._files_text())
         return self
 
     def _label(self, index: int, *, read: bool = False) -> str:
@@ -153,9 +155,8 @@ class CountProgress(_DelayedBar):
 
     def __enter__(self) -> CountProgress:
         if self.enabled:
-            progress = Progress(SpinnerColumn(), TextColumn(f"[bold]{self._what}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), console=self._console, transient=True, refresh_per_second=8)
-            self._show(progress, progress.add_task(self._what, total=None))
+            self._show((SpinnerColumn(), TextColumn(f"[bold]{self._what}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn()), self._what, total=None)
         return self
 
     def __call__(self, done: int, total: int) -> None:
