@@ -28,7 +28,7 @@ from receipts.ingest import sniff, sysinfo
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.rank_map import RankMap
 from receipts.ingest.sanity import checked_anatomy, checked_run
-from receipts.ingest.textlog import ReadProgress, log_sha256, read_log
+from receipts.ingest.textlog import COMPRESSED_SUFFIXES, ReadProgress, log_sha256, read_log
 from receipts.lifecycle import (LedgerWrite, MachineSeen, already_stored, check_attachment, machine_of_facts,
                                 write_current)
 from receipts.schema.categories import CategoryRules, load_category_rules
@@ -420,7 +420,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
 def _default_run_name(path: Path) -> str:
     """A `receipts run` directory's name for its run.log, else the file's name without its extension (and without
     a compression suffix first: train.log.gz is the run `train`, as train.log is)."""
-    plain = path.with_suffix("") if path.suffix in (".gz", ".xz", ".bz2", ".zst") else path
+    plain = path.with_suffix("") if path.suffix in COMPRESSED_SUFFIXES else path
     return path.parent.name if plain.name == "run.log" else plain.stem
 
 

@@ -31,6 +31,7 @@ _SNIFF_BYTES = 8192
 _COMPRESSED = {b"\x1f\x8b": ("gzip", lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
                b"\xfd7zXZ\x00": ("xz", lambda raw: lzma.LZMAFile(raw, "rb"))}
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst")  # how such a log is usually named (a run's name leaves it out)
 # What a cut-short or corrupt compressed stream raises while it is read.
 _BAD_STREAM = (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
 _NOT_NEWLINE = re.compile(rb"[^\n]")

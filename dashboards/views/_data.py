@@ -30,7 +30,6 @@ class Data:
         self.url = url
         self._store: Store | None = open_store(url, read_only=True)
         self.version = self._store.version()
-        self._unsummarised: list[str] | None = None
 
     @property
     def store(self) -> Store:
@@ -52,12 +51,9 @@ class Data:
 
     @property
     def unsummarised(self) -> list[str]:
-        """Receipts without a stored summary, read once per script run (the lane queries take them as a value)."""
-        if self._unsummarised is None:
-            from receipts.analysis.listing import unsummarised
-
-            self._unsummarised = unsummarised(self.store)
-        return self._unsummarised
+        """Receipts without a stored summary (the lane queries take them as a value), cached per store version as
+        every query here."""
+        return self.query("unsummarised_receipts")["id"].to_list()
 
     def report(self, receipt_id: str) -> dict[str, Any]:
         return _report(self.url, self.version, receipt_id, self)
