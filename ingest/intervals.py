@@ -154,29 +154,23 @@ def intersection_ns(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.Dat
     return key_rows.with_columns(pl.Series("both_ns", total, dtype=pl.Int64)).filter(pl.col("both_ns") > 0)
 
 
-def _spans_cover(ev: pl.DataFrame, sp: pl.DataFrame) -> bool:
-    """Whether clipping to the spans would change nothing: every event has positive length and lies inside
-    the span of its (rank, step), which exists."""
-    if ev.height == 0:
-        return False
-    bounds = ev.group_by(_KEYS).agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"),
-                                    (pl.col("end_ns") <= pl.col("start_ns")).any().alias("empty"))
-    inside = bounds.join(sp, on=_KEYS, how="inner", nulls_equal=True).filter(
-        ~pl.col("empty") & (pl.col("span_start_ns") <= pl.col("lo")) & (pl.col("hi") <= pl.col("span_end_ns")))
-    return inside.height == bounds.height
-
-
 def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end: np.ndarray,
-                   categories: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
+                   categories: pl.Series, spans: tuple[np.ndarray, np.ndarray] | None = None
+                   ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """anatomy_rows' integers for activities sorted by (key, start), one step per key value, its span its own
-    work (first start, last end): (one row per key: key, span_start_ns, span_end_ns and STEP_NS; one row per
+    work unless `spans` says otherwise: (one row per key: key, span_start_ns and span_end_ns of its own work (first
+    start, last end) and STEP_NS; one row per
     (key, category) present: key, category, union_ns). `category`: codes into `categories`.
 
     Every union is one linear pass over rows already in order (a mask keeps the order), where anatomy_rows sorts
     each interval set again (_masked_unions). When no interval ends before it starts, the overlap of two unions is
     |A| + |B| - |A u B| and the in-span values are the unions themselves (an interval of length 0 adds nothing);
     otherwise the overlap is intersection_ns' edge sweep and in-span values count only intervals of positive
-    length, as anatomy_rows' clipping leaves them."""
+    length, as anatomy_rows' clipping leaves them.
+
+    `spans`: (start, end) per key value in order, when the in-span values are to count the intervals clipped to
+    them (anatomy_rows); a key whose span starts where it ends has nothing inside. Clipping the start to a bound
+    that is the same for the whole key keeps the rows' order, so the clipped rows need no second sort."""
     change = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
     first = np.flatnonzero(change)
     group = np.cumsum(change) - 1
@@ -188,16 +182,22 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
         return member.is_in(names).to_numpy()[category]
 
     comm, compute = of(COMM_CATEGORIES), of(COMPUTE_CATEGORIES)
-    comm_ns, compute_ns, kernel_ns, busy = union(comm), union(compute), union(comm | compute), union(None)
-    if proper:
-        both = comm_ns + compute_ns - kernel_ns
+    work = comm | compute
+    comm_ns, compute_ns, kernel_ns, busy = union(comm), union(compute), union(work), union(None)
+    both = (_both_swept(group, start, end, comm, compute, n) if not proper and (end[work] < start[work]).any()
+            else comm_ns + compute_ns - kernel_ns)
+    if spans is not None:
+        clipped_start, clipped_end = np.maximum(start, spans[0][group]), np.minimum(end, spans[1][group])
+        inside = clipped_end > clipped_start
+        clipped, _ = _masked_unions(group[inside], clipped_start[inside], clipped_end[inside], n)
+        busy_in, c_in, m_in = clipped(None), clipped(compute[inside]), clipped(comm[inside])
+        cm = c_in + m_in - clipped(work[inside])
+    elif proper:
         busy_in, c_in, m_in, cm = busy, compute_ns, comm_ns, both
     else:
-        both = (_both_swept(group, start, end, comm, compute, n)
-                if (end[comm | compute] < start[comm | compute]).any() else comm_ns + compute_ns - kernel_ns)
         positive = end > start
         busy_in, c_in, m_in = union(positive), union(positive & compute), union(positive & comm)
-        cm = c_in + m_in - union(positive & (comm | compute))
+        cm = c_in + m_in - union(positive & work)
     step_ns = pl.DataFrame({
         "key": key[first], "span_start_ns": start[first],
         "span_end_ns": np.maximum.reduceat(end, first) if n else np.zeros(0, np.int64),
@@ -269,41 +269,46 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
     """Per (rank, step): time by category (union), idle inside the span, exposed comm.
 
     Returns (rows[rank, step, category, time_ms], per_step[rank, step, gpu_ms, kernels, comm_ms, overlap_pct]).
-    """
-    ev = events.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
-    by_cat = union_ns(ev, [*_KEYS, "category"])
-    busy = union_ns(ev, _KEYS)
-    # Kernels only: memcpy / memset are not kernels, and a CUDA-graph replay holds an unknown number of them.
-    counts = (ev.filter(pl.col("category").is_in(KERNEL_ONLY)).group_by(_KEYS)
-              .agg(pl.len().cast(pl.Int64).alias("kernels")))
-    comm = ev.filter(pl.col("category").is_in(COMM_CATEGORIES))
-    compute = ev.filter(pl.col("category").is_in(COMPUTE_CATEGORIES))
-    comm_union = union_ns(comm, _KEYS).rename({"union_ns": "comm_ns"})
-    hidden = intersection_ns(comm, compute, _KEYS)
-    sp = spans.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
-    # Busy time inside the span only, so idle never goes negative when work spills past the marker.
-    if _spans_cover(ev, sp):
-        # Nothing to clip (nsys: the span is the step's own work): the unions above are the in-span ones.
-        c_in = compute
-        busy_in_span = busy.rename({"union_ns": "busy_in_span_ns"})
-        m_union, cm = comm_union.rename({"comm_ns": "m_ns"}), hidden.rename({"both_ns": "cm_ns"})
-    else:
-        clipped = (
-            ev.join(sp, on=_KEYS, how="inner", nulls_equal=True)
-            .with_columns(pl.max_horizontal("start_ns", "span_start_ns").alias("start_ns"),
-                          pl.min_horizontal("end_ns", "span_end_ns").alias("end_ns"))
-            .filter(pl.col("end_ns") > pl.col("start_ns"))
-        )
-        busy_in_span = union_ns(clipped, _KEYS).rename({"union_ns": "busy_in_span_ns"})
-        c_in = clipped.filter(pl.col("category").is_in(COMPUTE_CATEGORIES))
-        m_in = clipped.filter(pl.col("category").is_in(COMM_CATEGORIES))
-        m_union = union_ns(m_in, _KEYS).rename({"union_ns": "m_ns"})
-        cm = intersection_ns(m_in, c_in, _KEYS).rename({"both_ns": "cm_ns"})
-    totals = sp.select(*_KEYS, "span_start_ns", "span_end_ns")
-    for part in (busy, busy_in_span, counts, comm_union, hidden,
-                 union_ns(c_in, _KEYS).rename({"union_ns": "c_ns"}), m_union, cm):
-        totals = totals.join(part, on=_KEYS, how="left", nulls_equal=True)
-    return anatomy_from_ns(by_cat, totals.with_columns(pl.col(*STEP_NS).fill_null(0)))
+    One sort of the events by (rank, step, start), then sorted_step_ns' passes; the in-span numbers count each
+    event clipped to its step's span (a span may start before its first event and end before its last: work
+    spilling past the marker is not idle). Events of a (rank, step) without a span count in its category rows
+    only; a span without events gets zeros. tests/interval_reference.py computes the same by interval sets."""
+    ev = events.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), "category", "start_ns", "end_ns")
+    sp = spans.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), "span_start_ns", "span_end_ns")
+    category, categories = _category_codes(ev["category"])
+    start = ev["start_ns"].to_numpy().astype(np.int64)
+    end = ev["end_ns"].to_numpy().astype(np.int64)
+    key = _combined_key(ev, _KEYS)
+    order = sort_order(key, start)
+    key, start, end, category = key[order], start[order], end[order], category[order]
+    first = order[np.r_[True, key[1:] != key[:-1]]] if order.size else order
+    key_rows = ev.select(_KEYS)[first]  # one row per (rank, step), in sorted order
+    bounds = key_rows.join(sp, on=_KEYS, how="left", nulls_equal=True, maintain_order="left")
+    if bounds.height != key_rows.height:
+        raise ValueError("anatomy_rows: more than one span for a (rank, step)")
+    spanned = bounds["span_start_ns"].is_not_null().to_numpy()
+    lo = np.where(spanned, bounds["span_start_ns"].fill_null(0).to_numpy(), 0).astype(np.int64)
+    hi = np.where(spanned, bounds["span_end_ns"].fill_null(0).to_numpy(), 0).astype(np.int64)  # lo = hi: nothing inside
+    step_ns, category_ns = sorted_step_ns(key, category, start, end, categories, spans=(lo, hi))
+    group_of = np.searchsorted(step_ns["key"].to_numpy(), category_ns["key"].to_numpy())  # keys ascend
+    by_cat = key_rows[group_of].with_columns(category_ns["category"], category_ns["union_ns"])
+    ints = pl.concat([key_rows, step_ns.select(STEP_NS)], how="horizontal")
+    totals = (sp.join(ints, on=_KEYS, how="left", nulls_equal=True, maintain_order="left")
+              .with_columns(pl.col(*STEP_NS).fill_null(0)))
+    return anatomy_from_ns(by_cat, totals)
+
+
+def _category_codes(column: pl.Series) -> tuple[np.ndarray, pl.Series]:
+    """(a code per row, the categories the codes index): an Enum's own codes; text is made an Enum of its values
+    first (a null category is a code of its own, past the others)."""
+    if not isinstance(column.dtype, pl.Enum):
+        values = column.cast(pl.Utf8)
+        column = values.cast(pl.Enum(values.drop_nulls().unique().sort().to_list()))
+    categories = pl.Series(column.dtype.categories)
+    codes = column.to_physical().cast(pl.Int64)
+    if codes.null_count():
+        codes, categories = codes.fill_null(categories.len()), categories.extend_constant(None, 1)
+    return codes.to_numpy().astype(np.uint32), categories.cast(pl.Utf8)
 
 
 # Integers per (rank, step) that anatomy_from_ns turns into rows: the union of all work (union_ns), of the work

@@ -33,7 +33,7 @@ from receipts.errors import InputError
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.intervals import anatomy_rows, kernel_steps
 from receipts.ingest.kineto_stream import KINETO_KEYS, Trace, stream_trace
-from receipts.schema.categories import CategoryRules
+from receipts.schema.categories import CATEGORY_ENUM, CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, Anatomy,
                                    IdentityClaim, epoch_iso)
 
@@ -306,7 +306,8 @@ def _categorise(gpu: pl.DataFrame, rules: CategoryRules) -> pl.DataFrame:
             m = _MEMCPY_NAME.search(name)
             mapping[(name, kind)] = _MEMCPY_KIND[m.group(1)] if m else "other"
     lookup = pl.DataFrame({"name": [k[0] for k in mapping], "kind": [k[1] for k in mapping],
-                           "category": list(mapping.values())}, schema={"name": pl.Categorical, "kind": pl.Utf8, "category": pl.Utf8})
+                           "category": list(mapping.values())},
+                          schema={"name": pl.Categorical, "kind": pl.Utf8, "category": CATEGORY_ENUM})
     return gpu.join(lookup, on=["name", "kind"], how="left")
 
 

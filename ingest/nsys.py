@@ -51,7 +51,7 @@ from receipts.allocator import trim_c_heap
 from receipts.errors import InputError
 from receipts.ingest.correlation import Launches, StepRanges
 from receipts.ingest.intervals import anatomy_from_ns, sort_order, sorted_step_ns
-from receipts.schema.categories import KERNEL_CATEGORIES, MEMORY_CATEGORIES, CategoryRules
+from receipts.schema.categories import CATEGORY_ENUM, CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA,
                                    Anatomy, EnvVar, IdentityClaim, epoch_iso)
 from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redact, secret_values_in
@@ -664,8 +664,7 @@ def _steps(codes: np.ndarray, step_values: np.ndarray) -> pl.Series:
     return numbers if not (codes < 0).any() else pl.select(pl.when(pl.Series(codes >= 0)).then(numbers)).to_series()
 
 
-# Every category an activity can get (a rule's category is one of KERNEL_CATEGORIES): one Enum for all batches.
-_CATEGORY = pl.Enum(sorted({*KERNEL_CATEGORIES, *MEMORY_CATEGORIES}))
+_CATEGORY = CATEGORY_ENUM  # one Enum for all batches: a small integer per activity
 
 
 def _categorise(activity: pl.DataFrame, names: dict[int, str], copy_cat: dict[int, str],

@@ -27,6 +27,9 @@ MEMORY_CATEGORIES = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p", "me
 # partition the step span (they sum to it); the kernel and memory categories above overlap one another.
 DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle")
 COMM_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c.startswith("nccl_"))
+# Every category an activity can get (a rule's category is one of KERNEL_CATEGORIES), as one Enum: a small
+# integer per activity that the interval arithmetic groups by, where text would be ranked first.
+CATEGORY_ENUM = pl.Enum(sorted({*KERNEL_CATEGORIES, *MEMORY_CATEGORIES}))
 
 
 # Regex syntax that Python's `re` and polars' (Rust) engine read differently or only one of them reads: a

@@ -1,7 +1,9 @@
 """intervals.sorted_step_ns (the nsys path: one sort per process, unions as passes over masks of the sorted
-rows, the overlap of two unions as |A| + |B| - |A u B|) gives anatomy_rows' numbers (sorts per interval set,
-edge sweep, clipping), bit for bit: on intervals of any length, including zero and negative ones (a damaged
-export), one or many steps, and time ranges too wide for its lifted passes."""
+rows, the overlap of two unions as |A| + |B| - |A u B|) and intervals.anatomy_rows (the Kineto path: the same
+passes, clipped to spans the caller gives) give the numbers of the anatomy by interval sets
+(tests/interval_reference.py: a sort per set, edge sweep, clipping by join), bit for bit: on intervals of any
+length, including zero and negative ones (a damaged export), one or many steps and ranks, null steps, spans
+that cut the work, miss a step or have no work, and time ranges too wide for the lifted passes."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from polars.testing import assert_frame_equal
 
 from receipts.ingest.intervals import anatomy_from_ns, anatomy_rows, sort_order, sorted_step_ns
 from receipts.schema.categories import KERNEL_CATEGORIES, MEMORY_CATEGORIES
+from tests.interval_reference import anatomy_by_sets
 
 CATEGORIES = pl.Series(sorted({*KERNEL_CATEGORIES, *MEMORY_CATEGORIES}), dtype=pl.Enum(sorted({*KERNEL_CATEGORIES,
                                                                                                *MEMORY_CATEGORIES})))
@@ -24,7 +27,8 @@ def both_ways(steps: list[int], cats: list[int], starts: list[int], ends: list[i
                           schema_overrides={"rank": pl.Int32, "step": pl.Int64})
     spans = events.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
                                                 pl.col("end_ns").max().alias("span_end_ns"))
-    want = anatomy_rows(events, spans)
+    want = anatomy_by_sets(events, spans)
+    same(want, anatomy_rows(events, spans))
     key, start = np.array(steps, np.int64), np.array(starts, np.int64)
     order = sort_order(key, start)
     step_ns, category_ns = sorted_step_ns(key[order].astype(np.int32), np.array(cats, np.uint8)[order],
@@ -33,9 +37,12 @@ def both_ways(steps: list[int], cats: list[int], starts: list[int], ends: list[i
     def ranked(frame: pl.DataFrame) -> pl.DataFrame:
         return frame.select(pl.lit(0, pl.Int32).alias("rank"), pl.col("key").cast(pl.Int64).alias("step"),
                             pl.exclude("key"))
-    got = anatomy_from_ns(ranked(category_ns), ranked(step_ns))
-    for w, g in zip(want, got):
-        assert_frame_equal(w.sort(w.columns), g.sort(g.columns), check_exact=True)
+    same(want, anatomy_from_ns(ranked(category_ns), ranked(step_ns)))
+
+
+def same(want: tuple[pl.DataFrame, ...], got: tuple[pl.DataFrame, ...]) -> None:
+    for w, g in zip(want, got, strict=True):
+        assert_frame_equal(w.sort(w.columns, nulls_last=True), g.sort(g.columns, nulls_last=True), check_exact=True)
 
 
 @st.composite
@@ -64,3 +71,38 @@ def test_intervals_that_end_before_they_start(case):
 @given(activity(st.integers(0, 2**40), 2**61, False))
 def test_time_ranges_too_wide_to_lift(case):
     both_ways(*case)
+
+
+@st.composite
+def spanned_activity(draw):
+    """Events of two ranks (steps 1-3 or null) and spans of their own: cutting into the work, wider than it,
+    missing for some (rank, step), present where there is no work."""
+    n = draw(st.integers(0, 50))
+    ranks = [draw(st.sampled_from([0, 1])) for _ in range(n)]
+    steps = [draw(st.sampled_from([1, 2, 3, None])) for _ in range(n)]
+    starts = draw(st.lists(st.integers(0, 300), min_size=n, max_size=n, unique=True))
+    ends = [s + draw(st.integers(-20, 60)) for s in starts]
+    events = pl.DataFrame({"rank": ranks, "step": steps, "category": CATEGORIES.gather(
+        [draw(st.integers(0, len(CATEGORIES) - 1)) for _ in range(n)]), "start_ns": starts, "end_ns": ends},
+        schema_overrides={"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    keys = draw(st.lists(st.tuples(st.sampled_from([0, 1]), st.sampled_from([1, 2, 3, 4, None])), unique=True))
+    bounds = [sorted((draw(st.integers(-10, 320)), draw(st.integers(-10, 320)))) for _ in keys]
+    spans = pl.DataFrame({"rank": [k[0] for k in keys], "step": [k[1] for k in keys],
+                          "span_start_ns": [b[0] for b in bounds], "span_end_ns": [b[1] for b in bounds]},
+                         schema={"rank": pl.Int32, "step": pl.Int64, "span_start_ns": pl.Int64, "span_end_ns": pl.Int64})
+    return events, spans
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(spanned_activity())
+def test_anatomy_rows_clipped_to_spans(case):
+    events, spans = case
+    same(anatomy_by_sets(events, spans), anatomy_rows(events, spans))
+
+
+def test_anatomy_rows_of_text_categories():
+    """A category given as text (not the Enum) is read as its values; one the rules do not know still counts."""
+    events = pl.DataFrame({"rank": [0, 0, 0], "step": [1, 1, 2], "category": ["gemm", "nccl_all_reduce", "mystery"],
+                           "start_ns": [0, 5, 20], "end_ns": [10, 15, 30]})
+    spans = pl.DataFrame({"rank": [0, 0], "step": [1, 2], "span_start_ns": [0, 15], "span_end_ns": [12, 30]})
+    same(anatomy_by_sets(events, spans), anatomy_rows(events, spans))
