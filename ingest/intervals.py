@@ -301,10 +301,12 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
 def _category_codes(column: pl.Series) -> tuple[np.ndarray, pl.Series]:
     """(a code per row, the categories the codes index): an Enum's own codes; text is made an Enum of its values
     first (a null category is a code of its own, past the others)."""
-    if not isinstance(column.dtype, pl.Enum):
+    dtype = column.dtype
+    if not isinstance(dtype, pl.Enum):
         values = column.cast(pl.Utf8)
-        column = values.cast(pl.Enum(values.drop_nulls().unique().sort().to_list()))
-    categories = pl.Series(column.dtype.categories)
+        dtype = pl.Enum(values.drop_nulls().unique().sort().to_list())
+        column = values.cast(dtype)
+    categories = pl.Series(dtype.categories)
     codes = column.to_physical().cast(pl.Int64)
     if codes.null_count():
         codes, categories = codes.fill_null(categories.len()), categories.extend_constant(None, 1)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import polars as pl
 
 from receipts.errors import InputError
@@ -312,30 +313,71 @@ def _categorise(gpu: pl.DataFrame, rules: CategoryRules) -> pl.DataFrame:
 
 
 def _attribute(gpu: pl.DataFrame, launch: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """Step of each GPU activity: by its launch's CPU time on the launching process, else its own start."""
-    g = gpu.with_row_index("_i").join(launch, on=["rank", "corr"], how="left")
-    by_launch = (
-        g.filter(pl.col("l_ns").is_not_null()).sort("l_ns")
-        .join_asof(steps.select("rank", pl.col("pid").alias("l_pid"), pl.col("start_ns").alias("_s"),
-                                pl.col("end_ns").alias("_e"), pl.col("step").alias("_by_launch")).sort("_s"),
-                   left_on="l_ns", right_on="_s", by=["rank", "l_pid"], strategy="backward", check_sortedness=False)
-        .filter(pl.col("l_ns") < pl.col("_e")).select("_i", "_by_launch"))
-    by_start = (
-        g.sort("start_ns")
-        .join_asof(steps.select("rank", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"),
-                                pl.col("step").alias("_by_start")).sort("_s"),
-                   left_on="start_ns", right_on="_s", by="rank", strategy="backward", check_sortedness=False)
-        .filter(pl.col("start_ns") < pl.col("_e")).select("_i", "_by_start"))
-    g = g.join(by_launch, on="_i", how="left").join(by_start, on="_i", how="left").sort("_i")
-    stepped = pl.col("rank").is_in(steps["rank"].unique().to_list())
-    counts = {
-        "fallback": g.filter(pl.col("_by_launch").is_null() & pl.col("_by_start").is_not_null()).height,
-        "unattributed": g.filter(stepped & pl.col("_by_launch").is_null() & pl.col("_by_start").is_null()).height,
-    }
-    g = g.with_columns(pl.coalesce("_by_launch", "_by_start").alias("step"),
-                       pl.when(pl.col("_by_launch").is_not_null()).then(pl.lit("launch"))
-                       .when(pl.col("_by_start").is_not_null()).then(pl.lit("gpu_start")).alias("attributed_by"))
-    return g.drop("_i", "_by_launch", "_by_start", "l_pid").rename({"l_ns": "launch_ns"}), counts
+    """Step of each GPU activity: by its launch's CPU time on the launching process, else its own start.
+
+    Each lookup is a binary search over the step windows of one (rank, process) or one rank, sorted by start: the
+    window that starts last at or before the time, if the time falls before its end."""
+    n = gpu.height
+    by_launch = np.full(n, -1, np.int64)  # index into steps, -1: none
+    by_start = np.full(n, -1, np.int64)
+    launch_ns = np.zeros(n, np.int64)
+    launched = np.zeros(n, bool)
+    launch_pid = np.full(n, -1, np.int64)
+    l_pids, s_pid = _pid_codes(launch["l_pid"], steps["pid"])
+    if launch.height and n:
+        corr = launch["corr"].to_numpy()
+        order = np.argsort(corr, kind="stable")  # launches are unique per (rank, corr) already
+        l_corr, l_ns = corr[order], launch["l_ns"].to_numpy()[order]
+        l_rank = launch["rank"].to_numpy()[order]
+        l_pid = l_pids[order]
+        g_corr = gpu["corr"].fill_null(np.iinfo(np.int64).min).to_numpy()  # no launch has it
+        at = np.minimum(np.searchsorted(l_corr, g_corr), l_corr.size - 1)
+        launched = (l_corr[at] == g_corr) & gpu["corr"].is_not_null().to_numpy() & (l_rank[at] == gpu["rank"].to_numpy())
+        launch_ns, launch_pid = np.where(launched, l_ns[at], 0), np.where(launched, l_pid[at], -1)
+    if steps.height and n:
+        s_rank, s_start, s_end = steps["rank"].to_numpy(), steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+        g_rank, g_start = gpu["rank"].to_numpy(), gpu["start_ns"].to_numpy()
+        for rank in np.unique(s_rank):
+            mine = s_rank == rank
+            _last_window(np.flatnonzero(mine), s_start, s_end, g_start, g_rank == rank, by_start)
+            for pid in np.unique(s_pid[mine]):
+                _last_window(np.flatnonzero(mine & (s_pid == pid)), s_start, s_end, launch_ns,
+                             launched & (g_rank == rank) & (launch_pid == pid), by_launch)
+    step_numbers = steps["step"].to_numpy()
+    stepped = np.isin(gpu["rank"].to_numpy(), steps["rank"].unique().to_numpy())
+    counts = {"fallback": int(((by_launch < 0) & (by_start >= 0)).sum()),
+              "unattributed": int((stepped & (by_launch < 0) & (by_start < 0)).sum())}
+    chosen = np.where(by_launch >= 0, by_launch, by_start)
+    step = pl.Series("step", step_numbers[np.maximum(chosen, 0)] if step_numbers.size else np.zeros(n, np.int64),
+                     dtype=pl.Int64)
+    how = pl.Series("attributed_by", ["launch", "gpu_start", None], dtype=pl.Utf8).gather(
+        np.where(by_launch >= 0, 0, np.where(by_start >= 0, 1, 2)))
+    return gpu.with_columns(
+        pl.Series("launch_ns", launch_ns, dtype=pl.Int64).set(pl.Series(~launched), None),
+        step.set(pl.Series(chosen < 0), None),
+        how), counts
+
+
+def _pid_codes(launch_pid: pl.Series, step_pid: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The launches' and the steps' process ids as integer codes of one dictionary (pids are text)."""
+    both = pl.concat([launch_pid, step_pid]).cast(pl.Utf8)
+    codes = both.cast(pl.Enum(both.drop_nulls().unique().to_list())).to_physical().fill_null(-1).to_numpy()
+    return codes[:launch_pid.len()].astype(np.int64), codes[launch_pid.len():].astype(np.int64)
+
+
+def _last_window(windows: np.ndarray, start: np.ndarray, end: np.ndarray, at: np.ndarray, asking: np.ndarray,
+                 out: np.ndarray) -> None:
+    """out[i] := the window (an index among `windows`) that starts last at or before at[i] and ends after it,
+    for each i that is `asking`: a join_asof backward by start, kept when at[i] < its end."""
+    if not windows.size or not asking.any():
+        return
+    windows = windows[np.argsort(start[windows], kind="stable")]  # equal starts: the later in the steps' order
+    rows = np.flatnonzero(asking)
+    k = np.searchsorted(start[windows], at[rows], side="right") - 1
+    hit = k >= 0
+    rows, k = rows[hit], windows[k[hit]]
+    inside = at[rows] < end[k]
+    out[rows[inside]] = k[inside]
 
 
 def _spans(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
