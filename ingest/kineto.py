@@ -382,20 +382,43 @@ def _last_window(windows: np.ndarray, start: np.ndarray, end: np.ndarray, at: np
 
 def _spans(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """GPU window per (rank, step) for idle: from the end of the previous step's GPU work (its own first
-    activity for the first step) to the end of its own work, so the windows tile HTA's first-to-last span."""
-    own = events.group_by("rank", "step").agg(pl.col("start_ns").min().alias("_first"), pl.col("end_ns").max().alias("_last"))
-    busy_ranks = events["rank"].unique().to_list()
-    stepped = (
-        steps.filter(pl.col("rank").is_in(busy_ranks)).select("rank", "step", "start_ns")
-        .join(own, on=["rank", "step"], how="left").sort("rank", "start_ns")
-        .with_columns(pl.col("_last").cum_max().over("rank").alias("_end"))
-        .with_columns(pl.col("_end").forward_fill().over("rank"))
-        .with_columns(pl.col("_end").shift(1).over("rank").alias("_prev"))
-        .with_columns(pl.coalesce("_prev", "_first", "start_ns").alias("span_start_ns"))
-        .with_columns(pl.coalesce("_end", "span_start_ns").alias("span_end_ns")))
-    whole = (own.filter(pl.col("step").is_null() & ~pl.col("rank").is_in(steps["rank"].unique().to_list()))
-             .select("rank", "step", pl.col("_first").alias("span_start_ns"), pl.col("_last").alias("span_end_ns")))
-    return pl.concat([stepped.select("rank", "step", "span_start_ns", "span_end_ns"), whole])
+    activity for the first step) to the end of its own work, so the windows tile HTA's first-to-last span.
+    A step without work of its own starts at the end of the work before it (at its marker when there is none)
+    and ends where it starts. A rank without step markers is one window (step null) over all its work."""
+    e_rank, e_step = events["rank"].to_numpy(), events["step"].fill_null(0).to_numpy()
+    e_start, e_end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    s_rank, s_step, s_start = steps["rank"].to_numpy(), steps["step"].to_numpy(), steps["start_ns"].to_numpy()
+    parts = []
+    for rank in np.unique(e_rank):
+        mine = e_rank == rank
+        marked = s_rank == rank
+        if not marked.any():  # no markers: one window over the rank's work
+            parts.append(pl.DataFrame({"rank": [rank], "step": [None], "span_start_ns": [e_start[mine].min()],
+                                       "span_end_ns": [e_end[mine].max()]}, schema=_SPAN_SCHEMA))
+            continue
+        order = np.flatnonzero(marked)[np.argsort(s_start[marked], kind="stable")]  # the rank's steps by marker start
+        numbers = s_step[order]
+        by_number = np.argsort(numbers)
+        slot = by_number[np.searchsorted(numbers, e_step[mine], sorter=by_number)]  # each event's step (attributed
+        # from these steps), as its place in start order
+        first = np.full(numbers.size, np.iinfo(np.int64).max)
+        last = np.full(numbers.size, np.iinfo(np.int64).min)
+        np.minimum.at(first, slot, e_start[mine])
+        np.maximum.at(last, slot, e_end[mine])
+        own = np.zeros(numbers.size, bool)
+        own[slot] = True
+        # The end of all work so far (steps without work carry the one before them); unknown before any work.
+        end_so_far = np.maximum.accumulate(np.where(own, last, np.iinfo(np.int64).min))
+        known = np.maximum.accumulate(own)
+        prev_end, prev_known = np.r_[0, end_so_far[:-1]], np.r_[False, known[:-1]]
+        span_start = np.where(prev_known, prev_end, np.where(own, first, s_start[order]))
+        span_end = np.where(known, end_so_far, span_start)
+        parts.append(pl.DataFrame({"rank": np.full(numbers.size, rank), "step": numbers,
+                                   "span_start_ns": span_start, "span_end_ns": span_end}, schema=_SPAN_SCHEMA))
+    return pl.concat(parts) if parts else pl.DataFrame(schema=_SPAN_SCHEMA)
+
+
+_SPAN_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "span_start_ns": pl.Int64, "span_end_ns": pl.Int64}
 
 
 def _step_frame(steps: pl.DataFrame, spans: pl.DataFrame, per_step: pl.DataFrame) -> pl.DataFrame:

@@ -1,8 +1,11 @@
-"""kineto._attribute (binary searches over step windows) against the rule read literally, one activity at a
-time: the launch with the activity's correlation id, then the step window of the launching process that starts
-last at or before the launch and has not ended; else the window of the rank that starts last at or before the
-activity's own start; else unattributed. Equal starts, missing launches, launches on a process without steps
-and activities outside every window are all drawn."""
+"""kineto._attribute (binary searches over step windows) and kineto._spans (running maxima over the steps in
+marker order) against their rules read literally, one activity or step at a time.
+
+Attribution: the launch with the activity's correlation id, then the step window of the launching process that
+starts last at or before the launch and has not ended; else the window of the rank that starts last at or before
+the activity's own start; else unattributed. Equal starts, missing launches, launches on a process without steps
+and activities outside every window are all drawn. Spans: each step's GPU window runs from the end of all work
+before it (its own first activity, or its marker, when there is none) to the end of all work up to it."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receipts.ingest.kineto import _attribute
+from receipts.ingest.kineto import _attribute, _spans
 
 
 def by_the_rule(gpu: list[dict], launch: list[dict], steps: list[dict]) -> tuple[list, dict]:
@@ -66,3 +69,44 @@ def test_attribution_follows_the_rule(case):
     want, want_counts = by_the_rule(gpu, launch, steps)
     assert list(got.select("launch_ns", "step", "attributed_by").iter_rows()) == want
     assert counts == want_counts
+
+
+def spans_by_the_rule(events: list[dict], steps: list[dict]) -> list[tuple]:
+    out = []
+    for rank in sorted({e["rank"] for e in events}):
+        mine = [e for e in events if e["rank"] == rank]
+        markers = sorted((s for s in steps if s["rank"] == rank), key=lambda s: s["start_ns"])
+        if not markers:
+            out.append((rank, None, min(e["start_ns"] for e in mine), max(e["end_ns"] for e in mine)))
+            continue
+        end_so_far = None
+        for m in markers:
+            own = [e for e in mine if e["step"] == m["step"]]
+            start = end_so_far if end_so_far is not None else min(e["start_ns"] for e in own) if own else m["start_ns"]
+            if own:
+                end_so_far = max([e["end_ns"] for e in own] + ([end_so_far] if end_so_far is not None else []))
+            out.append((rank, m["step"], start, end_so_far if end_so_far is not None else start))
+    return sorted(out, key=lambda r: (r[0], r[1] is None, r[1]))
+
+
+@st.composite
+def stepped_events(draw):
+    steps, events = [], []
+    for rank in (0, 1):
+        numbers = draw(st.lists(st.integers(1, 9), unique=True, max_size=5))  # none: a rank without markers
+        steps += [{"rank": rank, "step": n, "start_ns": draw(st.integers(0, 100))} for n in numbers]
+        for _ in range(draw(st.integers(0 if numbers else 1, 8))):
+            start = draw(st.integers(0, 150))
+            events.append({"rank": rank, "step": draw(st.sampled_from(numbers)) if numbers else None,
+                           "start_ns": start, "end_ns": start + draw(st.integers(0, 50))})
+    return events, steps
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(stepped_events())
+def test_spans_follow_the_rule(case):
+    events, steps = case
+    got = _spans(pl.DataFrame(events, schema={"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64,
+                                              "end_ns": pl.Int64}),
+                 pl.DataFrame(steps, schema={"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64}))
+    assert list(got.sort("rank", "step", nulls_last=True).iter_rows()) == spans_by_the_rule(events, steps)
