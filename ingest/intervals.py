@@ -20,7 +20,7 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from receipts.schema.categories import COMM_CATEGORIES, KERNEL_CATEGORIES
+from receipts.schema.categories import COMM_CATEGORIES, DECOMPOSITION, KERNEL_CATEGORIES
 
 COMPUTE_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c not in COMM_CATEGORIES)
 KERNEL_ONLY = tuple(c for c in KERNEL_CATEGORIES if c != "cuda_graph")
@@ -176,10 +176,10 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
     group = np.cumsum(change) - 1
     n = first.size
     union, proper = _masked_unions(group, start, end, n)
-    member = categories.cast(pl.Utf8)
+    member = categories.cast(pl.Utf8).to_list()  # a few dozen at most
 
     def of(names: tuple[str, ...]) -> np.ndarray:
-        return member.is_in(names).to_numpy()[category]
+        return np.array([m in names for m in member], bool)[category]
 
     comm, compute = of(COMM_CATEGORIES), of(COMPUTE_CATEGORIES)
     work = comm | compute
@@ -326,24 +326,18 @@ def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.Data
     by_cat = by_cat.select(*_KEYS, pl.col("category").cast(pl.Utf8), (pl.col("union_ns") / 1e6).alias("time_ms"))
     # The non-overlapping decomposition of the span (issue 16): compute only + communication hidden under
     # compute + exposed communication + memory work under neither + idle = the span, exactly.
-    part = totals.with_columns(
+    per_step = totals.with_columns(
         ((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
         (pl.col("cm_ns") / 1e6).alias("comm_hidden"),
         ((pl.col("m_ns") - pl.col("cm_ns")) / 1e6).alias("exposed_comm"),
         ((pl.col("busy_in_span_ns") - (pl.col("c_ns") + pl.col("m_ns") - pl.col("cm_ns"))).clip(0)
-         / 1e6).alias("memcpy_only"))
-    per_step = totals.with_columns(
+         / 1e6).alias("memcpy_only"),
         (pl.col("union_ns") / 1e6).alias("gpu_ms"),
-        ((pl.col("span_end_ns") - pl.col("span_start_ns") - pl.col("busy_in_span_ns")).clip(0) / 1e6).alias("idle_ms"),
+        ((pl.col("span_end_ns") - pl.col("span_start_ns") - pl.col("busy_in_span_ns")).clip(0) / 1e6).alias("idle"),
         (pl.col("comm_ns") / 1e6).alias("comm_ms"),
-        ((pl.col("comm_ns") - pl.col("both_ns")) / 1e6).alias("exposed_ms"),
         pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("both_ns") / pl.col("comm_ns")).otherwise(None).alias("overlap_pct"),
     )
-    derived = pl.concat([
-        per_step.select(*_KEYS, pl.lit("idle").alias("category"), pl.col("idle_ms").alias("time_ms")),
-        *(part.select(*_KEYS, pl.lit(name).alias("category"), pl.col(name).alias("time_ms"))
-          for name in ("exposed_comm", "compute_only", "comm_hidden", "memcpy_only")),
-    ])
+    derived = per_step.unpivot(DECOMPOSITION, index=_KEYS, variable_name="category", value_name="time_ms")
     rows = pl.concat([by_cat, derived]).sort([*_KEYS, "category"], nulls_last=True)
     return rows, per_step.select(*_KEYS, "gpu_ms", "kernels", "comm_ms", "overlap_pct")
 

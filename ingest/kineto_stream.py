@@ -277,6 +277,23 @@ def _timed(events: list[_Event], path: Path) -> tuple[list[_Event], list[float],
     return events, ts, dur
 
 
+def _args_of(events: list[_Event]) -> list[_Args]:
+    """Each event's args, an empty _Args where it has none."""
+    args = list(map(_args, events))
+    return [a if a is not None else _NO_ARGS for a in args] if None in args else args
+
+
+def _pids(events: list[_Event]) -> list[str] | pl.Series:
+    """Each event's pid as text, as str() writes it; integers (real traces) through one polars cast."""
+    pids = list(map(_pid, events))
+    if set(map(type, pids)) == {int}:
+        try:
+            return pl.Series(pids, dtype=pl.Int64).cast(pl.Utf8)
+        except (OverflowError, TypeError, pl.exceptions.PolarsError):
+            pass  # an integer past int64
+    return list(map(str, pids))
+
+
 def _scan_block(kept: _Kept, trace: Trace, buf: bytearray, end: int) -> None:
     """Decode buf[:end], a JSON array of whole events, in one call; keep the needed ones column-wise."""
     if not trace.kineto_events and _KINETO_CAT.search(buf, 0, end):
@@ -290,7 +307,7 @@ def _scan_block(kept: _Kept, trace: Trace, buf: bytearray, end: int) -> None:
     path = trace.path
     gpu, g_ts, g_dur = _timed(_having(wanted, _GPU_KIND.__contains__), path)
     if gpu:
-        args = [a if a is not None else _NO_ARGS for a in map(_args, gpu)]
+        args = _args_of(gpu)
         kept.add("gpu", {"name": list(map(_name, gpu)), "kind": list(map(_GPU_KIND.__getitem__, map(_cat, gpu))),
                          "ts": g_ts, "dur": g_dur, "device": _ids(list(map(attrgetter("device"), args))),
                          "stream": _ids(list(map(attrgetter("stream"), args))),
@@ -301,22 +318,22 @@ def _scan_block(kept: _Kept, trace: Trace, buf: bytearray, end: int) -> None:
         steps, s_ts, s_dur = _timed(steps, path)
         if steps:
             kept.add("step", {"step": [int(_STEP_NAME.match(n).group(1)) for n in map(_name, steps)],  # type: ignore[union-attr]
-                              "pid": list(map(str, map(_pid, steps))), "ts": s_ts, "dur": s_dur})
+                              "pid": _pids(steps), "ts": s_ts, "dur": s_dur})
     notes = _having(wanted, "user_annotation".__eq__)
     marker = {n for n in set(map(_name, notes)) if _STEP_NAME.match(n)}  # a regex per name, not per event
     notes, n_ts, n_dur = _timed([e for e in notes if e.name not in marker] if marker else notes, path)
     if notes:
-        kept.add("note", {"name": list(map(_name, notes)), "pid": list(map(str, map(_pid, notes))),
+        kept.add("note", {"name": list(map(_name, notes)), "pid": _pids(notes),
                           "ts": n_ts, "dur": n_dur})
     launch = _having(wanted, _LAUNCH_STR.__contains__)
     launcher = {n for n in set(map(_name, launch)) if _LAUNCH_NAME.search(n)}
-    launch, l_ts, _ = _timed([e for e in launch if e.name in launcher], path)
+    launch, l_ts, _ = _timed(list(compress(launch, map(launcher.__contains__, map(_name, launch)))), path)
     if launch:
-        corr = _ids([(a if a is not None else _NO_ARGS).correlation for a in map(_args, launch)])
+        corr = _ids(list(map(attrgetter("correlation"), _args_of(launch))))
         if corr.null_count():  # a launch without a usable correlation id reaches no GPU activity
             has = corr.is_not_null().to_list()
             launch, l_ts, corr = list(compress(launch, has)), list(compress(l_ts, has)), corr.drop_nulls()
-        kept.add("launch", {"corr": corr, "pid": list(map(str, map(_pid, launch))), "ts": l_ts})
+        kept.add("launch", {"corr": corr, "pid": _pids(launch), "ts": l_ts})
 
 
 def _keep(kept: _Kept, trace: Trace, piece: bytes) -> bool:
