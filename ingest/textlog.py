@@ -10,7 +10,6 @@ grow with the log's length. Both split lines the same way, so a parser sees the 
 from __future__ import annotations
 
 import bz2
-import gzip
 import hashlib
 import io
 import lzma
@@ -20,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import polars as pl
 
@@ -28,12 +27,14 @@ from receipts.errors import InputError
 
 _SNIFF_BYTES = 8192
 # A long log is often kept compressed; these are read as the text they hold, streamed (magic bytes, not names).
-_COMPRESSED = {b"\x1f\x8b": ("gzip", lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
-               b"\xfd7zXZ\x00": ("xz", lambda raw: lzma.LZMAFile(raw, "rb"))}
+# Each is read through a fresh decompressor per stream (a log compressed in pieces and appended holds several).
+_COMPRESSED: dict[bytes, tuple[str, Callable[[], Any]]] = {
+    b"\x1f\x8b": ("gzip", lambda: zlib.decompressobj(wbits=31)),  # 31: the gzip header and trailer, checked
+    b"\xfd7zXZ\x00": ("xz", lzma.LZMADecompressor)}
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst")  # how such a log is usually named (a run's name leaves it out)
-# What a cut-short or corrupt compressed stream raises while it is read.
-_BAD_STREAM = (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
+# What each decompressor raises on damage inside its stream (bz2's is an OSError).
+_DECOMPRESS_ERRORS = (zlib.error, lzma.LZMAError, OSError, EOFError)
 _NOT_NEWLINE = re.compile(rb"[^\n]")
 BLOCK_BYTES = 8 << 20  # a block of lines: big enough to amortise polars' per-call cost, small next to the log
 
@@ -47,6 +48,8 @@ class LogEnd(Protocol):
     def n_lines(self) -> int: ...
     @property
     def unterminated_last(self) -> bool: ...
+    @property
+    def stream_cut(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class LogText:
     path: Path
     lines: pl.Series            # Utf8, one element per line, without the newline
     unterminated_last: bool     # the file does not end in a newline: its last line may be cut short
+    stream_cut: bool = False    # a compressed log's stream stops before its end marker (its writer stopped)
 
     @property
     def n_lines(self) -> int:
@@ -70,7 +74,7 @@ class LogText:
 
     def chunks(self) -> Iterator[LogChunk]:
         """The whole log as one chunk, for parsers that read chunk by chunk."""
-        yield LogChunk(self.frame(), last=True, unterminated_last=self.unterminated_last)
+        yield LogChunk(self.frame(), last=True, unterminated_last=self.unterminated_last, stream_cut=self.stream_cut)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class LogChunk:
     frame: pl.DataFrame         # line (Int64, 1-based in the file), text (Utf8, without the newline)
     last: bool                  # holds the file's last line
     unterminated_last: bool     # last chunk only: the file does not end in a newline
+    stream_cut: bool = False    # last chunk only: a compressed log's stream stops before its end marker
 
     @property
     def n_lines(self) -> int:
@@ -92,13 +97,16 @@ def read_log(path: Path, progress: ReadProgress | None = None) -> LogText:
         data = _read(path, f, how)
         read = len(data) if how is None else f.fileobj_position()
     if not data.removeprefix(b"\xef\xbb\xbf").strip():  # a lone UTF-8 BOM is empty too
+        if how is not None and f.cut_short:
+            raise InputError(path, f"the {how} stream is cut short before any text; expected a {how}-compressed "
+                                   "training log")
         raise InputError(path, "is empty; expected a training log")
     _refuse_binary(path, data[:_SNIFF_BYTES])
     unterminated = not data.endswith(b"\n")
     lines = _lines(data)
     if progress is not None:
         progress(read, len(lines))
-    return LogText(path=path, lines=lines, unterminated_last=unterminated)
+    return LogText(path=path, lines=lines, unterminated_last=unterminated, stream_cut=how is not None and f.cut_short)
 
 
 def read_chunks(path: Path, progress: ReadProgress | None = None, *,
@@ -121,7 +129,8 @@ def read_chunks(path: Path, progress: ReadProgress | None = None, *,
             done += len(data)
             if progress is not None:
                 progress(done if position is None else position, first_line - 1)
-            yield LogChunk(frame, last=not more, unterminated_last=not more and not data.endswith(b"\n"))
+            yield LogChunk(frame, last=not more, unterminated_last=not more and not data.endswith(b"\n"),
+                           stream_cut=not more and how is not None and f.cut_short)
 
 
 _Block = tuple[bytes, bool, "int | None"]  # whole lines, whether more follow, bytes of the file read (compressed)
@@ -160,18 +169,67 @@ def _decompressed_blocks(path: Path, f, how: str, block_bytes: int) -> Iterator[
         yield data, bool(pending), f.fileobj_position()
 
 
-class _Compressed:
-    """A decompressing reader that also says how far into the file (the compressed bytes) it has read: what a
-    progress bar, sized by the file, follows."""
+class _Decompressed:
+    """The text of a compressed log as its decompressor gives it, and how far into the file (the compressed bytes)
+    it has read: what a progress bar, sized by the file, follows.
 
-    def __init__(self, raw, stream) -> None:
-        self._raw, self._stream = raw, stream
+    A stream that stops before its end marker is not an error: a training job writing `train.log.gz` when it was
+    killed leaves one, and its text ends where its data does, as a plain log's does; `cut_short` says so, and the
+    receipt's 'ended early' note with it. Streams one after another (a log compressed in pieces and appended) are
+    read one after another, as gzip -d reads them; NUL padding between them is skipped, and bytes after a complete
+    stream that begin no stream are ignored, as Python's bz2 and lzma readers ignore them. Damage inside a stream
+    raises StreamDamaged."""
+
+    _INPUT = 1 << 16  # compressed bytes per step: its text is a few hundred KiB
+
+    def __init__(self, raw, new_decompressor: Callable[[], Any]) -> None:
+        self._raw, self._new = raw, new_decompressor
+        self._decompressor = new_decompressor()
+        self._text = bytearray()
+        self._done = False
+        self.cut_short = False
 
     def read(self, size: int = -1) -> bytes:
-        return self._stream.read(size)
+        while not self._done and (size < 0 or len(self._text) < size):
+            self._decompress_some()
+        size = len(self._text) if size < 0 else min(size, len(self._text))
+        out = bytes(self._text[:size])
+        del self._text[:size]
+        return out
 
     def fileobj_position(self) -> int:
         return self._raw.tell()
+
+    def _decompress_some(self) -> None:
+        if self._decompressor.eof:  # a stream ended: what follows is another one, or the end of the file
+            data = self._decompressor.unused_data.lstrip(b"\0")  # NUL padding between streams (xz's, a tape's)
+            while not data:
+                more = self._raw.read(self._INPUT)
+                if not more:
+                    self._done = True
+                    return
+                data = more.lstrip(b"\0")
+            self._decompressor = self._new()
+            try:
+                self._text += self._decompress(data)
+            except StreamDamaged:
+                self._done = True  # trailing bytes that begin no stream
+            return
+        data = self._raw.read(self._INPUT)
+        if not data:  # the file ends inside a stream
+            self._done = self.cut_short = True
+            return
+        self._text += self._decompress(data)
+
+    def _decompress(self, data: bytes) -> bytes:
+        try:
+            return self._decompressor.decompress(data)
+        except _DECOMPRESS_ERRORS as exc:
+            raise StreamDamaged(str(exc)) from exc
+
+
+class StreamDamaged(Exception):
+    """A compressed log's stream is damaged where its data is (not merely cut short)."""
 
 
 @contextmanager
@@ -192,26 +250,24 @@ def _open_log(path: Path) -> Iterator[tuple]:
         if how is None:
             yield raw, None
             return
-        name, opener = how
-        with opener(raw) as stream:
-            yield _Compressed(raw, stream), name
+        name, new_decompressor = how
+        yield _Decompressed(raw, new_decompressor), name
 
 
-def _compression(magic: bytes) -> tuple[str, Callable] | None:
-    """(name, opener over the raw file) of the compression these first bytes announce, or None (plain text)."""
+def _compression(magic: bytes) -> tuple[str, Callable[[], Any]] | None:
+    """(name, a new decompressor) of the compression these first bytes announce, or None (plain text)."""
     found = next((how for m, how in _COMPRESSED.items() if magic.startswith(m)), None)
     # bzip2: 'BZh', the block size digit, then a block's or the end's magic (a text line may open with 'BZh')
     if found is None and magic[:3] == b"BZh" and magic[3:4].isdigit() and magic[4:8] in (b"1AY&", b"\x17rE8"):
-        found = ("bzip2", lambda raw: bz2.BZ2File(raw, "rb"))
+        found = ("bzip2", bz2.BZ2Decompressor)
     return found
 
 
 def _read(path: Path, f, how: str | None, size: int = -1) -> bytes:
     try:
         return f.read(size)
-    except _BAD_STREAM as exc:
-        raise InputError(path, f"the {how} stream is corrupt or cut short ({exc}); expected a {how}-compressed "
-                               "training log") from exc
+    except StreamDamaged as exc:
+        raise InputError(path, f"the {how} stream is corrupt ({exc}); expected a {how}-compressed training log") from exc
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
 
@@ -263,9 +319,14 @@ def same_shape(previous: str, last: str) -> bool:
 
 
 def cut_short_note(log: LogEnd, last_line_parsed: bool) -> str | None:
-    """The standard 'ended early' wording for a log whose final line has no newline."""
+    """The standard 'ended early' wording for a log whose final line has no newline, or whose compressed stream
+    stops before its end marker (the writer was stopped: the run may have gone on past what the file holds)."""
+    kept = log.n_lines if last_line_parsed else log.n_lines - 1
+    if log.stream_cut:
+        return (f"the compressed stream stops before its end marker (its writer was stopped?) in line {log.n_lines}; "
+                f"ingested up to line {kept}")
     if log.unterminated_last and not last_line_parsed:
-        return f"line {log.n_lines} is cut short (no newline at end of file); ingested up to line {log.n_lines - 1}"
+        return f"line {log.n_lines} is cut short (no newline at end of file); ingested up to line {kept}"
     return None
 
 

@@ -1,12 +1,15 @@
 """Compressed training logs (gzip, xz, bzip2) are read as the text they hold, streamed through the decompressor:
 the same lines, the same receipt (its id is the text's digest, so a log gzipped after its first ingest is
-'unchanged'), and a damaged stream is one error naming the file. zstd is refused with its remedy."""
+'unchanged'). A stream cut short (a job killed while writing train.log.gz) keeps the lines it holds, as a plain
+log cut short does, and says it ended early; a damaged stream is one error naming the file. Streams one after
+another read as one text. zstd is refused with its remedy."""
 
 from __future__ import annotations
 
 import bz2
 import gzip
 import lzma
+import zlib
 from pathlib import Path
 
 import polars as pl
@@ -78,21 +81,69 @@ def test_gzipping_a_stored_log_is_the_same_receipt_named_without_the_suffix(tmp_
     assert code == 0 and [r["run_name"] for r in listed] == ["train"]
 
 
-@pytest.mark.parametrize("damage", ["cut", "flip"])
-def test_a_damaged_stream_is_one_error_naming_the_file_and_nothing_is_stored(tmp_path, db, damage):
+MEGATRON = "megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-baseline.log"
+PARTIAL = {"gz": lambda data: zlib.decompressobj(wbits=31).decompress(data), "xz": lzma.LZMADecompressor().decompress}
+
+
+@pytest.mark.parametrize("suffix", sorted(PARTIAL))
+def test_a_stream_cut_short_keeps_the_lines_it_holds(tmp_path, db, suffix):
+    """Cut at 85% of its compressed bytes (inside its iteration lines), the log reads as the text a decompressor gets from those bytes, written
+    plain: the same steps, and an 'ended early' note saying the stream stopped (even where the cut falls at the
+    end of a line, since the run may have gone on)."""
+    packed = bytearray(COMPRESS[suffix](realdata("logs", MEGATRON).read_bytes()))
+    del packed[len(packed) * 85 // 100:]
+    path = tmp_path / f"train.log.{suffix}"
+    path.write_bytes(bytes(packed))
+    text = PARTIAL[suffix](bytes(packed))
+    plain = tmp_path / "plain.log"
+    plain.write_bytes(text)
+    cut, reference = parse_log(path), parse_log(plain)
+    assert 0 < cut.steps.height < parse_log(realdata("logs", MEGATRON)).steps.height
+    assert cut.steps.equals(reference.steps)
+    assert "the compressed stream stops before its end marker" in cut.ended_early
+    whole_lines = text.count(b"\n") if text.endswith(b"\n") else text.count(b"\n") + 1
+    assert read_log(path).n_lines == whole_lines and read_log(path).stream_cut
+    result = cli(db, "ingest", str(path))
+    assert result.exit_code == 0 and "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert [r["run_name"] for r in cli_json(db, "list")[1]] == ["train"]
+
+
+def test_a_stream_cut_before_any_text_is_one_error(tmp_path, db):
+    # bzip2 decodes a block (up to 900 kB of text) at a time: cut inside the first, nothing is left to read.
+    packed = bz2.compress(realdata("logs", MEGATRON).read_bytes())
+    path = tmp_path / "run.log.bz2"
+    path.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(InputError) as info:
+        parse_log(path)
+    assert info.value.path == path and "the bzip2 stream is cut short before any text" in str(info.value)
+    result = cli(db, "ingest", str(path))
+    assert result.exit_code == 2 and "Traceback" not in result.stderr + result.stdout
+    assert cli_json(db, "list")[1] == []
+
+
+def test_a_damaged_stream_is_one_error_naming_the_file_and_nothing_is_stored(tmp_path, db):
     packed = bytearray(gzip.compress(realdata("logs", "sft_run_gtx1660.log").read_bytes()))
-    if damage == "cut":
-        del packed[len(packed) // 2:]
-    else:
-        packed[len(packed) // 2] ^= 0xFF
+    packed[len(packed) // 2] ^= 0xFF
     path = tmp_path / "run.log.gz"
     path.write_bytes(bytes(packed))
     with pytest.raises(InputError) as info:
         parse_log(path)
-    assert info.value.path == path and "the gzip stream is corrupt or cut short" in str(info.value)
+    assert info.value.path == path and "the gzip stream is corrupt" in str(info.value)
     result = cli(db, "ingest", str(path))
     assert result.exit_code == 2 and "Traceback" not in result.stderr + result.stdout
     assert cli_json(db, "list")[1] == []
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESS))
+def test_streams_one_after_another_read_as_one_text_and_trailing_bytes_are_left(tmp_path, suffix):
+    text = realdata("logs", MEGATRON).read_bytes()
+    half = text.index(b"\n", len(text) // 2) + 1
+    path = tmp_path / f"appended.log.{suffix}"
+    path.write_bytes(COMPRESS[suffix](text[:half]) + COMPRESS[suffix](text[half:]) + b"\x00" * 512)
+    plain = tmp_path / "plain.log"
+    plain.write_bytes(text)
+    assert read_log(path).lines.equals(read_log(plain).lines) and not read_log(path).stream_cut
+    assert log_sha256(path) == log_sha256(plain)
 
 
 def test_zstd_is_refused_with_its_remedy(tmp_path):
