@@ -77,14 +77,13 @@ _WORLD_ENV = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def export_report(path: Path) -> Path:
-    """`.nsys-rep` -> `.sqlite` beside it (or in a temp dir when that is read-only), via nsys."""
+def export_report(path: Path, into: Path | None = None) -> Path:
+    """`.nsys-rep` -> `.sqlite` via `nsys export`: beside the report (and reused there while newer than it), or in
+    the folder `into` (a scratch folder the caller removes: the report's own folder is read-only)."""
     path = Path(path)
-    out = path.with_suffix(".sqlite")
-    if out.is_file() and out.stat().st_mtime >= path.stat().st_mtime:
+    out = path.with_suffix(".sqlite") if into is None else into / path.with_suffix(".sqlite").name
+    if into is None and out.is_file() and out.stat().st_mtime >= path.stat().st_mtime:
         return out
-    if not (out.parent.exists() and _writable(out.parent)):
-        out = Path(tempfile.mkdtemp(prefix="receipts-nsys-")) / out.name
     command = ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(out), str(path)]
     if shutil.which("nsys") is None:
         raise InputError(path, "an Nsight Systems report needs exporting to SQLite first and `nsys` is not on "
@@ -93,6 +92,12 @@ def export_report(path: Path) -> Path:
     if done.returncode != 0 or not out.is_file():
         raise InputError(path, f"`{' '.join(command)}` failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
     return out
+
+
+def exports_beside(path: Path) -> bool:
+    """Whether a report's export can be written (and kept for the next ingest) beside it."""
+    folder = Path(path).parent
+    return folder.exists() and _writable(folder)
 
 
 def _writable(folder: Path) -> bool:

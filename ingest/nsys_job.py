@@ -104,11 +104,11 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env
             except (OSError, EOFError, zlib.error) as exc:
                 raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped nsys "
                                        "SQLite export") from exc
-            try:
-                return replace(read_export(plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules, kind="nsys",
-                                           progress=progress), path=path)
-            except InputError as exc:  # the user named the .gz, not our temporary copy
-                raise InputError(path, exc.message.replace(str(plain), str(path)), exc.line, exc.table) from exc
+            return _read_copy(path, plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules, progress=progress)
+    if kind == "nsys-rep" and not nsys.exports_beside(path):  # a read-only folder: exported to scratch, then removed
+        with scratch_dir("nsys") as tmp:
+            return _read_copy(path, nsys.export_report(path, into=tmp), rules=rules, keep_raw=keep_raw,
+                              env_rules=env_rules, progress=progress)
     sqlite_path = nsys.export_report(path) if kind == "nsys-rep" else path
     # Checked here, per export: a value out of range names the export that holds it, not the job's folder.
     anatomy = checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules,
@@ -116,6 +116,15 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env
     environ = {e.name: e.value for e in anatomy.env if e.is_set and e.value is not None}
     node = next((int(environ[k]) for k in _NODE_ENV if re.fullmatch(r"[0-9]{1,6}", environ.get(k, ""))), None)
     return ExportPart(path, anatomy, node)
+
+
+def _read_copy(path: Path, export: Path, **options) -> ExportPart:
+    """read_export of `export`, a temporary SQLite copy of the user's `path` (unpacked or exported), named as the
+    user named it, in its result and in its errors."""
+    try:
+        return replace(read_export(export, kind="nsys", **options), path=path)
+    except InputError as exc:
+        raise InputError(path, exc.message.replace(str(export), str(path)), exc.line, exc.table) from exc
 
 
 def combine(parts: list[ExportPart]) -> Anatomy:

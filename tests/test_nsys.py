@@ -7,6 +7,7 @@ or plain SQL over the export written here (the definitions nvtx_sum / cuda_gpu_t
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 import sqlite3
 from collections import defaultdict
@@ -275,6 +276,38 @@ def test_export_report_without_nsys_names_the_command(tmp_path, monkeypatch):
     monkeypatch.setattr(nsys.shutil, "which", lambda _: None)
     with pytest.raises(InputError, match=r"nsys export --type sqlite"):
         nsys.export_report(rep)
+
+
+def _fake_nsys(tmp_path: Path, monkeypatch, export: Path) -> None:
+    """An `nsys` on PATH whose `export ... --output OUT REPORT` writes a copy of a real export to OUT."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "nsys"
+    script.write_text(f"#!/bin/sh\nwhile [ $# -gt 2 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n"
+                      f"cp '{export}' \"$out\"\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_a_report_in_a_read_only_folder_is_exported_to_scratch_and_the_copy_removed(tmp_path, monkeypatch):
+    from receipts.ingest.nsys_job import read_export
+
+    _fake_nsys(tmp_path, monkeypatch, REAL / "mfu_2gpu_after.sqlite")
+    rep = tmp_path / "reports" / "run.nsys-rep"
+    rep.parent.mkdir()
+    rep.write_bytes(b"\x00" * 16)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    monkeypatch.setattr(nsys, "_writable", lambda folder: False)  # as a read-only folder (root writes anywhere)
+    part = read_export(rep, rules=load_category_rules())
+    assert part.path == rep and part.anatomy.rows.height > 0
+    assert not (rep.parent / "run.sqlite").exists() and list(temp.iterdir()) == []  # nothing left behind
+    monkeypatch.undo()  # a writable folder: the export is kept beside the report, for the next ingest
+    (tmp_path / "again").mkdir()
+    _fake_nsys(tmp_path / "again", monkeypatch, REAL / "mfu_2gpu_after.sqlite")
+    read_export(rep, rules=load_category_rules())
+    assert (rep.parent / "run.sqlite").is_file()
 
 
 # --- genuine FSDP2 exports from the GPU machine, against NVIDIA's own `nsys stats` CSVs -------------
