@@ -108,27 +108,28 @@ def test_a_stream_cut_short_keeps_the_lines_it_holds(tmp_path, db, suffix):
     assert [r["run_name"] for r in cli_json(db, "list")[1]] == ["train"]
 
 
-def test_a_stream_cut_before_any_text_is_one_error(tmp_path, db):
+def _cut_before_any_text(tmp_path: Path) -> tuple[Path, str]:
     # bzip2 decodes a block (up to 900 kB of text) at a time: cut inside the first, nothing is left to read.
     packed = bz2.compress(realdata("logs", MEGATRON).read_bytes())
     path = tmp_path / "run.log.bz2"
     path.write_bytes(packed[: len(packed) // 2])
-    with pytest.raises(InputError) as info:
-        parse_log(path)
-    assert info.value.path == path and "the bzip2 stream is cut short before any text" in str(info.value)
-    result = cli(db, "ingest", str(path))
-    assert result.exit_code == 2 and "Traceback" not in result.stderr + result.stdout
-    assert cli_json(db, "list")[1] == []
+    return path, "the bzip2 stream is cut short before any text"
 
 
-def test_a_damaged_stream_is_one_error_naming_the_file_and_nothing_is_stored(tmp_path, db):
+def _flipped_byte(tmp_path: Path) -> tuple[Path, str]:
     packed = bytearray(gzip.compress(realdata("logs", "sft_run_gtx1660.log").read_bytes()))
     packed[len(packed) // 2] ^= 0xFF
     path = tmp_path / "run.log.gz"
     path.write_bytes(bytes(packed))
+    return path, "the gzip stream is corrupt"
+
+
+@pytest.mark.parametrize("damage", [_cut_before_any_text, _flipped_byte], ids=["cut before any text", "flipped byte"])
+def test_a_stream_without_text_to_keep_is_one_error_naming_the_file_and_nothing_is_stored(tmp_path, db, damage):
+    path, message = damage(tmp_path)
     with pytest.raises(InputError) as info:
         parse_log(path)
-    assert info.value.path == path and "the gzip stream is corrupt" in str(info.value)
+    assert info.value.path == path and message in str(info.value)
     result = cli(db, "ingest", str(path))
     assert result.exit_code == 2 and "Traceback" not in result.stderr + result.stdout
     assert cli_json(db, "list")[1] == []
