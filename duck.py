@@ -67,3 +67,21 @@ def query_rows(con: duckdb.DuckDBPyConnection, query: str,
     cursor = con.execute(query, params or None)
     names = [column[0] for column in cursor.description or ()]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+class _ArrowStream:
+    """A polars frame seen only through the Arrow C stream interface: DuckDB's client, handed the frame itself,
+    converts it through pyarrow (and loads pandas), handed this it reads the stream."""
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self._frame = frame
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        return self._frame.__arrow_c_stream__(requested_schema)
+
+
+def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:
+    """The rows of `frame`, whose columns are `table`'s in order, into `table`, in one INSERT read through the Arrow
+    C stream (each column cast to the table's type by DuckDB). For rows few enough to hold: DuckDB keeps what it
+    inserts from Arrow in memory until the commit."""
+    con.from_arrow(_ArrowStream(frame)).insert_into(table)

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from receipts.errors import ReceiptNotFound, StoreError
 from receipts.schema.version import IDENTITY_FIELDS
@@ -28,6 +28,15 @@ if TYPE_CHECKING:
 RETAG_COLUMNS = ("run_name", "tags_json", "raw_host_lineage", "host_lineage", "raw_preset", "preset_family",
                  "raw_regime", "launch_regime", "engine", "compile_mode", "parallel_json", "identity_complete",
                  "resolution_json", "features_json")
+
+
+class ReceiptRows(NamedTuple):
+    """One receipt as another store holds it, for Store.copy_receipts_rows (`receipts push`)."""
+
+    content_sha256: str
+    small: dict[str, list[dict[str, Any]]]   # table -> rows, the receipts row first
+    bulk: Mapping[str, Steps]                # bulk table -> its rows of this receipt
+    supersedes: tuple[str, ...] = ()         # ids this receipt superseded there, superseded here too
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,13 @@ class Store(ABC):
         receipt superseded there, superseded here too."""
         return self._write(content_sha256=content_sha256, small=small, bulk=bulk,
                            supersede=(small["receipts"][0]["id"], supersedes) if supersedes else None)
+
+    def copy_receipts_rows(self, receipts: list[ReceiptRows]) -> list[bool]:
+        """copy_receipt_rows for each of several receipts, in order: whether each was copied. Here each is its own
+        transaction (PostgreSQL: two nodes pushing at once race per receipt, and its unique constraints decide);
+        a store with one writer at a time may copy them in fewer."""
+        return [self.copy_receipt_rows(content_sha256=r.content_sha256, small=r.small, bulk=r.bulk,
+                                       supersedes=r.supersedes) for r in receipts]
 
     def copy_attachment_rows(self, receipt_id: str, source_sha256: str, *, small: dict[str, list[dict[str, Any]]],
                              bulk: Mapping[str, Steps]) -> bool:

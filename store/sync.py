@@ -2,9 +2,10 @@
 DuckDB file, then pushes to the team's PostgreSQL store when it can reach it.
 
 Rows are copied as stored (ids, ingested_at, warm-up flags), not re-derived, so both stores answer
-every sql/ query the same. Each receipt goes in its own transaction through the target's copy API (Store.copy_*),
-whose unique constraints decide what is already there: pushing twice, or from two nodes at once,
-copies each receipt exactly once.
+every sql/ query the same. Receipts go through the target's copy API (Store.copy_*), whose unique constraints
+decide what is already there: pushing twice, or from two nodes at once, copies each receipt exactly once. On
+PostgreSQL each receipt is its own transaction (two nodes race per receipt); a DuckDB file, one writer at a time,
+takes a batch of them in one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import polars as pl
 from receipts.schema.model import FACT_SECTIONS
 from receipts.errors import StoreError
 from receipts.schema.tables import BULK_TABLES, IDENTITY_FIELDS, metadata
-from receipts.store.base import RETAG_COLUMNS, Store
+from receipts.store.base import RETAG_COLUMNS, ReceiptRows, Store
 
 # Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export). Its
 # identity_history travels with it, so a receipt retagged before the push arrives with its audit trail.
@@ -61,7 +62,8 @@ def _anatomy_payload(source: Store, receipt_id: str, source_sha256: str | None):
 
 def push(source: Store, target: Store, progress: Callable[[int, int], None] | None = None) -> PushResult:
     """Copy every receipt (and every attached export) of `source` that `target` lacks. `progress`: called with
-    (receipts done, receipts in the source) before each receipt."""
+    (receipts done, receipts in the source) before each batch of receipts copied, then before each receipt the
+    target had already."""
     result = PushResult()
     present = set(target.sql("SELECT content_sha256 FROM receipts")["content_sha256"].to_list())
     attached = {tuple(r) for r in target.sql("SELECT receipt_id, source_sha256 FROM anatomy_sources").iter_rows()}
@@ -79,21 +81,27 @@ def push(source: Store, target: Store, progress: Callable[[int, int], None] | No
     for receipt_id, sha in source.sql("SELECT receipt_id, source_sha256 FROM anatomy_sources "
                                       "ORDER BY receipt_id, source_sha256").iter_rows():
         exports_here.setdefault(receipt_id, []).append(sha)
-    to_copy = [rid for rid, sha in local.iter_rows() if sha not in present]
-    batches = iter(_batches(source, to_copy))
-    payloads: dict[str, _Payload] = {}
-    for done, (receipt_id, content_sha256) in enumerate(local.iter_rows()):
+    to_copy = [(rid, sha) for rid, sha in local.iter_rows() if sha not in present]
+    pushed: set[str] = set()
+    done = 0
+    for batch in _batches(source, to_copy):
         if progress is not None:
             progress(done, local.height)
-        if content_sha256 not in present:
-            if receipt_id not in payloads:
-                payloads = _payloads(source, next(batches))
-            if _copy_receipt(target, payloads.pop(receipt_id), content_sha256):
+        for (receipt_id, _), ok in zip(batch, target.copy_receipts_rows(_payloads(source, batch))):
+            if ok:
                 result.receipts_copied += 1
                 result.copied_ids.append(receipt_id)
-                continue
+                pushed.add(receipt_id)
+        done += len(batch)
+    # The receipts that were there already (or arrived from another push meanwhile): exports, fact files and
+    # retags added to them locally since then still travel.
+    for receipt_id, _ in local.iter_rows():
+        if receipt_id in pushed:
+            continue
+        if progress is not None:
+            progress(done, local.height)
+        done += 1
         result.receipts_skipped += 1
-        # The receipt was there already; exports attached to it locally since then still travel.
         for sha in exports_here.get(receipt_id, []):
             if (receipt_id, sha) in attached or not _copy_attachment(source, target, receipt_id, sha):
                 result.anatomy_skipped += 1
@@ -154,47 +162,57 @@ def _copy_facts(source: Store, target: Store, receipt_id: str, fact_sources: lis
 
 
 # What one receipt carries to another store: its small tables' rows, its bulk tables' frames, the ids it superseded.
-_Payload = tuple[dict[str, list[dict[str, Any]]], dict[str, pl.DataFrame], tuple[str, ...]]
 _PAYLOAD_TABLES = (*RECEIPT_TABLES, "anatomy_sources", *ANATOMY_TABLES)  # keyed by receipt_id, beside `receipts`
 BATCH_RECEIPTS = 256
 BATCH_STEP_ROWS = 1 << 20  # a batch's step rows: a 10M-step receipt is a batch of its own
 
 
-def _batches(source: Store, receipt_ids: list[str]) -> Iterator[list[str]]:
-    """`receipt_ids` in order, cut into batches of at most BATCH_RECEIPTS receipts and BATCH_STEP_ROWS step rows."""
-    if not receipt_ids:
+def _batches(source: Store, receipts: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
+    """`receipts` ((id, content sha256) pairs) in order, cut into batches of at most BATCH_RECEIPTS receipts and
+    BATCH_STEP_ROWS step rows."""
+    if not receipts:
         return
-    steps = dict(source.sql("SELECT receipt_id, count(*) AS n FROM receipt_steps WHERE list_contains($ids, receipt_id) "
-                            "GROUP BY receipt_id", {"ids": receipt_ids}).iter_rows())
-    batch: list[str] = []
+    steps = dict(source.sql("SELECT receipt_id, count(*) AS n FROM receipt_steps "
+                            "WHERE receipt_id IN (SELECT unnest($ids)) GROUP BY receipt_id",
+                            {"ids": [rid for rid, _ in receipts]}).iter_rows())
+    batch: list[tuple[str, str]] = []
     rows = 0
-    for rid in receipt_ids:
-        n = steps.get(rid, 0)
+    for receipt in receipts:
+        n = steps.get(receipt[0], 0)
         if batch and (len(batch) == BATCH_RECEIPTS or rows + n > BATCH_STEP_ROWS):
             yield batch
             batch, rows = [], 0
-        batch.append(rid)
+        batch.append(receipt)
         rows += n
     yield batch
 
 
-def _payloads(source: Store, batch: list[str]) -> dict[str, _Payload]:
-    """Each receipt of `batch` as _copy_receipt writes it, read a query per table for the whole batch."""
-    params = {"ids": batch}
+def _quoted(values: list[str]) -> str:
+    """`values` as a list of SQL string literals (a quote doubled), for `column IN (...)`. Written into the query,
+    not bound: DuckDB prunes its scan by constants (and the postgres extension sends them to the server), where any
+    bound parameter (a list, `IN (SELECT unnest($ids))`, or one parameter per value) had every row of the table
+    read and filtered after: 0.5 s a batch over 1.4M step rows, against 0.03 s. The values are the source
+    store's own receipt ids."""
+    return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
+
+
+def _payloads(source: Store, batch: list[tuple[str, str]]) -> list[ReceiptRows]:
+    """Each receipt of `batch` as the target copies it, read a query per table for the whole batch."""
+    ids = _quoted([rid for rid, _ in batch])
     key = {table: "id" if table == "receipts" else "receipt_id" for table in ("receipts", *_PAYLOAD_TABLES)}
-    frames = {table: _select(source, table, f"list_contains($ids, {column})", params) for table, column in key.items()}
+    frames = {table: _select(source, table, f"{column} IN ({ids})", {}) for table, column in key.items()}
     parts = {table: frame.partition_by(key[table], as_dict=True, maintain_order=True)
              for table, frame in frames.items()}
     superseded: dict[str, list[str]] = {}
-    for rid, by in source.sql("SELECT id, superseded_by FROM receipts WHERE list_contains($ids, superseded_by) "
-                              "ORDER BY id", params).iter_rows():
+    for rid, by in source.sql(f"SELECT id, superseded_by FROM receipts WHERE superseded_by IN ({ids}) "
+                              "ORDER BY id").iter_rows():
         superseded.setdefault(by, []).append(rid)
 
     def own(table: str, rid: str) -> pl.DataFrame:
         return parts[table].get((rid,), frames[table].clear())
 
-    out: dict[str, _Payload] = {}
-    for rid in batch:
+    out = []
+    for rid, content_sha256 in batch:
         small = {"receipts": _rows(own("receipts", rid))}
         bulk: dict[str, pl.DataFrame] = {}
         for table in _PAYLOAD_TABLES:
@@ -202,14 +220,8 @@ def _payloads(source: Store, batch: list[str]) -> dict[str, _Payload]:
                 bulk[table] = own(table, rid)
             else:
                 small[table] = _rows(own(table, rid))
-        out[rid] = (small, bulk, tuple(superseded.get(rid, ())))
+        out.append(ReceiptRows(content_sha256, small, bulk, tuple(superseded.get(rid, ()))))
     return out
-
-
-def _copy_receipt(target: Store, payload: _Payload, content_sha256: str) -> bool:
-    small, bulk, earlier = payload
-    # Receipts this one superseded locally, pushed earlier while still current, are superseded there too.
-    return target.copy_receipt_rows(content_sha256=content_sha256, small=small, bulk=bulk, supersedes=earlier)
 
 
 def _copy_attachment(source: Store, target: Store, receipt_id: str, source_sha256: str) -> bool:

@@ -95,10 +95,12 @@ def test_every_option_the_readme_shows_exists():
 
 
 # Statements Python assembles: the only interpolations allowed, each a table/column name from the schema's own
-# lists, a fixed SQL fragment chosen in code, or an ATTACH path/DSN quoted as a literal (ATTACH takes no bound
-# parameters). A new interpolation of anything else (a value!) fails here until it becomes a parameter.
+# lists, a fixed SQL fragment chosen in code, an ATTACH path/DSN quoted as a literal (ATTACH takes no bound
+# parameters), or a push's batch of the source store's own receipt ids quoted as literals (store/sync._quoted:
+# DuckDB prunes a scan by constants, never by a bound list). A new interpolation of anything else (a value!)
+# fails here until it becomes a parameter.
 SQL_INTERPOLATIONS = {
-    "store/sync.py": {"columns", "table", "where"},
+    "store/sync.py": {"columns", "table", "where", "ids"},
     "store/postgres_store.py": {"quoted", "column"},
     "store/duckdb_store.py": {"table", "names", "placeholders", "column", "columns", "', '.join(columns)",
                               "', '.join(f'{c} = ?' for c in changes)"},

@@ -4,6 +4,7 @@ to copy reads the source in a few queries; the command says its progress."""
 
 from __future__ import annotations
 
+import duckdb
 import polars as pl
 import pytest
 
@@ -52,7 +53,10 @@ def test_any_batching_copies_the_same_rows(tmp_path, db, monkeypatch, receipts, 
     seen: list[tuple[int, int]] = []
     with open_store(source, read_only=True) as local, open_store(small) as target:
         assert sync.push(local, target, progress=lambda done, total: seen.append((done, total))).receipts_copied == 6
-    assert seen == [(i, 6) for i in range(6)]
+    # Called before each batch, with the receipts done so far: at most `receipts` apart, all of them done at the end.
+    done = [d for d, _ in seen]
+    assert {t for _, t in seen} == {6} and done[0] == 0 and done == sorted(set(done))
+    assert all(0 < b - a <= receipts for a, b in zip(done, [*done[1:], 6]))
     mine, theirs, original = _dump(one_batch), _dump(small), _dump(source)
     for table in TABLES:
         assert mine[table].equals(theirs[table]), table
@@ -79,3 +83,35 @@ def test_the_push_command_copies_and_says_so(tmp_path, db):
     source = _source(tmp_path, db)
     out = cli(source, "push", "--to", str(tmp_path / "team.duckdb"))
     assert out.exit_code == 0 and "6 receipts copied, 0 skipped" in out.stdout
+
+
+def test_a_duckdb_target_takes_a_batch_in_one_transaction_and_each_content_once(tmp_path, db, monkeypatch):
+    """DuckdbStore.copy_receipts_rows: a receipt whose content is already there, or comes twice in one call, is
+    copied once; a failure inside the batch leaves none of the batch behind."""
+    source = _source(tmp_path, db)
+    with open_store(source, read_only=True) as local:
+        ids = local.sql("SELECT id, content_sha256 FROM receipts ORDER BY ingested_at, id").rows()
+        rows = sync._payloads(local, ids)
+    target = str(tmp_path / "target.duckdb")
+    with open_store(target) as store:
+        assert store.copy_receipts_rows(rows[:2]) == [True, True]
+        assert store.copy_receipts_rows([rows[1], rows[2], rows[2], rows[3]]) == [False, True, False, True]
+        broken = rows[4]._replace(small={**rows[4].small, "receipt_env": [{"receipt_id": None}]})  # NOT NULL
+        with pytest.raises(duckdb.ConstraintException):
+            store.copy_receipts_rows([rows[5], broken])
+        assert store.copy_receipts_rows(rows[4:]) == [True, True]
+    mine, original = _dump(target), _dump(source)
+    for table in TABLES:
+        if table != "identity_history":
+            assert mine[table].equals(original[table]), table
+
+
+def test_ids_written_into_a_query_stay_values():
+    """sync._quoted writes a batch's ids into the SQL as literals (a scan is pruned by constants): a quote in one
+    doubles, so whatever an id holds it is matched as the value it is and never read as SQL."""
+    con = duckdb.connect()
+    odd = ["plain", "it's", "x'); DROP TABLE t; --", "''"]
+    con.execute("CREATE TABLE t (id VARCHAR)")
+    con.executemany("INSERT INTO t VALUES (?)", [[v] for v in [*odd, "other"]])
+    found = con.execute(f"SELECT id FROM t WHERE id IN ({sync._quoted(odd)}) ORDER BY id").fetchall()
+    assert sorted(v for (v,) in found) == sorted(odd) and con.execute("SELECT count(*) FROM t").fetchone() == (5,)
