@@ -81,7 +81,13 @@ class _ArrowStream:
 
 
 def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:
-    """The rows of `frame`, whose columns are `table`'s in order, into `table`, in one INSERT read through the Arrow
-    C stream (each column cast to the table's type by DuckDB). For rows few enough to hold: DuckDB keeps what it
-    inserts from Arrow in memory until the commit."""
-    con.from_arrow(_ArrowStream(frame)).insert_into(table)
+    """The rows of `frame` into `table`, by column name (a migrated table's columns need not be in the schema's
+    order), in one INSERT read through the Arrow C stream, each column cast to the table's type by DuckDB. For
+    rows few enough to hold: DuckDB keeps what it inserts from Arrow in memory until the commit. `table` and the
+    frame's column names come from the schema (schema/tables.py), never from input."""
+    columns = ", ".join(f'"{c}"' for c in frame.columns)
+    # The view lives in the caller's transaction: a failed insert's rollback takes it too (a DROP in a `finally`
+    # would run in the aborted transaction and hide the insert's error).
+    con.from_arrow(_ArrowStream(frame)).create_view("_receipts_incoming", replace=True)
+    con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM _receipts_incoming")
+    con.execute("DROP VIEW _receipts_incoming")

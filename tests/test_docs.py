@@ -101,6 +101,7 @@ def test_every_option_the_readme_shows_exists():
 # fails here until it becomes a parameter.
 SQL_INTERPOLATIONS = {
     "store/sync.py": {"columns", "table", "where", "ids"},
+    "duck.py": {"table", "columns"},
     "store/postgres_store.py": {"quoted", "column"},
     "store/duckdb_store.py": {"table", "names", "placeholders", "column", "columns", "', '.join(columns)",
                               "', '.join(f'{c} = ?' for c in changes)"},

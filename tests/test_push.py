@@ -115,3 +115,16 @@ def test_ids_written_into_a_query_stay_values():
     con.executemany("INSERT INTO t VALUES (?)", [[v] for v in [*odd, "other"]])
     found = con.execute(f"SELECT id FROM t WHERE id IN ({sync._quoted(odd)}) ORDER BY id").fetchall()
     assert sorted(v for (v,) in found) == sorted(odd) and con.execute("SELECT count(*) FROM t").fetchone() == (5,)
+
+
+
+def test_the_batched_insert_names_its_columns():
+    """Columns a migration added sit at the end of an upgraded store's tables (v0003's receipts.superseded_by,
+    v0004's ranks_traced), not where the schema lists them: duck.insert_frame inserts by name, so the order the
+    table's columns lie in does not matter, and each column is cast to the table's type."""
+    from receipts.duck import insert_frame
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (added INTEGER, id VARCHAR NOT NULL, note VARCHAR)")
+    insert_frame(con, "t", pl.DataFrame({"id": ["a", "b"], "note": [None, "x"], "added": [7, None]}))
+    assert con.execute("SELECT id, note, added FROM t ORDER BY id").fetchall() == [("a", None, 7), ("b", "x", None)]
