@@ -5,8 +5,9 @@
 The source is bench_gate.py's store (real receipts replicated with varied identities, every receipt with its
 stored summary), of --receipts receipts. Timed, each once, as a subprocess (`receipts --db SOURCE push --to
 TARGET`, interpreter start included): the first push into an empty target, then the push again with nothing
-to copy. Each receipt is its own transaction on the target (store/sync.py), so a push interrupted or run from
-two nodes at once copies every receipt exactly once; the source is read a query per table per batch.
+to copy. On PostgreSQL each receipt is its own transaction (store/sync.py), so a push interrupted or run from two
+nodes at once copies every receipt exactly once; a DuckDB file (one writer at a time) takes a batch of receipts
+in one; the source is read a query per table per batch.
 
 Reference, in the same run: DuckDB copying the same tables bare (ATTACH the source, CREATE TABLE AS SELECT each
 table into a new file): the floor of moving the rows, without a transaction per receipt or the target's checks.
