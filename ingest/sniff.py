@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
 import importlib
-import zlib
 from dataclasses import replace
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +12,8 @@ import polars as pl
 
 from receipts.errors import InputError
 from receipts.ingest import native, wrapped
-from receipts.ingest.textlog import LogText, ReadProgress, log_start_time, read_chunks
+from receipts.ingest.textlog import (LogText, ReadProgress, StreamDamaged, decompressed_head, log_start_time,
+                                      read_chunks)
 from receipts.schema.model import ParsedRun
 
 # Text-log formats, most specific first. Each module has FORMAT, detect(head_lines) and parse(LogText).
@@ -57,12 +56,15 @@ def sniff_kind(path: Path) -> str:
     if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
         return "nsys-rep"
     if head.startswith(GZIP_MAGIC):
+        # Through the log reader's decompressor: a gzipped log cut short is read as the lines it holds (textlog),
+        # so its first bytes must not be refused here for the end marker they lack.
         try:
-            with gzip.open(path, "rb") as f:
-                inner = f.read(4096)
-        except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a corrupt deflate stream
-            raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped training "
-                                   "log, PyTorch profiler trace (.pt.trace.json.gz) or nsys export") from exc
+            inner = decompressed_head(path, 4096)
+        except StreamDamaged as exc:
+            raise InputError(path, f"gzip stream is corrupt ({exc}); expected a gzipped training log, PyTorch "
+                                   "profiler trace (.pt.trace.json.gz) or nsys export") from exc
+        except OSError as exc:
+            raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
         if inner.startswith(SQLITE_MAGIC):
             return "nsys-gz"  # exports are gzipped to travel; SQLite needs a real file
         return "kineto" if inner.lstrip().startswith(b"{") else "log"

@@ -272,6 +272,14 @@ def _read(path: Path, f, how: str | None, size: int = -1) -> bytes:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
 
 
+def decompressed_head(path: Path, size: int) -> bytes:
+    """The first `size` bytes a file holds, through its decompressor when it is compressed (the caller has opened
+    it once already): a stream cut short gives what it has, as a log read whole does; damage inside the stream
+    raises StreamDamaged."""
+    with _open_log(Path(path)) as (f, _):
+        return f.read(size)
+
+
 def log_sha256(path: Path) -> str:
     """The sha256 of the log's text: a compressed log's is its content's, so the same log gzipped and plain is one
     receipt (the file's own digest would make it two runs of a lane, each with the other's steps)."""

@@ -108,6 +108,19 @@ def test_a_stream_cut_short_keeps_the_lines_it_holds(tmp_path, db, suffix):
     assert [r["run_name"] for r in cli_json(db, "list")[1]] == ["train"]
 
 
+def test_a_short_log_cut_short_is_sniffed_and_read_as_the_lines_it_holds(tmp_path, db):
+    """The kind of a gzipped file is told from its first 4 KiB of text: a short log cut short has fewer, and
+    is still a log (it was refused there for the end marker it lacks)."""
+    text = realdata("logs", "torchtitan_pr1287_dcp_zoc_steps200-250.txt").read_bytes()
+    packed = gzip.compress(text)
+    path = tmp_path / "short.log.gz"
+    path.write_bytes(packed[: len(packed) * 8 // 10])
+    assert len(PARTIAL["gz"](path.read_bytes())) < 4096
+    result = cli(db, "ingest", str(path))
+    assert result.exit_code == 0 and "the compressed stream stops before its end marker" in result.stderr, result.stderr
+    assert [r["run_name"] for r in cli_json(db, "list")[1]] == ["short"]
+
+
 def _cut_before_any_text(tmp_path: Path) -> tuple[Path, str]:
     # bzip2 decodes a block (up to 900 kB of text) at a time: cut inside the first, nothing is left to read.
     packed = bz2.compress(realdata("logs", MEGATRON).read_bytes())
