@@ -149,8 +149,8 @@ def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFram
     """A bulk frame into `table`, in order, inside the caller's transaction, one slice in memory at a time
     (store/rows.py: bulk_slices), through Parquet files DuckDB reads in one INSERT. Rows inserted from Arrow in
     one transaction stayed in DuckDB's memory until the commit (~125 B a row, measured: 2M steps +250 MiB
-    whatever memory_limit says), and handing DuckDB a frame through Arrow loads pyarrow (+25 MiB in every
-    ingest); rows read from Parquet are written out as they come."""
+    whatever memory_limit says; duck.insert_frame, for a batch's small tables, takes that for rows few enough);
+    rows read from Parquet are written out as they come."""
     import polars as pl  # loaded by writes, not by a store opened to read
 
     from receipts.store.rows import bulk_slices

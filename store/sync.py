@@ -161,8 +161,8 @@ def _copy_facts(source: Store, target: Store, receipt_id: str, fact_sources: lis
     return copied
 
 
-# What one receipt carries to another store: its small tables' rows, its bulk tables' frames, the ids it superseded.
-_PAYLOAD_TABLES = (*RECEIPT_TABLES, "anatomy_sources", *ANATOMY_TABLES)  # keyed by receipt_id, beside `receipts`
+# The tables a receipt carries to another store (as a ReceiptRows), keyed by receipt_id, beside `receipts` itself.
+_PAYLOAD_TABLES = (*RECEIPT_TABLES, "anatomy_sources", *ANATOMY_TABLES)
 BATCH_RECEIPTS = 256
 BATCH_STEP_ROWS = 1 << 20  # a batch's step rows: a 10M-step receipt is a batch of its own
 
