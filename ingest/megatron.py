@@ -17,6 +17,7 @@ Evidence read (everything else in the log is left alone):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from typing import cast
 import polars as pl
 
 from receipts.errors import InputError
+from receipts.ingest import megatron_scan
+from receipts.ingest.megatron_scan import ScannedBlock
 from receipts.ingest.spool import RowSpool
 from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
 from receipts.schema.model import IdentityClaim, MemoryPeak, ParsedRun, steps_frame
@@ -81,6 +84,7 @@ _USUAL_START = (r"^\s*(?:\[[0-9: -]+\]\s*)?iteration\s+([0-9]+)/\s*([0-9]+) \| c
 # group. A pattern without groups is matched by the regex crate's DFAs alone, where a group costs a third pass
 # over the match (this extract: 0.44 -> 0.29 s of CPU on 2M lines).
 _LOSS_MATCH = r"\| lm loss: (?:[-+0-9.eE]+|nan|inf)"
+_START_TIME = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]"
 _CRASH = r"Traceback \(most recent call last\)|KeyboardInterrupt|CUDA out of memory|Killing subprocess|SIGTERM|SIGKILL"
 
 
@@ -100,41 +104,28 @@ class _Reading:
     started_at: str | None = None
     crash: tuple[int, str] | None = None          # the first crash line after the last iteration row so far
 
-    def add(self, frame: pl.DataFrame) -> None:
-        # Memory reports and tokens per second are rare in a long log: one pass over the text finds the lines
-        # that hold either, for the two extracts below (a pass for each: 0.07 s more on 2M lines).
-        rare = frame.filter(pl.col("text").str.contains_any(["memory (MB)", "tokens per "]))
-        printed = rare["text"].str.contains("tokens per ", literal=True).any()  # else every extract gives null
-        tokens_per_s = (pl.col("text").str.extract(_TOKENS_PER_S, 1).str.replace_all(",", "", literal=True)
-                        .cast(pl.Float64, strict=False) if printed else pl.lit(None, pl.Float64))
-        matched = _iteration_rows(frame)
-        if matched.height:
-            self.last_match = matched["text"][-1]
-        iters = (matched.with_columns(pl.col("step").cast(pl.Int64, strict=False)).filter(pl.col("step").is_not_null())
-                 .with_columns(tokens_per_s.alias("tokens_per_s")))
-        if iters.height:
-            totals = iters["total"]
-            self.first_total = totals[0] if self.first_total is None else self.first_total
-            self.last_total = totals[-1]
+    def add(self, frame: pl.DataFrame, scanned: ScannedBlock | None = None) -> None:
+        """One chunk: `frame` its lines (line, text); where megatron_scan read the chunk, the lines it left as
+        text, and `scanned` the rows it read (every row of the usual layout)."""
+        # a chunk the scanner read whole leaves no text: nothing for polars to do but the scanner's rows
+        matched, iters, memory = _read_text(frame) if frame.height else _nothing_read()
+        edges = _Edges(matched, iters, scanned)
+        if (last := edges.last_match()) is not None:
+            self.last_match = last
+        rows = iters.drop("text", "total")
+        if scanned is not None and scanned.usual.height:
+            rows = pl.concat([scanned.usual, rows]).sort("line") if rows.height else scanned.usual
+        if rows.height:
+            self.first_total = edges.total(rows["line"][0]) if self.first_total is None else self.first_total
+            self.last_total = edges.total(rows["line"][-1])
             if self.started_at is None:
-                at = iters["text"].str.extract(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]", 1).drop_nulls()
-                self.started_at = at[0] if len(at) else None
+                self.started_at = edges.start_time()
             # only a crash after the last iteration line counts: look after this chunk's last one
-            after = frame.filter(pl.col("line") > iters["line"][-1])
-            self.crash = _first_crash(after)
+            self.crash = _first_crash(frame.filter(pl.col("line") > rows["line"][-1])) if frame.height else None
         elif self.crash is None:
             self.crash = _first_crash(frame)
-        self.iters.add(iters.drop("text", "total"))
-        self.memory.append(
-            rare.filter(pl.col("text").str.contains("memory (MB)", literal=True))
-            .select(pl.col("text").str.extract_groups(MEMORY).alias("m")).unnest("m")
-            .drop_nulls()
-            .select(pl.col("1").cast(pl.Int32, strict=False).alias("rank"),
-                    pl.col("2").cast(pl.Int64, strict=False).alias("step"),
-                    *[(pl.col(c).cast(pl.Float64, strict=False) * _MB).cast(pl.Int64, strict=False).alias(n)
-                      for c, n in (("3", "allocated"), ("4", "max_allocated"), ("5", "reserved"),
-                                   ("6", "max_reserved"))])
-        )
+        self.iters.add(rows)
+        self.memory.append(memory)
         self._add_arguments(frame)
         if self.banner is None:
             hit = frame.filter(pl.col("text").str.contains("using world size: ", literal=True)).head(1)
@@ -143,7 +134,7 @@ class _Reading:
     def _add_arguments(self, frame: pl.DataFrame) -> None:
         """The dump runs from the first `--- arguments ---` to the first `--- end of arguments ---` after it
         (or 2000 lines, when a crash cut it); its `name ... value` lines are kept as they come."""
-        if self.args_end is not None:
+        if self.args_end is not None or frame.height == 0:
             return
         if self.args_first is None:
             begin = frame.filter(pl.col("text").str.contains(" arguments ", literal=True)
@@ -168,6 +159,78 @@ class _Reading:
         for _, name, raw in pl.concat(self.arg_pairs).filter(pl.col("line") < last).iter_rows():
             args.setdefault(name, _value(raw))  # the first print of a name is the dump's; later ones are noise
         return args
+
+
+def _read_text(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """What polars reads of lines (line, text): the lines matching ITERATION (_iteration_rows), those whose step
+    reads as a number with their tokens per second, and the memory reports' rows."""
+    # Memory reports and tokens per second are rare in a long log: one pass over the text finds the lines
+    # that hold either, for the two extracts below (a pass for each: 0.07 s more on 2M lines).
+    rare = frame.filter(pl.col("text").str.contains_any(["memory (MB)", "tokens per "]))
+    printed = rare["text"].str.contains("tokens per ", literal=True).any()  # else every extract gives null
+    tokens_per_s = (pl.col("text").str.extract(_TOKENS_PER_S, 1).str.replace_all(",", "", literal=True)
+                    .cast(pl.Float64, strict=False) if printed else pl.lit(None, pl.Float64))
+    matched = _iteration_rows(frame)
+    iters = (matched.with_columns(pl.col("step").cast(pl.Int64, strict=False)).filter(pl.col("step").is_not_null())
+             .with_columns(tokens_per_s.alias("tokens_per_s")))
+    memory = (
+        rare.filter(pl.col("text").str.contains("memory (MB)", literal=True))
+        .select(pl.col("text").str.extract_groups(MEMORY).alias("m")).unnest("m")
+        .drop_nulls()
+        .select(pl.col("1").cast(pl.Int32, strict=False).alias("rank"),
+                pl.col("2").cast(pl.Int64, strict=False).alias("step"),
+                *[(pl.col(c).cast(pl.Float64, strict=False) * _MB).cast(pl.Int64, strict=False).alias(n)
+                  for c, n in (("3", "allocated"), ("4", "max_allocated"), ("5", "reserved"),
+                               ("6", "max_reserved"))])
+    )
+    return matched, iters, memory
+
+
+@functools.cache
+def _nothing_read() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """_read_text of no lines: its frames, empty (each with its columns)."""
+    return _read_text(pl.DataFrame(schema={"line": pl.Int64, "text": pl.Utf8}))
+
+
+class _Edges:
+    """The texts a chunk's decisions read (the last iteration line, a row's `/ M`, the first start time), from
+    the rows polars read (with their text) and the rows megatron_scan read (text sliced from the block)."""
+
+    def __init__(self, matched: pl.DataFrame, iters: pl.DataFrame, scanned: ScannedBlock | None):
+        self._matched, self._iters = matched, iters
+        self._scanned = scanned if scanned is not None and scanned.usual.height else None
+
+    def last_match(self) -> str | None:
+        """The text of the chunk's last line matching ITERATION (whether or not its step reads as a number)."""
+        slow = (int(self._matched["line"][-1]), self._matched["text"][-1]) if self._matched.height else None
+        if self._scanned is None:
+            return slow[1] if slow else None
+        usual = self._scanned.usual
+        if slow is not None and slow[0] > usual["line"][-1]:
+            return slow[1]
+        return self._scanned.usual_text(usual.height - 1)
+
+    def total(self, line: int) -> str:
+        """The `/ M` printed on the iteration row of `line`."""
+        hit = self._iters.filter(pl.col("line") == line)
+        if hit.height:
+            return hit["total"][0]
+        assert self._scanned is not None, "a row polars did not read is one the scanner read"
+        index = int(self._scanned.usual["line"].search_sorted(line))
+        return cast(re.Match, re.search(ITERATION, self._scanned.usual_text(index))).group(2)
+
+    def start_time(self) -> str | None:
+        """The first start time `[YYYY-MM-DD hh:mm:ss]` printed on the chunk's iteration rows."""
+        stamps = self._iters.select("line", pl.col("text").str.extract(_START_TIME, 1).alias("at")).drop_nulls()
+        slow = (int(stamps["line"][0]), stamps["at"][0]) if stamps.height else None
+        first = self._scanned.first_stamped if self._scanned is not None else None
+        if first is None:
+            return slow[1] if slow else None
+        assert self._scanned is not None
+        line = int(self._scanned.usual["line"][first])
+        if slow is not None and slow[0] < line:
+            return slow[1]
+        return cast(re.Match, re.search(_START_TIME, self._scanned.usual_text(first))).group(1)
 
 
 def _iteration_rows(frame: pl.DataFrame) -> pl.DataFrame:
@@ -216,15 +279,19 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
     reading = _Reading(iters=RowSpool(spill, FORMAT))
     last_line_parsed = True
     end: LogChunk | None = None
+    native = megatron_scan.available()
     for chunk in chunks:
-        frame = chunk.frame
-        if chunk.last and chunk.unterminated_last and frame.height:
+        cut_last = chunk.last and chunk.unterminated_last
+        scanned = (megatron_scan.scan(chunk.block, chunk.first_line, last_as_text=cut_last)
+                   if native and chunk.block is not None else None)
+        frame = scanned.others if scanned is not None else chunk.frame
+        if cut_last and frame.height:
             # A killed writer's prefix of an iteration (or memory) line may still parse, with wrong numbers.
             # A complete iteration line ends with '|' and has as many fields as the iteration line before it.
-            last_line_parsed = _complete_iteration(frame, reading.last_match)
+            last_line_parsed = _complete_iteration(frame, _iteration_before_last(frame, scanned) or reading.last_match)
             if not last_line_parsed:
                 frame = frame.head(frame.height - 1)
-        reading.add(frame)
+        reading.add(frame, scanned)
         end = chunk
     assert end is not None, "a log has at least one chunk"
 
@@ -266,14 +333,23 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
     )
 
 
-def _complete_iteration(frame: pl.DataFrame, match_before: str | None) -> bool:
-    """`match_before`: the last line matching ITERATION in the chunks before this (last) one."""
+def _complete_iteration(frame: pl.DataFrame, previous: str | None) -> bool:
+    """Whether the last line of `frame` (a cut log's last line) is a whole iteration line; `previous`: the last
+    line matching ITERATION before it."""
     last = frame["text"][-1].rstrip()
     if not (re.search(ITERATION, last) and last.endswith("|")):
         return False
-    before = frame.head(frame.height - 1).filter(pl.col("text").str.contains(ITERATION)).tail(1)
-    previous = before["text"][0] if before.height else match_before
     return previous is None or last.count("|") >= previous.count("|")
+
+
+def _iteration_before_last(frame: pl.DataFrame, scanned: ScannedBlock | None) -> str | None:
+    """The chunk's last line matching ITERATION before its last line (`frame`'s last; with `scanned`, the rows
+    it read come before that line too), or None when the chunk has none."""
+    before = frame.head(frame.height - 1).filter(pl.col("text").str.contains(ITERATION)).tail(1)
+    if scanned is not None and scanned.usual.height and (not before.height
+                                                         or before["line"][0] < scanned.usual["line"][-1]):
+        return scanned.usual_text(scanned.usual.height - 1)
+    return before["text"][0] if before.height else None
 
 
 def _value(raw: str):

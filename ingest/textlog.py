@@ -18,9 +18,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+import numpy as np
 import polars as pl
 
 from receipts.errors import InputError
@@ -74,21 +76,40 @@ class LogText:
 
     def chunks(self) -> Iterator[LogChunk]:
         """The whole log as one chunk, for parsers that read chunk by chunk."""
-        yield LogChunk(self.frame(), last=True, unterminated_last=self.unterminated_last, stream_cut=self.stream_cut)
+        yield LogChunk(None, first_line=1, line_count=len(self.lines), last=True,
+                       unterminated_last=self.unterminated_last, stream_cut=self.stream_cut, lines=self.lines)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LogChunk:
-    """A block of consecutive whole lines of a log, numbered as in the file."""
-    frame: pl.DataFrame         # line (Int64, 1-based in the file), text (Utf8, without the newline)
+    """A block of consecutive whole lines of a log, numbered as in the file: read in blocks, its bytes as read,
+    split into lines when a parser first asks for `frame` (a parser that reads the bytes itself never splits
+    them: megatron_scan); read whole, its lines already split."""
+    block: bytes | None         # whole lines as read, newlines included; None when `lines` is given
+    first_line: int             # the number of its first line, 1-based in the file
+    line_count: int
     last: bool                  # holds the file's last line
     unterminated_last: bool     # last chunk only: the file does not end in a newline
     stream_cut: bool = False    # last chunk only: a compressed log's stream stops before its end marker
+    lines: pl.Series | None = None
+
+    @cached_property
+    def frame(self) -> pl.DataFrame:
+        """line (Int64, 1-based in the file), text (Utf8, without the newline)."""
+        lines = self.lines if self.lines is not None else split_lines(cast(bytes, self.block))
+        return pl.DataFrame({"text": lines}).with_row_index("line", offset=self.first_line).with_columns(
+            pl.col("line").cast(pl.Int64))
 
     @property
     def n_lines(self) -> int:
         """The number of the chunk's last line (on the last chunk: the file's line count)."""
-        return int(self.frame["line"][-1]) if self.frame.height else 0
+        return self.first_line + self.line_count - 1
+
+
+def line_count(block: bytes) -> int:
+    """The lines split_lines splits `block` into: one per newline, and a last one without it."""
+    # numpy's vectorised compare: bytes.count reads one byte at a time (0.23 against 0.09 s per 650 MB)
+    return int(np.count_nonzero(np.frombuffer(block, np.uint8) == ord("\n"))) + (not block.endswith(b"\n"))
 
 
 def read_log(path: Path, progress: ReadProgress | None = None) -> LogText:
@@ -103,7 +124,7 @@ def read_log(path: Path, progress: ReadProgress | None = None) -> LogText:
         raise InputError(path, "is empty; expected a training log")
     _refuse_binary(path, data[:_SNIFF_BYTES])
     unterminated = not data.endswith(b"\n")
-    lines = _lines(data)
+    lines = split_lines(data)
     if progress is not None:
         progress(read, len(lines))
     return LogText(path=path, lines=lines, unterminated_last=unterminated, stream_cut=how is not None and f.cut_short)
@@ -122,15 +143,14 @@ def read_chunks(path: Path, progress: ReadProgress | None = None, *,
         for data, more, position in blocks:
             if first_line == 1:
                 _refuse_binary(path, data[:_SNIFF_BYTES])
-            lines = _lines(data)
-            frame = pl.DataFrame({"text": lines}).with_row_index("line", offset=first_line).with_columns(
-                pl.col("line").cast(pl.Int64))
-            first_line += len(lines)
+            count = line_count(data)
             done += len(data)
             if progress is not None:
-                progress(done if position is None else position, first_line - 1)
-            yield LogChunk(frame, last=not more, unterminated_last=not more and not data.endswith(b"\n"),
+                progress(done if position is None else position, first_line + count - 1)
+            yield LogChunk(data, first_line=first_line, line_count=count, last=not more,
+                           unterminated_last=not more and not data.endswith(b"\n"),
                            stream_cut=not more and how is not None and f.cut_short)
+            first_line += count
 
 
 _Block = tuple[bytes, bool, "int | None"]  # whole lines, whether more follow, bytes of the file read (compressed)
@@ -296,7 +316,8 @@ def _refuse_binary(path: Path, head: bytes) -> None:
                                "(for an nsys report, export it: `nsys export --type sqlite`)")
 
 
-def _lines(data: bytes) -> pl.Series:
+def split_lines(data: bytes) -> pl.Series:
+    """Whole lines of a log as a Series of their texts (a last line without its newline is one too)."""
     lines = _split_lines(data)
     # \r\n logs from Windows tooling and \r progress bars both occur; keep the last \r segment.
     # (Per line, so splitting a log in blocks and cleaning each gives the lines of cleaning it whole.)

@@ -51,7 +51,9 @@ def steps_frame(rows: dict[str, Any] | pl.DataFrame | pl.LazyFrame) -> pl.DataFr
         return empty_steps()
     if one_row_per_step(frame):
         return frame  # a log's steps usually are: sorting millions of rows again would copy them all
-    return frame.sort(["step", "rank"], nulls_last=True)
+    # stable: a step printed twice (a resumed run's repeated iteration) keeps its rows in the order they came,
+    # so the same log gives the same rows however its lines were read
+    return frame.sort(["step", "rank"], nulls_last=True, maintain_order=True)
 
 
 @overload

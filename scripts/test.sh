@@ -16,6 +16,13 @@ export RECEIPTS_REQUIRE_REALDATA=1  # a test skipped for lack of ../shared/reald
 # Chromium + chromedriver from Debian for the dashboard's end-to-end test.
 bash .ci/browser_setup.sh
 
+# A C compiler builds Megatron's line scanner at install (ingest/_megatron_lines.c; optional for users, whose
+# install falls back to polars without one, but required here, so the tests hold the two paths equal).
+command -v cc >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq gcc libc6-dev; }
+python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' ||
+  { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3-dev; }
+export RECEIPTS_REQUIRE_NATIVE=1
+
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e ".[test,dashboard,dask]"
