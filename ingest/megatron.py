@@ -30,7 +30,7 @@ from receipts.errors import InputError
 from receipts.ingest import megatron_scan
 from receipts.ingest.megatron_scan import ScannedBlock
 from receipts.ingest.spool import RowSpool
-from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
+from receipts.ingest.textlog import ChunkEnd, LogChunk, LogText, cut_short_note
 from receipts.schema.model import IdentityClaim, MemoryPeak, ParsedRun, steps_frame
 
 FORMAT = "megatron"
@@ -278,7 +278,7 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
     streaming over the iteration rows. `spill`: a directory they go to as they are read (ingest/spool.py)."""
     reading = _Reading(iters=RowSpool(spill, FORMAT))
     last_line_parsed = True
-    end: LogChunk | None = None
+    end: ChunkEnd | None = None
     native = megatron_scan.available()
     for chunk in chunks:
         cut_last = chunk.last and chunk.unterminated_last
@@ -292,7 +292,7 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
             if not last_line_parsed:
                 frame = frame.head(frame.height - 1)
         reading.add(frame, scanned)
-        end = chunk
+        end = chunk.as_end()
     assert end is not None, "a log has at least one chunk"
 
     if reading.iters.height == 0:

@@ -28,7 +28,7 @@ import polars as pl
 
 from receipts.errors import InputError
 from receipts.ingest.spool import RowSpool
-from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
+from receipts.ingest.textlog import ChunkEnd, LogChunk, LogText, cut_short_note
 from receipts.schema.model import MemoryPeak, ParsedRun, steps_frame
 
 FORMAT = "modded-nanogpt"
@@ -73,7 +73,7 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
     gpu_parts: list[pl.DataFrame] = []
     info_parts: list[pl.DataFrame] = []
     last_line_parsed = True
-    end: LogChunk | None = None
+    end: ChunkEnd | None = None
     for chunk in chunks:
         frame = chunk.frame
         if chunk.last and chunk.unterminated_last and frame.height:
@@ -84,7 +84,7 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
         spool.add(_step_rows(frame))
         gpu_parts.append(_gpu_rows(frame))
         info_parts.append(_info_rows(frame))
-        end = chunk
+        end = chunk.as_end()
     assert end is not None, "a log has at least one chunk"
     lines = spool.rows()
     if spool.last is None or lines.filter(~pl.col("is_val")).select(pl.len()).collect(engine="streaming").item() == 0:

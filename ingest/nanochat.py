@@ -21,7 +21,7 @@ import polars as pl
 
 from receipts.errors import InputError
 from receipts.ingest.spool import RowSpool
-from receipts.ingest.textlog import LogChunk, LogText, cut_short_note
+from receipts.ingest.textlog import ChunkEnd, LogChunk, LogText, cut_short_note
 from receipts.schema.model import MemoryPeak, ParsedRun, steps_frame
 
 FORMAT = "nanochat"
@@ -99,7 +99,7 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
     headers: list[pl.DataFrame] = []
     first_text: str | None = None
     last_texts: list[str] = []
-    end: LogChunk | None = None
+    end: ChunkEnd | None = None
     for chunk in chunks:
         rows = _step_rows(chunk.frame)
         if rows.height:
@@ -108,7 +108,7 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
         # only the columns the format has: the missing ones are added once, as constants, by steps_frame
         spool.add(rows.select("step", "step_ms", "tokens_per_s", "loss", "mfu_pct", "line"))
         headers.append(chunk.frame.filter(pl.col("text").str.contains(_HEADER)).select("text"))
-        end = chunk
+        end = chunk.as_end()
     assert end is not None, "a log has at least one chunk"
     n_steps = spool.height
     last_line_parsed = True

@@ -76,7 +76,7 @@ class LogText:
 
     def chunks(self) -> Iterator[LogChunk]:
         """The whole log as one chunk, for parsers that read chunk by chunk."""
-        yield LogChunk(None, first_line=1, line_count=len(self.lines), last=True,
+        yield LogChunk(None, first_line=1, last=True,
                        unterminated_last=self.unterminated_last, stream_cut=self.stream_cut, lines=self.lines)
 
 
@@ -87,7 +87,6 @@ class LogChunk:
     them: megatron_scan); read whole, its lines already split."""
     block: bytes | None         # whole lines as read, newlines included; None when `lines` is given
     first_line: int             # the number of its first line, 1-based in the file
-    line_count: int
     last: bool                  # holds the file's last line
     unterminated_last: bool     # last chunk only: the file does not end in a newline
     stream_cut: bool = False    # last chunk only: a compressed log's stream stops before its end marker
@@ -100,13 +99,33 @@ class LogChunk:
         return pl.DataFrame({"text": lines}).with_row_index("line", offset=self.first_line).with_columns(
             pl.col("line").cast(pl.Int64))
 
+    @cached_property
+    def line_count(self) -> int:
+        if self.lines is not None:
+            return len(self.lines)
+        if "frame" in self.__dict__:  # split already (the cached frame): its height, not a count of the bytes
+            return self.frame.height
+        return count_lines(cast(bytes, self.block))
+
     @property
     def n_lines(self) -> int:
         """The number of the chunk's last line (on the last chunk: the file's line count)."""
         return self.first_line + self.line_count - 1
 
+    def as_end(self) -> ChunkEnd:
+        """What a parser keeps of the chunk once it has read it, for the 'cut short' note: not its text."""
+        return ChunkEnd(self.n_lines, self.unterminated_last, self.stream_cut)
 
-def line_count(block: bytes) -> int:
+
+@dataclass(frozen=True)
+class ChunkEnd:
+    """A LogEnd: where a streamed log's chunk ends (the last chunk: where the log ends)."""
+    n_lines: int
+    unterminated_last: bool
+    stream_cut: bool
+
+
+def count_lines(block: bytes) -> int:
     """The lines split_lines splits `block` into: one per newline, and a last one without it."""
     # numpy's vectorised compare: bytes.count reads one byte at a time (0.23 against 0.09 s per 650 MB)
     return int(np.count_nonzero(np.frombuffer(block, np.uint8) == ord("\n"))) + (not block.endswith(b"\n"))
@@ -143,14 +162,16 @@ def read_chunks(path: Path, progress: ReadProgress | None = None, *,
         for data, more, position in blocks:
             if first_line == 1:
                 _refuse_binary(path, data[:_SNIFF_BYTES])
-            count = line_count(data)
+            chunk = LogChunk(data, first_line=first_line, last=not more,
+                             unterminated_last=not more and not data.endswith(b"\n"),
+                             stream_cut=not more and how is not None and f.cut_short)
+            yield chunk
+            # counted once the parser is done with the chunk: a parser that split it has its lines' count
+            first_line += chunk.line_count
             done += len(data)
             if progress is not None:
-                progress(done if position is None else position, first_line + count - 1)
-            yield LogChunk(data, first_line=first_line, line_count=count, last=not more,
-                           unterminated_last=not more and not data.endswith(b"\n"),
-                           stream_cut=not more and how is not None and f.cut_short)
-            first_line += count
+                progress(done if position is None else position, first_line - 1)
+            del chunk, data  # the next block is read without this one's bytes and lines held
 
 
 _Block = tuple[bytes, bool, "int | None"]  # whole lines, whether more follow, bytes of the file read (compressed)
