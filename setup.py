@@ -21,6 +21,5 @@ class BuildPy(build_py):
 
 
 setup(packages=["receipts", *(f"receipts.{name}" for name in find_packages(where=".", exclude=NOT_SHIPPED))],
-      ext_modules=[Extension("receipts.ingest._megatron_lines", ["ingest/_megatron_lines.c"],
-                             extra_compile_args=["-O2"], optional=True)],
+      ext_modules=[Extension("receipts.ingest._megatron_lines", ["ingest/_megatron_lines.c"], optional=True)],
       cmdclass={"build_py": BuildPy})
