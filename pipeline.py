@@ -138,12 +138,13 @@ def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None 
 
 def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
                   env_rules: EnvRules | None = None, ranks: RankMap = RankMap(),
-                  progress: ReadProgress | None = None) -> Anatomy:
+                  progress: ReadProgress | None = None, spill: Path | None = None) -> Anatomy:
     """`env_rules`: the loaded configuration's secret rules (Registry.env_rules) for an export's captured
     environment; None reads the shipped ones only. `ranks`: how the traces of a multi-rank Kineto profile, or
     the exports of a job profiled one nsys report per rank or node, are read (worker processes, Dask;
     ingest/rank_map.py). `progress`: for one nsys export, its rows streamed so far, as bytes of the file; for a
-    profile of several files, the bytes of those read so far."""
+    profile of several files, the bytes of those read so far. `spill`: a directory the caller removes once the
+    anatomy is used, where one nsys export's events go as they are made (nsys.parse)."""
     if kind in ("nsys-dir", "nsys-files"):  # one job's exports, one per rank or node: one anatomy
         from receipts.ingest import nsys_job, rank_map
 
@@ -156,7 +157,7 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
         size = path.stat().st_size
         rows = None if progress is None else (lambda fraction: progress(int(size * fraction), 0))
         return nsys_job.read_export(path, rules=rules, keep_raw=keep_raw, env_rules=env_rules, kind=kind,
-                                    progress=rows).anatomy
+                                    progress=rows, spill=spill).anatomy
     from receipts.ingest import kineto, rank_map
 
     traces = {"kineto-dir": kineto.trace_files, "kineto-files": run_dir_traces}.get(kind, lambda p: [p])(path)
@@ -428,9 +429,10 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
                     keep_raw: bool, force: bool = False, ranks: RankMap = RankMap(),
                     progress: ReadProgress | None = None) -> IngestOutcome:
-    with _raw_staging(store, kind, keep_raw) as staging:
+    # the events (every attributed activity) wait in `spill` until the straggler analysis has read them
+    with _raw_staging(store, kind, keep_raw) as staging, scratch_dir("events") as spill:
         ranks = replace(ranks, raw_staging=staging) if staging else ranks
-        anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks, progress)
+        anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks, progress, spill)
         source = _source(path, anatomy.source_format, anatomy.source_format, _profile_files(path, kind))
         if attach is not None:
             receipt_id = store.resolve(attach)

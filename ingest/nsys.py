@@ -31,6 +31,7 @@ Definitions (the receipt says them too, in Anatomy.attribution and .step_marker)
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -109,9 +110,13 @@ def _writable(folder: Path) -> bool:
 
 
 def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]*(\d+)$",
-          keep_raw: bool = False, env_rules: EnvRules | None = None, progress: Progress | None = None) -> Anatomy:
+          keep_raw: bool = False, env_rules: EnvRules | None = None, progress: Progress | None = None,
+          spill: Path | None = None) -> Anatomy:
     """`env_rules`: the secret rules of the loaded configuration (shipped + ./receipts.toml + --registry);
-    None: the shipped ones. `progress`: called with the fraction of the large tables' rows streamed so far."""
+    None: the shipped ones. `progress`: called with the fraction of the large tables' rows streamed so far.
+    `spill`: a directory (the caller's, removed after the anatomy is used) each process's attributed activity
+    (`events`) is written to as Parquet as it is made, the anatomy's `events` a lazy scan of those files; else
+    they are held in memory."""
     path = Path(path)
     _check_sqlite_file(path)
     warnings: list[str] = []
@@ -190,7 +195,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     # 'Microsoft Basic Render Driver'), which are no CUDA device (smCount 0) and ran nothing.
     ran = set(devices["device_id"].drop_nulls().unique().to_list())
     raw = _raw_events(activity.raw_frame(with_graphs, rank_of), names) if keep_raw else None
-    rows, steps, kernels, events = _anatomy(activity, with_graphs, step_ranges, rank_of, has_steps, names)
+    rows, steps, kernels, events = _anatomy(activity, with_graphs, step_ranges, rank_of, has_steps, names, spill)
     nvtx = _nvtx_frame(ranges, rank_of)
     cuda_devices = [(i, n) for i, n, sm in gpu_names if sm != 0]
     used = [n for i, n in cuda_devices if i in ran] or [n for _, n in cuda_devices]
@@ -749,7 +754,8 @@ def _ranks(devices: pl.DataFrame, environ: dict[str, str],
 # --- frames ------------------------------------------------------------------------------
 
 def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool,
-             names: dict[int, str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+             names: dict[int, str], spill: Path | None = None
+             ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame | pl.LazyFrame]:
     """(rows, steps, kernel_steps, events) from the kept activity of ranked processes. Each process's activity is
     sorted once by (step, start); every number is per (rank, step), so the interval arithmetic runs over chunks of
     whole steps of those sorted arrays (its intermediates follow the chunk, not the capture), giving integers per
@@ -758,6 +764,7 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
     per_step: list[pl.DataFrame] = []
     per_category: list[pl.DataFrame] = []
     events: list[pl.DataFrame] = []
+    spilled: list[Path] = []
     trim_c_heap()  # what the stream freed
     for pid in activity.pids():
         rank = rank_of.get(pid)
@@ -767,7 +774,12 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
             step_parts, category_parts, frame = _process_anatomy(activity, pid, with_graphs, rank, categories)
             per_step += step_parts
             per_category += category_parts
-            events.append(frame)
+            if spill is None:
+                events.append(frame)
+            else:  # written as it is made: 29 B an activity, the anatomy's peak when every process's was held
+                spilled.append(spill / f"events-{next(_spilled)}.parquet")
+                frame.write_parquet(spilled[-1], compression="uncompressed", statistics=False)
+            del frame
         trim_c_heap()
     if not per_step:  # no ranked activity: the frames' columns, no rows
         none = np.zeros(0, np.int64)
@@ -795,9 +807,11 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
     rows = rows.join(warm, on=["rank", "step"], how="left", nulls_equal=True).with_columns(pl.col("warmup").fill_null(False))
     return (rows.select([pl.col(c).cast(t) for c, t in ANATOMY_ROW_SCHEMA.items()]).sort("rank", "step", "category"),
             steps.select([pl.col(c).cast(t) for c, t in ANATOMY_STEP_SCHEMA.items()]).sort("rank", "step"),
-            _kernel_steps(activity, rank_of, names), pl.concat(events) if events else _NO_EVENTS)
+            _kernel_steps(activity, rank_of, names),
+            pl.scan_parquet(spilled) if spilled else pl.concat(events) if events else _NO_EVENTS)
 
 
+_spilled = itertools.count()  # names each process's events file apart, in a scratch folder parses may share
 _NO_EVENTS = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "category": _CATEGORY, "start_ns": pl.Int64,
                                   "end_ns": pl.Int64})
 

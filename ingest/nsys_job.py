@@ -88,10 +88,12 @@ def _stem(path: Path) -> str:
 
 
 def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env_rules: EnvRules | None = None,
-                kind: str | None = None, progress: nsys.Progress | None = None) -> ExportPart:
+                kind: str | None = None, progress: nsys.Progress | None = None, spill: Path | None = None
+                ) -> ExportPart:
     """The map: one export into its anatomy and session start. `kind` ('nsys' | 'nsys-gz' | 'nsys-rep', as
     sniff.sniff_kind tells from content) or, when None, the name's ending (.sqlite, .sqlite.gz, .nsys-rep).
-    `progress`: nsys.parse's, the fraction of the export's large tables streamed."""
+    `progress`: nsys.parse's, the fraction of the export's large tables streamed. `spill`: nsys.parse's, where
+    the export's events go (an export read alone, in the ingest's process; a job's exports keep theirs)."""
     path = Path(path)
     kind = kind or ("nsys-gz" if path.name.endswith(".gz") else "nsys-rep" if path.name.endswith(".nsys-rep")
                     else "nsys")
@@ -104,15 +106,16 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env
             except (OSError, EOFError, zlib.error) as exc:
                 raise InputError(path, f"gzip stream is corrupt or cut short ({exc}); expected a gzipped nsys "
                                        "SQLite export") from exc
-            return _read_copy(path, plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules, progress=progress)
+            return _read_copy(path, plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules, progress=progress,
+                              spill=spill)
     if kind == "nsys-rep" and not nsys.exports_beside(path):  # a read-only folder: exported to scratch, then removed
         with scratch_dir("nsys") as tmp:
             return _read_copy(path, nsys.export_report(path, into=tmp), rules=rules, keep_raw=keep_raw,
-                              env_rules=env_rules, progress=progress)
+                              env_rules=env_rules, progress=progress, spill=spill)
     sqlite_path = nsys.export_report(path) if kind == "nsys-rep" else path
     # Checked here, per export: a value out of range names the export that holds it, not the job's folder.
     anatomy = checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules,
-                                         progress=progress), path)
+                                         progress=progress, spill=spill), path)
     environ = {e.name: e.value for e in anatomy.env if e.is_set and e.value is not None}
     node = next((int(environ[k]) for k in _NODE_ENV if re.fullmatch(r"[0-9]{1,6}", environ.get(k, ""))), None)
     return ExportPart(path, anatomy, node)

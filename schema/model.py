@@ -355,8 +355,9 @@ class Anatomy:
     # Optional, written as Parquet beside the store; lazy when worker processes staged each rank's as Parquet.
     raw_events: "pl.DataFrame | pl.LazyFrame | None" = None
     # Every attributed GPU activity (rank, step, category, start_ns, end_ns): what cross-rank analysis
-    # (analysis/stragglers.py) reads; kept in memory only, never stored.
-    events: "pl.DataFrame | None" = None
+    # (analysis/stragglers.py) reads; never stored: in memory, or lazy over the parse's scratch Parquet files
+    # (one nsys export read in the ingest's own process: its caller removes them once the anatomy is used).
+    events: "pl.DataFrame | pl.LazyFrame | None" = None
     # Kernel time per (rank, step, category, name): calls, time_ms. In memory only; the pipeline reduces it to
     # the steady steps of the receipt's window (`kernels`, stored in anatomy_kernels).
     kernel_steps: "pl.DataFrame | None" = None

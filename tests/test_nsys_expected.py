@@ -42,9 +42,10 @@ def _frame(df: pl.DataFrame) -> dict:
     return {"columns": {c: str(t) for c, t in df.schema.items()}, "rows": df.rows()}
 
 
-def _digest(df: pl.DataFrame | None) -> dict | None:
+def _digest(df: pl.DataFrame | pl.LazyFrame | None) -> dict | None:
     if df is None:
         return None
+    df = df.collect() if isinstance(df, pl.LazyFrame) else df  # events spilled to Parquet (nsys.parse's spill)
     # an Enum column by its text: the numbers are the snapshot, not the column's encoding (an Enum sorts by code)
     df = df.with_columns(pl.col(pl.Enum, pl.Categorical).cast(pl.Utf8))
     df = df.sort(df.columns, nulls_last=True)
@@ -77,8 +78,8 @@ def _source(name: str, scratch: Path) -> Path:
     return plain
 
 
-def _parse(name: str, scratch: Path, keep_raw: bool = True) -> dict:
-    a = nsys.parse(_source(name, scratch), rules=load_category_rules(cwd=TESTS), keep_raw=keep_raw)
+def _parse(name: str, scratch: Path, keep_raw: bool = True, spill: Path | None = None) -> dict:
+    a = nsys.parse(_source(name, scratch), rules=load_category_rules(cwd=TESTS), keep_raw=keep_raw, spill=spill)
     # Through JSON and back, so tuples and lists compare as the stored file does.
     return json.loads(json.dumps(snapshot(a)))
 
@@ -103,6 +104,28 @@ def test_parse_equals_the_previous_implementation(name, keep_raw, expected, tmp_
     for key in want:
         if keep_raw or key != "raw_events":
             assert got[key] == want[key], f"{name}: {key} differs"
+
+
+@pytest.mark.parametrize("name", sorted(json.loads(EXPECTED.read_text())))
+def test_events_spilled_as_made_give_the_pinned_numbers(name, expected, tmp_path):
+    """As `receipts ingest` reads one export: each process's events written to Parquet in a scratch folder as they
+    are made, the anatomy's events a lazy scan of them; every output, events included, as pinned, and the
+    straggler report the pipeline makes of them as the one made of events held in memory."""
+    from receipts.pipeline import with_stragglers
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    got, want = _parse(name, tmp_path, spill=spill), expected[name]
+    for key in want:
+        assert got[key] == want[key], f"{name}: {key} differs"
+    path, rules = _source(name, tmp_path), load_category_rules(cwd=TESTS)
+    spilled = with_stragglers(nsys.parse(path, rules=rules, spill=spill))
+    held = with_stragglers(nsys.parse(path, rules=rules))
+    assert isinstance(nsys.parse(path, rules=rules, spill=spill).events, pl.LazyFrame) and any(spill.iterdir())
+    assert spilled.straggler_summary == held.straggler_summary
+    assert (spilled.straggler_steps is None) == (held.straggler_steps is None)
+    if held.straggler_steps is not None:
+        assert spilled.straggler_steps.equals(held.straggler_steps)
 
 
 @pytest.mark.parametrize("name", ["gpu/fsdp2_2gpu_nsys.sqlite.gz", "gpu/cudagraph/graphs_nsys_node.sqlite.gz",
