@@ -59,10 +59,13 @@ class Launches:
         self.repeated = 0  # (process, correlation id) pairs carried by more than one call
         self._by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for pid in list(parts):
-            chunks = parts.pop(pid)
-            ids, keys, repeated = _earliest(np.concatenate([i for i, _ in chunks]),
-                                            np.concatenate([k for _, k in chunks]), pid in ranges)
-            del chunks
+            # each column joined while its batches' arrays go: the batches and the joined copy of one column
+            id_parts, key_parts = (list(column) for column in zip(*parts.pop(pid)))
+            ids = np.concatenate(id_parts)
+            del id_parts
+            keys = np.concatenate(key_parts)
+            del key_parts
+            ids, keys, repeated = _earliest(ids, keys, pid in ranges)
             self.repeated += repeated
             if pid in ranges:
                 self._by_pid[pid] = (ids, ranges[pid].codes[keys // 2 - 1])
@@ -96,15 +99,17 @@ def _keys(ranges: StepRanges | None, starts: np.ndarray) -> np.ndarray:
 
 def _earliest(ids: np.ndarray, keys: np.ndarray, claimed_only: bool) -> tuple[np.ndarray, np.ndarray, int]:
     """(distinct ids sorted, the least key of each, how many ids more than one call carries); with claimed_only,
-    only the ids whose least key claims (even, from 2 up)."""
+    only the ids whose least key claims (even, from 2 up). `ids` and `keys` are the caller's to give up: they
+    are reused in place."""
     if not ids.size:
         return ids, keys, 0
     bits = int(keys.max()).bit_length()
     lo, hi = int(ids.min()), int(ids.max())
     if hi - lo < 1 << (63 - bits):
         # One int64 per call, id above key: a plain sort (SIMD, several times an argsort's speed) orders both.
-        packed = ids - lo
+        packed = ids  # in place: a copy of every id was the build's peak
         del ids
+        packed -= lo
         packed <<= bits
         packed |= keys
         del keys

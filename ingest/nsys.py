@@ -114,9 +114,10 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
           spill: Path | None = None) -> Anatomy:
     """`env_rules`: the secret rules of the loaded configuration (shipped + ./receipts.toml + --registry);
     None: the shipped ones. `progress`: called with the fraction of the large tables' rows streamed so far.
-    `spill`: a directory (the caller's, removed after the anatomy is used) each process's attributed activity
-    (`events`) is written to as Parquet as it is made, the anatomy's `events` a lazy scan of those files; else
-    they are held in memory."""
+    `spill`: a directory (the caller's, removed after the anatomy is used) where the activity kept per process
+    waits as it streams in (read back one process at a time) and where each process's attributed activity
+    (`events`) is written as Parquet as it is made, the anatomy's `events` a lazy scan of those files; else
+    both are held in memory."""
     path = Path(path)
     _check_sqlite_file(path)
     warnings: list[str] = []
@@ -158,7 +159,8 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         launches = Launches(streamed.counted(_batches(con, load_query("_nsys_launches"))) if RUNTIME in schema else (),
                             by_pid)
         copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
-        activity = _Activity(step_values, names, copy_cat, rules, keep_raw, has_steps=step_ranges.height > 0)
+        activity = _Activity(step_values, names, copy_cat, rules, keep_raw, has_steps=step_ranges.height > 0,
+                             spill=spill)
         for batch in streamed.counted(_batches(con, activity_query)):
             activity.add(batch, launches)
         repeated = launches.repeated
@@ -561,16 +563,21 @@ class _Activity:
     summed batch by batch; the counts the warnings need; with keep_raw, the batches too. No frame keeps
     correlation ids, launch times, devices or names per activity.
 
+    With a spill folder (an export read by `receipts ingest`) those arrays are appended to files there batch by
+    batch instead, and each process's read back when its anatomy is made: the stream then holds none of them.
     What is kept is numpy's own memory, copied out of each batch by a mask: a column kept from a batch would hold
     DuckDB's whole batch alive, and long-lived data in polars' allocator, between each batch's freed temporaries,
     left it holding several times that (measured: 590 MB of RSS for 142 MB of ids)."""
 
     def __init__(self, step_values: np.ndarray, names: dict[int, str], copy_cat: dict[int, str],
-                 rules: CategoryRules, keep_raw: bool, *, has_steps: bool) -> None:
+                 rules: CategoryRules, keep_raw: bool, *, has_steps: bool, spill: Path | None = None) -> None:
         self.step_values, self.names, self.copy_cat, self.rules = step_values, names, copy_cat, rules
         self.keep_raw, self.has_steps = keep_raw, has_steps
-        # (pid_key, graph replays) -> step codes, category codes, starts, ends: one array of each per batch
+        # (pid_key, graph replays) -> step codes, category codes, starts, ends: one array of each per batch, or,
+        # with `spill`, one file of each that every batch's rows are appended to (read back once, by take)
         self._parts: dict[tuple[int | None, bool], tuple[list[np.ndarray], ...]] = {}
+        self._spill = spill
+        self._files: dict[tuple[int | None, bool], tuple[Path, ...]] = {}
         self.devices: list[pl.DataFrame] = []  # (pid_key, device_id, graph) triples of each batch
         self._sums: list[pl.DataFrame] = []  # kernel calls and time of some batches (kernel_sums)
         self.in_graph = 0  # kernels that ran inside a graph replay
@@ -615,9 +622,19 @@ class _Activity:
                 rows = rows & (codes >= 0)
             for is_graph, of_kind in by_graph.items():
                 kept = rows if of_kind is None else rows & of_kind
-                if kept.any():
+                if not kept.any():
+                    continue
+                if self._spill is None:
                     for stored, column in zip(self._parts.setdefault((pid, is_graph), ([], [], [], [])), columns):
                         stored.append(column[kept])
+                    continue
+                files = self._files.get((pid, is_graph))
+                if files is None:
+                    files = self._files[(pid, is_graph)] = tuple(
+                        self._spill / f"activity-{next(_spilled)}-{name}.bin" for name in _PART_COLUMNS)
+                for path, column, dtype in zip(files, columns, _PART_DTYPES):
+                    with open(path, "ab") as out:
+                        column[kept].astype(dtype, copy=False).tofile(out)
 
     def _codes(self, activity: pl.DataFrame, rows_of: dict[int | None, np.ndarray], launches: Launches) -> np.ndarray:
         """Step code per activity (-1: no step range claimed it), through its launching call's correlation id."""
@@ -639,15 +656,20 @@ class _Activity:
         return self._unclaimed[False] + (self._unclaimed[True] if with_graphs else 0)
 
     def pids(self) -> list[int | None]:
-        return list(dict.fromkeys(pid for pid, _ in self._parts))
+        return list(dict.fromkeys(pid for pid, _ in (*self._parts, *self._files)))
 
     def take(self, pid: int | None, with_graphs: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(step code, category code, start, end) of a process's kept activities, given up by the store."""
+        for is_graph in (False, True):  # spilled: read back in one piece each, the files removed
+            files = self._files.pop((pid, is_graph), None)
+            if files is not None:
+                self._parts[(pid, is_graph)] = tuple(
+                    [_read_removed(path, dtype)] for path, dtype in zip(files, _PART_DTYPES))
         batches = [self._parts.pop((pid, False), ([], [], [], [])), self._parts.pop((pid, True), ([], [], [], []))]
         if not with_graphs:
             del batches[1]
         columns = []
-        for i, dtype in enumerate((np.int32, np.uint8, np.int64, np.int64)):
+        for i, dtype in enumerate(_PART_DTYPES):
             columns.append(np.concatenate([a for b in batches for a in b[i]] or [np.zeros(0, dtype)]))
             for b in batches:
                 b[i].clear()  # each batch's copy released as soon as it is joined
@@ -658,6 +680,17 @@ class _Activity:
         raw = pl.concat(self._raw)
         return (raw if with_graphs else raw.filter(~pl.col("graph"))).with_columns(
             pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"))
+
+
+_PART_COLUMNS = ("code", "category", "start", "end")  # what _Activity keeps of each activity
+_PART_DTYPES = (np.int32, np.uint8, np.int64, np.int64)
+
+
+def _read_removed(path: Path, dtype) -> np.ndarray:
+    """A spilled column, read whole; its file removed."""
+    column = np.fromfile(path, dtype=dtype)
+    path.unlink()
+    return column
 
 
 def _rows_by_pid(pid_key: pl.Series) -> dict[int | None, np.ndarray]:

@@ -107,19 +107,27 @@ def test_parse_equals_the_previous_implementation(name, keep_raw, expected, tmp_
 
 
 @pytest.mark.parametrize("name", sorted(json.loads(EXPECTED.read_text())))
-def test_events_spilled_as_made_give_the_pinned_numbers(name, expected, tmp_path):
-    """As `receipts ingest` reads one export: each process's events written to Parquet in a scratch folder as they
-    are made, the anatomy's events a lazy scan of them; every output, events included, as pinned, and the
-    straggler report the pipeline makes of them as the one made of events held in memory."""
+def test_a_spilled_parse_gives_the_pinned_numbers(name, expected, tmp_path, monkeypatch):
+    """As `receipts ingest` reads one export: the activity kept per process appended to files in a scratch folder
+    as it streams (read back per process), each process's events written there as Parquet as they are made, the
+    anatomy's events a lazy scan of them; every output, events included, as pinned, and the straggler report the
+    pipeline makes of them as the one made of events held in memory."""
     from receipts.pipeline import with_stragglers
 
     spill = tmp_path / "spill"
     spill.mkdir()
+    read_back = []
+    monkeypatch.setattr(nsys, "_read_removed", lambda path, dtype: read_back.append(path) or np.fromfile(path, dtype))
     got, want = _parse(name, tmp_path, spill=spill), expected[name]
     for key in want:
         assert got[key] == want[key], f"{name}: {key} differs"
+    assert read_back  # the activity went through the files
+    monkeypatch.undo()
+    for left in spill.iterdir():
+        left.unlink()
     path, rules = _source(name, tmp_path), load_category_rules(cwd=TESTS)
     spilled = with_stragglers(nsys.parse(path, rules=rules, spill=spill))
+    assert not list(spill.glob("activity-*"))  # each read back once, then removed
     held = with_stragglers(nsys.parse(path, rules=rules))
     assert isinstance(nsys.parse(path, rules=rules, spill=spill).events, pl.LazyFrame) and any(spill.iterdir())
     assert spilled.straggler_summary == held.straggler_summary
