@@ -804,15 +804,13 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
         if rank is None:
             activity.take(pid, with_graphs)  # not ranked: dropped
         else:
-            step_parts, category_parts, frame = _process_anatomy(activity, pid, with_graphs, rank, categories)
+            step_parts, category_parts, made = _process_anatomy(activity, pid, with_graphs, rank, categories, spill)
             per_step += step_parts
             per_category += category_parts
-            if spill is None:
-                events.append(frame)
-            else:  # written as it is made: 29 B an activity, the anatomy's peak when every process's was held
-                spilled.append(spill / f"events-{next(_spilled)}.parquet")
-                frame.write_parquet(spilled[-1], compression="uncompressed", statistics=False)
-            del frame
+            if isinstance(made, pl.DataFrame):
+                events.append(made)
+            else:
+                spilled += made
         trim_c_heap()
     if not per_step:  # no ranked activity: the frames' columns, no rows
         none = np.zeros(0, np.int64)
@@ -844,15 +842,17 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
             pl.scan_parquet(spilled) if spilled else pl.concat(events) if events else _NO_EVENTS)
 
 
-_spilled = itertools.count()  # names each process's events file apart, in a scratch folder parses may share
+_spilled = itertools.count()  # names the spilled files apart, in a scratch folder parses may share
 _NO_EVENTS = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "category": _CATEGORY, "start_ns": pl.Int64,
                                   "end_ns": pl.Int64})
 
 
-def _process_anatomy(activity: _Activity, pid: int | None, with_graphs: bool, rank: int, categories: pl.Series
-                     ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame]:
-    """One process's integers per step and per (step, category) (sorted_step_ns, by chunk) and its events; its
-    activity taken from the store here, so that its unsorted arrays go as the sorted ones come."""
+def _process_anatomy(activity: _Activity, pid: int | None, with_graphs: bool, rank: int, categories: pl.Series,
+                     spill: Path | None = None) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame | list[Path]]:
+    """One process's integers per step and per (step, category) (sorted_step_ns, by chunk) and its events: a frame,
+    or with `spill` the Parquet files they were written to, a file per chunk as it is made (a frame of a whole
+    process's events, 29 B an activity, was the anatomy's peak). Its activity is taken from the store here, so
+    that its unsorted arrays go as the sorted ones come."""
     code, cat, start, end = activity.take(pid, with_graphs)
     step_values = activity.step_values
     order = sort_order(code, start, stable=False)
@@ -866,16 +866,27 @@ def _process_anatomy(activity: _Activity, pid: int | None, with_graphs: bool, ra
     def one(rows: slice) -> tuple[pl.DataFrame, pl.DataFrame]:
         return sorted_step_ns(code[rows], cat[rows], start[rows], end[rows], categories)
 
+    def events(rows: slice) -> pl.DataFrame:
+        # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new, the
+        # category an Enum (1 B an activity where a string took 16: 95 MB at 5M kernels).
+        return pl.DataFrame([pl.Series("rank", np.full(rows.stop - rows.start, rank, np.int32)),
+                             _steps(code[rows], step_values), categories.gather(cat[rows]),
+                             pl.Series("start_ns", start[rows]), pl.Series("end_ns", end[rows])])
+
+    chunks = _step_chunks(code)
     # Chunks are independent and numpy releases the GIL: _CHUNK_WORKERS at a time.
     with ThreadPoolExecutor(max_workers=_CHUNK_WORKERS) as pool:
-        done = list(pool.map(one, _step_chunks(code)))
-    # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new, the
-    # category an Enum (1 B an activity where a string took 16: 95 MB at 5M kernels).
-    events = pl.DataFrame([pl.Series("rank", np.full(code.size, rank, np.int32)), _steps(code, step_values),
-                           categories.gather(cat), pl.Series("start_ns", start),
-                           pl.Series("end_ns", end)])
+        done = list(pool.map(one, chunks))
+    made: pl.DataFrame | list[Path]
+    if spill is None:
+        made = events(slice(0, code.size))
+    else:
+        made = []
+        for rows in chunks:
+            made.append(spill / f"events-{next(_spilled)}.parquet")
+            events(rows).write_parquet(made[-1], compression="uncompressed", statistics=False)
     return ([_ranked(step_ns, rank, step_values) for step_ns, _ in done],
-            [_ranked(category_ns, rank, step_values) for _, category_ns in done], events)
+            [_ranked(category_ns, rank, step_values) for _, category_ns in done], made)
 
 
 def _ranked(frame: pl.DataFrame, rank: int, step_values: np.ndarray) -> pl.DataFrame:

@@ -78,6 +78,9 @@ def _source(name: str, scratch: Path) -> Path:
     return plain
 
 
+_READ_REMOVED = nsys._read_removed
+
+
 def _parse(name: str, scratch: Path, keep_raw: bool = True, spill: Path | None = None) -> dict:
     a = nsys.parse(_source(name, scratch), rules=load_category_rules(cwd=TESTS), keep_raw=keep_raw, spill=spill)
     # Through JSON and back, so tuples and lists compare as the stored file does.
@@ -107,13 +110,16 @@ def test_parse_equals_the_previous_implementation(name, keep_raw, expected, tmp_
 
 
 @pytest.mark.parametrize("name", sorted(json.loads(EXPECTED.read_text())))
-def test_a_spilled_parse_gives_the_pinned_numbers(name, expected, tmp_path, monkeypatch):
+@pytest.mark.parametrize("chunk_events", [None, 1000])
+def test_a_spilled_parse_gives_the_pinned_numbers(name, chunk_events, expected, tmp_path, monkeypatch):
     """As `receipts ingest` reads one export: the activity kept per process appended to files in a scratch folder
     as it streams (read back per process), each process's events written there as Parquet as they are made, the
     anatomy's events a lazy scan of them; every output, events included, as pinned, and the straggler report the
     pipeline makes of them as the one made of events held in memory."""
     from receipts.pipeline import with_stragglers
 
+    if chunk_events:  # events written a file per chunk of whole steps: dozens of files on the larger exports
+        monkeypatch.setattr(nsys, "_CHUNK_EVENTS", chunk_events)
     spill = tmp_path / "spill"
     spill.mkdir()
     read_back = []
@@ -122,7 +128,7 @@ def test_a_spilled_parse_gives_the_pinned_numbers(name, expected, tmp_path, monk
     for key in want:
         assert got[key] == want[key], f"{name}: {key} differs"
     assert read_back  # the activity went through the files
-    monkeypatch.undo()
+    monkeypatch.setattr(nsys, "_read_removed", _READ_REMOVED)
     for left in spill.iterdir():
         left.unlink()
     path, rules = _source(name, tmp_path), load_category_rules(cwd=TESTS)
