@@ -11,7 +11,6 @@ a scanner that handed every line to polars would pass the equality and be of no 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ from receipts.errors import InputError
 from receipts.ingest import megatron, megatron_scan
 from receipts.ingest.textlog import read_chunks
 from test_log_fast_paths import MEGATRON_EDGES
+from test_log_stream import _assert_same
 
 MEGATRON_LOGS = [REALDATA / "logs" / "megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-baseline.log",
                  REALDATA / "logs" / "megatron-lm_issue756_mixtral_16xH100.txt"]
@@ -57,16 +57,7 @@ def _parse(path: Path, block: int, *, native: bool):
 
 def _assert_same_both_ways(path: Path, blocks=(997, 1 << 20)) -> None:
     for block in blocks:
-        native, polars_only = _parse(path, block, native=True), _parse(path, block, native=False)
-        if isinstance(native, str) or isinstance(polars_only, str):
-            assert native == polars_only
-            continue
-        for f in dataclasses.fields(native):
-            a, b = getattr(native, f.name), getattr(polars_only, f.name)
-            if isinstance(a, pl.DataFrame):
-                assert a.schema == b.schema and a.equals(b), f"{path.name}, blocks of {block}: {f.name}"
-            else:
-                assert a == b, f"{path.name}, blocks of {block}: {f.name}"
+        _assert_same(_parse(path, block, native=False), _parse(path, block, native=True))
 
 
 def _scanned_rows(path: Path) -> tuple[int, int]:
