@@ -3,7 +3,7 @@
    ingest/megatron_scan.py holds the contract; in short: a line is read here only when this code reaches
    exactly the numbers polars reaches through megatron.py's _USUAL_START and _LOSS_MATCH (and no other part of
    megatron.py would read the line: no memory report, no tokens per second, no banner, no argument line).
-   Every other line, and every line this code is unsure of (non-ASCII, a carriage return, a number in an
+   Every other line, and every line this code is unsure of (non-ASCII, a carriage return but a \r\n line's, a number in an
    unusual spelling), is handed back as text for the polars path. So the two paths cannot disagree on a
    line: the hard cases all go one way.
 
@@ -400,11 +400,14 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args)
     while (p < end && !failed) {
         const char *newline = memchr(p, '\n', (size_t)(end - p));
         const char *stop = newline ? newline : end;
+        /* A \r\n line's text is the line without its \r (textlog strips trailing ones): read without it. Any
+           other \r (two at the end, a progress bar's) stays in the line, which read_line leaves to polars. */
+        const char *text_end = stop > p && stop[-1] == '\r' ? stop - 1 : stop;
         int64_t number = first_line + n_lines++;
         int is_last = newline == NULL || newline + 1 == end;
         Row row;
-        if (!(last_as_text && is_last) && read_line(p, stop, &row)) {
-            int64_t start = p - block, finish = stop - block;
+        if (!(last_as_text && is_last) && read_line(p, text_end, &row)) {
+            int64_t start = p - block, finish = text_end - block;
             uint8_t has_loss = row.has_loss;
             double tokens = row.has_tokens ? row.tokens : NOT_A_NUMBER, loss = row.has_loss ? row.loss : 0.0;
             failed = PUT8(&column[0], number) || PUT8(&column[1], row.step) || PUT8(&column[2], row.samples) ||

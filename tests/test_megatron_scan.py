@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from conftest import REALDATA, REPO
 from receipts.errors import InputError
 from receipts.ingest import megatron, megatron_scan
-from receipts.ingest.textlog import read_chunks
+from receipts.ingest.textlog import read_chunks, split_lines
 from test_log_fast_paths import MEGATRON_EDGES
 from test_log_stream import _assert_same
 
@@ -64,7 +64,7 @@ def _scanned_rows(path: Path) -> tuple[int, int]:
     """(rows the scanner read, lines the polars path reads as iteration rows) over the whole file."""
     block = path.read_bytes()
     scanned = megatron_scan.scan(block, 1)
-    polars_rows = megatron._iteration_rows(pl.DataFrame({"text": pl.Series(block.decode().splitlines())})
+    polars_rows = megatron._iteration_rows(pl.DataFrame({"text": split_lines(block)})
                                            .with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64)))
     return scanned.usual.height, polars_rows.height
 
@@ -80,6 +80,10 @@ def test_real_megatron_logs_read_the_same_with_the_scanner(path: Path, tmp_path:
         _assert_same_both_ways(cut_log)
     read, iteration_rows = _scanned_rows(path)
     assert read > 0.9 * iteration_rows, (read, iteration_rows)  # the usual lines are the scanner's
+    crlf = tmp_path / "crlf.log"  # written with \r\n line ends: read the same, and still by the scanner
+    crlf.write_bytes(data.replace(b"\n", b"\r\n"))
+    _assert_same_both_ways(crlf)
+    assert _scanned_rows(crlf)[0] == read
 
 
 @needs_scanner
