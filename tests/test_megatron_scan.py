@@ -192,3 +192,30 @@ def test_the_scanner_reaches_the_nearest_double_as_polars_does() -> None:
         pl.all().cast(pl.Float64, strict=False))
     got = scanned.usual.select("samples", "step_ms", "loss")
     assert got.equals(expected)
+
+
+# Bytes a mutation puts into a real log: the ones the scanner decides on, and ones it must not trip over.
+_MUTANT_BYTES = st.sampled_from([b"\n", b"\r", b"\r\n", b"|", b"| lm loss: ", b"[", b"]", b".", b"..", b" ", b"\t",
+                                 b"e", b"E", b"-", b"+", b"0", b"9" * 20, b"\x00", b"\x80", b"\xff", b"\xc2\xa0",
+                                 b"k", b"(", b"w", b"iteration ", b" consumed tokens: 7 |", b"nan", b"inf"])
+
+
+@needs_scanner
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edits=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 40), _MUTANT_BYTES), min_size=1, max_size=25),
+       cut=st.one_of(st.none(), st.floats(0.05, 1)))
+def test_a_mutated_real_log_reads_the_same_with_the_scanner(edits, cut) -> None:
+    """The real Megatron-DeepSpeed log's iteration lines with bytes replaced, inserted or removed anywhere (and
+    the file cut anywhere): both paths read it to the same outcome, a receipt or one error; the scanner reads
+    whatever bytes it is given without reading past them (scripts/asan_scan.sh runs this under AddressSanitizer)."""
+    data = bytearray(MEGATRON_LOGS[0].read_bytes()[226_000:240_000])  # the arguments' end and ~40 iteration lines
+    for where, span, put in edits:
+        at = int(where * len(data))
+        data[at:at + span % 3] = put  # replace 0, 1 or 2 bytes: an insertion, a change, a removal with others
+    if cut is not None:
+        data = data[:max(1, int(cut * len(data)))]
+    assume(bytes(data).strip())
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "mutated.log"
+        log.write_bytes(bytes(data))
+        _assert_same_both_ways(log, blocks=(300, 1 << 20))
