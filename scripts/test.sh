@@ -37,5 +37,7 @@ command -v npm >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install
 .venv/bin/lint-imports
 .venv/bin/mypy
 .venv/bin/pytest -q -p no:cacheprovider
+# Megatron's native line scanner, its tests again with it built under AddressSanitizer (~2 minutes).
+bash scripts/asan_scan.sh
 # The gate over example claims: true ones must pass, false ones must be rejected.
 bash .ci/gate_examples.sh
