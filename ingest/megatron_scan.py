@@ -14,9 +14,8 @@ A line is a usual row only when the scanner reaches exactly the numbers polars r
 megatron.py would read it: not a memory report, not tokens per second, not the banner, not an argument
 line (` .. `), and not a line whose tokens are printed further on. A line it is unsure of (a byte outside
 ASCII, a carriage return other than a \r\n line's, a number spelled otherwise than `digits(.digits)`) is one of
-the others. So the two
-ways read every log to the same rows: tests/test_megatron_scan.py holds them equal on real logs and under
-hypothesis.
+the others. So the two ways read every log to the same rows: tests/test_megatron_scan.py holds them equal on
+real logs and under hypothesis.
 
 Without the compiled module, `available()` is False and megatron.py reads every line through polars.
 """

@@ -660,17 +660,21 @@ class _Activity:
 
     def take(self, pid: int | None, with_graphs: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(step code, category code, start, end) of a process's kept activities, given up by the store."""
-        for is_graph in (False, True):  # spilled: read back in one piece each, the files removed
+        for is_graph in (False, True):  # spilled: read back in one piece each (graph replays only if counted)
             files = self._files.pop((pid, is_graph), None)
             if files is not None:
                 self._parts[(pid, is_graph)] = tuple(
-                    [_read_removed(path, dtype)] for path, dtype in zip(files, _PART_DTYPES))
+                    [_read_removed(path, dtype)] if with_graphs or not is_graph else _removed(path)
+                    for path, dtype in zip(files, _PART_DTYPES))
         batches = [self._parts.pop((pid, False), ([], [], [], [])), self._parts.pop((pid, True), ([], [], [], []))]
         if not with_graphs:
             del batches[1]
         columns = []
         for i, dtype in enumerate(_PART_DTYPES):
-            columns.append(np.concatenate([a for b in batches for a in b[i]] or [np.zeros(0, dtype)]))
+            arrays = [a for b in batches for a in b[i]]
+            # one array (a spilled column, a single batch) is the column itself: joining it would copy it
+            columns.append(arrays[0] if len(arrays) == 1 else np.concatenate(arrays or [np.zeros(0, dtype)]))
+            del arrays
             for b in batches:
                 b[i].clear()  # each batch's copy released as soon as it is joined
         code, category, start, end = columns
@@ -682,6 +686,7 @@ class _Activity:
             pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"))
 
 
+_spilled = itertools.count()  # names the spilled files apart, in a scratch folder parses may share
 _PART_COLUMNS = ("code", "category", "start", "end")  # what _Activity keeps of each activity
 _PART_DTYPES = (np.int32, np.uint8, np.int64, np.int64)
 
@@ -691,6 +696,12 @@ def _read_removed(path: Path, dtype) -> np.ndarray:
     column = np.fromfile(path, dtype=dtype)
     path.unlink()
     return column
+
+
+def _removed(path: Path) -> list[np.ndarray]:
+    """A spilled column not read (graph replays that do not count): its file removed, no arrays."""
+    path.unlink()
+    return []
 
 
 def _rows_by_pid(pid_key: pl.Series) -> dict[int | None, np.ndarray]:
@@ -842,7 +853,6 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
             pl.scan_parquet(spilled) if spilled else pl.concat(events) if events else _NO_EVENTS)
 
 
-_spilled = itertools.count()  # names the spilled files apart, in a scratch folder parses may share
 _NO_EVENTS = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "category": _CATEGORY, "start_ns": pl.Int64,
                                   "end_ns": pl.Int64})
 
