@@ -70,9 +70,7 @@ class LogText:
 
     def frame(self) -> pl.DataFrame:
         """Lines with 1-based line numbers, for filter + extract pipelines."""
-        return pl.DataFrame({"text": self.lines}).with_row_index("line", offset=1).with_columns(
-            pl.col("line").cast(pl.Int64)
-        )
+        return numbered(self.lines)
 
     def chunks(self) -> Iterator[LogChunk]:
         """The whole log as one chunk, for parsers that read chunk by chunk."""
@@ -95,9 +93,7 @@ class LogChunk:
     @cached_property
     def frame(self) -> pl.DataFrame:
         """line (Int64, 1-based in the file), text (Utf8, without the newline)."""
-        lines = self.lines if self.lines is not None else split_lines(cast(bytes, self.block))
-        return pl.DataFrame({"text": lines}).with_row_index("line", offset=self.first_line).with_columns(
-            pl.col("line").cast(pl.Int64))
+        return numbered(self.lines if self.lines is not None else split_lines(cast(bytes, self.block)), self.first_line)
 
     @cached_property
     def line_count(self) -> int:
@@ -123,6 +119,12 @@ class ChunkEnd:
     n_lines: int
     unterminated_last: bool
     stream_cut: bool
+
+
+def numbered(lines: pl.Series, first_line: int = 1) -> pl.DataFrame:
+    """line (Int64, the first `first_line`), text: the frame every parser filters and extracts from."""
+    return pl.DataFrame({"text": lines}).with_row_index("line", offset=first_line).with_columns(
+        pl.col("line").cast(pl.Int64))
 
 
 def count_lines(block: bytes) -> int:

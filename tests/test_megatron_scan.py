@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from conftest import REALDATA, REPO
 from receipts.errors import InputError
 from receipts.ingest import megatron, megatron_scan
-from receipts.ingest.textlog import read_chunks, split_lines
+from receipts.ingest.textlog import numbered, read_chunks, split_lines
 from test_log_fast_paths import MEGATRON_EDGES
 from test_log_stream import _assert_same
 
@@ -64,8 +64,7 @@ def _scanned_rows(path: Path) -> tuple[int, int]:
     """(rows the scanner read, lines the polars path reads as iteration rows) over the whole file."""
     block = path.read_bytes()
     scanned = megatron_scan.scan(block, 1)
-    polars_rows = megatron._iteration_rows(pl.DataFrame({"text": split_lines(block)})
-                                           .with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64)))
+    polars_rows = megatron._iteration_rows(numbered(split_lines(block)))
     return scanned.usual.height, polars_rows.height
 
 
