@@ -5,7 +5,8 @@ whole `receipts ingest` of it (parse, steady window, straggler analysis, the sto
     .venv/bin/python benchmarks/bench_nsys_ingest.py [--kernels 5000000] [--source mfu_2gpu_after.sqlite]
 
 The scaled export is a real one (../shared/realdata/nsys) with its kernel, memcpy, memset and runtime
-rows replicated N times, timestamps shifted by the capture's span and correlation ids by their max,
+rows replicated N times, timestamps shifted by the capture's span and correlation ids by their max (each
+table copy after copy, so that its rows follow time as a long capture's do: nsys appends them as buffers flush),
 plus one `step i` NVTX range per copy and process (opened on a thread that launches nothing, so
 step attribution must go through the runtime correlation, any thread). Built once into the temp
 dir and reused. Each measurement runs in a fresh child process so its peak RSS is its own.
@@ -99,7 +100,7 @@ def build(source: Path, kernels: int) -> Path:
     with sqlite3.connect(source) as db:
         base = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     copies = -(-kernels // base)
-    out = Path(tempfile.gettempdir()) / f"receipts-bench-{source.stem}-x{copies}.sqlite"
+    out = Path(tempfile.gettempdir()) / f"receipts-bench-{source.stem}-x{copies}-in-time-order.sqlite"
     if out.is_file():
         return out
     part = out.with_suffix(".part")
@@ -123,7 +124,7 @@ def build(source: Path, kernels: int) -> Path:
         select = ", ".join(shifted.get(c, f'b."{c}"') for c in cols)
         db.execute(f"CREATE TEMP TABLE b AS SELECT * FROM {table}")
         db.execute(f'INSERT INTO {table} ({", ".join(chr(34) + c + chr(34) for c in cols)}) '
-                   f"SELECT {select} FROM b CROSS JOIN n")
+                   f"SELECT {select} FROM n CROSS JOIN b")  # copy by copy: rows in time order, as nsys writes
         db.execute("DROP TABLE b")
     # One step range per copy and process, on a thread id no launch uses (pid | 0xABCDE).
     db.execute("INSERT INTO n VALUES (0)")

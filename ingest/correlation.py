@@ -6,7 +6,7 @@ open at that call's start claims the activity (ingest/nsys.py gives each process
 is the largest of an export: 9.3M calls beside 6.6M activities in the 5M-kernel benchmark. In DuckDB, the
 one-row-per-id guard (a hash GROUP BY over every call) and the hash join cost twice the bare scan of those
 tables; here each call is reduced as it streams in to its correlation id and a small key saying which range
-its start falls in, each process's calls become one sorted array of the correlation ids that a range claims
+its start falls in, each process's calls become sorted arrays of the correlation ids that a range claims
 (with that range's code), and each batch of activities is one binary search per process as it arrives.
 
 The key of a call starting at t, for a process's ranges sorted by start: `at` is the latest range started at or
@@ -14,21 +14,37 @@ before t (-1: none), and key = 2 (at + 1) + (0 if t is before that range's end, 
 claim. The key never decreases as t grows (for one `at`, an earlier start is inside the range whenever a later
 one is), so the least key of an id's calls is the key of its earliest call: ids and keys sort as one int64 each.
 
+Bounded memory (given a scratch folder): a process's calls wait in files as they stream in, with every 64th id
+kept as a sample; then they are cut into partitions of consecutive id ranges of about _PART_CALLS calls (the
+ranges from the sample's quantiles, so any order or spacing of ids partitions evenly), each partition reduced on
+its own, and its claimed ids written back. An activity batch reads the partitions its ids fall in, through a
+small cache: activity ids advance with time, so a batch touches one or two. Without a folder a process's calls
+are one partition, in memory.
+
 Repeated ids: nsys writes one call per id, but older exports write two (cudaLaunchKernel and
 cudaLaunchKernel_v7000: saxpy-mpi) and a damaged one may repeat one id everywhere. The earliest call is the
 launch, the number of repeated (process, id) pairs is counted for the warning, and the cost stays n log n
-whatever the ids (a join on repeated ids would build kernels x calls rows).
+whatever the ids (a join on repeated ids would build kernels x calls rows). An id is never cut across two
+partitions, so one id repeated everywhere is one partition of every call.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
+from pathlib import Path
 from typing import NamedTuple, cast
 
 import numpy as np
 import polars as pl
 
+from receipts.ingest.column_bins import ColumnBins
+
 _NO_START = np.iinfo(np.int64).max  # a call whose start is NULL: after every range, so it claims nothing
+_PART_CALLS = 1 << 19  # calls per partition of a process's calls, when they wait in files (~6 MB of ids and keys)
+_SAMPLE_EVERY = 64  # one id in 64 of each batch sets the partitions' id ranges
+_PIECE_CALLS = 1 << 20  # calls read back at a time while they are cut into partitions
+_CACHED_PARTS = 4  # claimed partitions held for the activity stream (its ids advance with time)
 
 
 class StepRanges(NamedTuple):
@@ -40,12 +56,14 @@ class StepRanges(NamedTuple):
 
 class Launches:
     """Per process (pid_key): the correlation ids whose earliest call a step range claims, sorted, and that
-    range's code."""
+    range's code, in partitions of consecutive id ranges."""
 
-    def __init__(self, calls: Iterable, ranges: dict[int, StepRanges]) -> None:
+    def __init__(self, calls: Iterable, ranges: dict[int, StepRanges], spill: Path | None = None) -> None:
         """`calls`: Arrow record batches with columns pid_key, corr_id, launch_ns (one row per runtime call);
-        `ranges`: the step ranges of each process that has any."""
-        parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        `ranges`: the step ranges of each process that has any; `spill`: a folder (the caller's) where the calls
+        and the claimed ids wait in files, else they are held in memory."""
+        waiting = ColumnBins("calls", (np.int64, np.int32), spill)
+        samples: dict[int, list[np.ndarray]] = {}
         for batch in calls:
             frame = cast(pl.DataFrame, pl.from_arrow(batch))
             # A call without process or id can launch nothing that carries them. Copied out by a mask per process
@@ -55,34 +73,89 @@ class Launches:
             starts = frame["launch_ns"].fill_null(_NO_START).to_numpy()
             for pid in frame["pid_key"].drop_nulls().unique().to_list():
                 rows = known & (pids == pid)
-                parts.setdefault(pid, []).append((ids[rows], _keys(ranges.get(pid), starts[rows])))
+                mine = ids[rows]
+                waiting.add(pid, (mine, _keys(ranges.get(pid), starts[rows])))
+                if spill is not None:
+                    samples.setdefault(pid, []).append(mine[::_SAMPLE_EVERY].copy())  # a copy: a view holds `mine`
         self.repeated = 0  # (process, correlation id) pairs carried by more than one call
-        self._by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for pid in list(parts):
-            # each column joined while its batches' arrays go: the batches and the joined copy of one column
-            id_parts, key_parts = (list(column) for column in zip(*parts.pop(pid)))
-            ids = np.concatenate(id_parts)
-            del id_parts
-            keys = np.concatenate(key_parts)
-            del key_parts
-            ids, keys, repeated = _earliest(ids, keys, pid in ranges)
-            self.repeated += repeated
+        self._bounds: dict[int, np.ndarray] = {}  # per process, the first id of each partition but the first
+        self._claimed = ColumnBins("claimed", (np.int64, np.int32), spill)  # (pid, partition) -> ids, codes
+        self._cache: OrderedDict[tuple[int, int], tuple[np.ndarray, ...]] = OrderedDict()
+        for pid in waiting.keys():
+            bounds = _partition_bounds(samples.pop(pid, []), waiting.rows(pid))
+            parts = _partitioned(waiting, pid, bounds, spill)
+            for part in range(bounds.size + 1):
+                ids, keys, repeated = _earliest(*parts.take(part), pid in ranges)
+                self.repeated += repeated
+                if pid in ranges:
+                    self._claimed.add((pid, part), (ids, ranges[pid].codes[keys // 2 - 1]))
             if pid in ranges:
-                self._by_pid[pid] = (ids, ranges[pid].codes[keys // 2 - 1])
+                self._bounds[pid] = bounds
 
     def codes(self, pid: int, corr: np.ndarray) -> np.ndarray:
         """The code of the range that claims each activity of process `pid` with correlation ids `corr`
         (int32, -1: none)."""
-        ids, codes = self._by_pid.get(pid, (np.zeros(0, np.int64), np.zeros(0, np.int32)))
-        if not ids.size:
+        bounds = self._bounds.get(pid)
+        if bounds is None:
             return np.full(corr.size, -1, np.int32)
         # Searched in id order: a binary search for ids in random order misses the cache at every step.
         order = np.argsort(corr)
         ordered = corr[order]
-        at = np.minimum(np.searchsorted(ids, ordered), ids.size - 1)
-        found = np.empty(corr.size, np.int32)
-        found[order] = np.where(ids[at] == ordered, codes[at], -1)
+        found = np.full(corr.size, -1, np.int32)
+        edges = [0, *np.searchsorted(ordered, bounds, side="left").tolist(), ordered.size]
+        for part, (lo, hi) in enumerate(zip(edges, edges[1:])):
+            if lo == hi or not self._claimed.rows((pid, part)):
+                continue
+            ids, codes = self._partition(pid, part)
+            wanted = ordered[lo:hi]
+            at = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
+            found[order[lo:hi]] = np.where(ids[at] == wanted, codes[at], -1)
         return found
+
+    def close(self) -> None:
+        """The claimed ids given up (their files removed)."""
+        self._cache.clear()
+        self._claimed.clear()
+
+    def _partition(self, pid: int, part: int) -> tuple[np.ndarray, ...]:
+        key = (pid, part)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+        else:
+            self._cache[key] = self._claimed.read(key)
+            if len(self._cache) > _CACHED_PARTS:
+                self._cache.popitem(last=False)
+        return self._cache[key]
+
+
+def _partition_bounds(sample: list[np.ndarray], calls: int) -> np.ndarray:
+    """The first id of each partition but the first, from the sample's quantiles: about _PART_CALLS calls each,
+    none when the sample is empty (the calls held in memory) or the calls fit one."""
+    parts = -(-calls // _PART_CALLS)
+    if parts <= 1 or not sample:
+        return np.zeros(0, np.int64)
+    ids = np.sort(np.concatenate(sample))
+    return np.unique(ids[(np.arange(1, parts) * ids.size) // parts])
+
+
+def _partitioned(waiting: ColumnBins, pid: int, bounds: np.ndarray, spill: Path | None) -> ColumnBins:
+    """A process's calls, given up by `waiting`, as bins keyed by partition: partition i holds the ids from
+    bounds[i - 1] (included) to bounds[i] (excluded). One partition is the calls as they waited."""
+    parts = ColumnBins("calls-part", (np.int64, np.int32), spill)
+    for ids, keys in waiting.take_pieces(pid, _PIECE_CALLS):
+        if not bounds.size:
+            parts.add(0, (ids, keys))
+            continue
+        part = np.searchsorted(bounds, ids, side="right").astype(np.uint16 if bounds.size < 1 << 16 else np.int64)
+        if part[0] == part[-1] and part.min() == part.max():  # the usual piece: ids advance with time
+            parts.add(int(part[0]), (ids, keys))
+            continue
+        order = np.argsort(part, kind="stable")  # a radix sort of small integers: rows by partition
+        part, ids, keys = part[order], ids[order], keys[order]
+        cuts = [0, *(np.flatnonzero(part[1:] != part[:-1]) + 1).tolist(), part.size]
+        for lo, hi in zip(cuts, cuts[1:]):
+            parts.add(int(part[lo]), (ids[lo:hi], keys[lo:hi]))
+    return parts
 
 
 def _keys(ranges: StepRanges | None, starts: np.ndarray) -> np.ndarray:

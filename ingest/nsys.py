@@ -50,6 +50,7 @@ import polars as pl
 from receipts import duck
 from receipts.allocator import trim_c_heap
 from receipts.errors import InputError
+from receipts.ingest.column_bins import ColumnBins
 from receipts.ingest.correlation import Launches, StepRanges
 from receipts.ingest.intervals import anatomy_from_ns, sort_order, sorted_step_ns
 from receipts.schema.categories import CATEGORY_ENUM, CategoryRules
@@ -131,8 +132,8 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         session_start = _small_table(path, "TARGET_INFO_SESSION_START_TIME", lambda: _session_start_ns(db, schema))
         copy_names = _small_table(path, "ENUM_CUDA_MEMCPY_OPER", lambda: _copy_kind_names(db, schema))
         names = _small_table(path, "StringIds", lambda: _string_ids(db, schema))
-        large = (RUNTIME, KERNEL, MEMCPY, MEMSET, GRAPH)
-        streamed = _RowsStreamed(sum(_row_estimate(db, t) for t in large if t in schema), progress)
+        estimate = {t: _row_estimate(db, t) for t in (RUNTIME, KERNEL, MEMCPY, MEMSET, GRAPH) if t in schema}
+        streamed = _RowsStreamed(sum(estimate.values()), progress)
     nvtx_table = _nvtx_table(schema)
     if nvtx_table is None:
         warnings.append("no NVTX table (NVTX_EVENTS*) in the export: steps and NVTX ranges unavailable")
@@ -157,14 +158,15 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
                                    "(re-profile with --trace=cuda)", table=RUNTIME)
         step_values, by_pid = _ranges_by_pid(step_ranges)
         launches = Launches(streamed.counted(_batches(con, load_query("_nsys_launches"))) if RUNTIME in schema else (),
-                            by_pid)
+                            by_pid, spill)
         copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
+        activities = sum(n for t, n in estimate.items() if t != RUNTIME)
         activity = _Activity(step_values, names, copy_cat, rules, keep_raw, has_steps=step_ranges.height > 0,
-                             spill=spill)
+                             group_codes=_group_codes(step_values.size, activities), spill=spill)
         for batch in streamed.counted(_batches(con, activity_query)):
             activity.add(batch, launches)
         repeated = launches.repeated
-        del launches  # every claimed runtime call's id and code: not held past its use
+        launches.close()  # every claimed runtime call's id and code: not held past its use
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
     except (duckdb.Error, RuntimeError) as exc:  # the sqlite scanner raises a bare RuntimeError on a bad page
         bad_table, what = _damaged_table(path, schema, nvtx_table)
@@ -563,21 +565,22 @@ class _Activity:
     summed batch by batch; the counts the warnings need; with keep_raw, the batches too. No frame keeps
     correlation ids, launch times, devices or names per activity.
 
-    With a spill folder (an export read by `receipts ingest`) those arrays are appended to files there batch by
-    batch instead, and each process's read back when its anatomy is made: the stream then holds none of them.
-    What is kept is numpy's own memory, copied out of each batch by a mask: a column kept from a batch would hold
-    DuckDB's whole batch alive, and long-lived data in polars' allocator, between each batch's freed temporaries,
-    left it holding several times that (measured: 590 MB of RSS for 142 MB of ids)."""
+    Those arrays are kept in bins by process, graph replay or not, and step group (consecutive step codes, about
+    _GROUP_ACTIVITIES activities of the capture each; one group without steps), and the anatomy reads back one
+    process's group at a time. With a spill folder (an export read by `receipts ingest`) the bins are files there,
+    appended batch by batch: the stream then holds none of them, and the anatomy one group's. What is kept is
+    numpy's own memory, copied out of each batch by a mask: a column kept from a batch would hold DuckDB's whole
+    batch alive, and long-lived data in polars' allocator, between each batch's freed temporaries, left it holding
+    several times that (measured: 590 MB of RSS for 142 MB of ids)."""
 
     def __init__(self, step_values: np.ndarray, names: dict[int, str], copy_cat: dict[int, str],
-                 rules: CategoryRules, keep_raw: bool, *, has_steps: bool, spill: Path | None = None) -> None:
+                 rules: CategoryRules, keep_raw: bool, *, has_steps: bool, group_codes: int,
+                 spill: Path | None = None) -> None:
         self.step_values, self.names, self.copy_cat, self.rules = step_values, names, copy_cat, rules
         self.keep_raw, self.has_steps = keep_raw, has_steps
-        # (pid_key, graph replays) -> step codes, category codes, starts, ends: one array of each per batch, or,
-        # with `spill`, one file of each that every batch's rows are appended to (read back once, by take)
-        self._parts: dict[tuple[int | None, bool], tuple[list[np.ndarray], ...]] = {}
-        self._spill = spill
-        self._files: dict[tuple[int | None, bool], tuple[Path, ...]] = {}
+        self._group_codes = group_codes  # step codes per step group
+        # (pid_key, graph replays, step group) -> step codes, category codes, starts, ends
+        self._kept = ColumnBins("activity", _PART_DTYPES, spill)
         self.devices: list[pl.DataFrame] = []  # (pid_key, device_id, graph) triples of each batch
         self._sums: list[pl.DataFrame] = []  # kernel calls and time of some batches (kernel_sums)
         self.in_graph = 0  # kernels that ran inside a graph replay
@@ -617,24 +620,18 @@ class _Activity:
         columns = (codes, activity["category"].to_physical().to_numpy(),
                    activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy())
         by_graph = {False: ~replay, True: replay} if replay.any() else {False: None}
+        group = np.maximum(codes, 0) // self._group_codes  # no step (-1): group 0
+        lo, hi = (int(group.min()), int(group.max())) if group.size else (0, 0)
+        by_group = {lo: None} if lo == hi else {lo + int(g): group == lo + g
+                                                 for g in np.flatnonzero(np.bincount(group - lo))}
         for pid, rows in rows_of.items():
             if self.has_steps:
                 rows = rows & (codes >= 0)
-            for is_graph, of_kind in by_graph.items():
+            for (is_graph, of_kind), (g, in_group) in itertools.product(by_graph.items(), by_group.items()):
                 kept = rows if of_kind is None else rows & of_kind
-                if not kept.any():
-                    continue
-                if self._spill is None:
-                    for stored, column in zip(self._parts.setdefault((pid, is_graph), ([], [], [], [])), columns):
-                        stored.append(column[kept])
-                    continue
-                files = self._files.get((pid, is_graph))
-                if files is None:
-                    files = self._files[(pid, is_graph)] = tuple(
-                        self._spill / f"activity-{next(_spilled)}-{name}.bin" for name in _PART_COLUMNS)
-                for path, column, dtype in zip(files, columns, _PART_DTYPES):
-                    with open(path, "ab") as out:
-                        column[kept].astype(dtype, copy=False).tofile(out)
+                kept = kept if in_group is None else kept & in_group
+                if kept.any():
+                    self._kept.add((pid, is_graph, g), [column[kept] for column in columns])
 
     def _codes(self, activity: pl.DataFrame, rows_of: dict[int | None, np.ndarray], launches: Launches) -> np.ndarray:
         """Step code per activity (-1: no step range claimed it), through its launching call's correlation id."""
@@ -656,29 +653,28 @@ class _Activity:
         return self._unclaimed[False] + (self._unclaimed[True] if with_graphs else 0)
 
     def pids(self) -> list[int | None]:
-        return list(dict.fromkeys(pid for pid, _ in (*self._parts, *self._files)))
+        return list(dict.fromkeys(pid for pid, _, _ in self._kept.keys()))
 
-    def take(self, pid: int | None, with_graphs: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(step code, category code, start, end) of a process's kept activities, given up by the store."""
-        for is_graph in (False, True):  # spilled: read back in one piece each (graph replays only if counted)
-            files = self._files.pop((pid, is_graph), None)
-            if files is not None:
-                self._parts[(pid, is_graph)] = tuple(
-                    [_read_removed(path, dtype)] if with_graphs or not is_graph else _removed(path)
-                    for path, dtype in zip(files, _PART_DTYPES))
-        batches = [self._parts.pop((pid, False), ([], [], [], [])), self._parts.pop((pid, True), ([], [], [], []))]
+    def groups(self, pid: int | None) -> list[int]:
+        """A process's step groups, in step order."""
+        return sorted({g for p, _, g in self._kept.keys() if p == pid})
+
+    def take(self, pid: int | None, group: int, with_graphs: bool
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(step code, category code, start, end) of the kept activities of a process's step group, given up by
+        the store (graph replays read only if they count)."""
         if not with_graphs:
-            del batches[1]
-        columns = []
-        for i, dtype in enumerate(_PART_DTYPES):
-            arrays = [a for b in batches for a in b[i]]
-            # one array (a spilled column, a single batch) is the column itself: joining it would copy it
-            columns.append(arrays[0] if len(arrays) == 1 else np.concatenate(arrays or [np.zeros(0, dtype)]))
-            del arrays
-            for b in batches:
-                b[i].clear()  # each batch's copy released as soon as it is joined
-        code, category, start, end = columns
+            self._kept.drop((pid, True, group))
+        parts = [self._kept.take((pid, is_graph, group)) for is_graph in (False, True)]
+        # one part (no graph replays) is the columns themselves: joining it would copy them
+        parts = [p for p in parts if p[0].size] or parts[:1]
+        code, category, start, end = (p[0] if len(parts) == 1 else np.concatenate(p) for p in zip(*parts))
         return code, category, start, end
+
+    def drop(self, pid: int | None) -> None:
+        """A process's kept activities given up unread (a process that ran no ranked GPU work)."""
+        for key in [k for k in self._kept.keys() if k[0] == pid]:
+            self._kept.drop(key)
 
     def raw_frame(self, with_graphs: bool, rank_of: dict) -> pl.DataFrame:
         raw = pl.concat(self._raw)
@@ -686,22 +682,17 @@ class _Activity:
             pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"))
 
 
-_spilled = itertools.count()  # names the spilled files apart, in a scratch folder parses may share
-_PART_COLUMNS = ("code", "category", "start", "end")  # what _Activity keeps of each activity
-_PART_DTYPES = (np.int32, np.uint8, np.int64, np.int64)
+_spilled = itertools.count()  # names the events' files apart, in a scratch folder parses may share
+_PART_DTYPES = (np.int32, np.uint8, np.int64, np.int64)  # what _Activity keeps of each activity: step code,
+# category code, start, end
+_GROUP_ACTIVITIES = 1 << 20  # activities of the whole capture per step group, as the tables' row counts estimate
 
 
-def _read_removed(path: Path, dtype) -> np.ndarray:
-    """A spilled column, read whole; its file removed."""
-    column = np.fromfile(path, dtype=dtype)
-    path.unlink()
-    return column
-
-
-def _removed(path: Path) -> list[np.ndarray]:
-    """A spilled column not read (graph replays that do not count): its file removed, no arrays."""
-    path.unlink()
-    return []
+def _group_codes(steps: int, activities: int) -> int:
+    """Step codes per step group: the capture's `steps` in groups of about _GROUP_ACTIVITIES of its `activities`
+    (at least one step a group: a step's activity is read back whole)."""
+    groups = -(-activities // _GROUP_ACTIVITIES)
+    return max(1, -(-steps // max(groups, 1)))
 
 
 def _rows_by_pid(pid_key: pl.Series) -> dict[int | None, np.ndarray]:
@@ -800,9 +791,9 @@ def _ranks(devices: pl.DataFrame, environ: dict[str, str],
 def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool,
              names: dict[int, str], spill: Path | None = None
              ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame | pl.LazyFrame]:
-    """(rows, steps, kernel_steps, events) from the kept activity of ranked processes. Each process's activity is
-    sorted once by (step, start); every number is per (rank, step), so the interval arithmetic runs over chunks of
-    whole steps of those sorted arrays (its intermediates follow the chunk, not the capture), giving integers per
+    """(rows, steps, kernel_steps, events) from the kept activity of ranked processes. Each step group of each process
+    (_Activity) is sorted once by (step, start); every number is per (rank, step), so the interval arithmetic runs
+    over chunks of whole steps of those sorted arrays (its intermediates follow the chunk, not the capture), giving integers per
     step that intervals.anatomy_from_ns turns into milliseconds for all steps at once."""
     categories = pl.Series(_CATEGORY.categories, dtype=_CATEGORY)
     per_step: list[pl.DataFrame] = []
@@ -813,16 +804,18 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
     for pid in activity.pids():
         rank = rank_of.get(pid)
         if rank is None:
-            activity.take(pid, with_graphs)  # not ranked: dropped
-        else:
-            step_parts, category_parts, made = _process_anatomy(activity, pid, with_graphs, rank, categories, spill)
+            activity.drop(pid)  # not ranked
+            continue
+        for group in activity.groups(pid):
+            step_parts, category_parts, made = _group_anatomy(activity, pid, group, with_graphs, rank, categories,
+                                                              spill)
             per_step += step_parts
             per_category += category_parts
             if isinstance(made, pl.DataFrame):
                 events.append(made)
             else:
                 spilled += made
-        trim_c_heap()
+            trim_c_heap()
     if not per_step:  # no ranked activity: the frames' columns, no rows
         none = np.zeros(0, np.int64)
         per_step, per_category = ([_ranked(frame, 0, activity.step_values)] for frame in sorted_step_ns(
@@ -857,13 +850,14 @@ _NO_EVENTS = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "category"
                                   "end_ns": pl.Int64})
 
 
-def _process_anatomy(activity: _Activity, pid: int | None, with_graphs: bool, rank: int, categories: pl.Series,
-                     spill: Path | None = None) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame | list[Path]]:
-    """One process's integers per step and per (step, category) (sorted_step_ns, by chunk) and its events: a frame,
-    or with `spill` the Parquet files they were written to, a file per chunk as it is made (a frame of a whole
-    process's events, 29 B an activity, was the anatomy's peak). Its activity is taken from the store here, so
-    that its unsorted arrays go as the sorted ones come."""
-    code, cat, start, end = activity.take(pid, with_graphs)
+def _group_anatomy(activity: _Activity, pid: int | None, group: int, with_graphs: bool, rank: int,
+                   categories: pl.Series, spill: Path | None = None
+                   ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame | list[Path]]:
+    """One step group of one process: its integers per step and per (step, category) (sorted_step_ns, by chunk)
+    and its events: a frame, or with `spill` the Parquet files they were written to, a file per chunk as it is
+    made (a frame of a whole process's events, 29 B an activity, was the anatomy's peak). Its activity is taken
+    from the store here, so that its unsorted arrays go as the sorted ones come."""
+    code, cat, start, end = activity.take(pid, group, with_graphs)
     step_values = activity.step_values
     order = sort_order(code, start, stable=False)
     # One array at a time, each copy replacing its original.

@@ -27,7 +27,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from receipts.ingest import nsys
+from receipts.ingest import correlation, nsys
+from receipts.ingest.column_bins import ColumnBins
 from receipts.schema.categories import load_category_rules
 
 TESTS = Path(__file__).resolve().parent
@@ -78,9 +79,6 @@ def _source(name: str, scratch: Path) -> Path:
     return plain
 
 
-_READ_REMOVED = nsys._read_removed
-
-
 def _parse(name: str, scratch: Path, keep_raw: bool = True, spill: Path | None = None) -> dict:
     a = nsys.parse(_source(name, scratch), rules=load_category_rules(cwd=TESTS), keep_raw=keep_raw, spill=spill)
     # Through JSON and back, so tuples and lists compare as the stored file does.
@@ -110,30 +108,38 @@ def test_parse_equals_the_previous_implementation(name, keep_raw, expected, tmp_
 
 
 @pytest.mark.parametrize("name", sorted(json.loads(EXPECTED.read_text())))
-@pytest.mark.parametrize("chunk_events", [None, 1000])
-def test_a_spilled_parse_gives_the_pinned_numbers(name, chunk_events, expected, tmp_path, monkeypatch):
-    """As `receipts ingest` reads one export: the activity kept per process appended to files in a scratch folder
-    as it streams (read back per process), each process's events written there as Parquet as they are made, the
-    anatomy's events a lazy scan of them; every output, events included, as pinned, and the straggler report the
-    pipeline makes of them as the one made of events held in memory."""
+@pytest.mark.parametrize("small", [False, True])
+def test_a_spilled_parse_gives_the_pinned_numbers(name, small, expected, tmp_path, monkeypatch):
+    """As `receipts ingest` reads one export: the runtime calls and the activity kept per process wait in files in
+    a scratch folder as they stream in (read back by id partition and step group), each process's events written
+    there as Parquet as they are made, the anatomy's events a lazy scan of them; every output, events included, as
+    pinned, and the straggler report the pipeline makes of them as the one made of events held in memory.
+    `small`: partitions of 64 calls, step groups of 500 activities and chunks of 1,000, so that the larger
+    exports take dozens of each (ids cut anywhere, steps grouped unevenly) and the activity cache misses."""
     from receipts.pipeline import with_stragglers
 
-    if chunk_events:  # events written a file per chunk of whole steps: dozens of files on the larger exports
-        monkeypatch.setattr(nsys, "_CHUNK_EVENTS", chunk_events)
+    if small:
+        monkeypatch.setattr(nsys, "_CHUNK_EVENTS", 1000)
+        monkeypatch.setattr(nsys, "_GROUP_ACTIVITIES", 500)
+        monkeypatch.setattr(correlation, "_PART_CALLS", 64)
+        monkeypatch.setattr(correlation, "_PIECE_CALLS", 100)
+        monkeypatch.setattr(correlation, "_CACHED_PARTS", 1)
     spill = tmp_path / "spill"
     spill.mkdir()
-    read_back = []
-    monkeypatch.setattr(nsys, "_read_removed", lambda path, dtype: read_back.append(path) or np.fromfile(path, dtype))
+    read_back: list[str] = []
+    take_column = ColumnBins._take_column
+    monkeypatch.setattr(ColumnBins, "_take_column",
+                        lambda self, key, i: read_back.append(self._files[key][i].name) or take_column(self, key, i))
     got, want = _parse(name, tmp_path, spill=spill), expected[name]
     for key in want:
         assert got[key] == want[key], f"{name}: {key} differs"
-    assert read_back  # the activity went through the files
-    monkeypatch.setattr(nsys, "_read_removed", _READ_REMOVED)
+    assert any(f.startswith("activity-") for f in read_back)  # the activity went through the files
+    assert any(f.startswith("calls-part-") for f in read_back)  # so did the calls
+    assert all(f.suffix == ".parquet" for f in spill.iterdir())  # the bins' files removed once read
     for left in spill.iterdir():
         left.unlink()
     path, rules = _source(name, tmp_path), load_category_rules(cwd=TESTS)
     spilled = with_stragglers(nsys.parse(path, rules=rules, spill=spill))
-    assert not list(spill.glob("activity-*"))  # each read back once, then removed
     held = with_stragglers(nsys.parse(path, rules=rules))
     assert isinstance(nsys.parse(path, rules=rules, spill=spill).events, pl.LazyFrame) and any(spill.iterdir())
     assert spilled.straggler_summary == held.straggler_summary
