@@ -791,10 +791,10 @@ def _ranks(devices: pl.DataFrame, environ: dict[str, str],
 def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool,
              names: dict[int, str], spill: Path | None = None
              ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame | pl.LazyFrame]:
-    """(rows, steps, kernel_steps, events) from the kept activity of ranked processes. Each step group of each process
-    (_Activity) is sorted once by (step, start); every number is per (rank, step), so the interval arithmetic runs
-    over chunks of whole steps of those sorted arrays (its intermediates follow the chunk, not the capture), giving integers per
-    step that intervals.anatomy_from_ns turns into milliseconds for all steps at once."""
+    """(rows, steps, kernel_steps, events) from the kept activity of ranked processes. Each step group of each
+    process (_Activity) is sorted once by (step, start); every number is per (rank, step), so the interval arithmetic
+    runs over chunks of whole steps of those sorted arrays (its intermediates follow the chunk, not the capture),
+    giving integers per step that intervals.anatomy_from_ns turns into milliseconds for all steps at once."""
     categories = pl.Series(_CATEGORY.categories, dtype=_CATEGORY)
     per_step: list[pl.DataFrame] = []
     per_category: list[pl.DataFrame] = []
