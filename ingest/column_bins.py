@@ -96,6 +96,28 @@ class ColumnBins:
                 path.unlink()
         self._rows.pop(key, None)
 
+    def partitioned(self, key: Hashable, by: int, bounds: np.ndarray, name: str, piece_rows: int) -> ColumnBins:
+        """The bin `key`, given up, as a new collection (in the same folder) keyed by partition of column `by`:
+        partition i holds the rows whose value is from bounds[i - 1] (included) to bounds[i] (excluded), in the
+        order they were added. Read `piece_rows` at a time; no bounds: one partition, the bin as it was."""
+        parts = ColumnBins(name, self._dtypes, self._folder)
+        for columns in self.take_pieces(key, piece_rows):
+            if not bounds.size:
+                parts.add(0, columns)
+                continue
+            part = np.searchsorted(bounds, columns[by], side="right")
+            if part[0] == part[-1] and part.min() == part.max():  # the usual piece: values advance with time
+                parts.add(int(part[0]), columns)
+                continue
+            # a radix sort of small integers: the rows by partition, each partition's in their order
+            order = np.argsort(part.astype(np.uint16 if bounds.size < 1 << 16 else np.int64), kind="stable")
+            part = part[order]
+            columns = [column[order] for column in columns]
+            cuts = [0, *(np.flatnonzero(part[1:] != part[:-1]) + 1).tolist(), part.size]
+            for lo, hi in zip(cuts, cuts[1:]):
+                parts.add(int(part[lo]), [column[lo:hi] for column in columns])
+        return parts
+
     def drop(self, key: Hashable) -> None:
         """A bin given up unread."""
         self._held.pop(key, None)
@@ -112,3 +134,13 @@ class ColumnBins:
         column = np.fromfile(path, dtype=self._dtypes[i])
         path.unlink()
         return column
+
+
+def quantile_bounds(sample: list[np.ndarray], rows: int, part_rows: int) -> np.ndarray:
+    """Bounds for `partitioned` that cut `rows` rows into parts of about `part_rows`, from the quantiles of a
+    sample of the column (taken evenly as the rows came): none when the rows fit one part or there is no sample."""
+    parts = -(-rows // part_rows)
+    if parts <= 1 or not sample:
+        return np.zeros(0, np.int64)
+    values = np.sort(np.concatenate(sample))
+    return np.unique(values[(np.arange(1, parts) * values.size) // parts])

@@ -38,7 +38,7 @@ from typing import NamedTuple, cast
 import numpy as np
 import polars as pl
 
-from receipts.ingest.column_bins import ColumnBins
+from receipts.ingest.column_bins import ColumnBins, quantile_bounds
 
 _NO_START = np.iinfo(np.int64).max  # a call whose start is NULL: after every range, so it claims nothing
 _PART_CALLS = 1 << 19  # calls per partition of a process's calls, when they wait in files (~6 MB of ids and keys)
@@ -82,8 +82,8 @@ class Launches:
         self._claimed = ColumnBins("claimed", (np.int64, np.int32), spill)  # (pid, partition) -> ids, codes
         self._cache: OrderedDict[tuple[int, int], tuple[np.ndarray, ...]] = OrderedDict()
         for pid in waiting.keys():
-            bounds = _partition_bounds(samples.pop(pid, []), waiting.rows(pid))
-            parts = _partitioned(waiting, pid, bounds, spill)
+            bounds = quantile_bounds(samples.pop(pid, []), waiting.rows(pid), _PART_CALLS)
+            parts = waiting.partitioned(pid, 0, bounds, "calls-part", _PIECE_CALLS)
             for part in range(bounds.size + 1):
                 ids, keys, repeated = _earliest(*parts.take(part), pid in ranges)
                 self.repeated += repeated
@@ -126,36 +126,6 @@ class Launches:
             if len(self._cache) > _CACHED_PARTS:
                 self._cache.popitem(last=False)
         return self._cache[key]
-
-
-def _partition_bounds(sample: list[np.ndarray], calls: int) -> np.ndarray:
-    """The first id of each partition but the first, from the sample's quantiles: about _PART_CALLS calls each,
-    none when the sample is empty (the calls held in memory) or the calls fit one."""
-    parts = -(-calls // _PART_CALLS)
-    if parts <= 1 or not sample:
-        return np.zeros(0, np.int64)
-    ids = np.sort(np.concatenate(sample))
-    return np.unique(ids[(np.arange(1, parts) * ids.size) // parts])
-
-
-def _partitioned(waiting: ColumnBins, pid: int, bounds: np.ndarray, spill: Path | None) -> ColumnBins:
-    """A process's calls, given up by `waiting`, as bins keyed by partition: partition i holds the ids from
-    bounds[i - 1] (included) to bounds[i] (excluded). One partition is the calls as they waited."""
-    parts = ColumnBins("calls-part", (np.int64, np.int32), spill)
-    for ids, keys in waiting.take_pieces(pid, _PIECE_CALLS):
-        if not bounds.size:
-            parts.add(0, (ids, keys))
-            continue
-        part = np.searchsorted(bounds, ids, side="right").astype(np.uint16 if bounds.size < 1 << 16 else np.int64)
-        if part[0] == part[-1] and part.min() == part.max():  # the usual piece: ids advance with time
-            parts.add(int(part[0]), (ids, keys))
-            continue
-        order = np.argsort(part, kind="stable")  # a radix sort of small integers: rows by partition
-        part, ids, keys = part[order], ids[order], keys[order]
-        cuts = [0, *(np.flatnonzero(part[1:] != part[:-1]) + 1).tolist(), part.size]
-        for lo, hi in zip(cuts, cuts[1:]):
-            parts.add(int(part[lo]), (ids[lo:hi], keys[lo:hi]))
-    return parts
 
 
 def _keys(ranges: StepRanges | None, starts: np.ndarray) -> np.ndarray:
