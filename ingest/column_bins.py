@@ -24,7 +24,7 @@ _made = itertools.count()  # names each collection's files apart, in a scratch f
 class ColumnBins:
     """Bins of rows, each row one value of each of `dtypes`; with `folder`, each bin's columns are files there."""
 
-    def __init__(self, name: str, dtypes: Sequence[type], folder: Path | None = None) -> None:
+    def __init__(self, name: str, dtypes: Sequence[type | np.dtype], folder: Path | None = None) -> None:
         self._name = f"{name}-{next(_made)}"
         self._dtypes = tuple(np.dtype(d) for d in dtypes)
         self._folder = folder
@@ -112,7 +112,7 @@ class ColumnBins:
             # a radix sort of small integers: the rows by partition, each partition's in their order
             order = np.argsort(part.astype(np.uint16 if bounds.size < 1 << 16 else np.int64), kind="stable")
             part = part[order]
-            columns = [column[order] for column in columns]
+            columns = tuple(column[order] for column in columns)
             cuts = [0, *(np.flatnonzero(part[1:] != part[:-1]) + 1).tolist(), part.size]
             for lo, hi in zip(cuts, cuts[1:]):
                 parts.add(int(part[lo]), [column[lo:hi] for column in columns])

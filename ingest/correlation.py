@@ -85,7 +85,8 @@ class Launches:
             bounds = quantile_bounds(samples.pop(pid, []), waiting.rows(pid), _PART_CALLS)
             parts = waiting.partitioned(pid, 0, bounds, "calls-part", _PIECE_CALLS)
             for part in range(bounds.size + 1):
-                ids, keys, repeated = _earliest(*parts.take(part), pid in ranges)
+                ids, keys = parts.take(part)
+                ids, keys, repeated = _earliest(ids, keys, pid in ranges)
                 self.repeated += repeated
                 if pid in ranges:
                     self._claimed.add((pid, part), (ids, ranges[pid].codes[keys // 2 - 1]))

@@ -55,7 +55,7 @@ def sort_order(key: np.ndarray, start: np.ndarray, *, stable: bool = True) -> np
         return np.zeros(0, dtype=np.int64)
     lo = int(start.min())
     width = int(start.max()) - lo + 1
-    if (int(key.max()) + 1) * width < 2**62:
+    if width < 2**62 and (int(key.max()) + 1) * width < 2**62:  # (a NULL start, int64's least, is as wide as it gets)
         # Packed in one array; int64 wraps, so a step out of range in between still ends in range.
         packed = key.astype(np.int64)
         packed *= width
@@ -155,8 +155,8 @@ def intersection_ns(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.Dat
 
 
 def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end: np.ndarray,
-                   categories: pl.Series, spans: tuple[np.ndarray, np.ndarray] | None = None
-                   ) -> tuple[pl.DataFrame, pl.DataFrame]:
+                   categories: pl.Series, spans: tuple[np.ndarray, np.ndarray] | None = None,
+                   counted: np.ndarray | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """anatomy_rows' integers for activities sorted by (key, start), one step per key value, its span its own
     work unless `spans` says otherwise: (one row per key: key, span_start_ns and span_end_ns of its own work (first
     start, last end) and STEP_NS; one row per
@@ -170,7 +170,9 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
 
     `spans`: (start, end) per key value in order, when the in-span values are to count the intervals clipped to
     them (anatomy_rows); a key whose span starts where it ends has nothing inside. Clipping the start to a bound
-    that is the same for the whole key keeps the rows' order, so the clipped rows need no second sort."""
+    that is the same for the whole key keeps the rows' order, so the clipped rows need no second sort.
+    `counted`: the rows counted as kernels (None: all); a row left out is the continuation of an activity counted
+    in another piece of time (ingest/nsys.py, a window without steps read in bins of start times)."""
     change = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
     first = np.flatnonzero(change)
     group = np.cumsum(change) - 1
@@ -202,7 +204,8 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
         "key": key[first], "span_start_ns": start[first],
         "span_end_ns": np.maximum.reduceat(end, first) if n else np.zeros(0, np.int64),
         "union_ns": busy, "busy_in_span_ns": busy_in,
-        "kernels": np.bincount(group[of(KERNEL_ONLY)], minlength=n).astype(np.int64),
+        "kernels": np.bincount(group[of(KERNEL_ONLY) if counted is None else of(KERNEL_ONLY) & counted],
+                               minlength=n).astype(np.int64),
         "comm_ns": comm_ns, "both_ns": both, "c_ns": c_in, "m_ns": m_in, "cm_ns": cm})
     keys, codes, unions = [], [], []
     for code in np.flatnonzero(np.bincount(category, minlength=len(categories))):

@@ -50,9 +50,9 @@ import polars as pl
 from receipts import duck
 from receipts.allocator import trim_c_heap
 from receipts.errors import InputError
-from receipts.ingest.column_bins import ColumnBins
+from receipts.ingest.column_bins import ColumnBins, quantile_bounds
 from receipts.ingest.correlation import Launches, StepRanges
-from receipts.ingest.intervals import anatomy_from_ns, sort_order, sorted_step_ns
+from receipts.ingest.intervals import STEP_NS, anatomy_from_ns, sort_order, sorted_step_ns
 from receipts.schema.categories import CATEGORY_ENUM, CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA,
                                    Anatomy, EnvVar, IdentityClaim, epoch_iso)
@@ -581,6 +581,8 @@ class _Activity:
         self._group_codes = group_codes  # step codes per step group
         # (pid_key, graph replays, step group) -> step codes, category codes, starts, ends
         self._kept = ColumnBins("activity", _PART_DTYPES, spill)
+        self._start_sample: dict[int | None, list[np.ndarray]] = {}  # without steps: every 64th start, per process
+        self._odd_times = False  # an activity without a start, or that ended before it started (a damaged export)
         self.devices: list[pl.DataFrame] = []  # (pid_key, device_id, graph) triples of each batch
         self._sums: list[pl.DataFrame] = []  # kernel calls and time of some batches (kernel_sums)
         self.in_graph = 0  # kernels that ran inside a graph replay
@@ -620,6 +622,7 @@ class _Activity:
         columns = (codes, activity["category"].to_physical().to_numpy(),
                    activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy())
         by_graph = {False: ~replay, True: replay} if replay.any() else {False: None}
+        self._odd_times = self._odd_times or bool((columns[3] < columns[2]).any() or (columns[2] == _NO_TIME).any())
         group = np.maximum(codes, 0) // self._group_codes  # no step (-1): group 0
         lo, hi = (int(group.min()), int(group.max())) if group.size else (0, 0)
         by_group = {lo: None} if lo == hi else {lo + int(g): group == lo + g
@@ -631,7 +634,10 @@ class _Activity:
                 kept = rows if of_kind is None else rows & of_kind
                 kept = kept if in_group is None else kept & in_group
                 if kept.any():
-                    self._kept.add((pid, is_graph, g), [column[kept] for column in columns])
+                    rows_kept = [column[kept] for column in columns]
+                    self._kept.add((pid, is_graph, g), rows_kept)
+                    if not self.has_steps:  # a copy: a view would hold the batch's starts
+                        self._start_sample.setdefault(pid, []).append(rows_kept[2][::_SAMPLE_EVERY].copy())
 
     def _codes(self, activity: pl.DataFrame, rows_of: dict[int | None, np.ndarray], launches: Launches) -> np.ndarray:
         """Step code per activity (-1: no step range claimed it), through its launching call's correlation id."""
@@ -671,6 +677,25 @@ class _Activity:
         code, category, start, end = (p[0] if len(parts) == 1 else np.concatenate(p) for p in zip(*parts))
         return code, category, start, end
 
+    def window(self, pid: int | None, with_graphs: bool) -> Iterator[tuple[tuple[np.ndarray, ...], int | None]]:
+        """Without steps, a process's kept activities (its one window), given up, in bins of consecutive ranges
+        of start times of about _GROUP_ACTIVITIES activities each (the ranges from a sample of the starts): each
+        bin's (step code, category code, start, end) and the start of the next bin's range (None for the last).
+        One bin when an activity has no start or ended before it started: how such an interval counts depends on
+        the intervals it merges with (intervals.sorted_step_ns), so only the whole window gives the whole window's
+        numbers."""
+        if not with_graphs:
+            self._kept.drop((pid, True, 0))
+        keys = [(pid, False, 0), (pid, True, 0)][:2 if with_graphs else 1]
+        sample = self._start_sample.pop(pid, [])
+        bounds = quantile_bounds([] if self._odd_times else sample, sum(self._kept.rows(k) for k in keys),
+                                 _GROUP_ACTIVITIES)
+        binned = [self._kept.partitioned(key, 2, bounds, "window", _GROUP_ACTIVITIES) for key in keys]
+        for i in range(bounds.size + 1):
+            parts = [p for p in (b.take(i) for b in binned) if p[0].size] or [binned[0].take(i)]
+            columns = tuple(p[0] if len(parts) == 1 else np.concatenate(p) for p in zip(*parts))
+            yield columns, int(bounds[i]) if i < bounds.size else None
+
     def drop(self, pid: int | None) -> None:
         """A process's kept activities given up unread (a process that ran no ranked GPU work)."""
         for key in [k for k in self._kept.keys() if k[0] == pid]:
@@ -686,6 +711,8 @@ _spilled = itertools.count()  # names the events' files apart, in a scratch fold
 _PART_DTYPES = (np.int32, np.uint8, np.int64, np.int64)  # what _Activity keeps of each activity: step code,
 # category code, start, end
 _GROUP_ACTIVITIES = 1 << 20  # activities of the whole capture per step group, as the tables' row counts estimate
+# (without steps: of a process per bin of start times)
+_SAMPLE_EVERY = 64  # without steps, one start in 64 sets the bins' time ranges
 
 
 def _group_codes(steps: int, activities: int) -> int:
@@ -806,9 +833,12 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
         if rank is None:
             activity.drop(pid)  # not ranked
             continue
-        for group in activity.groups(pid):
-            step_parts, category_parts, made = _group_anatomy(activity, pid, group, with_graphs, rank, categories,
-                                                              spill)
+        pieces = (((activity.take(pid, group, with_graphs), None, None) for group in activity.groups(pid))
+                  if has_steps else _window_pieces(activity.window(pid, with_graphs)))
+        for columns, counted, until in pieces:
+            step_parts, category_parts, made = _piece_anatomy(columns, counted, until, rank, activity.step_values,
+                                                              categories, spill)
+            del columns
             per_step += step_parts
             per_category += category_parts
             if isinstance(made, pl.DataFrame):
@@ -822,8 +852,10 @@ def _anatomy(activity: _Activity, with_graphs: bool, step_ranges: pl.DataFrame, 
             none.astype(np.int32), none.astype(np.uint8), none, none, categories))
     # One chunk each, as one frame computed for the whole capture would be: polars divides a chunk of one value
     # exactly and a longer one through the reciprocal (1 ulp apart).
-    totals = pl.concat(per_step, rechunk=True)
-    rows, step_rows = anatomy_from_ns(pl.concat(per_category, rechunk=True), totals)
+    totals, by_category = pl.concat(per_step, rechunk=True), pl.concat(per_category, rechunk=True)
+    if not has_steps:
+        totals, by_category = _added_up(totals, by_category)
+    rows, step_rows = anatomy_from_ns(by_category, totals)
     if has_steps:
         markers = (step_ranges.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None,
                                                                              return_dtype=pl.Int32).alias("rank"))
@@ -850,32 +882,67 @@ _NO_EVENTS = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "category"
                                   "end_ns": pl.Int64})
 
 
-def _group_anatomy(activity: _Activity, pid: int | None, group: int, with_graphs: bool, rank: int,
-                   categories: pl.Series, spill: Path | None = None
+def _window_pieces(bins: Iterator[tuple[tuple[np.ndarray, ...], int | None]]
+                   ) -> Iterator[tuple[tuple[np.ndarray, ...], np.ndarray | None, int | None]]:
+    """A window's bins of start times (_Activity.window) as pieces of disjoint time whose integers add up:
+    (columns, counted, until). Each activity running past its bin's end (`until`) counts up to there, and from
+    there on as a continuation carried into the next bin, which counts in the unions but is no activity of its
+    own (`counted`: the mask of the rows that are; None: every row)."""
+    carry: tuple[np.ndarray, ...] | None = None
+    for columns, bin_end in bins:
+        counted = None
+        if carry is not None:
+            counted = np.r_[np.zeros(carry[0].size, bool), np.ones(columns[0].size, bool)]
+            columns = tuple(np.concatenate(pair) for pair in zip(carry, columns))
+            carry = None
+        code, cat, start, end = columns
+        if bin_end is not None and (over := end > bin_end).any():
+            carry = (code[over], cat[over], np.full(int(np.count_nonzero(over)), bin_end, np.int64), end[over])
+        yield columns, counted, bin_end
+
+
+def _added_up(totals: pl.DataFrame, by_category: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The integers of a window's pieces (_window_pieces) as one row per (rank, step) and (rank, step, category):
+    each piece is a disjoint stretch of time, so every union and overlap adds up, and the span is the widest."""
+    return (totals.group_by("rank", "step", maintain_order=True)
+            .agg(pl.col("span_start_ns").min(), pl.col("span_end_ns").max(), pl.col(*STEP_NS).sum()).rechunk(),
+            by_category.group_by("rank", "step", "category", maintain_order=True).agg(pl.col("union_ns").sum())
+            .rechunk())
+
+
+def _piece_anatomy(columns: tuple[np.ndarray, ...], counted: np.ndarray | None, until: int | None, rank: int,
+                   step_values: np.ndarray, categories: pl.Series, spill: Path | None = None
                    ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame | list[Path]]:
-    """One step group of one process: its integers per step and per (step, category) (sorted_step_ns, by chunk)
-    and its events: a frame, or with `spill` the Parquet files they were written to, a file per chunk as it is
-    made (a frame of a whole process's events, 29 B an activity, was the anatomy's peak). Its activity is taken
-    from the store here, so that its unsorted arrays go as the sorted ones come."""
-    code, cat, start, end = activity.take(pid, group, with_graphs)
-    step_values = activity.step_values
+    """One piece of one process's kept activity (a step group, or a bin of a window without steps, _window_pieces:
+    `counted` the rows that are activities, not continuations, None: all; `until` where its time ends, the
+    intervals counted up to there, None: no end): its integers per step and per (step, category)
+    (sorted_step_ns, by chunk) and its events: a frame, or with `spill` the Parquet files they were written to, a
+    file per chunk as it is made (a frame of a whole process's events, 29 B an activity, was the anatomy's peak).
+    The caller gives the arrays up, so that the unsorted ones go as the sorted ones come."""
+    code, cat, start, end = columns
     order = sort_order(code, start, stable=False)
     # One array at a time, each copy replacing its original.
     code = code[order]
     cat = cat[order]
     start = start[order]
     end = end[order]
+    if counted is not None:
+        counted = counted[order]
     del order
 
     def one(rows: slice) -> tuple[pl.DataFrame, pl.DataFrame]:
-        return sorted_step_ns(code[rows], cat[rows], start[rows], end[rows], categories)
+        return sorted_step_ns(code[rows], cat[rows], start[rows],
+                              end[rows] if until is None else np.minimum(end[rows], until), categories,
+                              counted=None if counted is None else counted[rows])
 
     def events(rows: slice) -> pl.DataFrame:
         # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new, the
         # category an Enum (1 B an activity where a string took 16: 95 MB at 5M kernels).
-        return pl.DataFrame([pl.Series("rank", np.full(rows.stop - rows.start, rank, np.int32)),
-                             _steps(code[rows], step_values), categories.gather(cat[rows]),
-                             pl.Series("start_ns", start[rows]), pl.Series("end_ns", end[rows])])
+        kept = rows if counted is None else np.flatnonzero(counted[rows]) + rows.start  # continuations left out
+        n = code[kept].size
+        return pl.DataFrame([pl.Series("rank", np.full(n, rank, np.int32)),
+                             _steps(code[kept], step_values), categories.gather(cat[kept]),
+                             pl.Series("start_ns", start[kept]), pl.Series("end_ns", end[kept])])
 
     chunks = _step_chunks(code)
     # Chunks are independent and numpy releases the GIL: _CHUNK_WORKERS at a time.

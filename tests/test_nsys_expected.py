@@ -133,7 +133,8 @@ def test_a_spilled_parse_gives_the_pinned_numbers(name, small, expected, tmp_pat
     got, want = _parse(name, tmp_path, spill=spill), expected[name]
     for key in want:
         assert got[key] == want[key], f"{name}: {key} differs"
-    assert any(f.startswith("activity-") for f in read_back)  # the activity went through the files
+    # the activity went through the files (without steps, cut into bins of start times: the window's files)
+    assert any(f.startswith(("activity-", "window-")) for f in read_back)
     assert any(f.startswith("calls-part-") for f in read_back)  # so did the calls
     assert all(f.suffix == ".parquet" for f in spill.iterdir())  # the bins' files removed once read
     for left in spill.iterdir():
@@ -180,3 +181,28 @@ if __name__ == "__main__" and sys.argv[1:] in (["--write"], ["--add-missing"]):
         pinned |= {n: _parse(n, Path(tmp)) for n in EXPORTS if n not in pinned}
     EXPECTED.write_text(json.dumps(dict(sorted(pinned.items())), separators=(",", ":")) + "\n")
     print(f"wrote {EXPECTED}")
+
+
+@pytest.mark.parametrize("name", ["gpu/fsdp2_2gpu_nsys.sqlite.gz", "gpu/cudagraph/graphs_nsys_node.sqlite.gz",
+                                  "gpu/straggler/straggler_plant_nsys.sqlite.gz"])
+def test_a_window_without_steps_read_in_bins_of_time_equals_it_read_whole(name, tmp_path, monkeypatch):
+    """Read with a step pattern that matches nothing, these exports are one window per rank of overlapping streams
+    (FSDP's communication under compute): in bins of 50 activities, activities cut at the bins' ends and carried
+    on, every output equals the window read whole, events included."""
+    path, rules = _source(name, tmp_path), load_category_rules(cwd=TESTS)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    carried = []
+    pieces = nsys._window_pieces
+
+    def counting(bins):
+        for columns, counted, until in pieces(bins):
+            carried.append(0 if counted is None else int((~counted).sum()))
+            yield columns, counted, until
+
+    whole = snapshot(nsys.parse(path, rules=rules, step_pattern=r"^no such range (\d+)$"))
+    monkeypatch.setattr(nsys, "_window_pieces", counting)
+    monkeypatch.setattr(nsys, "_GROUP_ACTIVITIES", 50)
+    binned = snapshot(nsys.parse(path, rules=rules, step_pattern=r"^no such range (\d+)$", spill=spill))
+    assert binned == whole
+    assert len(carried) > 20 and (sum(carried) > 0 or "graphs" in name)
