@@ -358,8 +358,9 @@ class Anatomy:
     # (analysis/stragglers.py) reads; never stored: in memory, or lazy over the parse's scratch Parquet files
     # (one nsys export read in the ingest's own process: its caller removes them once the anatomy is used).
     events: "pl.DataFrame | pl.LazyFrame | None" = None
-    # Kernel time per (rank, step, category, name): calls, time_ms. In memory only; the pipeline reduces it to
-    # the steady steps of the receipt's window (`kernels`, stored in anatomy_kernels).
+    # Kernel time per (rank, step, category, name): calls, time_ms (category and name text, or Categorical: an
+    # nsys export's, a row per step and kernel name). In memory only; the pipeline reduces it to the steady steps
+    # of the receipt's window (`kernels`, stored in anatomy_kernels, text).
     kernel_steps: "pl.DataFrame | None" = None
     kernels: "pl.DataFrame | None" = None           # ANATOMY_KERNEL_SCHEMA
     # Filled by the pipeline from analysis/stragglers.py, stored with the anatomy (straggler_* tables).

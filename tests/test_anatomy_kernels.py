@@ -31,7 +31,7 @@ def test_per_name_totals_agree_with_nsys_stats(export_1gpu):
     step ranges is at most what nsys counts over the whole capture, and the difference is exactly the kernels
     no step claimed (launched before the first step marker)."""
     anatomy = nsys.parse(export_1gpu, rules=load_category_rules())
-    mine = anatomy.kernel_steps.group_by("name").agg(pl.col("calls").sum(), pl.col("time_ms").sum())
+    mine = anatomy.kernel_steps.with_columns(pl.col("name").cast(pl.Utf8)).group_by("name").agg(pl.col("calls").sum(), pl.col("time_ms").sum())
     stats = pl.read_csv(STATS / "fsdp2_1gpu_nsys_cuda_gpu_kern_sum.csv")
     both = stats.join(mine, left_on="Name", right_on="name", how="left").with_columns(
         pl.col("calls").fill_null(0), pl.col("time_ms").fill_null(0.0))
