@@ -619,6 +619,11 @@ class _Activity:
         self._sums.append(sums)
         if len(self._sums) == 8:  # what was summed so far and the last batches' sums, summed
             self._sums = [self.kernel_sums()]
+        self._keep(activity, rows_of, codes, replay)
+
+    def _keep(self, activity: pl.DataFrame, rows_of: dict[int | None, np.ndarray], codes: np.ndarray,
+              replay: np.ndarray) -> None:
+        """A batch's kept arrays into their bins: by process, graph replay or not, and step group."""
         columns = (codes, activity["category"].to_physical().to_numpy(),
                    activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy())
         by_graph = {False: ~replay, True: replay} if replay.any() else {False: None}
