@@ -168,6 +168,10 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         repeated = launches.repeated
         launches.close()  # every claimed runtime call's id and code: not held past its use
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
+    except _TimesOutOfRange as exc:
+        raise InputError(path, f"at least {exc.rows} rows have a start or end {_FAR:,} ns or more from the capture's "
+                               "start (nsys writes ns since the session started): the table is damaged",
+                         table=exc.table) from exc
     except (duckdb.Error, RuntimeError) as exc:  # the sqlite scanner raises a bare RuntimeError on a bad page
         bad_table, what = _damaged_table(path, schema, nvtx_table)
         raise InputError(path, f"cannot read the export: {what or _first_line(exc)}; the file may be cut short or "
@@ -181,6 +185,9 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     devices = pl.concat(activity.devices)
     if not with_graphs:
         devices = devices.filter(~pl.col("graph"))
+    if activity.ended_early:
+        warnings.append(f"{activity.ended_early} GPU activities end before they start or have no end (a damaged "
+                        "export: nsys writes neither): each counted as zero length")
     if repeated:
         warnings.append(f"{repeated} (process, correlationId) pairs of {RUNTIME} repeat: each GPU "
                         "activity is attributed through the earliest runtime call with its correlation id")
@@ -582,18 +589,20 @@ class _Activity:
         # (pid_key, graph replays, step group) -> step codes, category codes, starts, ends
         self._kept = ColumnBins("activity", _PART_DTYPES, spill)
         self._start_sample: dict[int | None, list[np.ndarray]] = {}  # without steps: every 64th start, per process
-        self._odd_times = False  # an activity without a start, or that ended before it started (a damaged export)
+        self._odd_times = False  # an activity without a start (a damaged export)
         self.devices: list[pl.DataFrame] = []  # (pid_key, device_id, graph) triples of each batch
         self._sums: list[pl.DataFrame] = []  # kernel calls and time of some batches (kernel_sums)
         self.in_graph = 0  # kernels that ran inside a graph replay
         self.graph_rows = 0
         self.graph_ns = 0
         self._unclaimed = {False: 0, True: 0}  # activities no step claimed, by graph replay or not
+        self.ended_early = 0  # activities that end before they start, or have no end: counted as zero length
         self._raw: list[pl.DataFrame] = []
 
     def add(self, batch, launches: Launches) -> None:
         """One streamed batch (an Arrow record batch of sql/_nsys_activity.sql); `launches` gives its steps."""
-        activity = cast(pl.DataFrame, pl.from_arrow(batch))
+        activity, ended_early = _sane_times(cast(pl.DataFrame, pl.from_arrow(batch)))
+        self.ended_early += ended_early
         rows_of = _rows_by_pid(activity["pid_key"])
         codes = self._codes(activity, rows_of, launches)
         replay = (activity["kind"] == _KIND["graph"]).to_numpy()
@@ -627,7 +636,7 @@ class _Activity:
         columns = (codes, activity["category"].to_physical().to_numpy(),
                    activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy())
         by_graph = {False: ~replay, True: replay} if replay.any() else {False: None}
-        self._odd_times = self._odd_times or bool((columns[3] < columns[2]).any() or (columns[2] == _NO_TIME).any())
+        self._odd_times = self._odd_times or bool((columns[2] == _NO_TIME).any())
         group = np.maximum(codes, 0) // self._group_codes  # no step (-1): group 0
         lo, hi = (int(group.min()), int(group.max())) if group.size else (0, 0)
         by_group = {lo: None} if lo == hi else {lo + int(g): group == lo + g
@@ -686,9 +695,9 @@ class _Activity:
         """Without steps, a process's kept activities (its one window), given up, in bins of consecutive ranges
         of start times of about _GROUP_ACTIVITIES activities each (the ranges from a sample of the starts): each
         bin's (step code, category code, start, end) and the start of the next bin's range (None for the last).
-        One bin when an activity has no start or ended before it started: how such an interval counts depends on
-        the intervals it merges with (intervals.sorted_step_ns), so only the whole window gives the whole window's
-        numbers."""
+        One bin when an activity has no start: how such an interval (its end before its start, as the interval
+        arithmetic reads a NULL) counts depends on the intervals it merges with (intervals.sorted_step_ns), so only
+        the whole window gives the whole window's numbers."""
         if not with_graphs:
             self._kept.drop((pid, True, 0))
         keys = [(pid, False, 0), (pid, True, 0)][:2 if with_graphs else 1]
@@ -710,6 +719,31 @@ class _Activity:
         raw = pl.concat(self._raw)
         return (raw if with_graphs else raw.filter(~pl.col("graph"))).with_columns(
             pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"))
+
+
+_FAR = 1 << 62  # ns (146 years) from the capture's start: a time this far is damage, and sums of such overflow
+_TABLE_OF_KIND = {_KIND["kernel"]: KERNEL, _KIND["memcpy"]: MEMCPY, _KIND["memset"]: MEMSET, _KIND["graph"]: GRAPH}
+
+
+class _TimesOutOfRange(Exception):
+    def __init__(self, table: str, rows: int) -> None:
+        super().__init__(table, rows)
+        self.table, self.rows = table, rows
+
+
+def _sane_times(activity: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """A batch of activities with each end that comes before its start, or is missing, set to its start (zero
+    length: an interval that ends before it starts would subtract from a union), and how many; a start or end
+    _FAR or more from the capture's start raises _TimesOutOfRange, naming the table of the first such row."""
+    start, end = pl.col("start_ns"), pl.col("end_ns")
+    far = activity.filter((start >= _FAR) | (start <= -_FAR) | (end >= _FAR) | (end <= -_FAR))
+    if far.height:
+        raise _TimesOutOfRange(_TABLE_OF_KIND.get(far["kind"][0], KERNEL), far.height)
+    early = ((end < start) | (end.is_null() & start.is_not_null())).fill_null(False)
+    ended_early = int(activity.select(early.sum()).item())
+    if ended_early:
+        activity = activity.with_columns(pl.when(early).then(start).otherwise(end).alias("end_ns"))
+    return activity, ended_early
 
 
 _spilled = itertools.count()  # names the events' files apart, in a scratch folder parses may share

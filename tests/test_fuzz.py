@@ -42,6 +42,7 @@ from conftest import GPU_DATA, REALDATA
 CASES = {
     "log": 1800, "log_forced_format": 600, "sysinfo": 700, "sidecar": 500, "registry": 450,
     "categories": 200, "env_rules": 200, "redactor": 500, "kineto": 250, "nsys": 130, "nsys_gz": 40, "nsys_job": 40,
+    "nsys_times": 60,
     "cli": 120, "log_compressed": 150,
 }
 CASE_BOUND_S = 20.0   # one case longer than this is a hang (the slowest clean case takes < 2 s)
@@ -544,6 +545,41 @@ def test_nsys_exports_parse_or_name_the_file_and_table(tmp_path_factory, seed, o
     path = tmp_path_factory.mktemp("nsys") / Path(seed).name
     mutate_export(seeds[seed], path, ops)
     anatomy = holds(lambda: parse_profile(path, "nsys", load_category_rules(), False), path)
+    if anatomy is not None:
+        _check_anatomy(anatomy)
+
+
+ACTIVITY_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME")
+
+
+@fuzz("nsys_times")
+@given(seed=st.sampled_from(["profile1.sqlite", "con_kernel.sqlite", "gpu/fsdp2_1gpu_nsys.sqlite"]),
+       ops=st.lists(st.tuples(st.sampled_from(ACTIVITY_TABLES), st.sampled_from(["start", "end", "correlationId"]),
+                              st.sampled_from(NSYS_VALUES), st.integers(1, 7)), min_size=1, max_size=3))
+def test_damaged_times_and_ids_parse_or_name_the_file_in_bins(tmp_path_factory, seed, ops):
+    """Starts, ends and correlation ids NULL, extreme or of the wrong type, read as `receipts ingest` reads an
+    export (spilled) with the runtime calls in partitions of 16 and the activity in step groups or time bins of
+    50 (a window without steps, its activities cut at the bins' ends): an anatomy or one error naming the file."""
+    seeds = nsys_seeds(tmp_path_factory.mktemp("nsys-seeds"))
+    if seed not in seeds:
+        pytest.skip("real data not present")
+    from receipts.ingest import correlation, nsys
+    from receipts.schema.categories import load_category_rules
+
+    path = tmp_path_factory.mktemp("nsys") / Path(seed).name
+    shutil.copyfile(seeds[seed], path)
+    with sqlite3.connect(path) as db:
+        for table, col, value, every in ops:
+            try:
+                db.execute(f'UPDATE "{table}" SET "{col}" = {value} WHERE rowid % {every} = 0')
+            except sqlite3.IntegrityError:  # NOT NULL (start and end, in nsys's own schema): left alone
+                pass
+    db.close()
+    spill = tmp_path_factory.mktemp("spill")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nsys, "_GROUP_ACTIVITIES", 50)
+        mp.setattr(correlation, "_PART_CALLS", 16)
+        anatomy = holds(lambda: nsys.parse(path, rules=load_category_rules(), spill=spill), path)
     if anatomy is not None:
         _check_anatomy(anatomy)
 

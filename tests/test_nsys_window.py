@@ -2,8 +2,7 @@
 array holds the whole capture, cutting each activity that runs past its bin's end and carrying the rest into the
 next bins. The integers of the bins, added up, must equal those of the window read whole, bit for bit, and so must
 the per-activity events (continuations are no events): here on random intervals (long ones crossing many bins),
-and in test_nsys_expected.py on real exports. A window with an activity without a start, or one that ends before
-it starts, is read whole."""
+and in test_nsys_expected.py on real exports. A window with an activity without a start is read whole."""
 
 from __future__ import annotations
 
@@ -81,10 +80,11 @@ def _batch(starts: list[int], ends: list[int]):
 
 
 @pytest.mark.parametrize("odd", [None, "ends before it starts", "no end", "no start"])
-def test_a_window_with_an_activity_without_a_proper_interval_is_read_whole(odd, monkeypatch):
-    """Such an interval counts as the intervals it merges with let it, so only the whole window gives the whole
-    window's numbers: one bin then, however long the capture (and no crash: a NULL start once overflowed the
-    packed sort of a window)."""
+def test_a_window_with_an_activity_without_a_start_is_read_whole(odd, monkeypatch):
+    """An activity that ends before it starts, or has no end, is made zero length as it streams in (and counted
+    for a warning); one without a start (int64's least, as the arithmetic reads a NULL: not a proper interval)
+    counts as the intervals it merges with let it, so only the whole window gives the whole window's numbers: one
+    bin then, however long the capture (and no crash: a NULL start once overflowed the packed sort of a window)."""
     monkeypatch.setattr(nsys, "_GROUP_ACTIVITIES", 10)
     monkeypatch.setattr(nsys, "_SAMPLE_EVERY", 1)
     activity = nsys._Activity(np.zeros(0, np.int64), {1: "gemm"}, {}, load_category_rules(), False,
@@ -97,7 +97,8 @@ def test_a_window_with_an_activity_without_a_proper_interval_is_read_whole(odd, 
         (ends if odd == "no end" else starts)[50] = None
     activity.add(_batch(starts, ends), None)
     bins = list(activity.window(7 << 24, True))
-    assert len(bins) == (10 if odd is None else 1)
+    assert len(bins) == (1 if odd == "no start" else 10)
+    assert activity.ended_early == (1 if odd in ("ends before it starts", "no end") else 0)
     assert sum(columns[0].size for columns, _ in bins) == 100
     for columns, counted, until in nsys._window_pieces(iter(bins)):
         nsys._piece_anatomy(columns, counted, until, 0, _NO_STEPS, CATEGORIES)
