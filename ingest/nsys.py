@@ -685,10 +685,7 @@ class _Activity:
         the store (graph replays read only if they count)."""
         if not with_graphs:
             self._kept.drop((pid, True, group))
-        parts = [self._kept.take((pid, is_graph, group)) for is_graph in (False, True)]
-        # one part (no graph replays) is the columns themselves: joining it would copy them
-        parts = [p for p in parts if p[0].size] or parts[:1]
-        code, category, start, end = (p[0] if len(parts) == 1 else np.concatenate(p) for p in zip(*parts))
+        code, category, start, end = _joined([self._kept.take((pid, is_graph, group)) for is_graph in (False, True)])
         return code, category, start, end
 
     def window(self, pid: int | None, with_graphs: bool) -> Iterator[tuple[tuple[np.ndarray, ...], int | None]]:
@@ -706,9 +703,7 @@ class _Activity:
                                  _GROUP_ACTIVITIES)
         binned = [self._kept.partitioned(key, 2, bounds, "window", _GROUP_ACTIVITIES) for key in keys]
         for i in range(bounds.size + 1):
-            parts = [p for p in (b.take(i) for b in binned) if p[0].size] or [binned[0].take(i)]
-            columns = tuple(p[0] if len(parts) == 1 else np.concatenate(p) for p in zip(*parts))
-            yield columns, int(bounds[i]) if i < bounds.size else None
+            yield _joined([b.take(i) for b in binned]), int(bounds[i]) if i < bounds.size else None
 
     def drop(self, pid: int | None) -> None:
         """A process's kept activities given up unread (a process that ran no ranked GPU work)."""
@@ -719,6 +714,13 @@ class _Activity:
         raw = pl.concat(self._raw)
         return (raw if with_graphs else raw.filter(~pl.col("graph"))).with_columns(
             pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"))
+
+
+def _joined(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """The columns of parts of rows (graph replays and the rest) as one; a single part with rows is used as it is:
+    joining it would copy it."""
+    full = [p for p in parts if p[0].size] or parts[:1]
+    return tuple(p[0] if len(full) == 1 else np.concatenate(p) for p in zip(*full))
 
 
 _FAR = 1 << 62  # ns (146 years) from the capture's start: a time this far is damage, and sums of such overflow
