@@ -144,7 +144,8 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
     the exports of a job profiled one nsys report per rank or node, are read (worker processes, Dask;
     ingest/rank_map.py). `progress`: for one nsys export, its rows streamed so far, as bytes of the file; for a
     profile of several files, the bytes of those read so far. `spill`: a directory the caller removes once the
-    anatomy is used, where one nsys export's kept activity and events go as they are made (nsys.parse)."""
+    anatomy is used, where one nsys export's runtime calls, kept activity and events go as they are made
+    (nsys.parse)."""
     if kind in ("nsys-dir", "nsys-files"):  # one job's exports, one per rank or node: one anatomy
         from receipts.ingest import nsys_job, rank_map
 
@@ -429,8 +430,8 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
                     registry: Registry, attach: str | None, tags: tuple[str, ...], rules: CategoryRules,
                     keep_raw: bool, force: bool = False, ranks: RankMap = RankMap(),
                     progress: ReadProgress | None = None) -> IngestOutcome:
-    # an nsys export's kept activity waits in `spill` for its anatomy, and its events (every attributed activity)
-    # until the straggler analysis has read them
+    # an nsys export's runtime calls and kept activity wait in `spill` for its anatomy, and its events (every
+    # attributed activity) until the straggler analysis has read them
     with _raw_staging(store, kind, keep_raw) as staging, scratch_dir("events") as spill:
         ranks = replace(ranks, raw_staging=staging) if staging else ranks
         anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks, progress, spill)

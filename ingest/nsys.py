@@ -115,10 +115,10 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
           spill: Path | None = None) -> Anatomy:
     """`env_rules`: the secret rules of the loaded configuration (shipped + ./receipts.toml + --registry);
     None: the shipped ones. `progress`: called with the fraction of the large tables' rows streamed so far.
-    `spill`: a directory (the caller's, removed after the anatomy is used) where the activity kept per process
-    waits as it streams in (read back one process at a time) and where each process's attributed activity
-    (`events`) is written as Parquet as it is made, the anatomy's `events` a lazy scan of those files; else
-    both are held in memory."""
+    `spill`: a directory (the caller's, removed after the anatomy is used) where the runtime calls and the kept
+    activity wait as they stream in (read back by correlation-id partition and by step group or time bin) and
+    where each process's attributed activity (`events`) is written as Parquet as it is made, the anatomy's
+    `events` a lazy scan of those files; else all of them are held in memory."""
     path = Path(path)
     _check_sqlite_file(path)
     warnings: list[str] = []
@@ -636,7 +636,8 @@ class _Activity:
         columns = (codes, activity["category"].to_physical().to_numpy(),
                    activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy())
         by_graph = {False: ~replay, True: replay} if replay.any() else {False: None}
-        self._odd_times = self._odd_times or bool((columns[2] == _NO_TIME).any())
+        if not self.has_steps:  # only a window without steps is cut by time
+            self._odd_times = self._odd_times or bool((columns[2] == _NO_TIME).any())
         group = np.maximum(codes, 0) // self._group_codes  # no step (-1): group 0
         lo, hi = (int(group.min()), int(group.max())) if group.size else (0, 0)
         by_group = {lo: None} if lo == hi else {lo + int(g): group == lo + g
@@ -979,8 +980,11 @@ def _piece_anatomy(columns: tuple[np.ndarray, ...], counted: np.ndarray | None, 
     def events(rows: slice) -> pl.DataFrame:
         # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new, the
         # category an Enum (1 B an activity where a string took 16: 95 MB at 5M kernels).
-        kept = rows if counted is None else np.flatnonzero(counted[rows]) + rows.start  # continuations left out
-        n = code[kept].size
+        kept: slice | np.ndarray = rows
+        n = rows.stop - rows.start
+        if counted is not None:  # continuations left out
+            picked = np.flatnonzero(counted[rows]) + rows.start
+            kept, n = picked, picked.size
         return pl.DataFrame([pl.Series("rank", np.full(n, rank, np.int32)),
                              _steps(code[kept], step_values), categories.gather(cat[kept]),
                              pl.Series("start_ns", start[kept]), pl.Series("end_ns", end[kept])])

@@ -93,8 +93,8 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env
     """The map: one export into its anatomy and session start. `kind` ('nsys' | 'nsys-gz' | 'nsys-rep', as
     sniff.sniff_kind tells from content) or, when None, the name's ending (.sqlite, .sqlite.gz, .nsys-rep).
     `progress`: nsys.parse's, the fraction of the export's large tables streamed. `spill`: nsys.parse's, where
-    the export's kept activity and events go (an export read alone, in the ingest's process; a job's exports
-    keep theirs in memory)."""
+    the export's runtime calls, kept activity and events go (an export read alone, in the ingest's process; a
+    job's exports keep theirs in memory)."""
     path = Path(path)
     kind = kind or ("nsys-gz" if path.name.endswith(".gz") else "nsys-rep" if path.name.endswith(".nsys-rep")
                     else "nsys")
