@@ -169,9 +169,9 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         launches.close()  # every claimed runtime call's id and code: not held past its use
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
     except _TimesOutOfRange as exc:
-        raise InputError(path, f"at least {exc.rows} rows have a start or end {_FAR:,} ns or more from the capture's "
-                               "start (nsys writes ns since the session started): the table is damaged",
-                         table=exc.table) from exc
+        raise InputError(path, f"a start or end {_FAR:,} ns or more from the capture's start ({exc.rows} such "
+                               f"row{'s' if exc.rows != 1 else ''} in the first batch holding one; nsys writes ns "
+                               "since the session started): the table is damaged", table=exc.table) from exc
     except (duckdb.Error, RuntimeError) as exc:  # the sqlite scanner raises a bare RuntimeError on a bad page
         bad_table, what = _damaged_table(path, schema, nvtx_table)
         raise InputError(path, f"cannot read the export: {what or _first_line(exc)}; the file may be cut short or "

@@ -270,6 +270,31 @@ def test_missing_kernel_table_and_column(rules, tmp_path):
     assert err.value.table == "CUPTI_ACTIVITY_KIND_KERNEL"
 
 
+def test_an_activity_ending_before_it_starts_counts_zero_and_a_time_far_out_is_named(rules, tmp_path):
+    """profile1 (one window, no steps) with a third of its kernels ending at 1 ns, before they start: the same
+    anatomy as those kernels made zero length in the file, with a warning (such an interval once subtracted from
+    the busy union: negative times); with one copy ending at int64's largest value: one error naming the table,
+    where sums of such overflowed."""
+    exports = {}
+    for name, end in (("early", "1"), ("zero", "start")):
+        (tmp_path / name).mkdir()
+        exports[name] = _copy("profile1.sqlite", tmp_path / name)
+        with sqlite3.connect(exports[name]) as db:
+            moved = db.execute(f'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = {end} WHERE rowid % 3 = 0').rowcount
+    early, zero = (_parse(exports[name], rules) for name in ("early", "zero"))
+    assert any(w.startswith(f"{moved} GPU activities end before they start") for w in early.warnings)
+    assert not any("end before they start" in w for w in zero.warnings)
+    assert early.rows.equals(zero.rows) and early.steps.equals(zero.steps)
+    assert (early.rows["time_ms"] >= 0).all()
+    (tmp_path / "far").mkdir()
+    far = _copy("profile1.sqlite", tmp_path / "far")
+    with sqlite3.connect(far) as db:
+        db.execute('UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET "end" = 9223372036854775807 WHERE rowid = 2')
+    with pytest.raises(InputError, match="ns or more from the capture's start") as err:
+        _parse(far, rules)
+    assert err.value.table == "CUPTI_ACTIVITY_KIND_MEMCPY"
+
+
 def test_export_report_without_nsys_names_the_command(tmp_path, monkeypatch):
     rep = tmp_path / "run.nsys-rep"
     rep.write_bytes(b"\x00" * 16)
