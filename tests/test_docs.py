@@ -1,4 +1,5 @@
-"""Every command is documented: in the README, with help text and an example (like sqlite-utils)."""
+"""Every command is documented (docs/cli.md, generated from --help), with help text and an example, and the
+README stays a front page (like sqlite-utils)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import typer.main
 
 from receipts.cli.main import COMMAND_MODULES, app
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+DOCS = {path.relative_to(ROOT).as_posix(): path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))}
 
 
 def _commands():
@@ -29,13 +32,44 @@ def test_every_command_module_exists():
         importlib.import_module(f"receipts.cli.{name}")
 
 
-def test_every_command_is_in_the_readme_with_help():
+def test_every_command_is_in_the_cli_reference_with_help():
     names = dict(_commands())
     for required in ("ingest", "list", "show", "compare", "anatomy", "gate", "run", "preflight", "dashboard"):
         assert required in names, required
     for name, command in names.items():
-        assert f"receipts {name.split()[0]}" in README, f"`receipts {name}` missing from README"
+        assert f"## `receipts {name}`" in DOCS["docs/cli.md"], f"`receipts {name}` missing from docs/cli.md"
         assert (command.help or "").strip(), f"`receipts {name}` has no help text"
+
+
+def test_the_cli_reference_is_generated_from_the_commands_help():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "cli_docs.py"), "--check"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_readme_is_a_front_page():
+    """A newcomer reads it in five minutes: the reference lives in docs/."""
+    lines = README.splitlines()
+    assert len(README) <= 15_000, len(README)
+    assert len(lines) <= 160, len(lines)
+    assert max(len(line) for line in lines) <= 400
+    for heading in ("## Install", "## Quick start", "## Documentation", "## Development"):
+        assert heading in README, heading
+    assert "bash demo/run.sh" in README and "bash scripts/test.sh" in README
+
+
+def test_every_docs_link_resolves():
+    import re
+
+    for name, text in {"README.md": README, **DOCS}.items():
+        base = (ROOT / name).parent
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            assert (base / target).exists(), f"{name} links to {target}, which does not exist"
 
 
 def test_every_leaf_command_carries_an_example():
@@ -50,11 +84,12 @@ def _options(command) -> set[str]:
 
 
 def _readme_invocations():
-    """Every `receipts ...` the README shows, inline or in a code block: (command path, its options)."""
+    """Every `receipts ...` the README and docs/ show, inline or in a code block: (command path, its options)."""
     import re
     import shlex
 
-    text = "\n".join(line.split("#")[0] for line in README.splitlines())  # a trailing comment is not an option
+    pages = [README, *(text for name, text in DOCS.items() if name != "docs/cli.md")]
+    text = "\n".join(line.split("#")[0] for page in pages for line in page.splitlines())  # a trailing comment is not an option
     found = re.findall(r"`(receipts [^`\n]+)`", text) + re.findall(r"^\s*(?:\$ )?(receipts [^\n`]+)$", text, re.M)
     for snippet in found:
         try:
@@ -65,7 +100,7 @@ def _readme_invocations():
 
 
 def test_every_option_the_readme_shows_exists():
-    """A renamed or removed option leaves the README lying: every `--flag` shown after `receipts CMD` must be
+    """A renamed or removed option leaves the docs lying: every `--flag` shown after `receipts CMD` must be
     an option of CMD (or of `receipts` itself), every COMMAND a command."""
     group = typer.main.get_command(app)
     ctx = click.Context(group)
@@ -89,7 +124,7 @@ def test_every_option_the_readme_shows_exists():
             if word.startswith("--"):
                 option = word.split("=")[0]
                 assert option in _options(command) | global_options, \
-                    f"README shows `{snippet}` but `receipts {' '.join(path)}` has no {option}"
+                    f"the docs show `{snippet}` but `receipts {' '.join(path)}` has no {option}"
                 checked += 1
     assert checked >= 15, checked  # the README shows many; finding few means this parser broke
 
