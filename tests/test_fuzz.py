@@ -53,10 +53,6 @@ def fuzz(name: str):
                     suppress_health_check=list(HealthCheck), print_blob=True)
 
 
-def test_the_suite_runs_at_least_5000_cases():
-    assert sum(CASES.values()) >= 5000
-
-
 # --- the contract ---------------------------------------------------------------------------
 
 class Hang(Exception):
@@ -302,20 +298,18 @@ def test_machine_fact_parsers_parse_or_name_the_file(tmp_path_factory, seed, ops
 
 
 def test_a_blank_line_flood_is_sniffed_in_linear_time(tmp_path):
-    """Finding: 4,096 blank lines before the text took 91 s in ingest/sysinfo.py (a cubic regex)."""
+    """4,096 blank lines before the text once took 91 s in ingest/sysinfo.py (a cubic regex). A super-linear
+    scan of 262,144 of them would run for hours: the hang bound catches it, with no timing threshold."""
     from receipts.ingest import sniff, sysinfo
 
-    for n in (4096, 65536):
-        for blank in ("\n", " \n", "\t\r\n"):
-            start = time.monotonic()
-            assert sysinfo.detect(blank * n + "x") is None
-            assert time.monotonic() - start < 0.5, (n, repr(blank))
+    for blank in ("\n", " \n", "\t\r\n"):
+        with time_bound():
+            assert sysinfo.detect(blank * 262_144 + "x") is None
     topo = (GPU_DATA / "sysinfo" / "nvidia-smi_topo_m.txt").read_text()
     path = tmp_path / "topo.txt"
-    path.write_text(" \n" * 4096 + topo)
-    start = time.monotonic()
-    assert sniff.sniff_kind(path) in ("log", "topology")
-    assert time.monotonic() - start < 1.0
+    path.write_text(" \n" * 262_144 + topo)
+    with time_bound():
+        assert sniff.sniff_kind(path) in ("log", "topology")
 
 
 # --- PyTorch profiler (Kineto) traces -------------------------------------------------------------
