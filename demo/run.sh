@@ -33,7 +33,7 @@ step $R ingest $N/aa_* $N/subfloor_* $N/slow_*
 step $R history aa_01
 step $R compare aa_01 aa_08
 step $R check slow_1 subfloor_1 --against tag:main --last 10 || echo "(exit $?: slow_1 is slower beyond the lane's noise; subfloor_1 is not)"
-# Production exports read right (issue 13, 14): a torch.compile(mode="reduce-overhead") loop whose CUDA-graph
+# Production exports read right: a torch.compile(mode="reduce-overhead") loop whose CUDA-graph
 # replays are busy time, an MLPerf result with time to train as its headline, and a planted straggler.
 C=$G/cudagraph
 step $R ingest $C/graphs_nsys_graph/run.log
@@ -48,8 +48,8 @@ step $R ingest $S/straggler_base_nsys.sqlite.gz --attach straggler_base_nsys
 step $R ingest $S/straggler_plant_nsys.sqlite.gz --attach straggler_plant_nsys
 step $R stragglers straggler_plant_nsys
 step $R compare straggler_base_nsys straggler_plant_nsys
-# One job profiled one nsys report per rank (issue 15): the run directory holds run.log and rank{0,1}.sqlite.gz,
+# One job profiled one nsys report per rank: the run directory holds run.log and rank{0,1}.sqlite.gz,
 # read as ONE anatomy of both ranks (one task per export), each export's clock moved onto the job's.
 step $R ingest $G/multiexport/per_rank_gloo --workers 2
 step $R anatomy per_rank_gloo --by rank
-printf '\nDashboard: %s dashboard   (store: %s)\n' "$R" "$RECEIPTS_DB"
+printf '\nOpen the dashboard on this store:\n  %s --db %s dashboard\n' "$R" "$RECEIPTS_DB"
