@@ -1,5 +1,5 @@
-"""The engine of `receipts run`: header before the child starts, tee, signal forwarding, footer,
-then ingest of the run directory.
+"""The engine of `receipts run`: header before the child starts, the child's lifetime (its tee and
+signal forwarding live in launch.process), footer, then ingest of the run directory.
 
 Order matters (seed 003, "what the wrapper owns"): the provenance header is in run.log before
 the child's first Python import, so a run that dies in `import torch` still has a receipt of what
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO
 
 from receipts.launch import provenance
+from receipts.launch.process import SignalForwarder, tee
 from receipts.capture.recorder import ENV_LAUNCHER
 from receipts.schema.receipt_format import RECORD_VERSION, encode
 from receipts.errors import ReceiptsError, UsageError
@@ -46,9 +47,6 @@ from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redac
 LOG_NAME = "run.log"
 ENV_RUN_DIR = "RECEIPTS_RUN_DIR"   # the child may write traces here; they are ingested with the log
 ENV_RUN_ID = "RECEIPTS_RUN_ID"     # the header's run_id when the scheduler names the run
-# Every signal a scheduler or a terminal uses to tell a job something. Not forwarded: SIGKILL/SIGSTOP
-# (cannot be caught), SIGCHLD/SIGWINCH and the like (about us, not the job), SIGPIPE (our own output).
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 126, 127  # the shell's codes, which Slurm and CI already read
 
 
@@ -158,32 +156,6 @@ def build_header(*, command: list[str], environ: Mapping[str, str], cwd: Path, r
     return redact(header, rules=rules, known_values=secret_values_in(environ, rules=rules))
 
 
-def _line(record: dict) -> bytes:
-    return encode(record)
-
-
-def _tee(source: IO[bytes], *, log: IO[bytes], log_lock: threading.Lock, echo: IO[bytes] | None,
-         rules: EnvRules, known: tuple[str, ...]) -> None:
-    """Copy one of the child's streams line by line, redacted, into run.log and `echo`.
-    Whole lines only: a secret split across two reads would slip past a chunk-wise filter, and the
-    stdout and stderr tees share run.log (the lock keeps each line whole there)."""
-    for raw in iter(source.readline, b""):
-        text = raw.decode("utf-8", errors="surrogateescape")
-        clean = redact(text, rules=rules, known_values=known).encode("utf-8", errors="surrogateescape")
-        with log_lock:
-            if log.closed:
-                return  # a daemonised descendant's output after the footer: run.log is finished
-            # A last line without a newline (the child's final print(..., end="")) is ended here, in the
-            # log only: otherwise the other stream's next line or our footer would be glued onto it.
-            log.write(clean if clean.endswith(b"\n") else clean + b"\n")
-        if echo is not None:
-            try:
-                echo.write(clean)
-                echo.flush()
-            except (OSError, ValueError):
-                echo = None  # our own stdout went away (closed pipe): keep logging regardless
-
-
 def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | None = None,
         preset: str | None = None, regime: str | None = None, run_name: str | None = None,
         tags: tuple[str, ...] = (), ingest: bool = True, db_url: str | None = None,
@@ -219,11 +191,11 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
     launch_error = None
     tees: list[threading.Thread] = []
     with open(log_path, "ab", buffering=0) as log:
-        log.write(_line(header))
+        log.write(encode(header))
         log_lock = threading.Lock()
         # Handlers go in before the child exists: a signal that lands between spawn and handler
         # installation would otherwise kill us and orphan the child without a footer.
-        forwarder = _SignalForwarder()
+        forwarder = SignalForwarder()
         restore = forwarder.install()
         try:
             try:
@@ -235,7 +207,7 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
             else:
                 forwarder.attach(proc)
                 for source, sink in ((proc.stdout, echo), (proc.stderr, echo_err)):
-                    tees.append(threading.Thread(target=_tee, daemon=True, kwargs=dict(
+                    tees.append(threading.Thread(target=tee, daemon=True, kwargs=dict(
                         source=source, log=log, log_lock=log_lock, echo=sink, rules=rules, known=known)))
                     tees[-1].start()
                 returncode = proc.wait()
@@ -244,8 +216,8 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
         # A descendant that outlives the child (a daemonised worker) may hold a pipe open:
         # wait a bounded time for the remaining output, then write the footer regardless.
         deadline = time.monotonic() + 30
-        for tee in tees:
-            tee.join(timeout=max(0.0, deadline - time.monotonic()))
+        for thread in tees:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         sig_name = None
         exit_code = returncode
         if returncode < 0:
@@ -255,11 +227,11 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
                   "exit_code": exit_code, "signal": sig_name,
                   "ended_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
                   "wall_s": round(time.monotonic() - t0, 3),
-                  "output_still_open": any(tee.is_alive() for tee in tees)}
+                  "output_still_open": any(thread.is_alive() for thread in tees)}
         if launch_error:
             footer["launch_error"] = launch_error
         with log_lock:  # the footer is the last line: tees still running (output_still_open) stop here
-            log.write(_line(footer))
+            log.write(encode(footer))
             log.close()
 
     ingested: tuple = ()
@@ -274,97 +246,6 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
         except Exception as exc:  # noqa: BLE001 - the child's exit code must survive any ingest failure
             ingest_error = f"unexpected {type(exc).__name__}: {exc}"
     return RunResult(exit_code, run_dir, log_path, sig_name, ingested, ingest_error, launch_error)
-
-
-class _SignalForwarder:
-    """Signals in _FORWARDED sent to us go to whoever in the child's process tree listens for them.
-
-    A child that handles the signal gets it alone, and decides for its own children (torchrun passes
-    INT/TERM/HUP/QUIT on to its workers). A child that does not handle it would only die of it: then
-    its descendants that do handle it get it instead, and the child is spared. torchrun 2.11 has no
-    USR1 handler and starts each worker in a session of its own: USR1 sent to torchrun ended it and
-    never reached the workers (tests/gpu/signals_torchrun.sh, H100 box), so Slurm's pre-emption
-    warning would have killed the job instead of warning it. With no listener anywhere the child gets
-    the signal and its default action applies, as without the wrapper. Signals that arrive before the
-    child is spawned are held and delivered the moment it exists. Handlers can only be set from the
-    main thread; elsewhere the child is on its own."""
-
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen | None = None
-        self._held: list[int] = []
-
-    def _handle(self, signum, _frame) -> None:
-        if self._proc is None:
-            self._held.append(signum)
-        elif self._proc.poll() is None:
-            self._forward(signum)
-
-    def _forward(self, signum: int) -> None:
-        assert self._proc is not None
-        if handles_signal(self._proc.pid, signum) is False:
-            listeners = [pid for pid in descendants(self._proc.pid) if handles_signal(pid, signum)]
-            for pid in listeners:
-                try:
-                    os.kill(pid, signum)
-                except OSError:
-                    pass  # it exited since the scan
-            if listeners:
-                return
-        self._proc.send_signal(signum)
-
-    def attach(self, proc: subprocess.Popen) -> None:
-        self._proc = proc
-        for signum in self._held:
-            self._forward(signum)
-        self._held.clear()
-
-    def install(self):
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.signal(sig, self._handle) for sig in _FORWARDED}
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
-
-
-def handles_signal(pid: int, signum: int) -> bool | None:
-    """Whether process `pid` has installed a handler for `signum`: the SigCgt mask of /proc/PID/status
-    (Linux). None where that cannot be read (another OS, the process gone)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (children, grandchildren, ...), from the parent ids in /proc/*/stat;
-    empty where /proc cannot be read."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
-    except OSError:
-        return []
-    for name in entries:
-        try:
-            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as stat:
-                # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
 
 
 def _ingest(*, run_dir: Path, db_url: str | None, registry: Registry, host_lineage: str | None,
