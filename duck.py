@@ -5,9 +5,6 @@ Nothing is downloaded at run time: GPU clusters are often air-gapped.
 
 from __future__ import annotations
 
-if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
-    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
-
 import importlib.util
 import os
 from pathlib import Path
@@ -36,7 +33,7 @@ def connect(database: str = ":memory:", *, read_only: bool = False, extensions: 
     ext_dir = extension_directory()
     if ext_dir:
         config["extension_directory"] = ext_dir
-    # A worker process of a parallel map gets its share of the cores (ingest/rank_map.py sets this); DuckDB
+    # A worker process of a parallel map gets its share of the cores (pipeline/execution.py sets this); DuckDB
     # would otherwise start one thread per core in every worker.
     threads = os.environ.get("RECEIPTS_THREADS", "")
     if threads.isdigit() and int(threads) > 0:

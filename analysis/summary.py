@@ -100,3 +100,15 @@ def parts(stored: dict[str, Any], metric: str) -> tuple[Summary | None, RunInter
     entry = stored[metric]
     return (Summary(**entry["summary"]) if entry["summary"] else None,
             RunInterval(**entry["interval"]) if entry["interval"] else None)
+
+
+def resummarize(store: "Store", *, batch: int = 500) -> int:
+    """Give every receipt a steady-state summary made under this build's rule (analysis/summary.py RULE): those
+    stored before summaries existed, or under an older rule, are summarised from their stored step series, the
+    same series and functions the read path uses. Returns how many were (re)written."""
+    stale = store.query("stale_summaries", {"rule": RULE})["receipt_id"].to_list()
+    for start in range(0, len(stale), batch):
+        ids = stale[start:start + batch]
+        series = series_by_receipt(store.query("steady_steps_many", {"ids": ids}), ids)
+        store.replace_summaries({rid: summarise(*series[rid]) for rid in ids})
+    return len(stale)

@@ -45,7 +45,8 @@ def native_log(path: Path, *, steps: int, seed: int) -> Path:
 
 
 def parsed_receipts(folder: Path, *, count: int, steps: int):
-    from receipts.pipeline import _source, build_receipt, parse_log
+    from receipts.pipeline import build_receipt, parse_log
+    from receipts.pipeline.parse import source_file
     from receipts.schema.model import IdentityClaim
     from receipts.schema.registry import load_registry
 
@@ -54,7 +55,7 @@ def parsed_receipts(folder: Path, *, count: int, steps: int):
     for i in range(count):
         path = native_log(folder / f"bench_{steps}_{i:04d}.log", steps=steps, seed=i)
         parsed = parse_log(path)
-        out.append(build_receipt(parsed, source=_source(path, parsed.source_format, "log"), claim=IdentityClaim(),
+        out.append(build_receipt(parsed, source=source_file(path, parsed.source_format, "log"), claim=IdentityClaim(),
                                  registry=registry, run_name=path.stem))
     return out
 

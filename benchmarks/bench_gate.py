@@ -39,7 +39,8 @@ REGIMES = ("ddp/full-compile", "fsdp2/regional-compile", "megatron/no-compile/pp
 
 
 def build_store(db: Path, n: int) -> int:
-    from receipts.pipeline import ingest_paths, resummarize
+    from receipts.analysis.summary import resummarize
+    from receipts.pipeline import ingest_paths
     from receipts.schema.model import IdentityClaim
     from receipts.schema.registry import load_registry
     from receipts.store import open_store

@@ -12,11 +12,11 @@ file, is a raw read of the file in the same 8 MiB blocks (bytes only, no split);
 without its native line scanner (ingest/megatron_scan.py), as an install without a C compiler runs it.
 Peak memory is measured in a fresh process per log (VmHWM, benchmarks/peak_rss.py: the kernel's high-water mark of
 the whole process, interpreter and polars' arenas included). Every process here sets polars' allocator as the
-command line sets it (receipts/allocator.py). Peak memory: the streamed parse at --lines and --big-lines, the whole read (read_log + parse,
+command line sets it (receipts/cli/allocator.py). Peak memory: the streamed parse at --lines and --big-lines, the whole read (read_log + parse,
 the path before streaming) at --lines, and `receipts --db NEW ingest LOG` itself (parse, window, summary and the
 write of every step row) at --lines (and --big-lines). The floor under the ingest figures is the same command on
 the log built to ~1,000 lines: the interpreter, typer and rich, polars, numpy, DuckDB and SQLAlchemy (the schema);
-not pandas nor pyarrow, which the command line leaves out (receipts/lean_imports.py).
+not pandas nor pyarrow, which the command line leaves out (receipts/cli/lean_imports.py).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 
 from peak_rss import peak_rss_mib
-from receipts.allocator import return_freed_memory_at_once
+from receipts.cli.allocator import return_freed_memory_at_once
 
 # polars and the parsers load in the functions that use them: a measuring child sets polars' allocator option
-# first, as `receipts` does at start-up (receipts/allocator.py), which only works before polars loads.
+# first, as `receipts` does at start-up (receipts/cli/allocator.py), which only works before polars loads.
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "logs"
 SOURCES = {

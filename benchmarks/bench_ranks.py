@@ -17,7 +17,7 @@ reader relies on, is kept). It is written under /tmp (--set-dir), never into the
 
 Each configuration runs in a fresh process (`--one MODE`), --repeat times, best wall time kept (the
 machine is shared): `serial` is kineto.parse_files (the reference: the path every ingest took before),
-`workers=N` the process pool of ingest/rank_map.py, `dask-local` a LocalCluster of the largest --workers
+`workers=N` the process pool of ingest/execution.py, `dask-local` a LocalCluster of the largest --workers
 processes (cluster start-up included: `receipts ingest --dask local` pays it too), `start-up=N` the pool
 alone (N spawned workers importing the reader, no trace: the fixed cost behind AUTO_MIN_BYTES). Peak RSS: the parent's
 own (VmHWM) and each worker's after its last task. Every configuration's anatomy is digested (each frame
@@ -110,12 +110,13 @@ def _import_reader(_: int) -> int:
 
 def one(mode: str, files: list[Path], fmt: str = "kineto") -> dict:
     """One configuration, in this (fresh) process: wall time, peak RSS, the anatomy's digest."""
-    from receipts.ingest import kineto, rank_map
+    from receipts.ingest import kineto
+    from receipts.pipeline import execution
     from receipts.schema.categories import load_category_rules
 
     rules = load_category_rules()
-    stats = rank_map.MapStats()
-    parse = rank_map.parse_kineto if fmt == "kineto" else rank_map.parse_nsys_job
+    stats = execution.MapStats()
+    parse = execution.parse_kineto if fmt == "kineto" else execution.parse_nsys_job
     t0 = time.perf_counter()
     if mode.startswith("start-up="):  # the pool alone: N spawned workers importing the reader, no trace read
         n = int(mode.split("=")[1])
@@ -125,11 +126,11 @@ def one(mode: str, files: list[Path], fmt: str = "kineto") -> dict:
                 "parent_peak_mib": peak_rss_mib(), "worker_peak_mib": [], "digest": None}
     if mode == "serial":
         anatomy = (kineto.parse_files(files, rules=rules) if fmt == "kineto"
-                   else rank_map.parse_nsys_job(files, rules=rules, plan=rank_map.RankMap(1)))
+                   else execution.parse_nsys_job(files, rules=rules, plan=execution.RankMap(1)))
     elif mode.startswith("workers="):
-        anatomy = parse(files, rules=rules, plan=rank_map.RankMap(int(mode.split("=")[1])), stats=stats)
+        anatomy = parse(files, rules=rules, plan=execution.RankMap(int(mode.split("=")[1])), stats=stats)
     else:  # dask-local:N
-        anatomy = parse(files, rules=rules, plan=rank_map.RankMap(int(mode.split(":")[1]), "local"), stats=stats)
+        anatomy = parse(files, rules=rules, plan=execution.RankMap(int(mode.split(":")[1]), "local"), stats=stats)
     wall = time.perf_counter() - t0
     return {"mode": mode, "wall_s": wall, "where": stats.where, "parent_peak_mib": peak_rss_mib(),
             "worker_peak_mib": sorted(v / 1024 for v in stats.peak_rss_kib.values()) if mode != "serial" else [],

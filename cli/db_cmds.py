@@ -40,8 +40,7 @@ def upgrade(ctx: typer.Context) -> None:
 
     Example: receipts --db postgresql://receipts@db.internal/receipts db upgrade
     """
-    from receipts.analysis.summary import RULE
-    from receipts.pipeline import resummarize
+    from receipts.analysis.summary import RULE, resummarize
 
     cfg = settings(ctx)
     with migrations.open_target(cfg.db) as target:

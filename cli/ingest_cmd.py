@@ -13,7 +13,7 @@ from receipts.cli.context import (EXIT_INPUT, console, err_console, handle_error
 from receipts.cli.progress import IngestProgress
 from receipts.cli.termination import interrupted_exit_code, interruption
 from receipts.errors import InputError, UsageError
-from receipts.ingest.rank_map import RankMap
+from receipts.pipeline.execution import RankMap
 from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each, ingest_targets
 from receipts.schema.categories import load_category_rules
 from receipts.schema.model import IdentityClaim
@@ -83,7 +83,7 @@ def ingest(
                 store.raw_dir = raw_dir.resolve()
             for item in ingest_each(store, list(paths), identity=claim, run_name=run_name, registry=registry,
                                     attach=attach, tags=tuple(tag), fmt=fmt, rules=rules, keep_raw=keep_raw,
-                                    recursive=recursive, force=force, ranks=RankMap(workers, dask),
+                                    recursive=recursive, force=force, ranks=RankMap(workers, dask, worker_start=_worker_start()),
                                     progress=progress.read if progress.enabled else None):
                 rows.append(_row(item))
                 progress.done(item.path)
@@ -168,3 +168,10 @@ def refuse_shared_run_name(paths: list[Path], run_name: str | None, tags: list[s
     if run_name and several and not tags:
         raise UsageError(f"--run-name {run_name!r} with several files would give them all one name; ingest them "
                          "one at a time, or add --tag to say they deliberately share it")
+
+
+def _worker_start():
+    """What each worker process reading ranks runs first: this process's policy, pandas left out where it is."""
+    from receipts.cli.lean_imports import leave_pandas_out, pandas_left_out
+
+    return leave_pandas_out if pandas_left_out() else None

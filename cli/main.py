@@ -22,9 +22,9 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from receipts import __version__
-from receipts.allocator import return_freed_memory_at_once
+from receipts.cli.allocator import return_freed_memory_at_once
 from receipts.cli.termination import interrupted_exit_code, stop_like_ctrl_c
-from receipts.lean_imports import leave_pandas_out
+from receipts.cli.lean_imports import leave_pandas_out
 
 # command -> (module under receipts.cli with a register(app) function, the function or Typer app that
 # implements it). Listed here so the layout shows every command, in the order `receipts --help` shows
@@ -163,8 +163,8 @@ def root(
 
 
 def main() -> None:
-    return_freed_memory_at_once()  # before any command imports polars (receipts/allocator.py)
-    leave_pandas_out()  # DuckDB would import it to bind a parameter (receipts/lean_imports.py)
+    return_freed_memory_at_once()  # before any command imports polars (cli/allocator.py)
+    leave_pandas_out()  # DuckDB would import it to bind a parameter (cli/lean_imports.py)
     stop_like_ctrl_c()  # SIGTERM and SIGHUP roll back and clean up as Ctrl-C does (cli/termination.py)
     try:
         app()

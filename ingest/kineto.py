@@ -60,7 +60,7 @@ def parse_dir(path: Path, *, rules: CategoryRules, keep_raw: bool = False) -> An
 def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = False) -> Anatomy:
     """One run: one Kineto trace per rank, in rank order when the traces do not say their rank.
 
-    The serial path of the map in ingest/rank_map.py: each trace is read on its own (read_rank), the ranks
+    The serial path of the map in pipeline/execution.py: each trace is read on its own (read_rank), the ranks
     are joined by combine."""
     if not paths:
         raise InputError(".", "no trace files given; expected one PyTorch profiler trace per rank")
@@ -89,7 +89,7 @@ class RankTrace:
     nvtx: pl.DataFrame
     events: pl.DataFrame
     kernel_steps: pl.DataFrame
-    raw_events: pl.DataFrame | pl.LazyFrame | None  # lazy: staged as Parquet by a worker (ingest/rank_map.py)
+    raw_events: pl.DataFrame | pl.LazyFrame | None  # lazy: staged as Parquet by a worker (pipeline/execution.py)
 
 
 def read_rank(path: Path, position: int, *, rules: CategoryRules, keep_raw: bool = False) -> RankTrace:

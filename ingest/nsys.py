@@ -48,7 +48,7 @@ import numpy as np
 import polars as pl
 
 from receipts import duck
-from receipts.allocator import trim_c_heap
+from receipts.ingest.heap import trim_c_heap
 from receipts.errors import InputError
 from receipts.ingest.column_bins import ColumnBins, quantile_bounds
 from receipts.ingest.correlation import Launches, StepRanges

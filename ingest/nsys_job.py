@@ -3,7 +3,7 @@
 A job profiled one report per rank (`torchrun ... nsys profile -o rank%q{RANK} python train.py`) or one per
 node (`nsys profile torchrun ...` on each node) leaves N exports; NVIDIA's multi-report recipes
 (`nsys recipe ... --input DIR`) read such a folder as one job, and so does this. The map is `read_export`: one
-export into its own anatomy (ingest/nsys.parse), run one task per export through ingest/rank_map.py (worker
+export into its own anatomy (ingest/nsys.parse), run one task per export through pipeline/execution.py (worker
 processes, or Dask). The reduce is `combine`: the exports' ranks side by side on one clock.
 
 - Ranks: an export that states its ranks (RANK in the captured environment of a one-process export, MPI

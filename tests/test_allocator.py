@@ -1,4 +1,4 @@
-"""The command line sets polars' allocator option before polars loads (receipts/allocator.py), and leaves
+"""The command line sets polars' allocator option before polars loads (receipts/cli/allocator.py), and leaves
 a value the user set alone; too late (polars already loaded, its own options set) it says so."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from conftest import REPO
 
 PROBE = """
 import os, sys
-from receipts.allocator import JEMALLOC_CONF, return_freed_memory_at_once
+from receipts.cli.allocator import JEMALLOC_CONF, return_freed_memory_at_once
 {before}
 took = return_freed_memory_at_once()
 print(took, os.environ.get("_RJEM_MALLOC_CONF"))
@@ -26,7 +26,7 @@ def _probe(before: str = "", env: dict[str, str] | None = None) -> str:
 
 
 def test_the_option_is_set_before_polars_loads():
-    from receipts.allocator import JEMALLOC_CONF
+    from receipts.cli.allocator import JEMALLOC_CONF
 
     assert _probe() == f"True {JEMALLOC_CONF}"
 
@@ -36,7 +36,7 @@ def test_a_value_the_user_set_wins():
 
 
 def test_after_polars_loaded_it_is_too_late_and_says_so():
-    from receipts.allocator import JEMALLOC_CONF
+    from receipts.cli.allocator import JEMALLOC_CONF
 
     took, value = _probe(before="import polars").split()
     assert took == "False" and JEMALLOC_CONF not in value  # polars' own defaults, set as it loaded
@@ -51,6 +51,6 @@ def test_the_cli_sets_it_for_the_commands_it_runs(tmp_path):
     clean = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO,
                          env=clean).stdout.split()
-    from receipts.allocator import JEMALLOC_CONF
+    from receipts.cli.allocator import JEMALLOC_CONF
 
     assert out[-2:] == [JEMALLOC_CONF, "False"]

@@ -1,4 +1,4 @@
-"""The command line leaves pandas out (receipts/lean_imports.py): DuckDB's client would import it, and pyarrow,
+"""The command line leaves pandas out (receipts/cli/lean_imports.py): DuckDB's client would import it, and pyarrow,
 before binding any parameter. Commands still work, and read the same frames through the Arrow C stream
 (duck.query_frame) as through the client's pyarrow path. Reads open the store without SQLAlchemy, and `list --json`
 without polars or numpy."""
@@ -62,7 +62,7 @@ def test_list_json_loads_neither_polars_nor_numpy(tmp_path):
 
 
 def test_a_finder_answers_import_pandas_as_not_installed():
-    code = ("from receipts.lean_imports import leave_pandas_out, pandas_left_out\n"
+    code = ("from receipts.cli.lean_imports import leave_pandas_out, pandas_left_out\n"
             "assert leave_pandas_out() and pandas_left_out()\n"
             "import importlib.util, duckdb, polars as pl\n"
             "try:\n    import pandas\nexcept ModuleNotFoundError as e:\n    print('refused', e.name)\n"
@@ -74,7 +74,7 @@ def test_a_finder_answers_import_pandas_as_not_installed():
 
 def test_once_pandas_is_imported_it_stays():
     pytest.importorskip("pandas")
-    code = ("import pandas\nfrom receipts.lean_imports import leave_pandas_out, pandas_left_out\n"
+    code = ("import pandas\nfrom receipts.cli.lean_imports import leave_pandas_out, pandas_left_out\n"
             "print(leave_pandas_out(), pandas_left_out())\nimport pandas.api\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.split() == ["False", "False"]

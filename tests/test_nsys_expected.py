@@ -116,7 +116,7 @@ def test_a_spilled_parse_gives_the_pinned_numbers(name, small, expected, tmp_pat
     pinned, and the straggler report the pipeline makes of them as the one made of events held in memory.
     `small`: partitions of 64 calls, step groups of 500 activities and chunks of 1,000, so that the larger
     exports take dozens of each (ids cut anywhere, steps grouped unevenly) and the activity cache misses."""
-    from receipts.pipeline import with_stragglers
+    from receipts.analysis.at_ingest import with_stragglers
 
     if small:
         monkeypatch.setattr(nsys, "_CHUNK_EVENTS", 1000)

@@ -15,8 +15,9 @@ import polars as pl
 import pytest
 
 from receipts.errors import InputError
-from receipts.ingest import nsys, nsys_job, rank_map
-from receipts.ingest.rank_map import MapStats, RankMap
+from receipts.ingest import nsys, nsys_job
+from receipts.pipeline import execution
+from receipts.pipeline.execution import MapStats, RankMap
 from receipts.schema.categories import load_category_rules
 from tests.cli_helpers import cli, cli_json
 from tests.test_ranks_parallel import assert_same_anatomy
@@ -45,7 +46,7 @@ def _session_start(path: Path) -> int:
 
 
 def test_each_rank_of_the_job_is_its_own_export_read_alone(plain):
-    job = rank_map.parse_nsys_job(plain, rules=RULES, keep_raw=True)
+    job = execution.parse_nsys_job(plain, rules=RULES, keep_raw=True)
     alone = [nsys.parse(p, rules=RULES, keep_raw=True) for p in plain]
     assert job.ranks_traced == 2 and job.world_size == 2 and job.ranks_stated
     assert sorted(job.steps["rank"].unique().to_list()) == [0, 1]
@@ -73,7 +74,7 @@ def assert_frame_rows_equal(x: pl.DataFrame, y: pl.DataFrame) -> None:
 def test_the_session_clock_aligns_the_ranks(plain):
     """DDP's all-reduce ends every step on both ranks together: on the job's clock their step ranges end within
     a few ms of each other; on each export's own clock they are 8.8 ms apart (the sessions' starts)."""
-    job = rank_map.parse_nsys_job(plain, rules=RULES)
+    job = execution.parse_nsys_job(plain, rules=RULES)
     ends = job.steps.filter(~pl.col("warmup")).with_columns(
         (pl.col("start_ns") + (pl.col("wall_ms") * 1e6).cast(pl.Int64)).alias("end_ns"))
     paired = ends.filter(pl.col("rank") == 0).join(ends.filter(pl.col("rank") == 1), on="step", suffix="_1")
@@ -84,20 +85,20 @@ def test_the_session_clock_aligns_the_ranks(plain):
 
 def test_worker_processes_give_the_serial_job(plain):
     stats = MapStats()
-    parallel = rank_map.parse_nsys_job(plain, rules=RULES, keep_raw=True, plan=RankMap(workers=2), stats=stats)
+    parallel = execution.parse_nsys_job(plain, rules=RULES, keep_raw=True, plan=RankMap(workers=2), stats=stats)
     assert stats.where == "2 worker processes"
-    assert_same_anatomy(rank_map.parse_nsys_job(plain, rules=RULES, keep_raw=True), parallel)
+    assert_same_anatomy(execution.parse_nsys_job(plain, rules=RULES, keep_raw=True), parallel)
 
 
 def test_gzipped_exports_read_like_plain_ones(plain):
-    assert_same_anatomy(rank_map.parse_nsys_job(EXPORTS, rules=RULES), rank_map.parse_nsys_job(plain, rules=RULES))
+    assert_same_anatomy(execution.parse_nsys_job(EXPORTS, rules=RULES), execution.parse_nsys_job(plain, rules=RULES))
 
 
 def test_one_rank_from_two_exports_is_refused(plain, tmp_path):
     twin = tmp_path / "rank0_again.sqlite"
     shutil.copy(plain[0], twin)
     with pytest.raises(InputError, match="rank 0 also comes from rank0.sqlite") as err:
-        rank_map.parse_nsys_job([plain[0], twin], rules=RULES)
+        execution.parse_nsys_job([plain[0], twin], rules=RULES)
     assert err.value.path == twin
 
 
@@ -109,7 +110,7 @@ def test_exports_with_no_step_in_common_are_not_one_job(plain, tmp_path):
         db.execute("UPDATE NVTX_EVENTS SET text = later(text)")
         db.execute("UPDATE StringIds SET value = later(value)")
     with pytest.raises(InputError, match=r"steps 100-119 share none with rank0.sqlite's 0-19: not the same job"):
-        rank_map.parse_nsys_job([plain[0], other], rules=RULES)
+        execution.parse_nsys_job([plain[0], other], rules=RULES)
 
 
 def _later(text: str | None) -> str | None:
@@ -175,7 +176,7 @@ def test_exports_of_two_runs_are_not_one_job(plain, tmp_path):
     other_day = _unzipped(gpu / "fsdp2_1gpu_nsys.sqlite.gz", tmp_path)
     with pytest.raises(InputError, match=r"its session started [\d,]+ min after fsdp2_1gpu_nsys.sqlite's .*"
                                          r"not the same job; ingest each export on its own"):
-        rank_map.parse_nsys_job([other_day, plain[1]], rules=RULES)
+        execution.parse_nsys_job([other_day, plain[1]], rules=RULES)
     # the same day's exports, one with a world size of 4
     wider = tmp_path / "rank1.sqlite"
     shutil.copy(plain[1], wider)
@@ -184,7 +185,7 @@ def test_exports_of_two_runs_are_not_one_job(plain, tmp_path):
         db.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'",
                    [re.sub(r"(^|;)WORLD_SIZE=2", r"\1WORLD_SIZE=4", env)])
     with pytest.raises(InputError, match="its world size is 4 where rank0.sqlite says 2: not the same job"):
-        rank_map.parse_nsys_job([plain[0], wider], rules=RULES)
+        execution.parse_nsys_job([plain[0], wider], rules=RULES)
     # two exports without stated ranks holding 1 and 2 GPU processes (nsys wrapped torchrun, one per node)
     one, two = (_unzipped(gpu / f"{n}.sqlite.gz", tmp_path) for n in ("fsdp2_1gpu_nsys", "fsdp2_2gpu_nsys"))
     parts = [nsys_job.read_export(p, rules=RULES) for p in (one, two)]

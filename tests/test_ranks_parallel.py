@@ -15,8 +15,9 @@ import polars as pl
 import pytest
 
 from receipts.errors import InputError, UsageError
-from receipts.ingest import kineto, rank_map
-from receipts.ingest.rank_map import MapStats, RankMap
+from receipts.ingest import kineto
+from receipts.pipeline import execution
+from receipts.pipeline.execution import MapStats, RankMap
 from receipts.schema.categories import load_category_rules
 from tests.cli_helpers import cli, cli_json
 from tests.conftest import realdata
@@ -53,7 +54,7 @@ def test_worker_processes_give_the_serial_anatomy(name):
     files = _sets()[name]
     serial = kineto.parse_files(files, rules=RULES, keep_raw=True)
     stats = MapStats()
-    parallel = rank_map.parse_kineto(files, rules=RULES, keep_raw=True, plan=RankMap(workers=2), stats=stats)
+    parallel = execution.parse_kineto(files, rules=RULES, keep_raw=True, plan=RankMap(workers=2), stats=stats)
     assert stats.where == "2 worker processes"
     assert stats.peak_rss_kib and all(v > 0 for v in stats.peak_rss_kib.values())
     assert_same_anatomy(serial, parallel)
@@ -62,7 +63,7 @@ def test_worker_processes_give_the_serial_anatomy(name):
 
 def test_the_reduce_keeps_what_needs_every_rank():
     """Warnings, ranks from file positions, the GPU model vote and time bases come out of the reduce."""
-    anatomy = rank_map.parse_kineto(_sets()["mixed"], rules=RULES, plan=RankMap(workers=2))
+    anatomy = execution.parse_kineto(_sets()["mixed"], rules=RULES, plan=RankMap(workers=2))
     assert sorted(anatomy.steps["rank"].unique().to_list()) == [0, 1, 2]   # the files' positions
     assert any("rank 2 taken from the file's position" in w for w in anatomy.warnings)
     assert any("ranks do not share a time base" in w for w in anatomy.warnings)
@@ -74,7 +75,7 @@ def test_same_rank_twice_is_refused_in_workers(tmp_path):
     for n in ("a.json.gz", "b.json.gz"):
         (tmp_path / n).symlink_to(src)
     with pytest.raises(InputError, match="rank 0 also comes from a.json.gz"):
-        rank_map.parse_kineto(kineto.trace_files(tmp_path), rules=RULES, plan=RankMap(workers=2))
+        execution.parse_kineto(kineto.trace_files(tmp_path), rules=RULES, plan=RankMap(workers=2))
 
 
 def test_a_bad_trace_in_a_worker_is_one_input_error_naming_it(tmp_path):
@@ -84,7 +85,7 @@ def test_a_bad_trace_in_a_worker_is_one_input_error_naming_it(tmp_path):
     cut = tmp_path / files[1].name
     cut.write_bytes(gzip.decompress(files[1].read_bytes())[:5000])   # plain JSON cut short, under a .gz name
     with pytest.raises(InputError) as err:
-        rank_map.parse_kineto(kineto.trace_files(tmp_path), rules=RULES, plan=RankMap(workers=2))
+        execution.parse_kineto(kineto.trace_files(tmp_path), rules=RULES, plan=RankMap(workers=2))
     assert Path(err.value.path).name == cut.name
 
 
@@ -92,7 +93,7 @@ def test_dask_local_cluster_gives_the_serial_anatomy():
     pytest.importorskip("distributed")
     files = _sets()["straggler_plant"]
     stats = MapStats()
-    on_dask = rank_map.parse_kineto(files, rules=RULES, keep_raw=True, plan=RankMap(workers=2, dask="local"),
+    on_dask = execution.parse_kineto(files, rules=RULES, keep_raw=True, plan=RankMap(workers=2, dask="local"),
                                     stats=stats)
     assert stats.where.startswith("Dask (local, 2 workers)")
     assert_same_anatomy(kineto.parse_files(files, rules=RULES, keep_raw=True), on_dask)
@@ -115,13 +116,13 @@ def test_an_existing_dask_cluster_reads_the_ranks(how, monkeypatch, tmp_path):
         assert code == 0 and rows[0]["status"] == "ingested"
         with distributed.Client(cluster) as client:
             prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
-        assert "read_task" in prefixes   # the cluster ran the map (rank_map._read_task), not this process
+        assert "read_task" in prefixes   # the cluster ran the map (execution._read_task), not this process
 
 
 def test_dask_missing_is_a_usage_error(monkeypatch, db):
     monkeypatch.setitem(sys.modules, "distributed", None)   # import distributed -> ImportError
     with pytest.raises(UsageError, match=r"pip install 'receipts\[dask\]'"):
-        rank_map.parse_kineto(_sets()["fsdp2_2gpu"], rules=RULES, plan=RankMap(dask="local"))
+        execution.parse_kineto(_sets()["fsdp2_2gpu"], rules=RULES, plan=RankMap(dask="local"))
     result = cli(db, "ingest", str(DATA / "fsdp2_2gpu_kineto" / "traces"), "--dask", "local")
     assert result.exit_code == 2 and "receipts[dask]" in result.output
 
@@ -129,7 +130,7 @@ def test_dask_missing_is_a_usage_error(monkeypatch, db):
 def test_missing_scheduler_file_is_a_usage_error(tmp_path):
     pytest.importorskip("distributed")
     with pytest.raises(UsageError, match="no such scheduler file"):
-        rank_map.parse_kineto(_sets()["fsdp2_2gpu"], rules=RULES, plan=RankMap(dask=str(tmp_path / "s.json")))
+        execution.parse_kineto(_sets()["fsdp2_2gpu"], rules=RULES, plan=RankMap(dask=str(tmp_path / "s.json")))
 
 
 def test_workers_below_one_is_refused():
@@ -139,7 +140,7 @@ def test_workers_below_one_is_refused():
 
 def test_small_sets_stay_in_process_by_default():
     stats = MapStats()
-    rank_map.read_ranks(_sets()["fsdp2_2gpu"], rules=RULES, stats=stats)
+    execution.read_ranks(_sets()["fsdp2_2gpu"], rules=RULES, stats=stats)
     assert stats.where == "serial"   # two 300 kB traces: starting workers would cost more than it saves
 
 
@@ -198,12 +199,12 @@ def _no_floats(value):
 def test_workers_stage_raw_events_as_parquet_and_send_back_a_scan(tmp_path):
     files = _sets()["straggler_plant"]
     serial = kineto.parse_files(files, rules=RULES, keep_raw=True)
-    staged = rank_map.parse_kineto(files, rules=RULES, keep_raw=True,
+    staged = execution.parse_kineto(files, rules=RULES, keep_raw=True,
                                    plan=RankMap(workers=2, raw_staging=tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0.parquet", "1.parquet"]
     assert isinstance(staged.raw_events, pl.LazyFrame)
     assert_same_anatomy(serial, dataclasses.replace(staged, raw_events=staged.raw_events.collect()))
-    in_process = rank_map.parse_kineto(files, rules=RULES, keep_raw=True, plan=RankMap(workers=1, raw_staging=tmp_path))
+    in_process = execution.parse_kineto(files, rules=RULES, keep_raw=True, plan=RankMap(workers=1, raw_staging=tmp_path))
     assert isinstance(in_process.raw_events, pl.DataFrame)  # read here: nothing to stage
 
 
@@ -219,8 +220,8 @@ def test_the_default_pool_follows_the_measured_break_even(tmp_path, monkeypatch,
         with open(path, "wb") as f:
             f.truncate(size_mib * 2**20 // 20 + 1)  # sparse: the size is what the policy reads
         files.append(path)
-    monkeypatch.setattr(rank_map.os, "cpu_count", lambda: cores)
-    assert rank_map._workers(files, None) == expected
+    monkeypatch.setattr(execution.os, "cpu_count", lambda: cores)
+    assert execution._workers(files, None) == expected
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -228,7 +229,7 @@ def test_the_map_says_its_progress_file_by_file(workers):
     # The bar of a 64-rank ingest sat at 0 until the last rank was read: each file's bytes count as its task is in.
     files = _sets()["fsdp2_2gpu"]
     seen: list[int] = []
-    anatomy = rank_map.parse_kineto(files, rules=RULES, plan=RankMap(workers=workers, progress=seen.append))
+    anatomy = execution.parse_kineto(files, rules=RULES, plan=RankMap(workers=workers, progress=seen.append))
     sizes = [f.stat().st_size for f in files]
     assert seen == [sum(sizes[:i + 1]) for i in range(len(files))] and anatomy.ranks_traced == len(files)
     assert_same_anatomy(anatomy, kineto.parse_files(files, rules=RULES))

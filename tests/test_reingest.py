@@ -9,6 +9,7 @@ import pytest
 
 from conftest import REALDATA
 from receipts import pipeline
+from receipts.pipeline import ingest as pipeline_ingest
 from receipts.schema.model import IdentityClaim
 from receipts.schema.registry import load_registry
 from receipts.store import open_store
@@ -40,12 +41,12 @@ def test_an_unchanged_file_is_not_parsed_and_says_what_a_parse_would(tmp_path, c
         first = _ingest(store, cut_log)
         assert first.created and first.ended_early
         with monkeypatch.context() as m:  # the path before: parse, then find the content stored
-            m.setattr(pipeline, "already_stored", lambda *a, **k: None)
+            m.setattr(pipeline_ingest, "already_stored", lambda *a, **k: None)
             parsed = _ingest(store, cut_log, **again)
 
         def no_parse(*a, **k):
             raise AssertionError("an unchanged file was parsed")
-        monkeypatch.setattr(pipeline, "parse_log", no_parse)
+        monkeypatch.setattr(pipeline_ingest, "parse_log", no_parse)
         quick = _ingest(store, cut_log, **again)
     assert not quick.created and quick == parsed
     assert quick.ended_early == first.ended_early and quick.receipt_id == first.receipt_id

@@ -12,8 +12,8 @@ from receipts.schema.tables import metadata
 
 REPO = Path(__file__).resolve().parents[1]
 SQL = sorted((REPO / "sql").glob("*.sql"))
-CODE = [p for d in ("analysis", "cli", "dashboards", "store", "ingest") for p in (REPO / d).rglob("*.py")] + \
-       [REPO / "pipeline.py", REPO / "lifecycle.py"]
+CODE = [p for d in ("analysis", "cli", "dashboards", "store", "ingest", "pipeline") for p in (REPO / d).rglob("*.py")] + \
+       [REPO / "lifecycle.py"]
 
 
 def header(path: Path) -> str:

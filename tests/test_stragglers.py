@@ -242,7 +242,7 @@ def test_the_clean_run_profiled_for_12_steps_names_nobody(other_rank):
 
 @pytest.mark.parametrize("run", ["straggler_plant_kineto", "straggler_base_kineto"])
 def test_a_lazy_steady_selection_reports_what_a_joined_copy_reports(run):
-    # pipeline.with_stragglers hands the analysis its steady events lazily (a semi-join the analysis collects in
+    # analysis.at_ingest.with_stragglers hands the analysis its steady events lazily (a semi-join the analysis collects in
     # parts); the report must be the one the eager inner join gave, which copied every steady activity.
     a = kineto.parse_files(sorted((S / run / "traces").glob("*.json.gz")), rules=load_category_rules())
     steady = a.steps.filter(~pl.col("warmup") & pl.col("step").is_not_null()).select("rank", "step")

@@ -1,5 +1,5 @@
-"""Freed memory goes back to the system: polars' allocator at once in the command-line process, and glibc's
-heap on request (trim_c_heap).
+"""Freed memory goes back to the system at once in the command-line process: polars' allocator option, set at
+start-up before polars loads (glibc's heap is trimmed where a parser asks: ingest/heap.py).
 
 polars allocates through its own jemalloc, which it configures when it loads to keep freed pages for reuse
 (dirty_decay_ms:500, muzzy_decay_ms:1000; pola-rs/polars#18088). An ingest runs phases that each peak in turn
@@ -14,7 +14,6 @@ then; a value the user set wins, and child processes (rank workers, the dashboar
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 
@@ -27,16 +26,3 @@ def return_freed_memory_at_once() -> bool:
         return False
     os.environ["_RJEM_MALLOC_CONF"] = JEMALLOC_CONF
     return True
-
-
-def trim_c_heap() -> None:
-    """Hand the C heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing to do). numpy
-    arrays under glibc's mmap threshold (which rises to 32 MB) live on that heap and polars allocates from its
-    own, which cannot reuse what numpy freed there: at 10M kernels the anatomy's freed batches, sort and chunk
-    arrays stayed resident beside the events (peak 1,308 MiB; 1,043 with a trim after each process)."""
-    try:
-        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    except (OSError, TypeError):
-        return
-    if trim is not None:
-        trim(0)

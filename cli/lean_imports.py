@@ -24,7 +24,7 @@ class _LeavePandasOut(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
         if fullname == "pandas" or fullname.startswith("pandas."):
             raise ModuleNotFoundError(f"No module named {fullname!r} (the receipts command line leaves pandas out: "
-                                      "receipts/lean_imports.py)", name=fullname)
+                                      "receipts/cli/lean_imports.py)", name=fullname)
         return None  # not ours: the next finder looks
 
 

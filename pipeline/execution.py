@@ -1,5 +1,5 @@
-"""Many ranks in parallel: one task per rank's trace (or per nsys export of a job), a small reduce into one
-anatomy (issue 15, item 5).
+"""Execution strategy for the files of one profile: one task per rank's trace (or per nsys export of a job),
+run in this process, in worker processes or on Dask, and a small reduce into one anatomy.
 
 The map is ingest/kineto.read_rank (one Kineto trace into its rank's rows: per step and category, the per-step
 kernel totals, the GPU intervals the straggler analysis matches across ranks) or ingest/nsys_job.read_export
@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, TypeAlias, TypeVar, cast
 
 from receipts.errors import InputError, UsageError
-from receipts.lean_imports import leave_pandas_out, pandas_left_out
 
 if TYPE_CHECKING:  # imported where the map runs: `receipts --help` and log ingest never load the trace reader
     from receipts.ingest import kineto, nsys_job
@@ -63,6 +62,9 @@ class RankMap:
     dask: str | None = None
     raw_staging: Path | None = None
     progress: Callable[[int], None] | None = field(default=None, compare=False)
+    # Run first in each worker process this map starts (a module-level function: it travels by name): the
+    # command line passes its own start-up policy (cli/lean_imports.py), so its workers import what it imports.
+    worker_start: Callable[[], object] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.workers is not None and self.workers < 1:
@@ -120,7 +122,7 @@ def _map(reader: str, paths: list[Path], *, rules: CategoryRules, keep_raw: bool
     if plan.dask is not None:
         results = _on_dask(tasks, plan, stats)
     else:
-        results = _in_pool(tasks, workers, stats) if workers > 1 else _serial(tasks, stats)
+        results = _in_pool(tasks, workers, stats, plan.worker_start) if workers > 1 else _serial(tasks, stats)
     parts: list[_Part] = []
     done = 0
     with closing(results):  # a failure stops the map here: the pool or the cluster is let go at once
@@ -229,11 +231,12 @@ def _serial(tasks: list[_Task], stats: MapStats) -> Generator[_Outcome, None, No
             break  # serial reading stops at the first bad trace, as the pool's caller does
 
 
-def _in_pool(tasks: list[_Task], workers: int, stats: MapStats) -> Generator[_Outcome, None, None]:
+def _in_pool(tasks: list[_Task], workers: int, stats: MapStats,
+             worker_start: Callable[[], object] | None) -> Generator[_Outcome, None, None]:
     # spawn, not fork: polars' thread pool in a forked child can deadlock (polars' own warning).
     stats.where = f"{workers} worker processes"
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_start_worker, initargs=(_threads_each(workers), pandas_left_out()))
+                               initializer=_start_worker, initargs=(_threads_each(workers), worker_start))
     try:
         yield from _collect(pool.map(_read_task, *zip(*tasks)), stats)
     except BrokenProcessPool as exc:
@@ -247,15 +250,15 @@ def _threads_each(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
-def _start_worker(threads: int, without_pandas: bool) -> None:
+def _start_worker(threads: int, worker_start: Callable[[], object] | None) -> None:
     """In a fresh worker, before polars starts its thread pool: the machine's cores shared among the workers
     (16 workers each running polars on every core of a 32-core host ran 3.6x the serial path; see
     benchmarks/bench_ranks.py). DuckDB's threads (nsys exports) follow RECEIPTS_THREADS (duck.connect). What the
     user set is kept."""
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
     os.environ.setdefault("RECEIPTS_THREADS", str(threads))
-    if without_pandas:  # as the command line's process (receipts/lean_imports.py)
-        leave_pandas_out()
+    if worker_start is not None:
+        worker_start()
 
 
 def _on_dask(tasks: list[_Task], plan: RankMap, stats: MapStats) -> Generator[_Outcome, None, None]:
