@@ -5,11 +5,6 @@ A refused comparison or a rejected claim is a *result*, never one of these.
 
 from __future__ import annotations
 
-# Python started in the checkout's root would import this folder's modules a second time under bare names
-# (`errors`, `analysis.stats`), whose classes then differ from receipts.*'s: refuse, naming the right import.
-if __name__.split(".")[0] != "receipts":
-    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
-
 from dataclasses import dataclass
 from pathlib import Path
 

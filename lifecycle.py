@@ -7,9 +7,6 @@ values through the registry with schema/identity.py exactly as ingest does.
 
 from __future__ import annotations
 
-if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
-    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
-
 import hashlib
 import json
 import shlex

@@ -7,9 +7,6 @@ imports them; the Recorder looks for them when it is created. The launcher that 
 command and ingests its log is receipts.launch.
 """
 
-if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
-    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
-
 from receipts.capture.recorder import Recorder, StepHandle
 
 __all__ = ["Recorder", "StepHandle"]

@@ -1,4 +1,1 @@
 """The `receipts` command line: thin commands that parse options, call the library, and render."""
-
-if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
-    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")

@@ -1,5 +1,2 @@
 """Streamlit dashboard over a receipts store, read-only: `receipts dashboard` or
 `streamlit run dashboards/app.py -- --db PATH`. Views present; sql/ and analysis/ compute."""
-
-if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
-    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")

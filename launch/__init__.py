@@ -6,5 +6,3 @@ Apart from receipts.capture on purpose: capture runs *inside* training on the st
 never opens a store; the launcher runs *around* training and ends by ingesting (pipeline, store).
 """
 
-if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
-    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")

@@ -6,9 +6,6 @@ its unit. Files whose name starts with `_` are helpers for other queries.
 
 from __future__ import annotations
 
-if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
-    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
-
 from functools import cache
 from importlib import resources
 

@@ -17,9 +17,6 @@ are not offered: keep a copy (`receipts push` or the DuckDB file) before upgradi
 
 from __future__ import annotations
 
-if __name__.split(".")[0] != "receipts":  # a second copy under a bare name: see receipts/errors.py
-    raise ImportError(f"import receipts.{__name__}, not {__name__}: the repository root is the package `receipts`")
-
 import importlib
 from contextlib import contextmanager
 from dataclasses import dataclass
