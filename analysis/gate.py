@@ -1,7 +1,7 @@
 """The CI gate: each benchmark claim is accepted only when the receipts can actually support it.
 
-Claims in (analysis.claims), typed results out. `evaluate` and `evaluate_claim` are pure; the one
-reader, `collect_evidence`, fetches what they need from a Store. The refusal and drift rules are
+Claims in (analysis.claims), typed results out. Everything here is pure; what it judges is read from a
+Store by analysis/gate_inputs.py (`run_gate` reads, then calls `evaluate`). The refusal and drift rules are
 compare()'s own building blocks (identity_differences, drift in analysis.compare); the verdict is
 analysis.verdict.decide, the one rule compare, check and the dashboard use, over each run's moving-block
 bootstrap interval (analysis.stats.median_interval) and the lane's noise floor (analysis.lanes.lane_floors,
@@ -34,23 +34,19 @@ Nothing here catches an exception and turns it into a verdict: only ReceiptNotFo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from receipts.analysis.check import Baseline, baseline_for, no_baseline_message, read_lanes, rumor_message
-from receipts.analysis.claims import DEFAULT_BASELINE_LAST, Claim, ClaimsFile
+from receipts.analysis.check import Baseline, no_baseline_message, rumor_message
+from receipts.analysis.claims import Claim, ClaimsFile
 from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, identity_differences
-from receipts.analysis.lanes import Lane, lane_floors, lane_of
+from receipts.analysis.lanes import Lane, lane_of
 from receipts.analysis.noise import NoiseFloor, default_floor
-from receipts.analysis.record import StoredReceipt, load_many
+from receipts.analysis.record import StoredReceipt
 from receipts.analysis.stats import median_interval, summarize
 from receipts.analysis.verdict import VerdictResult, decide
 from receipts.analysis.window import WARMUP_PHASES
-from receipts.errors import ReceiptNotFound
-
-if TYPE_CHECKING:
-    from receipts.store import Store
 
 # Rule `warmup-in-window-v1`. Warm-up lies inside the steady window when
 #   1. the stored window starts at or before the last warm-up step (window_first_step <= warmup_last_step), or
@@ -121,55 +117,6 @@ class GateResult:
         return all(r.accepted for r in self.results)
 
 
-# ---------------------------------------------------------------------------------------- reading
-def collect_evidence(store: "Store", refs: list[str]) -> dict[str, Evidence | Unresolved]:
-    """Resolve each reference once and load its receipt; refs naming the same receipt share one load."""
-    resolved = store.resolve_many(refs, current_only=True)     # superseded receipts are not evidence
-    loaded = load_many(store, [rid for rid in resolved.values() if isinstance(rid, str)])
-    out: dict[str, Evidence | Unresolved] = {}
-    for ref, rid in resolved.items():
-        if isinstance(rid, ReceiptNotFound):  # an unknown receipt is a rejection reason, not an error
-            out[ref] = Unresolved(ref, str(rid))
-        else:
-            out[ref] = Evidence(loaded[rid], loaded[rid].phases)
-    return out
-
-
-def claim_floors(store: "Store", evidence: Mapping[str, Evidence | Unresolved]) -> dict[Lane, NoiseFloor]:
-    """The noise floor of every lane a loaded receipt belongs to, in one query."""
-    lanes = {lane for e in evidence.values() if isinstance(e, Evidence) and (lane := lane_of(e.receipt)) is not None}
-    return lane_floors(store, sorted(lanes, key=str))
-
-
-def tag_baselines(store: "Store", claims_file: ClaimsFile, evidence: dict[str, Evidence | Unresolved]
-                  ) -> dict[str, Baseline | None]:
-    """The baseline of each `baseline: tag:T` claim (by claim name; None for a rumor candidate), one read per
-    (tag, last); the baseline runs' receipts are added to `evidence` under their ids."""
-    out: dict[str, Baseline | None] = {}
-    groups: dict[tuple[str, int], list[tuple[Claim, StoredReceipt]]] = {}
-    for c in claims_file.claims:
-        found = evidence.get(c.candidate)
-        if c.baseline_tag is not None and isinstance(found, Evidence):
-            groups.setdefault((c.baseline_tag, c.last or DEFAULT_BASELINE_LAST), []).append((c, found.receipt))
-    for (tag, last), claims in groups.items():
-        candidates = {receipt.id: receipt for _, receipt in claims}
-        reads = read_lanes(store, candidates, tag=tag, last=last)
-        for rid, r in reads.receipts.items():
-            evidence.setdefault(rid, Evidence(r, r.phases))
-        for c, receipt in claims:
-            out[c.name] = baseline_for(receipt, tag=tag, last=last, reads=reads)
-    return out
-
-
-def run_gate(store: "Store", claims_file: ClaimsFile) -> GateResult:
-    refs = [ref for c in claims_file.claims for ref in ((c.baseline, c.candidate) if c.baseline_tag is None
-                                                         else (c.candidate,))]
-    evidence = collect_evidence(store, refs)
-    baselines = tag_baselines(store, claims_file, evidence)
-    return evaluate(claims_file, evidence, claim_floors(store, evidence), baselines)
-
-
-# ---------------------------------------------------------------------------------------- pure
 def evaluate(claims_file: ClaimsFile, evidence: Mapping[str, Evidence | Unresolved],
              floors: Mapping[Lane, NoiseFloor] | None = None,
              baselines: Mapping[str, Baseline | None] | None = None) -> GateResult:

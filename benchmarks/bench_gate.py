@@ -135,7 +135,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from receipts.analysis.claims import load_claims
-    from receipts.analysis.gate import run_gate
+    from receipts.analysis.gate_inputs import run_gate
     from receipts.store import open_store
 
     with tempfile.TemporaryDirectory() as tmp:

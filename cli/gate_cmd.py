@@ -15,7 +15,8 @@ import typer
 from rich.markup import escape
 
 from receipts.analysis.claims import load_claims
-from receipts.analysis.gate import ClaimResult, GateResult, Measured, run_gate
+from receipts.analysis.gate import ClaimResult, GateResult, Measured
+from receipts.analysis.gate_inputs import run_gate
 from receipts.cli.context import EXIT_OK, EXIT_REJECTED, console, handle_errors, print_json, settings
 
 
