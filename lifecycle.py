@@ -13,10 +13,10 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from receipts.errors import InputError, UsageError
+from receipts.errors import UsageError
 from receipts.schema.identity import (IdentityChange, identity_columns, resolve_identity, retagged_columns,
                                       unknown_values)
-from receipts.schema.model import IdentityClaim, Receipt, short_gpu_name
+from receipts.schema.model import IdentityClaim, Receipt
 from receipts.schema.registry import Registry
 from receipts.store import Store
 from receipts.store import rows as R
@@ -276,45 +276,3 @@ def identity_conflict(stored: dict, run_name: str, tags: tuple[str, ...], asked:
         return None
     command = shlex.join(["receipts", "retag", stored["id"], *flags, "--why", "say why"])
     return {"receipt_id": stored["id"], "stored": stored_part, "asked": asked_part, "retag": command}
-
-
-# ---- attachments: an export or machine-fact file must be of the receipt's machine ------------------------
-@dataclass(frozen=True)
-class MachineSeen:
-    """What an attached file says about the machine. gpu_count: GPUs of the machine (nsys TARGET_INFO_GPU,
-    `nvidia-smi topo -m`), compared with the receipt's; ranks: ranks traced (Kineto), at most its world size."""
-
-    gpu_model: str | None = None
-    gpu_count: int | None = None
-    ranks: int | None = None
-
-
-def machine_of_facts(kind: str, facts: dict) -> MachineSeen:
-    if kind == "topology":
-        gpus = [d for d in facts.get("devices") or () if str(d).upper().startswith("GPU")]
-        return MachineSeen(gpu_count=len(gpus) or None)
-    if kind == "collect_env":
-        # collect_env lists the GPUs CUDA could see, which CUDA_VISIBLE_DEVICES may narrow: the model only.
-        models = facts.get("gpu_models") or []
-        return MachineSeen(gpu_model=max(set(models), key=models.count) if models else None)
-    return MachineSeen()        # nccl-tests: its GPU count is the test's (often several nodes), not the run's
-
-
-def check_attachment(store: Store, receipt_id: str, path: Path, seen: MachineSeen, *, force: bool) -> str | None:
-    """Refuse (InputError, exit 2) a file whose GPU model or count contradicts the receipt, naming both
-    values; with force, attach anyway and return the contradiction, which is recorded with the source."""
-    row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
-    found = []
-    if seen.gpu_model and row["gpu_model"] and short_gpu_name(seen.gpu_model) != short_gpu_name(row["gpu_model"]):
-        found.append(f"GPU model {seen.gpu_model!r} in the file vs {row['gpu_model']!r} on the receipt")
-    if seen.gpu_count and row["gpu_count"] and seen.gpu_count != row["gpu_count"]:
-        found.append(f"GPU count {seen.gpu_count} in the file vs {row['gpu_count']} on the receipt")
-    if seen.ranks and row["world_size"] and seen.ranks > row["world_size"]:
-        found.append(f"{seen.ranks} ranks traced vs world size {row['world_size']} on the receipt")
-    if not found:
-        return None
-    what = "; ".join(found)
-    if not force:
-        raise InputError(path, f"contradicts receipt {receipt_id} ({row['run_name']}): {what}; not attached. "
-                               "If it really belongs to that run, attach it with --force (recorded)")
-    return what

@@ -19,9 +19,10 @@ from receipts.analysis.at_ingest import in_receipt_window, receipt_from_anatomy
 from receipts.analysis.window import choose_window, mark_warmup
 from receipts.errors import InputError
 from receipts.ingest import sysinfo
-from receipts.ingest.textlog import COMPRESSED_SUFFIXES, ReadProgress, log_sha256
-from receipts.lifecycle import (LedgerWrite, MachineSeen, already_stored, check_attachment, machine_of_facts,
-                                write_current)
+from receipts.ingest.logbytes import COMPRESSED_SUFFIXES, log_sha256
+from receipts.ingest.textlog import ReadProgress
+from receipts.ingest.machine import MachineSeen, contradictions, machine_of_anatomy, machine_of_facts
+from receipts.lifecycle import LedgerWrite, already_stored, write_current
 from receipts.pipeline.execution import RankMap
 from receipts.pipeline.parse import parse_log, parse_profile, source_file
 from receipts.pipeline.targets import (MULTI_FILE_KINDS, PROFILE_KINDS, SIDECAR_NAME, IngestFailure, ingest_targets,
@@ -215,10 +216,7 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
         source = source_file(path, anatomy.source_format, anatomy.source_format, profile_files(path, kind))
         if attach is not None:
             receipt_id = store.resolve(attach)
-            # nsys reports the machine's GPUs (TARGET_INFO_GPU); Kineto one trace per rank, so only its ranks count.
-            seen = MachineSeen(anatomy.gpu_model, anatomy.gpu_count if anatomy.source_format == "nsys" else None,
-                               anatomy.gpu_count if anatomy.source_format != "nsys" else None)
-            forced = check_attachment(store, receipt_id, path, seen, force=force)
+            forced = check_attachment(store, receipt_id, path, machine_of_anatomy(anatomy), force=force)
             anatomy = in_receipt_window(anatomy, _stored_window(store, receipt_id))
             created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
             return IngestOutcome(str(path), receipt_id, attach, created, "anatomy",
@@ -248,6 +246,20 @@ def _raw_staging(store: Store, kind: str, keep_raw: bool) -> Iterator[Path | Non
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_attachment(store: Store, receipt_id: str, path: Path, seen: MachineSeen, *, force: bool) -> str | None:
+    """Refuse (InputError, exit 2) a file whose GPU model or count contradicts the receipt, naming both
+    values; with force, attach anyway and return the contradiction, which is recorded with the source."""
+    row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
+    found = contradictions(seen, row)
+    if not found:
+        return None
+    what = "; ".join(found)
+    if not force:
+        raise InputError(path, f"contradicts receipt {receipt_id} ({row['run_name']}): {what}; not attached. "
+                               "If it really belongs to that run, attach it with --force (recorded)")
+    return what
 
 
 def _stored_window(store: Store, receipt_id: str) -> StepWindow:
