@@ -12,8 +12,8 @@ import polars as pl
 
 from receipts.errors import InputError
 from receipts.ingest import native, wrapped
-from receipts.ingest.textlog import (LogText, ReadProgress, StreamDamaged, decompressed_head, log_start_time,
-                                      read_chunks)
+from receipts.ingest.logbytes import StreamDamaged, decompressed_head
+from receipts.ingest.textlog import LogText, ReadProgress, log_start_time, read_chunks
 from receipts.schema.model import ParsedRun
 
 # Text-log formats, most specific first. Each module has FORMAT, detect(head_lines) and parse(LogText).

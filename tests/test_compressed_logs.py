@@ -18,7 +18,8 @@ import pytest
 from cli_helpers import cli, cli_json
 from conftest import realdata
 from receipts.errors import InputError
-from receipts.ingest.textlog import log_sha256, read_chunks, read_log
+from receipts.ingest.logbytes import log_sha256
+from receipts.ingest.textlog import read_chunks, read_log
 from receipts.pipeline import parse_log
 
 COMPRESS = {"gz": gzip.compress, "xz": lzma.compress, "bz2": bz2.compress}
