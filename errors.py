@@ -1,6 +1,8 @@
 """The small family of user-facing errors. The CLI maps each to one line and an exit code.
 
-A refused comparison or a rejected claim is a *result*, never one of these.
+A refused comparison or a rejected claim is a *result*, never one of these. An error states facts in the
+library's words: the parameter it is about (`option`, a keyword argument's name) and what would get past it
+(`remedy`); the CLI words those as its flags and command lines (cli/words.py).
 """
 
 from __future__ import annotations
@@ -9,10 +11,46 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+@dataclass(frozen=True)
+class Remedy:
+    """What would get past an error, a refusal or a warning, as facts. `kind`, one of REMEDIES; `receipt`: the
+    receipt it applies to; `values`: (parameter name, value) pairs it needs, in the library's names
+    (host_lineage, preset, regime, run_name, tag)."""
+
+    kind: str
+    receipt: str | None = None
+    values: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in REMEDIES:
+            raise ValueError(f"unknown remedy {self.kind!r}")
+
+
+REMEDIES = {
+    "retag": "retag `receipt` with `values`, saying why",
+    "tag_runs": "tag runs of the lane with `values` tag, at ingest or by a retag",
+    "attach": "attach a profiler export to `receipt`",
+    "attach_to": "name the receipt this file's facts belong to",
+    "force": "attach anyway, forced (the contradiction is recorded with the source)",
+    "format": "name the log's format",
+    "not_strict": "add the value to the registry, or keep it as given outside strict mode",
+    "other_run_name": "give another run name, tag the run to say the name is shared on purpose, or rename `receipt`",
+    "fewer_workers": "read the ranks with fewer worker processes, or in this one",
+    "without_dask": "read the ranks in worker processes on this machine",
+    "recursive": "read the folder's sub-folders too",
+}
+
+
 class ReceiptsError(Exception):
     """Base of every error the CLI turns into one 'Error: ...' line and exit code 2."""
 
     exit_code = 2
+    option: str | None = None    # the parameter the error is about (its keyword name), when it is about one
+    remedy: Remedy | None = None
+
+
+def _about(option: str | None, message: str) -> str:
+    return f"{option} {message}" if option else message
 
 
 @dataclass
@@ -24,14 +62,20 @@ class InputError(ReceiptsError):
     message: str
     line: int | None = None
     table: str | None = None
+    option: str | None = None
+    remedy: Remedy | None = None
 
-    def __str__(self) -> str:
+    @property
+    def where(self) -> str:
         where = str(self.path)
         if self.line is not None:
             where += f":{self.line}"
         if self.table is not None:
             where += f" (table {self.table})"
-        return f"{where}: {self.message}"
+        return where
+
+    def __str__(self) -> str:
+        return f"{self.where}: {_about(self.option, self.message)}"
 
 
 @dataclass
@@ -84,6 +128,8 @@ class ScratchFull(ReceiptsError):
 @dataclass
 class UsageError(ReceiptsError):
     message: str
+    option: str | None = None
+    remedy: Remedy | None = None
 
     def __str__(self) -> str:
-        return self.message
+        return _about(self.option, self.message)

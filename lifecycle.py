@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from receipts.errors import UsageError
+from receipts.errors import Remedy, UsageError
 from receipts.schema.identity import (IdentityChange, identity_columns, resolve_identity, retagged_columns,
                                       unknown_values)
 from receipts.schema.model import IdentityClaim, Receipt
@@ -35,9 +34,9 @@ class RetagOutcome:
 def retag(store: Store, ref: str, change: IdentityChange, *, why: str, registry: Registry) -> RetagOutcome:
     """Change a stored receipt's claimed identity, keeping the old one in identity_history."""
     if not why or not why.strip():
-        raise UsageError("retag needs --why TEXT: the history records why an identity was changed")
+        raise UsageError("is needed: the history records why an identity was changed", option="why")
     if change.empty:
-        raise UsageError("retag needs something to change: --host-lineage, --preset, --regime, --run-name or --tag")
+        raise UsageError("a retag needs something to change: a host lineage, preset, regime, run name or tag")
     warnings = check_claim(IdentityClaim(change.host_lineage, change.preset, change.regime), registry)
     receipt_id = store.resolve(ref)
     stored = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
@@ -50,7 +49,7 @@ def retag(store: Store, ref: str, change: IdentityChange, *, why: str, registry:
                   if r["id"] != receipt_id]
         if others:
             warnings.append(f"run name {changes['run_name']!r} is also used by current receipt(s) {', '.join(others)}: "
-                            "address them by id, or retag one of them with --run-name")
+                            "address them by id, or retag one of them with another run name")
     expected = {k: stored[k] for k in RETAG_COLUMNS}
     seq = store.retag(receipt_id, expected=expected, changes=changes, why=why.strip())
     after = {**expected, **changes}
@@ -69,6 +68,7 @@ class LedgerWrite:
     superseded_by: str | None = None          # set when the file is an older view of a run already stored
     identity_conflict: dict | None = None     # re-ingest asked for another identity than the stored one
     warnings: tuple[str, ...] = ()
+    restore: Remedy | None = None             # the retag that restores what a superseded receipt said otherwise
     missing: tuple[str, ...] = ()             # identity parts the stored receipt lacks (a rumor when any)
     ended_early: str | None = None            # already_stored: why the stored file looked cut short
 
@@ -78,8 +78,7 @@ def check_claim(claim: IdentityClaim, registry: Registry) -> list[str]:
     refusal (UsageError, exit 2) before anything is written."""
     unknown = unknown_values(claim, registry)
     if unknown and registry.strict:
-        raise UsageError("strict mode: " + "; ".join(map(str, unknown)) +
-                         " (add it to receipts.toml, or drop --strict / `strict = true` to keep it as given)")
+        raise UsageError("strict mode: " + "; ".join(map(str, unknown)), remedy=Remedy("not_strict"))
     return [str(u) for u in unknown]
 
 
@@ -101,12 +100,13 @@ def write_current(store: Store, receipt: Receipt, *, registry: Registry, asked: 
     asked_warnings = [w for w in warnings if w in check_claim(asked, registry)]
     replaces, newer = _predecessors(store, receipt)
     columns: dict = {}
+    restore = None
     if newer is not None:
         columns["superseded_by"] = newer
         warnings.append(f"this file is an earlier view of run {newer} (same run key, shorter log): stored as "
                         f"superseded by it")
     if replaces:
-        carried, differs = _carry_over(store, receipt, replaces, named=named)
+        carried, differs, restore = _carry_over(store, receipt, replaces, named=named)
         columns.update(carried)
         warnings += differs
     if named and not receipt.tags:
@@ -119,7 +119,7 @@ def write_current(store: Store, receipt: Receipt, *, registry: Registry, asked: 
                             "hidden from list, lanes, compare defaults and the gate)")
         final = {**identity_columns(receipt.identity), **columns}
         return LedgerWrite(result.receipt_id, result.run_name, True, complete, replaces, newer, None, tuple(warnings),
-                           _missing(final))
+                           restore, missing=_missing(final))
     stored = store.query("receipt", {"receipt_id": result.receipt_id}).row(0, named=True)
     return _unchanged(stored, receipt.run_name, receipt.tags, asked, asked_warnings, registry=registry, named=named)
 
@@ -148,7 +148,7 @@ def _unchanged(stored: dict, run_name: str, tags: tuple[str, ...], asked: Identi
     """A file already stored: what the file itself claims was said when it was first ingested; only new asks now."""
     conflict = identity_conflict(stored, run_name, tags, asked, registry=registry, named=named)
     return LedgerWrite(stored["id"], stored["run_name"], False, bool(stored["identity_complete"]),
-                       (), stored["superseded_by"], conflict, tuple(warnings), _missing(stored))
+                       (), stored["superseded_by"], conflict, tuple(warnings), missing=_missing(stored))
 
 
 def _missing(row: dict) -> tuple[str, ...]:
@@ -204,7 +204,8 @@ _PART_COLUMNS = {
 }
 
 
-def _carry_over(store: Store, receipt: Receipt, replaces: tuple[str, ...], *, named: bool) -> tuple[dict, list[str]]:
+def _carry_over(store: Store, receipt: Receipt, replaces: tuple[str, ...], *,
+                named: bool) -> tuple[dict, list[str], Remedy | None]:
     """What the newest superseded receipt knew that this file does not say: identity parts this parse leaves
     empty (given by flags or a retag back then), its run name when this one was not named, and its tags.
     Parts both state differently are not merged: a warning says so, with the retag that would restore them."""
@@ -213,14 +214,14 @@ def _carry_over(store: Store, receipt: Receipt, replaces: tuple[str, ...], *, na
            "tags_json": R.receipt_row(receipt, "")["tags_json"]}
     out: dict = {}
     notes = json.loads(new["resolution_json"])
-    flags: list[str] = []
+    values: list[tuple[str, str]] = []
     for part, cols in _PART_COLUMNS.items():
         if new[part] is None and previous[part] is not None:
             out.update({c: previous[c] for c in cols})
             notes.append(f"{part.replace('_', ' ')} {previous[part]!r} carried over from superseded receipt "
                          f"{previous['id']}")
         elif previous[part] is not None and new[part] != previous[part]:
-            flags += [_FLAG[part], previous[cols[0]] or previous[part]]
+            values.append((_OPTION[part], previous[cols[0]] or previous[part]))
     if out:
         merged = {**new, **out}
         out["identity_complete"] = bool(merged["host_lineage"] and merged["preset_family"] and merged["launch_regime"])
@@ -230,49 +231,44 @@ def _carry_over(store: Store, receipt: Receipt, replaces: tuple[str, ...], *, na
     tags = sorted(set(json.loads(new["tags_json"])) | set(json.loads(previous["tags_json"])))
     if tags != json.loads(new["tags_json"]):
         out["tags_json"] = R.dumps(tags)
-    differs = []
-    if flags:
-        command = shlex.join(["receipts", "retag", receipt.id, *flags, "--why", "say why"])
-        differs.append(f"the superseded receipt {previous['id']} had another identity than this file states "
-                       f"({', '.join(f'{flags[i]} {flags[i + 1]!r}' for i in range(0, len(flags), 2))}); kept "
-                       f"what this file says. To restore the earlier one: {command}")
-    return out, differs
+    if not values:
+        return out, [], None
+    said = ", ".join(f"{option.replace('_', ' ')} {value!r}" for option, value in values)
+    return out, [f"the superseded receipt {previous['id']} had another identity than this file states ({said}); kept "
+                 "what this file says"], Remedy("retag", receipt.id, tuple(values))
 
 
-_FLAG = {"host_lineage": "--host-lineage", "preset_family": "--preset", "launch_regime": "--regime"}
+_OPTION = {"host_lineage": "host_lineage", "preset_family": "preset", "launch_regime": "regime"}
 
 
 def _refuse_shared_run_name(store: Store, receipt: Receipt, replaced: set[str]) -> None:
     users = [r for r in store.query("run_name_users", {"run_name": receipt.run_name}).iter_rows(named=True)
              if r["content_sha256"] != receipt.content_sha256 and r["id"] not in replaced]
     if users:
-        raise UsageError(f"run name {receipt.run_name!r} is already used by current receipt {users[0]['id']}; "
-                         "give another --run-name, or add --tag to say this is deliberately the same name "
-                         f"(or rename the other: `receipts retag {users[0]['id']} --run-name NEW --why ...`)")
+        raise UsageError(f"run name {receipt.run_name!r} is already used by current receipt {users[0]['id']}",
+                         remedy=Remedy("other_run_name", users[0]["id"]))
 
 
 def identity_conflict(stored: dict, run_name: str, tags: tuple[str, ...], asked: IdentityClaim, *,
                       registry: Registry, named: bool) -> dict | None:
     """The explicit claims of a re-ingest that the stored receipt does not carry, or None.
 
-    Returns {"receipt_id", "stored": {...}, "asked": {...}, "retag": "receipts retag ..."}; only the fields
-    that were asked for and differ are listed."""
+    Returns {"receipt_id", "stored": {...}, "asked": {...}, "change": [[parameter, raw value], ...]}, the change
+    being the retag that would apply them; only the fields that were asked for and differ are listed."""
     ident = resolve_identity(asked, registry)
-    stored_part, asked_part, flags = {}, {}, []
-    for part, raw, flag in (("host_lineage", asked.host_lineage, "--host-lineage"),
-                            ("preset_family", asked.preset, "--preset"), ("launch_regime", asked.regime, "--regime")):
+    stored_part, asked_part, change = {}, {}, []
+    for part, raw in (("host_lineage", asked.host_lineage), ("preset_family", asked.preset),
+                      ("launch_regime", asked.regime)):
         if raw and getattr(ident, part) != stored[part]:
             stored_part[part], asked_part[part] = stored[part], getattr(ident, part)
-            flags += [flag, raw]
+            change.append([_OPTION[part], raw])
     if named and run_name != stored["run_name"]:
         stored_part["run_name"], asked_part["run_name"] = stored["run_name"], run_name
-        flags += ["--run-name", run_name]
+        change.append(["run_name", run_name])
     missing_tags = sorted(set(tags) - set(json.loads(stored["tags_json"] or "[]")))
     if missing_tags:
         stored_part["tags"], asked_part["tags"] = json.loads(stored["tags_json"] or "[]"), missing_tags
-        for t in missing_tags:
-            flags += ["--tag", t]
-    if not flags:
+        change += [["tag", t] for t in missing_tags]
+    if not change:
         return None
-    command = shlex.join(["receipts", "retag", stored["id"], *flags, "--why", "say why"])
-    return {"receipt_id": stored["id"], "stored": stored_part, "asked": asked_part, "retag": command}
+    return {"receipt_id": stored["id"], "stored": stored_part, "asked": asked_part, "change": change}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from receipts.errors import UsageError
+from receipts.errors import Remedy, UsageError
 from receipts.schema.model import ANATOMY_KERNEL_SCHEMA
 
 if TYPE_CHECKING:
@@ -61,14 +61,15 @@ def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None
                    top_kernels: int = 10) -> AnatomyReport:
     sources = store.query("anatomy_sources", {"receipt_id": receipt_id})
     if sources.height == 0:
-        raise UsageError(f"receipt {receipt_id} has no profiler export attached "
-                         f"(receipts ingest run.sqlite --attach {receipt_id})")
+        raise UsageError(f"receipt {receipt_id} has no profiler export attached",
+                         remedy=Remedy("attach", receipt=receipt_id))
     if source_sha256 is None:
         source = sources.row(0, named=True)
     else:
         match = sources.filter(sources["source_sha256"].str.starts_with(source_sha256))
         if match.height != 1:
-            raise UsageError(f"--source {source_sha256!r} matches {match.height} of the exports attached to {receipt_id}")
+            raise UsageError(f"{source_sha256!r} matches {match.height} of the exports attached to {receipt_id}",
+                             option="source")
         source = match.row(0, named=True)
     params = {"receipt_id": receipt_id, "source_sha256": source["source_sha256"]}
     rows = store.query("anatomy_rows", params)

@@ -37,7 +37,7 @@ from receipts.analysis.noise import FLOOR_WINDOW, MAD_TO_SIGMA, MIN_FLOOR_PCT, N
 from receipts.analysis.record import StoredReceipt, load_many
 from receipts.analysis.stats import RunInterval, median_interval
 from receipts.analysis.verdict import VerdictResult, decide
-from receipts.errors import UsageError
+from receipts.errors import Remedy, UsageError
 
 if TYPE_CHECKING:
     from receipts.store import Store
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 DEFAULT_LAST = DEFAULT_BASELINE_LAST  # 10 baseline runs per candidate (analysis.claims says why)
 OUTLIER_Z = 3.5        # modified z-score above which a baseline run is an outlier (Iglewicz & Hoaglin 1993)
 MIN_RUNS_FOR_OUTLIERS = 3  # with 2 runs nobody can say which one is the outlier
-_RETAG_FLAG = {"host_lineage": "--host-lineage", "preset_family": "--preset", "launch_regime": "--regime"}
+_RETAG_OPTION = {"host_lineage": "host_lineage", "preset_family": "preset", "launch_regime": "regime"}
 
 Outcome = Literal["judged", "no_baseline", "rumor", "unmeasured"]
 EXIT_OK, EXIT_SLOWER, EXIT_NOT_JUDGED = 0, 1, 3
@@ -85,12 +85,13 @@ class CandidateCheck:
     run_name: str
     lane: Lane | None
     outcome: Outcome
-    message: str                     # one line: the verdict's why, or why there is no verdict and what to do
+    message: str                     # one line: the verdict's why, or why there is no verdict
     median_step_ms: float | None = None
     baseline: Baseline | None = None
     verdict: VerdictResult | None = None
     drift: Mapping[str, tuple[Difference, ...]] = field(default_factory=dict)  # vs the newest used baseline run
     ended_early: str | None = None
+    remedy: Remedy | None = None     # what would give it a verdict (a rumor's retag, a baseline's tag)
 
     @property
     def verdict_name(self) -> str | None:
@@ -117,8 +118,8 @@ class CheckResult:
 def parse_against(against: str) -> str:
     """`tag:main` -> 'main'. Only tag baselines exist: a named receipt is `compare`'s job."""
     if not against.startswith(TAG_PREFIX) or not against[len(TAG_PREFIX):].strip():
-        raise UsageError(f"--against {against!r}: expected tag:NAME, e.g. --against tag:main "
-                         "(to compare with one named receipt, use `receipts compare`)")
+        raise UsageError(f"{against!r}: expected tag:NAME, e.g. tag:main (to compare with one named receipt, use "
+                         "`receipts compare`)", option="against")
     return against[len(TAG_PREFIX):].strip()
 
 
@@ -133,8 +134,8 @@ def resolve_candidates(store: "Store", refs: Sequence[str]) -> list[tuple[str, s
             tag = parse_against(ref)
             rows = store.query("tagged_receipts", {"tag": tag})
             if rows.height == 0:
-                raise UsageError(f"no current receipt carries the tag {tag!r} (candidates {ref}); "
-                                 f"tag runs at ingest: receipts ingest run.log --tag {tag}")
+                raise UsageError(f"no current receipt carries the tag {tag!r} (candidates {ref})",
+                                 remedy=Remedy("tag_runs", values=(("tag", tag),)))
             out += [(ref, rid) for rid in rows["id"]]
         else:
             rid = resolved[ref]
@@ -171,7 +172,7 @@ def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = 
     """Resolve the candidates, read each lane's tagged runs and the baseline receipts, then judge."""
     tag = parse_against(against)
     if last < 1:
-        raise UsageError(f"--last {last}: the baseline needs at least 1 run")
+        raise UsageError(f"{last}: the baseline needs at least 1 run", option="last")
     pairs = resolve_candidates(store, refs)
     candidates = load_many(store, [rid for _, rid in pairs])
     reads = read_lanes(store, candidates, tag=tag, last=last)
@@ -237,16 +238,24 @@ def no_baseline_message(candidate: StoredReceipt, baseline: Baseline) -> str:
     have = (f"its {len(runs)} most recent run(s) tagged {baseline.tag!r} cannot be used ("
             + "; ".join(f"{b.run_name}: {b.excluded}" for b in runs) + ")") if runs else \
         f"no current receipt in it carries the tag {baseline.tag!r}"
-    return (f"{candidate.run_name}: no baseline in lane {lane_of(candidate)}: {have}. Create one by ingesting runs of "
-            f"this lane with the tag: receipts ingest run.log --tag {baseline.tag} "
-            f"(or receipts retag RUN --tag {baseline.tag} --why ...)")
+    return (f"{candidate.run_name}: no baseline in lane {lane_of(candidate)}: {have}. Create one by tagging runs of "
+            f"this lane {baseline.tag!r}")
 
 
 def rumor_message(candidate: StoredReceipt) -> str:
     missing = [f for f in IDENTITY_FIELDS if not getattr(candidate, f)]
     return (f"{candidate.run_name}: incomplete identity (a rumor, not a comparison): lacks {', '.join(missing)}; "
-            f"without a lane there is no baseline (give it one: receipts retag {candidate.run_name} "
-            + " ".join(f"{_RETAG_FLAG[f]} ..." for f in missing) + " --why ...)")
+            "without a lane there is no baseline (give it one with a retag)")
+
+
+def rumor_remedy(candidate: StoredReceipt) -> Remedy:
+    """The retag that gives a rumor the identity parts it lacks (their values the user's to fill in)."""
+    return Remedy("retag", candidate.run_name,
+                  tuple((_RETAG_OPTION[f], "...") for f in IDENTITY_FIELDS if not getattr(candidate, f)))
+
+
+def no_baseline_remedy(baseline: Baseline) -> Remedy:
+    return Remedy("tag_runs", values=(("tag", baseline.tag),))
 
 
 def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: LaneReads) -> CandidateCheck:
@@ -257,13 +266,13 @@ def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: Lan
                              ended_early=candidate.ended_early)
     baseline = baseline_for(candidate, tag=tag, last=last, reads=reads)
     if baseline is None:
-        return base(outcome="rumor", message=rumor_message(candidate))
+        return base(outcome="rumor", message=rumor_message(candidate), remedy=rumor_remedy(candidate))
     if own is None:
         return base(outcome="unmeasured", baseline=baseline, message=(
             f"{candidate.run_name}: fewer than 2 steady-state steps with a step time; nothing to compare"))
     if not baseline.used:
-        return base(outcome="no_baseline", baseline=baseline,
-                              message=no_baseline_message(candidate, baseline))
+        return base(outcome="no_baseline", baseline=baseline, message=no_baseline_message(candidate, baseline),
+                    remedy=no_baseline_remedy(baseline))
     verdict = decide([baseline.intervals[b.id] for b in baseline.used], [own], baseline.floor, grow="candidate")
     if verdict is None:  # a side without a positive median step time
         return base(outcome="unmeasured", baseline=baseline, message=(

@@ -33,12 +33,13 @@ Nothing here catches an exception and turns it into a verdict: only ReceiptNotFo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from receipts.analysis.check import Baseline, no_baseline_message, rumor_message
+from receipts.analysis.check import (Baseline, no_baseline_message, no_baseline_remedy, rumor_message,
+                                     rumor_remedy)
 from receipts.analysis.claims import Claim, ClaimsFile
 from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, identity_differences
 from receipts.analysis.lanes import Lane, lane_of
@@ -47,6 +48,7 @@ from receipts.analysis.record import StoredReceipt
 from receipts.analysis.stats import median_interval, summarize
 from receipts.analysis.verdict import VerdictResult, decide
 from receipts.analysis.window import WARMUP_PHASES
+from receipts.errors import Remedy
 
 # Rule `warmup-in-window-v1`. Warm-up lies inside the steady window when
 #   1. the stored window starts at or before the last warm-up step (window_first_step <= warmup_last_step), or
@@ -81,6 +83,7 @@ class Unresolved:
 class Reason:
     code: str      # stable key, see the module docstring
     message: str   # one line, starting with the claim name
+    remedy: Remedy | None = None  # what would clear it, where the claims file alone cannot
 
 
 @dataclass(frozen=True)
@@ -147,11 +150,13 @@ def evaluate_tag_claim(claim: Claim, baseline: Baseline | None, evidence: Mappin
                            None, None, None)
     b = candidate.receipt
     if baseline is None:
-        return ClaimResult(claim, False, (reason("rumor", rumor_message(b)),), None, None, b.id)
+        rumor = replace(reason("rumor", rumor_message(b)), remedy=rumor_remedy(b))
+        return ClaimResult(claim, False, (rumor,), None, None, b.id)
     excluded = tuple(f"{r.run_name}: {r.excluded}" for r in baseline.excluded)
     ids = tuple(r.id for r in baseline.used)
     if not ids:
-        return ClaimResult(claim, False, (reason("no_baseline", no_baseline_message(b, baseline)),), None, None, b.id,
+        none = replace(reason("no_baseline", no_baseline_message(b, baseline)), remedy=no_baseline_remedy(baseline))
+        return ClaimResult(claim, False, (none,), None, None, b.id,
                            baseline_excluded=excluded)
     runs = [e for rid in ids if isinstance(e := evidence[rid], Evidence)]  # tag_baselines loaded every one
     newest = runs[-1].receipt

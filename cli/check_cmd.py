@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -20,6 +21,7 @@ from receipts.analysis.check import DEFAULT_LAST, CandidateCheck, CheckResult, r
 from receipts.analysis.compare import floor_json
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.cli.gate_cmd import escape_data, escape_prop
+from receipts.cli.words import with_remedy
 
 # The first line of every comment body: the workflow finds and updates its one comment by it.
 MARKER = "<!-- receipts-check -->"
@@ -50,7 +52,7 @@ def check(
     Example: receipts check tag:pr-123 --against tag:main --last 10 --markdown comment.md --junit check.xml
     """
     with settings(ctx).store(read_only=True) as store:
-        result = run_check(store, runs, against=against, last=last)
+        result = worded(run_check(store, runs, against=against, last=last))
     body = to_markdown(result)
     if markdown is not None:
         markdown.write_text(body, encoding="utf-8")
@@ -74,6 +76,12 @@ def ratio_text(c: CandidateCheck) -> str:
     v = c.verdict
     return f"{v.ratio:.4f}x [{v.ci_low:.4f}, {v.ci_high:.4f}] ({v.confidence:.0%})" if v else "-"
 
+
+
+def worded(result: CheckResult) -> CheckResult:
+    """Each candidate's message with its remedy said as this command line's options and commands."""
+    return replace(result, candidates=tuple(replace(c, message=with_remedy(c.message, c.remedy))
+                                            for c in result.candidates))
 
 def baseline_text(c: CandidateCheck) -> str:
     b = c.baseline

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from receipts.cli.termination import interrupted_exit_code, interruption
+from receipts.cli.words import error_text
 from receipts.errors import ReceiptsError
 from receipts.schema.registry import Registry, load_registry
 from receipts.store import Store, open_store
@@ -105,9 +106,9 @@ def one_line(exc: BaseException) -> str:
     """An exception as one line: '<message>' for ours, '<Type>: <message>' for anything else.
 
     Multi-line messages (SQLite, DuckDB) are folded: the contract is one line per error."""
-    text = " ".join(str(exc).split())
     if isinstance(exc, ReceiptsError):
-        return text
+        return " ".join(error_text(exc).split())
+    text = " ".join(str(exc).split())
     kind = type(exc).__name__ if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{type(exc).__name__}"
     return f"{kind}: {text}" if text else kind
 

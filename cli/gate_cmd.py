@@ -8,6 +8,7 @@ GitHub Actions annotations).
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -18,6 +19,7 @@ from receipts.analysis.claims import load_claims
 from receipts.analysis.gate import ClaimResult, GateResult, Measured
 from receipts.analysis.gate_inputs import run_gate
 from receipts.cli.context import EXIT_OK, EXIT_REJECTED, console, handle_errors, print_json, settings
+from receipts.cli.words import with_remedy
 
 
 def register(app: typer.Typer) -> None:
@@ -38,7 +40,7 @@ def gate(
     """
     files = [load_claims(p) for p in claims]  # every file is validated before any is judged
     with settings(ctx).read_store() as store:
-        results = [run_gate(store, f) for f in files]
+        results = [worded(run_gate(store, f)) for f in files]
     if junit is not None:
         junit.write_text(to_junit(results), encoding="utf-8")
     if as_json:
@@ -50,6 +52,13 @@ def gate(
             print(line)
     raise typer.Exit(EXIT_OK if all(r.accepted for r in results) else EXIT_REJECTED)
 
+
+
+def worded(result: GateResult) -> GateResult:
+    """Each reason with its remedy said as this command line's options and commands."""
+    return replace(result, results=tuple(
+        replace(r, reasons=tuple(replace(x, message=with_remedy(x.message, x.remedy)) for x in r.reasons))
+        for r in result.results))
 
 def fmt_measured(m: Measured | None) -> str:
     if m is None or m.value is None:

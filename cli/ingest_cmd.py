@@ -12,6 +12,7 @@ from receipts.cli.context import (EXIT_INPUT, console, err_console, handle_error
                                    print_json, report_error, settings)
 from receipts.cli.progress import IngestProgress
 from receipts.cli.termination import interrupted_exit_code, interruption
+from receipts.cli.words import remedy_text, retag_command
 from receipts.errors import InputError, UsageError
 from receipts.pipeline.execution import RankMap
 from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each, ingest_targets
@@ -104,7 +105,20 @@ def _row(item: IngestOutcome | IngestFailure) -> dict:
         if isinstance(exc, InputError):
             error.update(path=str(exc.path), line=exc.line, table=exc.table)
         return {"path": item.path, "status": "failed", "error": error}
-    return {"path": item.path, "status": "ingested" if item.created else "unchanged", **item.__dict__}
+    conflict = item.identity_conflict and {**item.identity_conflict, "retag": _retag(item.identity_conflict)}
+    return {"path": item.path, "status": "ingested" if item.created else "unchanged", **item.__dict__,
+            "warnings": _warnings(item), "identity_conflict": conflict}
+
+
+def _retag(conflict: dict) -> str:
+    return retag_command(conflict["receipt_id"], conflict["change"])
+
+
+def _warnings(o: IngestOutcome) -> tuple[str, ...]:
+    """The outcome's warnings, with what it states as facts (a forced attachment, a retag to restore) in words."""
+    forced = (f"attached with --force despite: {o.forced} (recorded on the source)",) if o.forced else ()
+    restore = (f"to restore the superseded receipt's identity: {remedy_text(o.restore)}",) if o.restore else ()
+    return o.warnings + forced + restore
 
 
 def _say(item: IngestOutcome | IngestFailure, *, debug: bool) -> None:
@@ -125,10 +139,10 @@ def _say(item: IngestOutcome | IngestFailure, *, debug: bool) -> None:
         c = o.identity_conflict
         err_console.print(f"  warning: identity conflict: {c['receipt_id']} is stored with "
                           f"{escape(_fields(c['stored']))}, this ingest asked for {escape(_fields(c['asked']))}; "
-                          f"nothing was changed. To change it: {escape(c['retag'])}")
+                          f"nothing was changed. To change it: {escape(_retag(c))}")
     if o.ended_early:
         err_console.print(f"  warning: ended early: {escape(o.ended_early)}")
-    for w in o.warnings:
+    for w in _warnings(o):
         err_console.print(f"  warning: {escape(w)}")
     if o.complete is False:
         flags = " ".join({"host_lineage": "--host-lineage H", "preset_family": "--preset P",

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import polars as pl
 
-from receipts.errors import InputError
+from receipts.errors import InputError, Remedy
 from receipts.ingest import native, wrapped
 from receipts.ingest.logbytes import StreamDamaged, decompressed_head
 from receipts.ingest.textlog import LogText, ReadProgress, log_start_time, read_chunks
@@ -209,5 +209,6 @@ def detect_log_format(log: LogText) -> str:
         log.path,
         "unknown log format: no line looks like a RECEIPT record, a Megatron "
         "'iteration N/M' line, a nanochat 'step N/M | ... | dt:' line, a torchtitan 'step: N loss:' line, "
-        "a modded-nanogpt 'step:N/M ... train_time:' line or a ':::MLLOG' record (use --format to force one)",
+        "a modded-nanogpt 'step:N/M ... train_time:' line or a ':::MLLOG' record",
+        remedy=Remedy("format"),
     )

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, TypeAlias, TypeVar, cast
 
-from receipts.errors import InputError, UsageError
+from receipts.errors import InputError, Remedy, UsageError
 
 if TYPE_CHECKING:  # imported where the map runs: `receipts --help` and log ingest never load the trace reader
     from receipts.ingest import kineto, nsys_job
@@ -68,7 +68,7 @@ class RankMap:
 
     def __post_init__(self) -> None:
         if self.workers is not None and self.workers < 1:
-            raise UsageError(f"--workers {self.workers}: give 1 (read the ranks one after the other) or more")
+            raise UsageError(f"{self.workers}: give 1 (read the ranks one after the other) or more", option="workers")
 
 
 @dataclass
@@ -240,8 +240,8 @@ def _in_pool(tasks: list[_Task], workers: int, stats: MapStats,
     try:
         yield from _collect(pool.map(_read_task, *zip(*tasks)), stats)
     except BrokenProcessPool as exc:
-        raise UsageError(f"a worker process reading the traces died ({exc}); out of memory? retry with fewer "
-                         "--workers (--workers 1 reads them in this process)") from exc
+        raise UsageError(f"a worker process reading the traces died ({exc}); out of memory?",
+                         remedy=Remedy("fewer_workers")) from exc
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -277,8 +277,8 @@ def _dask_client(plan: RankMap) -> tuple[Any, Callable[[], None]]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise UsageError("--dask needs Dask's distributed scheduler, an optional extra: pip install "
-                         "'receipts[dask]' (or drop --dask to read the ranks in worker processes here)") from None
+        raise UsageError("needs Dask's distributed scheduler, an optional extra: pip install 'receipts[dask]'",
+                         option="dask", remedy=Remedy("without_dask")) from None
     target = str(plan.dask)
     try:
         if target == "local":
@@ -295,8 +295,8 @@ def _dask_client(plan: RankMap) -> tuple[Any, Callable[[], None]]:
             return client, close
         if target.endswith(".json"):
             if not Path(target).is_file():
-                raise UsageError(f"--dask {target}: no such scheduler file (written by `dask scheduler "
-                                 "--scheduler-file FILE`)")
+                raise UsageError(f"{target}: no such scheduler file (written by `dask scheduler "
+                                 "--scheduler-file FILE`)", option="dask")
             client = Client(scheduler_file=target, timeout="20s")
         else:
             client = Client(address=target, timeout="20s")
@@ -304,6 +304,6 @@ def _dask_client(plan: RankMap) -> tuple[Any, Callable[[], None]]:
         raise
     except (OSError, TimeoutError, ValueError) as exc:
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"--dask {target}: cannot reach the Dask scheduler ({why}); give 'local', a scheduler "
-                         "file (.json) or an address such as tcp://host:8786") from exc
+        raise UsageError(f"{target}: cannot reach the Dask scheduler ({why}); give 'local', a scheduler "
+                         "file (.json) or an address such as tcp://host:8786", option="dask") from exc
     return client, client.close

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from receipts.analysis import summary as steady_summary
 from receipts.analysis.at_ingest import in_receipt_window, receipt_from_anatomy
 from receipts.analysis.window import choose_window, mark_warmup
-from receipts.errors import InputError
+from receipts.errors import InputError, Remedy
 from receipts.ingest import sysinfo
 from receipts.ingest.logbytes import COMPRESSED_SUFFIXES, log_sha256
 from receipts.ingest.textlog import ReadProgress
@@ -51,6 +51,8 @@ class IngestOutcome:
     superseded_by: str | None = None          # this file is an older view of a run already stored
     identity_conflict: dict | None = None     # re-ingest asked for another identity (lifecycle.identity_conflict)
     missing: tuple[str, ...] = ()             # identity parts the stored receipt lacks
+    forced: str | None = None                 # an attachment's contradiction the caller forced past (recorded)
+    restore: Remedy | None = None             # the retag restoring what a superseded receipt said otherwise
 
 
 def read_sidecar(path: Path) -> tuple[IdentityClaim, dict]:
@@ -171,15 +173,15 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
                                force=force, ranks=ranks, progress=progress)
     if kind in FACT_SECTIONS:
         if attach is None:
-            raise InputError(path, f"is `{kind}` output: machine facts belong to a run; give --attach RUN")
+            raise InputError(path, f"is `{kind}` output: machine facts belong to a run", remedy=Remedy("attach_to"))
         section, facts = sysinfo.facts(path, kind)
         receipt_id = store.resolve(attach)
         forced = check_attachment(store, receipt_id, path, machine_of_facts(kind, facts), force=force)
         created = store.attach_facts(receipt_id, section, facts, source_file(path, kind, kind), forced=forced)
-        return IngestOutcome(str(path), receipt_id, attach, created, kind, warnings=_forced_note(forced))
+        return IngestOutcome(str(path), receipt_id, attach, created, kind, forced=forced)
     if attach is not None:
-        raise InputError(path, "--attach takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); "
-                               "this looks like a training log")
+        raise InputError(path, "takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); this looks like a "
+                               "training log", option="attach")
     side_claim, side = read_sidecar(path)
     name = run_name or side.get("run_name") or _default_run_name(path)
     all_tags = tuple(tags) + tuple(side.get("tags", ()))
@@ -219,8 +221,8 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
             forced = check_attachment(store, receipt_id, path, machine_of_anatomy(anatomy), force=force)
             anatomy = in_receipt_window(anatomy, _stored_window(store, receipt_id))
             created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
-            return IngestOutcome(str(path), receipt_id, attach, created, "anatomy",
-                                 warnings=anatomy.warnings + _forced_note(forced))
+            return IngestOutcome(str(path), receipt_id, attach, created, "anatomy", warnings=anatomy.warnings,
+                                 forced=forced)
         parsed = receipt_from_anatomy(anatomy)
         side_claim, side = read_sidecar(path)
         name = run_name or side.get("run_name") or path.name.split(".")[0]
@@ -257,8 +259,8 @@ def check_attachment(store: Store, receipt_id: str, path: Path, seen: MachineSee
         return None
     what = "; ".join(found)
     if not force:
-        raise InputError(path, f"contradicts receipt {receipt_id} ({row['run_name']}): {what}; not attached. "
-                               "If it really belongs to that run, attach it with --force (recorded)")
+        raise InputError(path, f"contradicts receipt {receipt_id} ({row['run_name']}): {what}; not attached",
+                         remedy=Remedy("force"))
     return what
 
 
@@ -267,10 +269,6 @@ def _stored_window(store: Store, receipt_id: str) -> StepWindow:
     row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
     return StepWindow(row["window_first_step"], row["window_last_step"], row["warmup_steps"] or 0,
                       row["warmup_last_step"], row["window_rule"] or "", 0)
-
-
-def _forced_note(forced: str | None) -> tuple[str, ...]:
-    return (f"attached with --force despite: {forced} (recorded on the source)",) if forced else ()
 
 
 def _write_receipt(store: Store, path: Path, receipt: Receipt, *, registry: Registry, asked: IdentityClaim,
@@ -287,4 +285,4 @@ def _receipt_outcome(path: Path, written: LedgerWrite, *, ended_early: str | Non
     """What the ledger did with a receipt, as the file's outcome (the file's own note and warnings given)."""
     return IngestOutcome(str(path), written.receipt_id, written.run_name, written.created, "receipt", written.complete,
                          ended_early, warnings, written.supersedes, written.superseded_by, written.identity_conflict,
-                         written.missing)
+                         written.missing, restore=written.restore)

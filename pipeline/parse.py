@@ -42,7 +42,8 @@ def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None 
         name = sniff.FORMAT_ALIASES.get(fmt.lower())
         if name is None:
             read_log(path)  # an unreadable or empty file says so first, as it always has
-            raise InputError(path, f"--format {fmt!r} is not one of {', '.join(sorted(set(sniff.FORMAT_ALIASES)))}")
+            raise InputError(path, f"{fmt!r} is not one of {', '.join(sorted(set(sniff.FORMAT_ALIASES)))}",
+                             option="format")
     try:
         parsed = (sniff.parse_streamed(path, name, progress, spill=spill)
                   or sniff.parse_log(read_log(path, progress), name))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from receipts.errors import InputError
+from receipts.errors import InputError, Remedy
 from receipts.ingest import sniff
 from receipts.ingest.rank_files import natural_order
 
@@ -136,6 +136,6 @@ def _targets(path: Path, *, recursive: bool, named: bool, seen: set[Path]) -> It
             found = True
             yield target
     if not found and named:
-        hint = " (its sub-folders are read with -r/--recursive)" if any(p.is_dir() for p in children) else ""
+        deeper = Remedy("recursive") if any(p.is_dir() for p in children) else None
         yield IngestFailure(str(path), InputError(path, "holds no training logs, profiler exports or `receipts run` "
-                                                        f"directories{hint}"))
+                                                        "directories", remedy=deeper))

@@ -134,7 +134,7 @@ def test_missing_scheduler_file_is_a_usage_error(tmp_path):
 
 
 def test_workers_below_one_is_refused():
-    with pytest.raises(UsageError, match="--workers 0"):
+    with pytest.raises(UsageError, match="workers 0"):
         RankMap(workers=0)
 
 
