@@ -327,7 +327,7 @@ class Recorder:
 
 def _optional_torch():
     try:
-        import torch  # optional: pip install receipts[capture]
+        import torch  # optional: pip install 'gpu-receipts[capture]'
     except ImportError:
         return None
     return torch

@@ -17,7 +17,7 @@ from receipts.errors import UsageError
 from receipts.store import open_store
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
-# The slim install (`pip install receipts`, what a CI gate needs) leaves these out: the [dashboard] extra.
+# The slim install (`pip install gpu-receipts`, what a CI gate needs) leaves these out: the [dashboard] extra.
 DASHBOARD_PACKAGES = ("streamlit", "altair")
 
 
@@ -42,7 +42,7 @@ def dashboard(
     missing = [name for name in DASHBOARD_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
         raise UsageError(f"the dashboard needs {' and '.join(missing)}, which the slim install leaves out: "
-                         "pip install 'receipts[dashboard]'")
+                         "pip install 'gpu-receipts[dashboard]'")
     url = db or settings(ctx).db
     with open_store(url, read_only=True):
         pass  # the dashboard only reads: refuse a missing store or an unreadable one here, in one line

@@ -58,7 +58,7 @@ def ingest(
                                                "nsys exports (one per file at most); 1 reads them in this process. "
                                                "Default: one per core (up to 16) once the files reach 16 MiB."),
     dask: Optional[str] = typer.Option(None, "--dask", envvar="DASK_SCHEDULER_ADDRESS",
-                                       help="Read the ranks on Dask (pip install 'receipts[dask]'): 'local' starts "
+                                       help="Read the ranks on Dask (pip install 'gpu-receipts[dask]'): 'local' starts "
                                             "a LocalCluster of --workers processes; a scheduler file (.json) or "
                                             "address (tcp://host:8786) uses a running cluster."),
 ) -> None:

@@ -14,7 +14,7 @@ Where the tasks run (RankMap):
   and AUTO_MAX_WORKERS);
 - on Dask (`dask=`): 'local' starts a LocalCluster of `workers` processes, a scheduler file (.json) or a
   scheduler address (tcp://..., also DASK_SCHEDULER_ADDRESS) uses a running cluster, whose workers must
-  reach the trace paths and import `receipts`. Dask is the optional extra `receipts[dask]`.
+  reach the trace paths and import `receipts`. Dask is the optional extra `gpu-receipts[dask]`.
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ def _dask_client(plan: RankMap) -> tuple[Any, Callable[[], None]]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise UsageError("needs Dask's distributed scheduler, an optional extra: pip install 'receipts[dask]'",
+        raise UsageError("needs Dask's distributed scheduler, an optional extra: pip install 'gpu-receipts[dask]'",
                          option="dask", remedy=Remedy("without_dask")) from None
     target = str(plan.dask)
     try:

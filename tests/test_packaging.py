@@ -32,13 +32,13 @@ def wheel(tmp_path_factory) -> Path:
     built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
                             str(source)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-4000:]
-    return next(out.glob("receipts-*.whl"))
+    return next(out.glob("gpu_receipts-*.whl"))  # the distribution gpu-receipts, the import package receipts
 
 
 @pytest.mark.slow
 def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    top = {n.split("/")[0] for n in names if not n.startswith("receipts-")}
+    top = {n.split("/")[0] for n in names if not n.startswith("gpu_receipts-")}
     assert top == {"receipts"}, top  # never generic top-level modules such as `schema`
     for data in ("receipts/schema/registry.toml", "receipts/schema/kernel_categories.toml",
                  "receipts/sql/steady_steps_many.sql", "receipts/dashboards/app.py"):
@@ -150,7 +150,7 @@ def test_dashboard_without_streamlit_says_how_to_install_it(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().count("\n") == 0, done.stderr
-    assert "streamlit" in done.stderr and "pip install 'receipts[dashboard]'" in done.stderr
+    assert "streamlit" in done.stderr and "pip install 'gpu-receipts[dashboard]'" in done.stderr
     assert "Traceback" not in done.stderr
 
 

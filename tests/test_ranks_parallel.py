@@ -121,10 +121,10 @@ def test_an_existing_dask_cluster_reads_the_ranks(how, monkeypatch, tmp_path):
 
 def test_dask_missing_is_a_usage_error(monkeypatch, db):
     monkeypatch.setitem(sys.modules, "distributed", None)   # import distributed -> ImportError
-    with pytest.raises(UsageError, match=r"pip install 'receipts\[dask\]'"):
+    with pytest.raises(UsageError, match=r"pip install 'gpu-receipts\[dask\]'"):
         execution.parse_kineto(_sets()["fsdp2_2gpu"], rules=RULES, plan=RankMap(dask="local"))
     result = cli(db, "ingest", str(DATA / "fsdp2_2gpu_kineto" / "traces"), "--dask", "local")
-    assert result.exit_code == 2 and "receipts[dask]" in result.output
+    assert result.exit_code == 2 and "gpu-receipts[dask]" in result.output
 
 
 def test_missing_scheduler_file_is_a_usage_error(tmp_path):
