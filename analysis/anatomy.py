@@ -39,7 +39,8 @@ class AnatomyReport:
     receipt_id: str
     source: AnatomySource
     other_sources: tuple[str, ...]   # sha256 of the receipt's other attached exports (none when one was chosen)
-    rows: list[dict[str, Any]]       # rank, step, category, time_ms, warmup; step null = steady-window totals
+    step_rows: list[dict[str, Any]]  # rank, step, category, time_ms, warmup: one row per step, rank and category
+    window_totals: list[dict[str, Any]]  # rank, category, time_ms: the steady window's totals (never summed with the steps)
     window: list[dict[str, Any]]     # sql/anatomy_window.sql: per rank, phase and category
     steps: list[dict[str, Any]]      # sql/anatomy_steps.sql: per rank and step
     nvtx: list[dict[str, Any]]       # sql/anatomy_nvtx.sql: per rank and NVTX range
@@ -77,9 +78,10 @@ def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None
     steps = store.query("anatomy_steps", params)
     nvtx = store.query("anatomy_nvtx", params)
     kernels = store.query("anatomy_kernels", {**params, "top": top_kernels})
-    # Window totals (step null) for the steady state, per rank: the contract's "step: null" rows.
+    # The steady window's totals per rank, kept apart from the per-step rows: summing one list that held both
+    # counted every steady step twice.
     steady_totals = [
-        {"rank": r["rank"], "step": None, "category": r["category"], "time_ms": r["time_ms"]}
+        {"rank": r["rank"], "category": r["category"], "time_ms": r["time_ms"]}
         for r in window.iter_rows(named=True) if r["phase"] in ("steady", "window")
     ]
     per_step = [{"rank": r["rank"], "step": r["step"], "category": r["category"], "time_ms": r["time_ms"],
@@ -91,7 +93,8 @@ def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None
                              attribution=source["attribution"], unattributed=source["unattributed"],
                              warnings=tuple(json.loads(source["warnings_json"]))),
         other_sources=tuple(sources["source_sha256"].to_list()[1:]) if source_sha256 is None else (),
-        rows=per_step + steady_totals,
+        step_rows=per_step,
+        window_totals=steady_totals,
         window=window.to_dicts(),
         steps=steps.to_dicts(),
         nvtx=nvtx.to_dicts(),

@@ -18,8 +18,12 @@ FLOOR_WINDOW, candidates left out: a regressed candidate must not widen the floo
 
 Outcome per candidate: `judged` (a verdict), `no_baseline` (the lane has no usable run with the tag:
 the message says which lane and how to create one), `rumor` (incomplete identity: no lane at all) or
-`unmeasured` (the candidate has fewer than 2 steady-state steps). Exit code (CheckResult.exit_code):
-1 when any candidate is `slower`; else 3 when any candidate could not be judged; else 0.
+`unmeasured` (the candidate has fewer than 2 steady-state steps).
+
+Pooled: a lane's judged candidates together (a PR's repeated runs), the same rule with every candidate run
+on the candidate side: decide(baseline runs, candidate runs, floor). Exit code (CheckResult.exit_code):
+1 when a lane's pooled verdict is `slower` (with `each`: when any candidate alone is); else 3 when any
+candidate could not be judged; else 0.
 """
 
 from __future__ import annotations
@@ -99,14 +103,45 @@ class CandidateCheck:
 
 
 @dataclass(frozen=True)
+class PooledCheck:
+    """A lane's candidates judged as one group: the median of their run medians against the baseline, each
+    run one sample of the candidate side (so a PR's 3 repeats are judged on 3 runs, and one noisy repeat
+    neither fails nor passes the PR alone)."""
+    lane: Lane
+    run_ids: tuple[str, ...]
+    run_names: tuple[str, ...]
+    median_step_ms: float            # median of the candidates' run medians
+    baseline: Baseline
+    verdict: VerdictResult
+
+    @property
+    def verdict_name(self) -> str:
+        return self.verdict.verdict
+
+
+# The overall verdict of several lanes' pools: the most cautious one (a slower lane fails the check).
+_CAUTION = ("slower", "inconclusive", "no change", "faster")
+
+
+@dataclass(frozen=True)
 class CheckResult:
     against: str
     last: int
     candidates: tuple[CandidateCheck, ...]
+    pooled: tuple[PooledCheck, ...] = ()   # one per lane with a judged candidate
+    each: bool = False                      # judged run by run (--each): the pool does not decide the exit code
+
+    @property
+    def pooled_verdict(self) -> str | None:
+        """The pooled verdict over every lane: the lane's own with one lane, else the most cautious."""
+        names = {p.verdict_name for p in self.pooled}
+        return next((v for v in _CAUTION if v in names), None)
 
     @property
     def passed(self) -> bool:
-        return not any(c.verdict_name == "slower" for c in self.candidates)
+        if self.each:
+            return not any(c.verdict_name == "slower" for c in self.candidates)
+        return not any(p.verdict_name == "slower" for p in self.pooled)
 
     @property
     def exit_code(self) -> int:
@@ -168,16 +203,18 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
                      load_many(store, ids) if ids else {})
 
 
-def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = DEFAULT_LAST) -> CheckResult:
-    """Resolve the candidates, read each lane's tagged runs and the baseline receipts, then judge."""
+def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = DEFAULT_LAST,
+              each: bool = False) -> CheckResult:
+    """Resolve the candidates, read each lane's tagged runs and the baseline receipts, then judge each run and
+    each lane's runs pooled. `each`: the exit code follows the runs one by one instead of the pool."""
     tag = parse_against(against)
     if last < 1:
         raise UsageError(f"{last}: the baseline needs at least 1 run", option="last")
     pairs = resolve_candidates(store, refs)
     candidates = load_many(store, [rid for _, rid in pairs])
     reads = read_lanes(store, candidates, tag=tag, last=last)
-    return CheckResult(against, last, tuple(judge(ref, candidates[rid], tag=tag, last=last, reads=reads)
-                                            for ref, rid in pairs))
+    checks = tuple(judge(ref, candidates[rid], tag=tag, last=last, reads=reads) for ref, rid in pairs)
+    return CheckResult(against, last, checks, pool(checks, candidates), each)
 
 
 # ---------------------------------------------------------------------------------------- pure
@@ -280,3 +317,25 @@ def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: Lan
     newest = reads.receipts[baseline.used[-1].id]
     return base(outcome="judged", baseline=baseline, verdict=verdict, message=verdict.why,
                           drift={k: v for k, v in drift(newest, candidate).items() if v})
+
+
+def pool(checks: Sequence[CandidateCheck], candidates: Mapping[str, StoredReceipt]) -> tuple[PooledCheck, ...]:
+    """Per lane, its judged candidates as one group against the lane's baseline: analysis.verdict.decide with
+    every candidate run on the B side (the baseline excludes all candidates, so it is the same for each)."""
+    lanes: dict[Lane, list[CandidateCheck]] = {}
+    for c in checks:
+        if c.outcome == "judged" and c.lane is not None and c.baseline is not None:
+            lanes.setdefault(c.lane, []).append(c)
+    out = []
+    for lane, group in lanes.items():
+        baseline = group[0].baseline
+        assert baseline is not None
+        own = [median_interval(candidates[c.receipt_id].steady_step_ms) for c in group]
+        verdict = decide([baseline.intervals[b.id] for b in baseline.used], [i for i in own if i is not None],
+                         baseline.floor, grow="candidate")
+        if verdict is None:
+            continue
+        out.append(PooledCheck(lane, tuple(c.receipt_id for c in group), tuple(c.run_name for c in group),
+                               float(np.median([c.median_step_ms for c in group if c.median_step_ms is not None])),
+                               baseline, verdict))
+    return tuple(out)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from receipts.analysis.anatomy import MANY_RANKS, anatomy_report
 from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.cli.output import Column, chosen_format, emit, format_option
 from receipts.errors import UsageError
 
 
@@ -28,76 +28,88 @@ def anatomy(
     top: int = typer.Option(10, "--top", min=1, help="With --by kernel (and in --json): kernels kept per category."),
     source: Optional[str] = typer.Option(None, "--source", help="sha256 prefix of the export (default: newest)."),
     as_json: bool = typer.Option(False, "--json",
-                                 help="Machine-readable output (rows, steps, window, nvtx, kernels, across_ranks)."),
+                                 help="The whole report as JSON: step_rows (per step) and window_totals (the steady "
+                                      "window) apart, steps, window, nvtx, kernels, across_ranks."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """Step-time anatomy by category (GEMM, attention, MoE, NCCL, memcpy, idle, exposed comm).
 
-    Example: receipts anatomy run_b --by step
+    Example: receipts anatomy run_b --by step --format csv
     """
     if by not in (None, "category", "step", "rank", "nvtx", "kernel"):
         raise UsageError(f"--by must be category, rank, step, nvtx or kernel (got {by!r})")
+    fmt = chosen_format(fmt, as_json=as_json)
     with settings(ctx).read_store() as store:
         report = anatomy_report(store, store.resolve(ref), source_sha256=source, top_kernels=top)
     if by is None:
         by = "category" if report.many_ranks else "rank"
-    if as_json:
+    if fmt == "json":
         print_json(report)
         return
     src = report.source
-    console.print(escape(f"anatomy of {report.receipt_id} from {src.format} {src.path} "
-                         f"(schema {src.schema_version})"))
-    console.print(escape(f"steps: {src.step_marker}; attribution: {src.attribution}; "
-                         f"unattributed activities: {src.unattributed}"))
-    for w in src.warnings:
-        console.print(f"[yellow]warning:[/] {escape(w)}")
-    if by == "nvtx":
-        table = Table(title="NVTX ranges")
-        for c in ("rank", "range", "count", "total ms"):
-            table.add_column(c)
-        for r in report.nvtx[:60]:
-            table.add_row(str(r["rank"]), escape(r["range_name"]), str(r["count"]), f"{r['total_ms']:,.3f}")
-        console.print(table)
+    if fmt == "table":
+        console.print(escape(f"anatomy of {report.receipt_id} from {src.format} {src.path} "
+                             f"(schema {src.schema_version})"))
+        console.print(escape(f"steps: {src.step_marker}; attribution: {src.attribution}; "
+                             f"unattributed activities: {src.unattributed}"))
+        for w in src.warnings:
+            console.print(f"[yellow]warning:[/] {escape(w)}")
+    if by == "kernel" and not report.kernels and fmt == "table":
+        console.print("no kernel names stored for this export (attached before schema 7, or it ran no kernels "
+                      "in the steady window)")
         return
-    if by == "kernel":
-        if not report.kernels:
-            console.print("no kernel names stored for this export (attached before schema 7, or it ran no kernels "
-                          "in the steady window)")
-            return
-        table = Table(title=f"top {top} kernels per category, steady steps, all ranks (ms/step: per rank-step)")
-        for c in ("category", "calls", "ms/step", "% of cat."):
-            table.add_column(c, no_wrap=True)
-        table.add_column("kernel", overflow="fold")  # last: C++ template names are long, and folding keeps them whole
-        for r in report.kernels:
-            table.add_row(escape(r["category"]), f"{r['calls']:,}",
-                          "-" if r["ms_per_step"] is None else f"{r['ms_per_step']:,.3f}", f"{r['share_pct']:.1f}",
-                          escape(r["name"]))
-        console.print(table)
+    if by == "category" and fmt != "table":  # one table of every phase, the phase a column
+        emit(report.across_ranks, BY_CATEGORY, fmt)
         return
     if by == "category":
         for phase in dict.fromkeys(r["phase"] for r in report.across_ranks):
-            table = Table(title=f"{phase}: ms per step over {report.ranks} ranks (--by rank: each rank)")
-            for c in ("category", "ranks", "median", "min (rank)", "max (rank)", "spread %"):
-                table.add_column(c, overflow="fold")
-            for r in (r for r in report.across_ranks if r["phase"] == phase):
-                table.add_row(escape(r["category"]), str(r["ranks"]), f"{r['median_ms']:,.3f}",
-                              f"{r['min_ms']:,.3f} ({r['min_rank']})", f"{r['max_ms']:,.3f} ({r['max_rank']})",
-                              "-" if r["spread_pct"] is None else f"{r['spread_pct']:.1f}")
-            console.print(table)
+            rows = [r for r in report.across_ranks if r["phase"] == phase]
+            emit(rows, BY_CATEGORY, fmt, title=f"{phase}: ms per step over {report.ranks} ranks (--by rank: each rank)")
         return
-    if by == "rank":
-        table = Table(title="per rank, ms per step (steady vs warm-up)")
-        for c in ("rank", "phase", "category", "ms/step", "total ms", "steps"):
-            table.add_column(c)
-        for r in report.window:
-            table.add_row(str(r["rank"]), r["phase"], escape(r["category"]), f"{r['per_step_ms']:,.3f}", f"{r['time_ms']:,.3f}",
-                          str(r["n_steps"]))
-        console.print(table)
-        return
-    table = Table(title="per step")
-    for c in ("rank", "step", "wall ms", "gpu ms", "comm ms", "overlap %", "warm-up"):
-        table.add_column(c)
-    for r in report.steps:
-        table.add_row(str(r["rank"]), str(r["step"]), f"{r['wall_ms'] or 0:,.3f}", f"{r['gpu_ms'] or 0:,.3f}",
-                      f"{r['comm_ms'] or 0:,.3f}", "-" if r["overlap_pct"] is None else f"{r['overlap_pct']:.1f}",
-                      "yes" if r["warmup"] else "")
-    console.print(table)
+    rows, columns, title = {
+        "nvtx": (report.nvtx[:60] if fmt == "table" else report.nvtx, BY_NVTX, "NVTX ranges"),
+        "kernel": (report.kernels, BY_KERNEL,
+                   f"top {top} kernels per category, steady steps, all ranks (ms/step: per rank-step)"),
+        "rank": (report.window, BY_RANK, "per rank, ms per step (steady vs warm-up)"),
+        "step": (report.steps, BY_STEP, "per step"),
+    }[by]
+    emit(rows, columns, fmt, title=title)
+
+
+def _ms(key: str, digits: int = 3) -> Any:
+    return lambda r: "-" if r.get(key) is None else f"{r[key]:,.{digits}f}"
+
+
+BY_NVTX = [Column("rank"), Column("range_name", "range"), Column("count"), Column("total_ms", "total ms", show=_ms("total_ms"))]
+# The kernel's name last: C++ template names are long, and folding keeps them whole.
+BY_KERNEL = [Column("category"), Column("calls", drop=2, show=lambda r: f"{r['calls']:,}"),
+             Column("ms_per_step", "ms/step", show=_ms("ms_per_step")),
+             Column("share_pct", "% of cat.", drop=1, show=_ms("share_pct", 1)), Column("total_ms", only="data"),
+             Column("name", "kernel", show=lambda r: short_kernel_name(r["name"]))]
+
+
+def short_kernel_name(name: str) -> str:
+    """A kernel's name on a terminal: template arguments and the parameter list folded to `<…>` and `(…)`
+    (`ncclDevKernel_AllGather_RING_LL(…)`), so one name takes a line or two, not twenty. TSV and JSON keep it whole."""
+    out, depth = [], 0
+    for ch in name.removeprefix("void "):
+        if ch in "<(":
+            if depth == 0:
+                out.append(ch + "…" + (">" if ch == "<" else ")"))
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+BY_CATEGORY = [Column("phase", only="data"), Column("category"), Column("ranks"), Column("median_ms", "median", show=_ms("median_ms")),
+               Column("min_ms", "min (rank)", show=lambda r: f"{r['min_ms']:,.3f} ({r['min_rank']})"),
+               Column("min_rank", only="data"),
+               Column("max_ms", "max (rank)", show=lambda r: f"{r['max_ms']:,.3f} ({r['max_rank']})"),
+               Column("max_rank", only="data"), Column("spread_pct", "spread %", show=_ms("spread_pct", 1))]
+BY_RANK = [Column("rank"), Column("phase"), Column("category"), Column("per_step_ms", "ms/step", show=_ms("per_step_ms")),
+           Column("time_ms", "total ms", show=_ms("time_ms")), Column("n_steps", "steps")]
+BY_STEP = [Column("rank"), Column("step"), Column("wall_ms", "wall ms", show=_ms("wall_ms")),
+           Column("gpu_ms", "gpu ms", show=_ms("gpu_ms")), Column("comm_ms", "comm ms", show=_ms("comm_ms")),
+           Column("overlap_pct", "overlap %", show=_ms("overlap_pct", 1)),
+           Column("warmup", "warm-up", show=lambda r: "yes" if r["warmup"] else "")]

@@ -2,8 +2,8 @@
 
 The analysis is analysis/check.py; this module formats its result: text, `--json`, a pull-request
 comment (`--markdown`, also appended to $GITHUB_STEP_SUMMARY), JUnit XML and GitHub annotations.
-Exit 0 when no candidate is slower, 1 when any is, 3 when a candidate has no comparable baseline
-(or no lane, or no steady state), 2 on errors.
+Exit 0 when no lane's pooled candidates are slower, 1 when one is (with --each: when any candidate alone
+is), 3 when a candidate has no comparable baseline (or no lane, or no steady state), 2 on errors.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from typing import Any, List, Optional
 import typer
 from rich.markup import escape
 
-from receipts.analysis.check import DEFAULT_LAST, CandidateCheck, CheckResult, run_check
+from receipts.analysis.check import DEFAULT_LAST, CandidateCheck, CheckResult, PooledCheck, run_check
 from receipts.analysis.compare import floor_json
+from receipts.analysis.verdict import VerdictResult
 from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.cli.output import Column, chosen_format, emit, format_option
 from receipts.cli.gate_cmd import escape_data, escape_prop
 from receipts.cli.words import with_remedy
 
@@ -40,19 +42,27 @@ def check(
     against: str = typer.Option(..., "--against", help="Baseline: tag:NAME, the lane's most recent runs carrying "
                                                        "the tag."),
     last: int = typer.Option(DEFAULT_LAST, "--last", min=1, help="Baseline runs per candidate (the most recent)."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    each: bool = typer.Option(False, "--each", help="Judge the runs one by one for the exit code (default: a lane's "
+                                                    "runs pooled, as one group against the baseline)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (--format json)."),
+    fmt: Optional[str] = format_option(),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a pull-request comment body here (also "
                                                                      "appended to $GITHUB_STEP_SUMMARY when set)."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one testcase per candidate."),
     github: bool = typer.Option(False, "--github", help="Also print GitHub Actions annotations."),
 ) -> None:
-    """Check runs against their lane's recent baseline (e.g. tag:main). Exit 1 when any run is slower
-    beyond the noise, 3 when a run has no comparable baseline.
+    """Check runs against their lane's recent baseline (e.g. tag:main). Exit 1 when a lane's runs, pooled,
+    are slower beyond the noise (--each: when any run alone is), 3 when a run has no comparable baseline.
 
     Example: receipts check tag:pr-123 --against tag:main --last 10 --markdown comment.md --junit check.xml
+
+    A PR's repeated runs are judged as one group (the median of their run medians, each run one sample)
+    against the baseline; each run's own verdict is shown beside it. TSV/CSV/JSON Lines: one row per run and
+    one per pooled lane (run `pooled`).
     """
+    fmt = chosen_format(fmt, as_json=as_json, piped="table")
     with settings(ctx).store(read_only=True) as store:
-        result = worded(run_check(store, runs, against=against, last=last))
+        result = worded(run_check(store, runs, against=against, last=last, each=each))
     body = to_markdown(result)
     if markdown is not None:
         markdown.write_text(body, encoding="utf-8")
@@ -61,10 +71,12 @@ def check(
             summary.write(body + "\n")
     if junit is not None:
         junit.write_text(to_junit(result), encoding="utf-8")
-    if as_json:
+    if fmt == "json":
         print_json(to_json(result))
-    else:
+    elif fmt == "table":
         _render(result)
+    else:
+        emit(summary_rows(result), SUMMARY_COLUMNS, fmt)
     if github:
         for line in to_github(result):
             print(line)
@@ -104,15 +116,38 @@ def drift_text(c: CandidateCheck) -> str:
     return "; ".join(parts)
 
 
+def change_pct(v: VerdictResult) -> str:
+    return f"{100 * (v.ratio - 1):+.2f}%"
+
+
+def interval_pct(v: VerdictResult) -> str:
+    return f"[{100 * (v.ci_low - 1):+.2f}%, {100 * (v.ci_high - 1):+.2f}%]"
+
+
+def pooled_text(p: PooledCheck) -> str:
+    return (f"{len(p.run_ids)} run(s) pooled ({', '.join(p.run_names)}): {p.verdict_name}, "
+            f"{change_pct(p.verdict)} {interval_pct(p.verdict)}")
+
+
 def headline(result: CheckResult) -> str:
     n = len(result.candidates)
-    slower = sum(c.verdict_name == "slower" for c in result.candidates)
     unjudged = sum(c.outcome != "judged" for c in result.candidates)
-    if slower:
-        return f"{slower} of {n} run(s) slower than {result.against} beyond the noise"
-    if unjudged:
-        return f"{unjudged} of {n} run(s) without a comparable baseline in {result.against}"
-    return f"no run slower than {result.against} ({n} checked)"
+    if result.each or not result.pooled:
+        slower = sum(c.verdict_name == "slower" for c in result.candidates)
+        if slower:
+            return f"{slower} of {n} run(s) slower than {result.against} beyond the noise"
+        if unjudged:
+            return f"{unjudged} of {n} run(s) without a comparable baseline in {result.against}"
+        return f"no run slower than {result.against} ({n} checked)"
+    verdict = result.pooled_verdict
+    said = {"slower": f"slower than {result.against} beyond the noise", "faster": f"faster than {result.against}",
+            "no change": f"no change against {result.against}",
+            "inconclusive": f"inconclusive against {result.against} (within the noise)"}[verdict or "inconclusive"]
+    pooled = result.pooled[0]
+    detail = (f"{len(pooled.run_ids)} run(s) pooled, {change_pct(pooled.verdict)} {interval_pct(pooled.verdict)}"
+              if len(result.pooled) == 1 else f"{len(result.pooled)} lanes, each pooled")
+    tail = f"; {unjudged} of {n} run(s) without a comparable baseline" if unjudged else ""
+    return f"{said} ({detail}){tail}"
 
 
 def _state(c: CandidateCheck) -> str:
@@ -140,7 +175,38 @@ def _render(result: CheckResult) -> None:
             console.print("  drift vs the newest baseline run: " + escape(drift_text(c)))
         if c.ended_early:
             console.print("  [yellow]ended early:[/] " + escape(c.ended_early))
+    for p in result.pooled:
+        state = p.verdict_name
+        console.print(f"[{_STYLE.get(state, 'bold red')}]POOLED {escape(state.upper())}[/] "
+                      + escape(f"{len(p.run_ids)} run(s) of lane {p.lane} as one group: median "
+                               f"{p.median_step_ms:.3f} ms vs baseline {p.baseline.median_step_ms:.3f} ms, "
+                               f"{p.verdict.ratio:.4f}x [{p.verdict.ci_low:.4f}, {p.verdict.ci_high:.4f}]"))
+        console.print("  " + escape(p.verdict.why))
+    if not result.each and result.pooled:
+        console.print("(the exit code follows the pooled verdict; --each judges the runs one by one)")
     console.print(escape(headline(result)))
+
+
+SUMMARY_COLUMNS = [Column(k, kind="id" if k == "id" else "text") for k in (
+    "run", "id", "lane", "outcome", "verdict", "median_step_ms", "baseline_median_step_ms", "ratio", "ci_low",
+    "ci_high", "change_pct", "noise_floor_pct", "runs")]
+
+
+def summary_rows(result: CheckResult) -> list[dict[str, Any]]:
+    """One row per candidate and one per pooled lane (run `pooled`, its runs' ids in `runs`)."""
+    def row(run: str, rid: str | None, lane: Any, outcome: str, v: VerdictResult | None, median: float | None,
+            b: Any, runs: tuple[str, ...]) -> dict[str, Any]:
+        return {"run": run, "id": rid, "lane": str(lane) if lane else None, "outcome": outcome,
+                "verdict": v.verdict if v else None, "median_step_ms": median,
+                "baseline_median_step_ms": b.median_step_ms if b else None, "ratio": v.ratio if v else None,
+                "ci_low": v.ci_low if v else None, "ci_high": v.ci_high if v else None,
+                "change_pct": 100 * (v.ratio - 1) if v else None,
+                "noise_floor_pct": b.floor.floor_pct if b else None, "runs": runs}
+    rows = [row(c.run_name, c.receipt_id, c.lane, c.outcome, c.verdict, c.median_step_ms, c.baseline, ())
+            for c in result.candidates]
+    rows += [row("pooled", None, p.lane, "judged", p.verdict, p.median_step_ms, p.baseline, p.run_ids)
+             for p in result.pooled]
+    return rows
 
 
 # ---------------------------------------------------------------------------------------- json
@@ -165,7 +231,17 @@ def to_json(result: CheckResult) -> dict[str, Any]:
             "drift": {k: [{"field": d.field, "a": d.a, "b": d.b} for d in v] for k, v in c.drift.items()},
             "ended_early": c.ended_early,
         }
+    def pooled(p: PooledCheck) -> dict[str, Any]:
+        v = p.verdict
+        return {"lane": p.lane.as_dict(), "verdict": v.verdict, "runs": list(p.run_ids), "run_names": list(p.run_names),
+                "median_step_ms": p.median_step_ms, "why": v.why, "runs_needed": v.runs_needed,
+                "ratio": {"value": v.ratio, "ci_low": v.ci_low, "ci_high": v.ci_high, "confidence": v.confidence},
+                "baseline": {"tag": p.baseline.tag, "runs": [r.id for r in p.baseline.used],
+                             "median_step_ms": p.baseline.median_step_ms, "noise_floor_pct": p.baseline.floor.floor_pct}}
     return {"passed": result.passed, "exit_code": result.exit_code, "against": result.against, "last": result.last,
+            "judged": "each" if result.each else "pooled",
+            "pooled": {"verdict": result.pooled_verdict, "runs": [rid for p in result.pooled for rid in p.run_ids],
+                       "lanes": [pooled(p) for p in result.pooled]},
             "results": [one(c) for c in result.candidates]}
 
 
@@ -179,33 +255,63 @@ def _md(text: object) -> str:
 _ICON = {"slower": ":x:", "faster": ":rocket:", "no change": ":white_check_mark:", "inconclusive": ":grey_question:"}
 
 
+def _row(name: str, state: str, v: VerdictResult | None, bold: bool = False) -> str:
+    verdict = f"{_ICON.get(state, ':warning:')} " + (f"**{_md(state)}**" if bold else _md(state))
+    return (f"| {name} | {verdict} | {change_pct(v) if v else '-'} | {interval_pct(v) if v else '-'} |")
+
+
 def to_markdown(result: CheckResult) -> str:
-    """One pull-request comment: the marker line first, a headline, then a table per candidate."""
+    """One pull-request comment a reviewer reads in ten seconds: the marker line first, the headline, then per
+    lane its baseline and noise floor once and one table (the pooled verdict, then a line per run), and the
+    per-run details folded in <details>."""
     lines = [MARKER, f"### receipts check: {_md(headline(result))}", ""]
-    for c in result.candidates:
-        state = _state(c)
-        floor = c.baseline.floor if c.baseline else None
-        lines += [
-            f"#### {_ICON.get(state, ':warning:')} {_md(c.run_name)}: **{_md(state)}**", "",
-            "| | |", "| --- | --- |",
-            f"| lane | {_md(c.lane or 'none (incomplete identity)')} |",
-            f"| baseline | {_md(baseline_text(c))} |",
-        ]
-        if c.baseline and c.baseline.excluded:
-            lines.append("| excluded | " + _md("; ".join(f"{r.run_name}: {r.excluded}" for r in c.baseline.excluded))
-                         + " |")
-        if c.verdict:
-            lines.append(f"| step time | {c.median_step_ms:.3f} ms; candidate / baseline {_md(ratio_text(c))} |")
-        lines += [
-            f"| verdict | {_md(c.message)} |",
-            f"| noise floor | {_md(f'{floor.floor_pct:.2f}% ({floor.note})') if floor else '-'} |",
-            f"| drift | {_md(drift_text(c))} |",
-        ]
-        if c.ended_early:
-            lines.append(f"| ended early | {_md(c.ended_early)} |")
+    pools = {p.lane: p for p in result.pooled}
+    lanes = list(dict.fromkeys(c.lane for c in result.candidates))
+    for lane in lanes:
+        group = [c for c in result.candidates if c.lane == lane]
+        first = next((c for c in group if c.baseline), None)
+        if lane is None:
+            lines.append("**no lane** (incomplete identity: a rumor, never compared)")
+        else:
+            head = f"**lane** {_md(lane)}"
+            if first and first.baseline:
+                b = first.baseline
+                centre = f", median {b.median_step_ms:.3f} ms" if b.median_step_ms is not None else ""
+                head += (f" · **baseline** {len(b.used)} run(s) tagged `{_md(b.tag)}`{centre}"
+                         f" · **noise floor** {b.floor.floor_pct:.2f}%")
+            lines.append(head)
+        lines += ["", "| run | verdict | change | interval |", "| --- | --- | --- | --- |"]
+        pool = pools.get(lane) if lane is not None else None
+        if pool is not None:
+            label = f"**{len(pool.run_ids)} run(s) pooled**" + (" (decides)" if not result.each else "")
+            lines.append(_row(label, pool.verdict_name, pool.verdict, bold=True))
+        for c in group:
+            lines.append(_row(_md(c.run_name), _state(c), c.verdict))
         lines.append("")
+    lines += ["<details><summary>Per-run details</summary>", ""]
+    for c in result.candidates:
+        detail = f"- **{_md(c.run_name)}** (`{c.receipt_id}`): "
+        if c.verdict:
+            detail += f"{c.median_step_ms:.3f} ms, {_md(ratio_text(c))}; "
+        detail += _md(c.message) + f"; drift: {_md(drift_text(c))}"
+        if c.ended_early:
+            detail += f"; **ended early**: {_md(c.ended_early)}"
+        lines.append(detail)
+    for lane in lanes:
+        first = next((c for c in result.candidates if c.lane == lane and c.baseline), None)
+        if first and first.baseline:
+            b = first.baseline
+            lines.append(f"- baseline of {_md(lane)}: {_md(baseline_text(first))}"
+                         + (f"; excluded: {_md('; '.join(f'{r.run_name}: {r.excluded}' for r in b.excluded))}"
+                            if b.excluded else ""))
+            lines.append(f"- noise floor: {_md(b.floor.note)}")
+    for p in result.pooled:
+        lines.append(f"- pooled ({_md(p.lane)}): {_md(p.verdict.why)}")
+    lines += ["", "</details>", ""]
+    judged = "each run alone decides" if result.each else "a lane's runs pooled decide"
     lines.append(f"<sub>receipts check {_md(' '.join(['--against', result.against, '--last', str(result.last)]))}: "
-                 "run medians with moving-block bootstrap intervals against the lane's run-to-run noise floor.</sub>")
+                 f"run medians with moving-block bootstrap intervals against the lane's run-to-run noise floor; "
+                 f"{judged}.</sub>")
     body = "\n".join(lines) + "\n"
     if len(body) > MAX_COMMENT_CHARS:
         cut = body[:MAX_COMMENT_CHARS].rsplit("\n", 1)[0]
@@ -215,18 +321,30 @@ def to_markdown(result: CheckResult) -> str:
 
 # ---------------------------------------------------------------------------------------- CI
 def to_junit(result: CheckResult) -> str:
+    """One testcase per candidate and, unless --each, one per pooled lane: the pool carries the failure, a run
+    that is slower alone is reported in its system-out (the pool decided; --each makes each run decide)."""
     cases = result.candidates
-    failures = sum(c.verdict_name == "slower" for c in cases)
+    pools = () if result.each else result.pooled
+    failures = (sum(c.verdict_name == "slower" for c in cases) if result.each
+                else sum(p.verdict_name == "slower" for p in pools))
     errors = sum(c.outcome != "judged" for c in cases)
-    suites = ET.Element("testsuites", name="receipts check", tests=str(len(cases)), failures=str(failures),
+    total = len(cases) + len(pools)
+    suites = ET.Element("testsuites", name="receipts check", tests=str(total), failures=str(failures),
                         errors=str(errors))
     suite = ET.SubElement(suites, "testsuite", name=f"receipts check --against {result.against}",
-                          tests=str(len(cases)), failures=str(failures), errors=str(errors))
+                          tests=str(total), failures=str(failures), errors=str(errors))
+    for p in pools:
+        case = ET.SubElement(suite, "testcase", classname=str(p.lane), name=f"{len(p.run_ids)} run(s) pooled")
+        detail = f"{pooled_text(p)}: {p.verdict.why}"
+        if p.verdict_name == "slower":
+            ET.SubElement(case, "failure", message=p.verdict.why, type="slower").text = detail
+        else:
+            ET.SubElement(case, "system-out").text = detail
     for c in cases:
         case = ET.SubElement(suite, "testcase", classname=str(c.lane or "rumor"), name=c.run_name)
         detail = "\n".join([f"{_state(c)}: {c.message}", f"ratio {ratio_text(c)}", f"baseline {baseline_text(c)}",
                             f"drift {drift_text(c)}"])
-        if c.verdict_name == "slower":
+        if c.verdict_name == "slower" and result.each:
             ET.SubElement(case, "failure", message=c.message, type="slower").text = detail
         elif c.outcome != "judged":
             ET.SubElement(case, "error", message=c.message, type=c.outcome).text = detail
@@ -236,11 +354,22 @@ def to_junit(result: CheckResult) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
+_LEVEL = {"slower": "error", "inconclusive": "warning", "faster": "notice", "no change": "notice"}
+
+
 def to_github(result: CheckResult) -> list[str]:
-    level = {"slower": "error", "inconclusive": "warning", "faster": "notice", "no change": "notice"}
+    """Annotations: the pooled verdict of each lane first (unless --each), then one per run; a run slower alone
+    under a pool that decided otherwise is a warning, not an error."""
     out = []
+    if not result.each:
+        for p in result.pooled:
+            title = escape_prop(f"receipts check: {len(p.run_ids)} run(s) pooled {p.verdict_name}")
+            out.append(f"::{_LEVEL[p.verdict_name]} title={title}::{escape_data(pooled_text(p) + ': ' + p.verdict.why)}")
     for c in result.candidates:
         state = _state(c)
+        level = _LEVEL.get(state, "error")
+        if state == "slower" and not result.each:
+            level = "warning"
         title = escape_prop(f"receipts check: {c.run_name} {state}")
-        out.append(f"::{level.get(state, 'error')} title={title}::{escape_data(c.message + ' ' + ratio_text(c))}")
+        out.append(f"::{level} title={title}::{escape_data(c.message + ' ' + ratio_text(c))}")
     return out

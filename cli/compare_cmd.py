@@ -3,11 +3,14 @@ that names each differing field."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 from rich.markup import escape
 
 from receipts.analysis.compare import compare_in_store, to_json
-from receipts.cli.context import EXIT_REFUSED, console, handle_errors, print_json, settings
+from receipts.cli.context import EXIT_REFUSED, console, handle_errors, settings
+from receipts.cli.output import chosen_format, emit_record, format_option
 from receipts.cli.render import ended_early_line, fmt_bytes, fmt_ms
 
 
@@ -20,18 +23,22 @@ def compare(
     ctx: typer.Context,
     a: str = typer.Argument(..., help="Baseline receipt (id, id prefix or run name)."),
     b: str = typer.Argument(..., help="Candidate receipt."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (--format json)."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """Compare B against A: faster / slower / no change / inconclusive against the lane's noise floor.
 
     Exit 3 when refused (identity incomplete or not the same lane).
 
     Example: receipts compare run_a run_b
+
+    Text on a terminal and in a pipe; --format tsv or csv gives field/value rows, jsonl one line.
     """
+    fmt = chosen_format(fmt, as_json=as_json, piped="table")
     with settings(ctx).read_store() as store:
         result = compare_in_store(store, store.resolve(a), store.resolve(b))
-    if as_json:
-        print_json(to_json(result))
+    if fmt != "table":
+        emit_record(to_json(result), fmt)
     else:
         _render(result)
     if not result.comparable:

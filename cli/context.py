@@ -39,8 +39,19 @@ class _Console(Console):
         quiet_broken_pipe()
 
 
-console = _Console(highlight=False, soft_wrap=True)
-err_console = _Console(stderr=True, highlight=False, soft_wrap=True)
+def colour_settings(environ: Any = os.environ) -> dict[str, Any]:
+    """Console settings from the colour conventions: NO_COLOR (any value) turns colour off (https://no-color.org),
+    CLICOLOR=0 too; CLICOLOR_FORCE (any value but 0) keeps it in a pipe or a file (https://bixense.com/clicolors).
+    Otherwise colour only on a terminal. rich reads NO_COLOR and FORCE_COLOR itself; CLICOLOR* are ours."""
+    if environ.get("NO_COLOR", "") != "" or (environ.get("CLICOLOR") == "0" and not environ.get("CLICOLOR_FORCE")):
+        return {"no_color": True}
+    if environ.get("CLICOLOR_FORCE", "0") not in ("", "0"):
+        return {"force_terminal": True}
+    return {}
+
+
+console = _Console(highlight=False, soft_wrap=True, **colour_settings())
+err_console = _Console(stderr=True, highlight=False, soft_wrap=True, **colour_settings())
 
 
 @dataclass
@@ -102,6 +113,36 @@ def print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
+def print_jsonl(values: list[Any]) -> None:
+    """JSON Lines: one compact object per line (the same encoder as print_json)."""
+    import orjson
+
+    options = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    try:
+        lines = [orjson.dumps(v, default=_json_default, option=options) for v in values]
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(str(exc.__cause__ or exc)) from exc
+    sys.stdout.buffer.write(b"".join(line + b"\n" for line in lines))
+    sys.stdout.flush()
+
+
+def wants_json(kwargs: dict[str, Any]) -> bool:
+    """Whether a command's arguments (--json, or --format json/jsonl) ask for JSON: its error is JSON too."""
+    fmt = kwargs.get("fmt")
+    return bool(kwargs.get("as_json")) or (isinstance(fmt, str) and fmt.lower() in ("json", "jsonl"))
+
+
+def json_error(exc: BaseException, exit_code: int) -> None:
+    """Under --json (or --format json/jsonl), an error is also a JSON object on stdout, so a script that parses
+    the output reads it instead of failing on empty input: {"error": {"message", "type", "exit_code"}}."""
+    import orjson
+
+    body = {"error": {"message": " ".join(str(exc).split()) or type(exc).__name__, "type": type(exc).__name__,
+                      "exit_code": exit_code}}
+    sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()
+
+
 def one_line(exc: BaseException) -> str:
     """An exception as one line: '<message>' for ours, '<Type>: <message>' for anything else.
 
@@ -145,6 +186,8 @@ def handle_errors(fn: Callable) -> Callable:
             raise
         except ReceiptsError as exc:
             report_error(exc, debug=_debug(args, kwargs))
+            if wants_json(kwargs):
+                json_error(exc, exc.exit_code)
             raise typer.Exit(exc.exit_code) from None
         except BrokenPipeError:
             quiet_broken_pipe()
@@ -153,6 +196,8 @@ def handle_errors(fn: Callable) -> Callable:
             raise typer.Exit(interrupted_exit_code()) from None
         except Exception as exc:  # noqa: BLE001 - the one place every unexpected error becomes exit 2
             report_error(exc, debug=_debug(args, kwargs))
+            if wants_json(kwargs):
+                json_error(exc, EXIT_INPUT)
             raise typer.Exit(EXIT_INPUT) from None
     setattr(wrapper, "handles_errors", True)  # tests/test_ingest_hygiene.py checks every command carries it
     return wrapper

@@ -7,11 +7,11 @@ from typing import Any, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from receipts.analysis.compare import floor_json
 from receipts.analysis.history import LaneHistory, read_history, resolve_lane
 from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.cli.output import Column, chosen_format, emit, format_option
 from receipts.errors import UsageError
 
 
@@ -26,21 +26,26 @@ def history(
                                         "'HOST_LINEAGE PRESET_FAMILY LAUNCH_REGIME'."),
     tag: Optional[str] = typer.Option(None, "--tag", help="Only receipts carrying this lineage tag."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output: lane, noise_floor, runs."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """A lane's current runs in run order: median, interval, z against the lane's noise floor, change points.
 
     Example: receipts history run_b --tag main
     """
+    fmt = chosen_format(fmt, as_json=as_json)
     with settings(ctx).store(read_only=True) as store:
         lane = resolve_lane(store, ref)
         result = read_history(store, lane, tag=tag)
     if not result.runs:
         raise UsageError(f"lane {lane} has no current receipts" + (f" tagged {tag!r}" if tag else "")
                          + " (see `receipts list`)")
-    if as_json:
+    if fmt == "json":
         print_json(to_json(result))
-    else:
+    elif fmt == "table":
         _render(result)
+    else:
+        runs = to_json(result)["runs"]
+        emit([{"index": i, **r} for i, r in enumerate(runs, start=1)], RUN_COLUMNS, fmt, json_rows=runs)
 
 
 def to_json(h: LaneHistory) -> dict[str, Any]:
@@ -65,27 +70,42 @@ def _run_at(h: LaneHistory, index: int):
     return [r for r in h.runs if r.median_step_ms][index]
 
 
+def _interval(r: dict[str, Any]) -> str:
+    return f"[{r['ci_low']:,.3f}, {r['ci_high']:,.3f}]" if r["ci_low"] is not None else "-"
+
+
+def _date(r: dict[str, Any]) -> str:
+    if not r["run_date"]:
+        return "-"
+    return r["run_date"][:19].replace("T", " ") + (" (ingest)" if r["run_date_source"] == "ingest" else "")
+
+
+RUN_COLUMNS = [
+    Column("index", "#"), Column("id", only="data"), Column("run_name", "run"),
+    Column("run_date", "run date", drop=2, kind="time", show=_date), Column("run_date_source", only="data"),
+    Column("n_steps", only="data"),
+    Column("median_step_ms", "median step", show=lambda r: f"{r['median_step_ms']:,.3f} ms" if r["median_step_ms"] else "-"),
+    Column("ci_low", "95% interval", drop=3, show=_interval), Column("ci_high", only="data"),
+    Column("block_length", only="data"),
+    Column("z", "z", drop=4, show=lambda r: f"{r['z']:+.1f}" if r["z"] is not None else "-"),
+    Column("change_point", "change point",
+           show=lambda r: f"yes {r['change_pct']:+.2f}% (p={r['change_pvalue']:.1g})" if r["change_point"] else ""),
+    Column("change_pvalue", only="data"), Column("change_pct", only="data"), Column("git_rev", only="data"),
+    Column("tags", only="data"), Column("straggler_ranks", only="data"), Column("straggler_impact_pct", only="data"),
+]
+
+
 def _render(h: LaneHistory) -> None:
     console.print(f"[bold]lane[/] {escape(str(h.lane))}" + (f"  (tag {escape(h.tag)})" if h.tag else ""))
     console.print(f"noise floor: {escape(h.floor.note)}")
-    table = Table(show_lines=False)
-    columns = ["#", "run", "run date", "median step", "95% interval", "z", "change point"]
-    has_stragglers = any(r.straggler_ranks for r in h.runs)
-    for col in columns + (["straggler"] if has_stragglers else []):
-        table.add_column(col)
-    for i, r in enumerate(h.runs, start=1):
-        date = f"{r.run_date:%Y-%m-%d %H:%M:%S}" if r.run_date else "-"
-        date += " (ingest)" if r.run_date_source == "ingest" else ""
-        interval = f"[{r.ci_low:,.3f}, {r.ci_high:,.3f}]" if r.ci_low is not None else "-"
-        z = f"{r.z:+.1f}" if r.z is not None else "-"
-        cp = f"[bold red]yes[/] {r.change_pct:+.2f}% (p={r.change_pvalue:.1g})" if r.change_point else ""
-        median = f"{r.median_step_ms:,.3f} ms" if r.median_step_ms else "-"
-        straggler = (f"rank {', '.join(map(str, r.straggler_ranks))} ({r.straggler_impact_pct:.1f}%)"
-                     if r.straggler_ranks else "")
-        table.add_row(str(i), escape(r.run_name), date, median, escape(interval), z, cp,
-                      *([straggler] if has_stragglers else []))
-    console.print(table)
+    runs = [{"index": i, **r} for i, r in enumerate(to_json(h)["runs"], start=1)]
+    columns = list(RUN_COLUMNS)
+    if any(r.straggler_ranks for r in h.runs):
+        columns.append(Column("straggler", "straggler", drop=1, show=lambda r: (
+            f"rank {', '.join(map(str, r['straggler_ranks']))} ({r['straggler_impact_pct']:.1f}%)"
+            if r["straggler_ranks"] else "")))
     n = len(h.change_points)
-    console.print(f"{n} change point{'s' if n != 1 else ''}. {escape(h.method)}")
+    notes = [f"{n} change point{'s' if n != 1 else ''}. {h.method}"]
     if any(r.run_date_source == "ingest" for r in h.runs):
-        console.print("(ingest): the run gave no start time; ordered by when it was ingested")
+        notes.append("(ingest): the run gave no start time; ordered by when it was ingested")
+    emit(runs, columns, "table", notes=notes)

@@ -101,6 +101,7 @@ class LazyGroup(TyperGroup):
         sub = typer.Typer()
         importlib.import_module(f"receipts.cli.{module}").register(sub)
         for name, command in typer.main.get_group(sub).commands.items():
+            _plain_flags(command)
             self.commands.setdefault(name, command)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
@@ -109,6 +110,17 @@ class LazyGroup(TyperGroup):
             super().format_help(ctx, formatter)
         finally:
             self._listing = False
+
+
+def _plain_flags(command: Any) -> None:
+    """Flags in a command's help read `--json`, not typer's `--json <bool>`: a flag takes no value, so its
+    metavar is empty (typer shows a set metavar instead of the type). Also for --help and subcommands."""
+    command.get_help_option(typer.Context(command))  # created once and cached: its metavar sticks
+    for param in [*command.params, getattr(command, "_help_option", None)]:
+        if param is not None and getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _plain_flags(sub)
 
 
 def _summary(module: str, attr: str) -> str:
@@ -133,7 +145,7 @@ app = typer.Typer(
     help="A warehouse for GPU training-run receipts. Exit codes: 0 ok, 1 gate rejected, 2 usage/input error, "
          "3 comparison refused, 130 interrupted (129 SIGHUP, 143 SIGTERM), 141 output closed.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # click's plain help for the command list: rendering it with rich doubles start-up
 )

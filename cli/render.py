@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from receipts.cli.context import console
+from receipts.cli.output import Column
 
 
 def fmt_ms(value: float | None) -> str:
@@ -32,31 +33,60 @@ def ended_early_line(run_name: str, reason: str) -> str:
             "(a crashed or stopped run: its figures cover only the steps it logged)")
 
 
-def render_receipt_list(rows: list[dict[str, Any]], *, total: int, show_all: bool) -> None:
-    """`receipts list` as a table: `rows` (analysis.listing.receipt_list's, newest first) are the ones shown of
-    `total`; `show_all`: superseded receipts are among them, marked in a last column."""
+def list_json(r: dict[str, Any]) -> dict[str, Any]:
+    """One receipt of `list --json`: the stable contract."""
+    return {
+        "id": r["id"], "run_name": r["run_name"],
+        "identity": {"host_lineage": r["host_lineage"], "preset_family": r["preset_family"],
+                     "launch_regime": r["launch_regime"], "complete": r["identity_complete"]},
+        "machine_class": r["machine_class"], "source_format": r["source_format"], "tags": r["tags"],
+        "n_steady_steps": r["n_steady_steps"], "median_step_ms": r["median_step_ms"],
+        "series_unit": r["series_unit"], "time_to_train_s": r["time_to_train_s"],
+        "peak_allocated_bytes": r["peak_allocated_bytes"], "peak_reserved_bytes": r["peak_reserved_bytes"],
+        "ended_early": r["ended_early"], "started_at": r["started_at"], "ingested_at": r["ingested_at"],
+        "superseded_by": r["superseded_by"],
+    }
+
+
+def list_title(rows: list[dict[str, Any]], *, total: int, show_all: bool) -> str:
     n_superseded = sum(1 for r in rows if r["superseded_by"])
     title = f"{total} receipts" + (f" ({n_superseded} superseded, marked in the last column)" if show_all
                                     else " (current; --all adds superseded ones)")
     if len(rows) < total:
         title += f"; the newest {len(rows)} shown (--limit N, --limit 0 for all)"
-    table = Table(title=title, show_lines=False)
+    return title
+
+
+def list_columns(rows: list[dict[str, Any]], *, show_all: bool) -> list[Column]:
+    """`receipts list`'s columns: on a terminal the id, the run, its lane and median step stay longest; TSV and
+    CSV carry every field, whole. `rows`: analysis.listing.receipt_list's, newest first."""
+    def per_unit(r: dict[str, Any]) -> str:
+        return "" if r["series_unit"] == "step" else f"/{r['series_unit']}"
+
     # Time to train is MLPerf's headline; a store without MLPerf receipts gets no column of dashes.
     with_ttt = any(r["time_to_train_s"] is not None for r in rows)
-    for col in ("id", "run", "host lineage", "preset family", "regime", "machine", "steady n", "median step",
-                *(["time to train"] if with_ttt else []), "peak alloc"):
-        table.add_column(col)
-    if show_all:
-        table.add_column("superseded by")
-    for r in rows:
-        rumor = "" if r["identity_complete"] else " [yellow](rumor)[/]"
-        table.add_row(r["id"][:12], escape(r["run_name"]) + rumor, *(escape(r[k] or "-") for k in
-                      ("host_lineage", "preset_family", "launch_regime", "machine_class")),
-                      f"{r['n_steady_steps']} {r['series_unit']}s" if r["series_unit"] != "step" else str(r["n_steady_steps"]),
-                      fmt_ms(r["median_step_ms"]) + (f"/{r['series_unit']}" if r["series_unit"] != "step" else ""),
-                      *([fmt_duration(r["time_to_train_s"])] if with_ttt else []), fmt_bytes(r["peak_allocated_bytes"]),
-                      *([(r["superseded_by"] or "-")[:12]] if show_all else []))
-    console.print(table)
+    return [
+        Column("id", "id", kind="id"),
+        Column("run_name", "run", show=lambda r: r["run_name"] + ("" if r["identity_complete"] else " (rumor)")),
+        Column("host_lineage", "host lineage", drop=3),
+        Column("preset_family", "preset family", drop=4),
+        Column("launch_regime", "regime", drop=2),
+        Column("identity_complete", only="data"),
+        Column("machine_class", "machine", drop=6),
+        Column("n_steady_steps", "steady n", drop=7,
+               show=lambda r: f"{r['n_steady_steps']}" + (f" {r['series_unit']}s" if r["series_unit"] != "step" else "")),
+        Column("median_step_ms", "median step", show=lambda r: fmt_ms(r["median_step_ms"]) + per_unit(r)),
+        Column("series_unit", only="data"),
+        *([Column("time_to_train_s", "time to train", drop=1, show=lambda r: fmt_duration(r["time_to_train_s"]))]
+          if with_ttt else [Column("time_to_train_s", only="data")]),
+        Column("peak_allocated_bytes", "peak alloc", drop=5, show=lambda r: fmt_bytes(r["peak_allocated_bytes"])),
+        Column("peak_reserved_bytes", only="data"),
+        Column("ended_early", only="data"),
+        Column("started_at", kind="time", only="data"),
+        Column("ingested_at", kind="time", only="data"),
+        Column("tags", only="data"),
+        Column("superseded_by", "superseded by", kind="id", only="" if show_all else "data"),
+    ]
 
 
 def render_report(r: dict[str, Any]) -> None:

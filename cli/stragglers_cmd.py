@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
@@ -10,6 +10,7 @@ from rich.table import Table
 
 from receipts.analysis.stragglers import stored_reports
 from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.cli.output import Column, chosen_format, emit, format_option
 from receipts.errors import UsageError
 
 
@@ -23,23 +24,43 @@ def stragglers(
     ref: str = typer.Argument(..., help="Receipt id, unique id prefix, or run name."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable: matching, ranks, stragglers, per_kind, "
                                                        "per_step, for the newest multi-rank export."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """Rank skew per collective, per rank and per step; the straggler named (when the evidence clears the bar)
     with its what-if impact and cause.
 
     Example: receipts stragglers fsdp2_2gpu_nsys --json
+
+    TSV, CSV and JSON Lines carry the per-rank table of the newest export, its straggler marked.
     """
+    fmt = chosen_format(fmt, as_json=as_json)
     with settings(ctx).read_store() as store:
         receipt_id = store.resolve(ref)
         reports = stored_reports(store.query("stragglers", {"receipt_id": receipt_id}).iter_rows(named=True))
     if not reports:
         raise UsageError(f"{ref}: no multi-rank profiler export with communication is attached "
                          "(attach an nsys export of several ranks or a folder of per-rank Kineto traces)")
-    if as_json:
+    if fmt == "json":
         print_json(reports[0])
+        return
+    if fmt != "table":
+        emit(rank_rows(reports[0]), RANK_COLUMNS, fmt)
         return
     for rep in reports:
         _render(rep)
+
+
+RANK_COLUMNS = [Column(k) for k in ("rank", "last_arrival_share", "wait_imposed_ms_per_step", "wait_ms_per_step",
+                                    "straggler", "impact_ms_per_step", "impact_pct", "cause", "source")]
+
+
+def rank_rows(rep: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per rank: how often it arrived last, the wait it imposed and suffered, and, for a named
+    straggler, its what-if impact and cause."""
+    named = {s["rank"]: s for s in rep["stragglers"]}
+    return [{**r, "straggler": r["rank"] in named, "source": rep["source"],
+             **{k: named.get(r["rank"], {}).get(k) for k in ("impact_ms_per_step", "impact_pct", "cause")}}
+            for r in rep["ranks"]]
 
 
 def _render(rep: dict[str, Any]) -> None:

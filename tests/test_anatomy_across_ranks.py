@@ -70,11 +70,11 @@ def _renumbered(folder: Path, ranks: int) -> Path:
 def test_past_one_nodes_ranks_the_default_is_one_table_per_phase(tmp_path, db):
     two = cli(db, "ingest", str(TRACES), "--run-name", "pair")
     assert two.exit_code == 0, two.stderr
-    assert "per rank, ms per step" in cli(db, "anatomy", "pair").stdout  # 2 ranks: each rank, as before
+    assert "per rank, ms per step" in cli(db, "anatomy", "pair", "--format", "table").stdout  # 2 ranks: each rank, as before
 
     many = _renumbered(tmp_path / "ranks12", 12)
     assert cli(db, "ingest", str(many), "--run-name", "ranks12").exit_code == 0
-    shown = cli(db, "anatomy", "ranks12")
+    shown = cli(db, "anatomy", "ranks12", "--format", "table")
     assert shown.exit_code == 0 and "steady: ms per step over 12 ranks (--by rank: each rank)" in shown.stdout
     assert "per rank, ms per step" not in shown.stdout
     code, report = cli_json(db, "anatomy", "ranks12")
@@ -86,7 +86,7 @@ def test_past_one_nodes_ranks_the_default_is_one_table_per_phase(tmp_path, db):
         assert row["ranks"] == len(values) == 12
         assert (row["min_ms"], row["max_ms"]) == (values[0][0], values[-1][0])
         assert row["min_rank"] in (0, 1) and row["max_rank"] in (10, 11)
-    assert "per rank, ms per step" in cli(db, "anatomy", "ranks12", "--by", "rank").stdout
+    assert "per rank, ms per step" in cli(db, "anatomy", "ranks12", "--by", "rank", "--format", "table").stdout
     bad = cli(db, "anatomy", "ranks12", "--by", "ranks")
     assert bad.exit_code == 2 and "--by must be category, rank, step, nvtx or kernel" in bad.stderr
 

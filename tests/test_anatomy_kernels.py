@@ -62,12 +62,12 @@ def test_stored_totals_cover_the_steady_steps_and_print(db, tmp_path, run, sourc
     steps = pl.DataFrame(report["steps"]).filter(~pl.col("warmup") & pl.col("step").is_not_null())
     # calls over the steady steps == the kernels the anatomy counted in those steps (computed apart)
     assert kernels["calls"].sum() == steps["kernels"].sum() > 0
-    assert set(kernels["category"]) <= set(pl.DataFrame(report["rows"])["category"])
+    assert set(kernels["category"]) <= set(pl.DataFrame(report["step_rows"])["category"])
     shares = kernels.group_by("category").agg(pl.col("share_pct").sum())["share_pct"]
     assert ((shares - 100).abs() < 1e-6).all()  # --top 1000 keeps every kernel: each category sums to 100%
     top2 = cli_json(db, "anatomy", run, "--top", "2")[1]["kernels"]
     assert max(pl.DataFrame(top2).group_by("category").len()["len"]) <= 2
-    shown = cli(db, "anatomy", run, "--by", "kernel", "--top", "3")
+    shown = cli(db, "anatomy", run, "--by", "kernel", "--top", "3", "--format", "table")
     assert shown.exit_code == 0 and "top 3 kernels per category" in shown.stdout
     longest = kernels.sort("total_ms", descending=True).row(0, named=True)
     assert longest["category"] in shown.stdout and f"{longest['calls']:,}" in shown.stdout

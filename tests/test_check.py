@@ -105,19 +105,55 @@ def test_real_every_aa_run_passes_against_the_other_main_runs(noise_db, last):
 def test_real_markdown_comment_and_step_summary(noise_db, tmp_path):
     comment, summary = tmp_path / "comment.md", tmp_path / "summary.md"
     summary.write_text("earlier step output\n")
-    code, _ = check(noise_db, "slow_1", "aa_10", "--against", "tag:main", "--last", "9", "--markdown", str(comment),
-                    env={"GITHUB_STEP_SUMMARY": str(summary)})
+    code, _ = check(noise_db, "slow_1", "aa_10", "--against", "tag:main", "--last", "9", "--each",
+                    "--markdown", str(comment), env={"GITHUB_STEP_SUMMARY": str(summary)})
     body = comment.read_text()
     assert code == 1 and body.splitlines()[0] == MARKER
     assert "1 of 2 run(s) slower than tag:main" in body.splitlines()[1]
-    assert body.count("\n| lane | h100-device-x1 · toy_fsdp2_v1 · fsdp2/no-compile |") == 2
-    # aa_10 is a candidate too, so neither candidate's baseline includes it
-    assert body.count("| baseline | 9 run(s) tagged 'main': aa_01, aa_02, aa_03, aa_04, aa_05, aa_06, aa_07, aa_08, "
-                      "aa_09, median ") == 2
-    for row in ("| step time |", "| verdict |", "| noise floor |", "| drift | none |"):
-        assert body.count(row) == 2, row
-    assert "#### :x: slow_1: **slower**" in body
+    # the lane, its baseline and its noise floor stated once, for both runs
+    assert body.count("**lane** h100-device-x1 · toy_fsdp2_v1 · fsdp2/no-compile · **baseline** 9 run(s) tagged "
+                      "`main`, median ") == 1
+    # aa_10 is a candidate too, so the baseline does not include it
+    assert body.count("9 run(s) tagged 'main': aa_01, aa_02, aa_03, aa_04, aa_05, aa_06, aa_07, aa_08, aa_09, "
+                      "median ") == 1
+    assert "| slow_1 | :x: slower | +" in body and "| aa_10 | " in body
+    assert body.count("drift: none") == 2 and "<details><summary>Per-run details</summary>" in body
     assert summary.read_text() == "earlier step output\n" + body + "\n"  # appended, never overwritten
+
+
+def test_real_pr_of_three_repeats_is_pooled_in_a_short_comment(noise_db, tmp_path):
+    """The PR comment a reviewer reads in ten seconds: 3 repeats of a 2.5% slowdown, one summary table, the
+    pooled verdict deciding, at most 30 lines; `--json` carries it as `pooled`."""
+    comment = tmp_path / "pr.md"
+    code, out = check(noise_db, "tag:pr-slow", "--against", "tag:main", "--last", "10", "--markdown", str(comment))
+    body = comment.read_text()
+    assert code == 1 and out["judged"] == "pooled"
+    assert out["pooled"]["verdict"] == "slower" and sorted(out["pooled"]["runs"]) == sorted(r["id"] for r in out["results"])
+    lane = out["pooled"]["lanes"][0]
+    assert lane["run_names"] == [r["run"] for r in out["results"]] and 1.015 < lane["ratio"]["value"] < 1.04
+    # the pool is the median of the three run medians against the same baseline
+    assert lane["median_step_ms"] == pytest.approx(statistics.median(r["median_step_ms"] for r in out["results"]))
+    assert lane["baseline"]["median_step_ms"] == out["results"][0]["baseline"]["median_step_ms"]
+    # three runs resolve a smaller change than one: the pooled interval is narrower than any run's own
+    width = lane["ratio"]["ci_high"] - lane["ratio"]["ci_low"]
+    assert all(width < r["ratio"]["ci_high"] - r["ratio"]["ci_low"] for r in out["results"])
+    lines = body.splitlines()
+    assert len(lines) <= 30, body
+    assert lines[1].startswith("### receipts check: slower than tag:main beyond the noise (3 run(s) pooled, +")
+    assert body.count("**lane**") == 1 and body.count("**noise floor**") == 1
+    assert "| **3 run(s) pooled** (decides) | :x: **slower** |" in body
+    assert all(f"| slow_{i} | :x: slower |" in body for i in (1, 2, 3))
+    assert body.index("<details>") > body.index("| slow_3 |") and "</details>" in body
+
+
+def test_real_one_noisy_repeat_does_not_decide_the_pr_alone(noise_db):
+    """A PR whose three repeats are one slow run and two unchanged ones: judged alone, the slow one fails the
+    check (--each); pooled, the PR's runs are not slower beyond the noise."""
+    code, out = check(noise_db, "slow_1", "aa_09", "aa_10", "--against", "tag:main", "--last", "8")
+    assert [r["verdict"] for r in out["results"]][0] == "slower"
+    assert code == 0 and out["passed"] and out["pooled"]["verdict"] in ("no change", "inconclusive")
+    code, out = check(noise_db, "slow_1", "aa_09", "aa_10", "--against", "tag:main", "--last", "8", "--each")
+    assert code == 1 and out["judged"] == "each" and not out["passed"]
 
 
 # ------------------------------------------------------------------------- native logs: each rule
@@ -229,14 +265,21 @@ def test_junit_github_and_a_hostile_run_name_in_the_comment(tmp_path, lane):
     body = comment.read_text()
     assert "<script>" not in body and "a\\|b &lt;script&gt;" in body and body.startswith(MARKER + "\n")
     suite = ET.parse(junit).getroot()
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "1", "1")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
-    assert cases["a|b <script>alert(1)</script>"].find("failure").get("type") == "slower"
+    assert cases["1 run(s) pooled"].find("failure").get("type") == "slower"
+    assert cases["a|b <script>alert(1)</script>"].find("system-out").text.startswith("slower: ")
     assert cases["lonely"].find("error").get("type") == "no_baseline"
     notes = [ln for ln in result.stdout.splitlines() if ln.startswith("::")]
-    assert len(notes) == 2 and notes[0].startswith("::error title=receipts check%3A a|b")
-    assert notes[1].startswith("::error title=receipts check%3A lonely no baseline::")
-    assert re.search(r"%0A|\n", notes[0].split("::", 2)[2]) is None
+    assert len(notes) == 3 and notes[0].startswith("::error title=receipts check%3A 1 run(s) pooled slower::")
+    assert notes[1].startswith("::warning title=receipts check%3A a|b")
+    assert notes[2].startswith("::error title=receipts check%3A lonely no baseline::")
+    assert re.search(r"%0A|\n", notes[1].split("::", 2)[2]) is None
+    each = cli(lane, "check", "a|b <script>alert(1)</script>", "lonely", "--against", "tag:main", "--each",
+               "--junit", str(junit), "--github")
+    suite = ET.parse(junit).getroot()
+    assert each.exit_code == 1 and (suite.get("tests"), suite.get("failures")) == ("2", "1")
+    assert [ln for ln in each.stdout.splitlines() if ln.startswith("::")][0].startswith("::error title=receipts check%3A a|b")
 
 
 # ------------------------------------------------------------------------- the team store (PostgreSQL)

@@ -108,7 +108,7 @@ def test_history_by_lane_and_tag(noise_db):
     assert code == 0 and out["tag"] == "main"
     assert [r["run_name"] for r in out["runs"]] == [f"aa_{i:02d}" for i in range(1, 11)]
     assert not any(r["change_point"] for r in out["runs"]) and out["noise_floor"]["n_runs"] == 10
-    text = cli(noise_db, "history", "h100-device-x1 · toy_fsdp2_v1 · fsdp2/no-compile").stdout
+    text = cli(noise_db, "history", "h100-device-x1 · toy_fsdp2_v1 · fsdp2/no-compile", "--format", "table").stdout
     assert "noise floor:" in text and "1 change point" in text and "slow_1" in text
 
 
@@ -129,7 +129,7 @@ def test_history_uses_ingest_time_without_a_start_and_skips_superseded(tmp_path,
     assert {r["run_date_source"] for r in out["runs"]} == {"ingest"}
     dates = [r["run_date"] for r in out["runs"]]
     assert dates == sorted(dates)  # ingest time (second resolution; ties in id order)
-    assert "(ingest)" in cli(db, "history", "r0").stdout
+    assert "(ingest)" in cli(db, "history", "r0", "--format", "table").stdout
     # a superseded receipt is an old copy of a run: not in the history, not in the floor
     import duckdb
     con = duckdb.connect(db)

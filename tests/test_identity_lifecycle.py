@@ -260,7 +260,8 @@ def test_a_growing_log_supersedes_its_prefix(tmp_path, db):
     assert [r["id"] for r in listed] == [second["receipt_id"]]
     everything = {r["id"]: r["superseded_by"] for r in cli_json(db, "list", "--all")[1]}
     assert everything == {first["receipt_id"]: second["receipt_id"], second["receipt_id"]: None}
-    assert "superseded" in cli(db, "list", "--all").stdout and "superseded" not in cli(db, "list").stdout.split("\n", 1)[1]
+    assert "superseded" in cli(db, "list", "--all", "--format", "table").stdout
+    assert "superseded" not in cli(db, "list", "--format", "table").stdout.split("\n", 1)[1]
     assert cli_json(db, "show", "live")[1]["id"] == second["receipt_id"]          # a run name means the current one
     assert cli_json(db, "show", first["receipt_id"])[1]["superseded_by"] == second["receipt_id"]
     # the gate refuses the superseded receipt as evidence and names its successor

@@ -238,8 +238,9 @@ def test_list_table_shows_the_newest_and_says_how_many_are_left_out(tmp_path, db
         cli(db, "ingest", str(write_native_log(tmp_path / f"{name}.log", _steps(10, 100, seed))))
     newest_first = [r["run_name"] for r in cli_json(db, "list")[1]]  # --json: every receipt unless asked
     assert sorted(newest_first) == ["run_a", "run_b", "run_c"]
-    table = cli(db, "list").stdout
+    table = cli(db, "list", "--format", "table").stdout
     assert "3 receipts" in table and "the newest 2 shown (--limit N, --limit 0 for all)" in table
     assert newest_first[0] in table and newest_first[1] in table and newest_first[2] not in table
-    assert newest_first[2] in cli(db, "list", "--limit", "0").stdout
+    assert newest_first[2] in cli(db, "list", "--format", "table", "--limit", "0").stdout
+    assert len(cli(db, "list").stdout.splitlines()) == 1 + 3  # piped: TSV, a header and every receipt
     assert [r["run_name"] for r in cli_json(db, "list", "--limit", "1")[1]] == newest_first[:1]

@@ -1,0 +1,216 @@
+"""Output that pipes: the conventions of gh, sqlite-utils and DuckDB's CLI (cli/output.py).
+
+In a pipe a table is TSV with full ids and RFC 3339 times, no colour; `--format` picks any of table, tsv,
+csv, json, jsonl; NO_COLOR / CLICOLOR_FORCE are honoured; on a terminal a table fits its width by dropping
+columns, never by cutting an id or a run name; under --json an error is a JSON object on stdout; `anatomy
+--json` keeps per-step rows and window totals apart; help shows no `<bool>`; shell completion answers.
+Real runs: the noise set's H100 logs and the 2-GPU nsys export.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import cli, cli_json
+from tests.conftest import GPU_DATA, REPO
+
+NOISE = REPO / "tests" / "data" / "noise"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-9]|9[0-7]|38;)[0-9;]*m")
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    db = str(tmp_path_factory.mktemp("out") / "o.duckdb")
+    runs = [str(NOISE / n / "run.log") for n in ("aa_01", "aa_02", "aa_03", "slow_1")]
+    assert cli(db, "--registry", str(REPO / "tests" / "data" / "registry.toml"), "ingest", *runs).exit_code == 0
+    return db
+
+
+def run(db: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a shell runs it, stdout a pipe."""
+    return subprocess.run([sys.executable, "-m", "receipts.cli.main", "--db", db, *args], capture_output=True,
+                          text=True, cwd=REPO, timeout=120, env={**os.environ, **(env or {})})
+
+
+def on_a_terminal(db: str, *args: str, columns: int = 80, env: dict | None = None) -> str:
+    """The CLI with stdout on a pseudo-terminal `columns` wide, as a person at a shell sees it."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec the CLI on the terminal
+        os.chdir(REPO)
+        os.environ.update({"COLUMNS": str(columns), "LINES": "50", **(env or {})})
+        os.execv(sys.executable, [sys.executable, "-m", "receipts.cli.main", "--db", db, *args])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    return out.decode().replace("\r\n", "\n")
+
+
+def test_list_in_a_pipe_is_tsv_with_full_ids_and_rfc3339_times(store):
+    done = run(store, "list")
+    assert done.returncode == 0, done.stderr
+    assert not ANSI.search(done.stdout)
+    rows = list(csv.DictReader(io.StringIO(done.stdout), delimiter="\t"))
+    listed = cli_json(store, "list")[1]
+    assert [r["id"] for r in rows] == [r["id"] for r in listed]  # whole ids: a pasted one resolves
+    assert all(len(r["id"]) == 16 for r in rows)
+    assert {r["run_name"] for r in rows} == {"aa_01", "aa_02", "aa_03", "slow_1"}
+    assert all(RFC3339.match(r["ingested_at"]) and RFC3339.match(r["started_at"]) for r in rows)
+    assert [float(r["median_step_ms"]) for r in rows] == [r["median_step_ms"] for r in listed]  # full precision
+    first = rows[0]["id"]
+    assert run(store, "show", first).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["list"], ["history", "aa_01"], ["show", "aa_01"], ["compare", "aa_01", "aa_02"],
+                                     ["check", "slow_1", "--against", "tag:main"]])
+def test_every_reading_command_takes_every_format(store, command):
+    as_json = json.loads(run(store, *command, "--json").stdout)
+    for fmt in ("table", "tsv", "csv", "json", "jsonl"):
+        done = run(store, *command, "--format", fmt)
+        assert done.returncode in (0, 1), (fmt, done.stderr)
+        assert done.stdout.strip(), fmt
+        if fmt == "json":
+            assert json.loads(done.stdout) == as_json
+        elif fmt == "jsonl":
+            lines = [json.loads(line) for line in done.stdout.splitlines()]
+            assert lines and all(isinstance(o, dict) for o in lines)
+        elif fmt in ("tsv", "csv"):
+            rows = list(csv.reader(io.StringIO(done.stdout), delimiter="\t" if fmt == "tsv" else ","))
+            assert len({len(r) for r in rows}) == 1 and len(rows) >= 2, (fmt, rows[:3])
+    bad = run(store, *command, "--format", "xml")
+    assert bad.returncode == 2 and "--format must be one of table, tsv, csv, json, jsonl" in bad.stderr
+
+
+def test_the_terminal_table_fits_80_columns_without_cutting_ids_or_names(store):
+    shown = on_a_terminal(store, "list", columns=80, env={"NO_COLOR": "1"})
+    text = ANSI.sub("", shown)
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "…" not in text
+    for r in cli_json(store, "list")[1]:
+        line = next(line for line in text.splitlines() if r["id"][:12] in line)
+        assert r["run_name"] in line.split() and r["id"][:12] in line.split()  # on the row's one line, whole
+    assert "left out to fit 80 columns" in text
+    wide = ANSI.sub("", on_a_terminal(store, "list", columns=200))
+    assert "preset family" in wide and "left out" not in wide
+
+
+@pytest.mark.slow
+def test_a_kernel_name_takes_a_line_or_two_on_a_terminal_and_stays_whole_in_tsv(tmp_path):
+    db = str(tmp_path / "k.duckdb")
+    assert cli(db, "ingest", str(GPU_DATA / "fsdp2_2gpu_nsys" / "run.log")).exit_code == 0
+    assert cli(db, "ingest", str(GPU_DATA / "fsdp2_2gpu_nsys.sqlite.gz"), "--attach", "fsdp2_2gpu_nsys").exit_code == 0
+    text = ANSI.sub("", on_a_terminal(db, "anatomy", "fsdp2_2gpu_nsys", "--by", "kernel", "--top", "2", columns=80))
+    table = text[text.index("top 2 kernels"):]
+    rows = [line for line in table.splitlines()[3:] if line.strip()]
+    starts = [i for i, line in enumerate(rows) if re.match(r"\s*[a-z_]+\s+[\d,.]+\s", line)]
+    assert starts and max(b - a for a, b in zip(starts, [*starts[1:], len(rows)])) <= 3, table
+    assert "ncclDevKernel_AllGather_RING_LL(…)" in text
+    tsv = list(csv.DictReader(io.StringIO(cli(db, "anatomy", "fsdp2_2gpu_nsys", "--by", "kernel").stdout),
+                              delimiter="\t"))
+    assert any(r["name"] == "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+               for r in tsv)
+
+    # --json: the per-step rows and the steady window's totals apart; the steps sum to the totals
+    code, report = cli_json(db, "anatomy", "fsdp2_2gpu_nsys")
+    assert code == 0 and "rows" not in report
+    assert all(r["step"] is not None for r in report["step_rows"])
+    assert report["window_totals"] and all("step" not in r for r in report["window_totals"])
+    summed: dict[tuple, float] = defaultdict(float)
+    for r in report["step_rows"]:
+        if not r["warmup"]:
+            summed[r["rank"], r["category"]] += r["time_ms"]
+    for t in report["window_totals"]:
+        assert summed[t["rank"], t["category"]] == pytest.approx(t["time_ms"], rel=1e-9, abs=1e-9)
+
+
+def test_colour_follows_no_color_and_clicolor_force(store):
+    plain = run(store, "check", "slow_1", "--against", "tag:main")
+    assert plain.returncode in (0, 1) and "POOLED" in plain.stdout and not ANSI.search(plain.stdout)
+    forced = run(store, "check", "slow_1", "--against", "tag:main", env={"CLICOLOR_FORCE": "1"})
+    assert COLOUR.search(forced.stdout), forced.stdout
+    both = run(store, "check", "slow_1", "--against", "tag:main", env={"CLICOLOR_FORCE": "1", "NO_COLOR": "1"})
+    assert "POOLED" in both.stdout and not COLOUR.search(both.stdout)
+    terminal = on_a_terminal(store, "check", "slow_1", "--against", "tag:main")
+    assert COLOUR.search(terminal)
+    assert not COLOUR.search(on_a_terminal(store, "check", "slow_1", "--against", "tag:main", env={"NO_COLOR": "1"}))
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", "nope"], ["compare", "nope", "aa_01"], ["history", "nope"],
+                                     ["check", "nope", "--against", "tag:main"], ["anatomy", "aa_01"]])
+def test_an_error_under_json_is_a_json_object_on_stdout(store, command):
+    db = store if command != ["list"] else str(Path(store).with_name("absent.duckdb"))
+    for flags in (["--json"], ["--format", "jsonl"]):
+        done = run(db, *command, *flags)
+        assert done.returncode == 2, done.stdout
+        error = json.loads(done.stdout)["error"]
+        assert error["exit_code"] == 2 and error["message"] and error["type"]
+        assert done.stderr.count("\n") == 1  # the one line for a person stays on stderr
+
+
+def test_help_shows_no_bool_placeholder():
+    import click
+    import typer.main
+
+    from receipts.cli.main import app
+
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        helped = run(":memory:", name, "--help")
+        assert helped.returncode == 0 and "<bool>" not in helped.stdout, (name, helped.stdout)
+    assert "--json" in run(":memory:", "list", "--help").stdout
+
+
+def test_shell_completion_answers_commands_and_options():
+    """Completion as an installed `receipts` runs it (the program name picks the variable _RECEIPTS_COMPLETE)."""
+    command = [sys.executable, "-c", "import sys; sys.argv[0] = 'receipts'; from receipts.cli.main import main; main()"]
+    env = {"_RECEIPTS_COMPLETE": "complete_bash", "COMP_WORDS": "receipts li", "COMP_CWORD": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, **env}, timeout=60)
+    assert done.stdout.split() == ["list"], done.stdout + done.stderr
+    env.update(COMP_WORDS="receipts list --fo", COMP_CWORD="2")
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, **env}, timeout=60)
+    assert done.stdout.split() == ["--format"], done.stdout + done.stderr
+    script = subprocess.run([*command, "--show-completion", "bash"], capture_output=True, text=True, cwd=REPO,
+                            timeout=60)
+    assert "_RECEIPTS_COMPLETE=complete_bash" in script.stdout, script.stdout + script.stderr
+
+
+def test_colour_settings_read_the_conventions():
+    from receipts.cli.context import colour_settings
+
+    assert colour_settings({}) == {}
+    assert colour_settings({"NO_COLOR": "1"}) == {"no_color": True}
+    assert colour_settings({"NO_COLOR": ""}) == {}  # set but empty: not asked for (no-color.org)
+    assert colour_settings({"CLICOLOR_FORCE": "1"}) == {"force_terminal": True}
+    assert colour_settings({"CLICOLOR_FORCE": "0"}) == {}
+    assert colour_settings({"CLICOLOR_FORCE": "1", "NO_COLOR": "1"}) == {"no_color": True}
+    assert colour_settings({"CLICOLOR": "0"}) == {"no_color": True}
+
+
+def test_rfc3339_keeps_a_zone_it_knows_and_never_invents_one():
+    from receipts.cli.output import machine_text, rfc3339
+
+    assert rfc3339("2026-11-23T18:47:36.600+00:00") == "2026-11-23T18:47:36.600000Z"
+    assert rfc3339("2026-11-23T19:47:36+01:00") == "2026-11-23T18:47:36Z"
+    assert rfc3339("2026-11-20 10:00:01.123") == "2026-11-20T10:00:01.123000"  # a log clock without a zone
+    assert machine_text("a\tb\nc") == "a b c" and machine_text(None) == "" and machine_text(0.1 + 0.2) == "0.30000000000000004"
