@@ -45,7 +45,7 @@ def check(
     each: bool = typer.Option(False, "--each", help="Judge the runs one by one for the exit code (default: a lane's "
                                                     "runs pooled, as one group against the baseline)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output (--format json)."),
-    fmt: Optional[str] = format_option(),
+    fmt: Optional[str] = format_option(piped="table"),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a pull-request comment body here (also "
                                                                      "appended to $GITHUB_STEP_SUMMARY when set)."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here: one testcase per candidate."),

@@ -24,7 +24,7 @@ def compare(
     a: str = typer.Argument(..., help="Baseline receipt (id, id prefix or run name)."),
     b: str = typer.Argument(..., help="Candidate receipt."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output (--format json)."),
-    fmt: Optional[str] = format_option(),
+    fmt: Optional[str] = format_option(piped="table"),
 ) -> None:
     """Compare B against A: faster / slower / no change / inconclusive against the lane's noise floor.
 

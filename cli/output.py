@@ -24,9 +24,12 @@ FORMATS = ("table", "tsv", "csv", "json", "jsonl")
 ID_CHARS = 12  # a terminal shows an id's first 12 characters: `show`, `compare` and the rest accept a unique prefix
 
 
-def format_option() -> Any:
+def format_option(piped: str = "tsv") -> Any:
+    """The --format option; `piped`: what the command prints when stdout is not a terminal (tsv for the table
+    commands, the text report, named `table`, for show, compare and check)."""
+    default = "tsv otherwise" if piped == "tsv" else "the same text, without colour, otherwise"
     return typer.Option(None, "--format", metavar="table|tsv|csv|json|jsonl", show_default=False,
-                        help="Output format (default: table on a terminal, tsv otherwise).")
+                        help=f"Output format (default: table on a terminal, {default}).")
 
 
 def chosen_format(fmt: Optional[str], *, as_json: bool = False, piped: str = "tsv") -> str:

@@ -58,7 +58,7 @@ def show(
     ctx: typer.Context,
     ref: str = typer.Argument(..., help="Receipt id, unique id prefix, or run name."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output (--format json)."),
-    fmt: Optional[str] = format_option(),
+    fmt: Optional[str] = format_option(piped="table"),
 ) -> None:
     """Show one receipt: identity with alias resolution, window, steady state, memory, env, sources.
 
