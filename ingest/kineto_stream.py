@@ -8,10 +8,12 @@ args): every other key is skipped in C, no Python object is built for it, and pi
 (GPU kernels, memcpy, memset; runtime/driver launches, for correlation; user annotations;
 ProfilerStep#N) is a few list comprehensions per block, not a Python call per event.
 
-A block that does not decode that way (a split inside a string or nested object, or a field of an
-unexpected type) sends the file to the reference path: each needed event decoded on its own, a
-fragment that does not decode joined to the next piece and retried, and a damaged value named. Odd
-layouts cost speed, never correctness; both paths keep the same columns (tests/test_kineto_stream.py).
+Odd layouts cost speed, never correctness. A block with a field of an unexpected type (a number for a
+name, a list for args) is decoded again without types and each of its events read as the typed decoder
+would have read it. A compact writer's separator can also occur inside an event (in a string or nested
+args): a block cut there ends inside that event, so the separator before it is tried. Anything else that
+does not decode is a damaged trace, named with its byte offset. tests/kineto_reference.py reads every
+trace event by event with the json module; tests/test_kineto_stream.py holds this reader to it.
 """
 
 from __future__ import annotations
@@ -33,15 +35,6 @@ import polars as pl
 
 from receipts.errors import InputError
 
-try:  # optional: about 2x faster decoding of the kept events
-    import orjson
-
-    _loads: Callable[..., Any] = orjson.loads
-    _DecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, UnicodeDecodeError)
-except ImportError:  # pragma: no cover
-    _loads = json.loads  # orjson is a dependency; this is the fallback when its wheel is missing
-    _DecodeError = (json.JSONDecodeError, UnicodeDecodeError)
-
 _GzipError: tuple[type[Exception], ...] = (EOFError, OSError, zlib.error)
 _gzip_open: Callable[..., Any] = gzip.open
 try:  # ISA-L's inflate: 3x zlib's on these traces; gzip stays the fallback where its wheel is missing
@@ -53,28 +46,22 @@ except ImportError:  # pragma: no cover
     pass
 
 _BLOCK_BYTES = 2 << 20  # a block and its decoded events stay in cache: 15% less CPU than 8 MiB blocks
-_MAX_JOINS = 256  # fragments re-joined before an undecodable event is called corrupt
+_MAX_RECUTS = 256  # separators inside events passed over before a block that ends truncated is called damaged
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
-_CAT = re.compile(rb'"cat"\s*:\s*"([^"]*)"')
 # Launch-like runtime/driver calls whose correlation id reaches a GPU activity: cudaLaunchKernel,
 # cudaLaunchKernelExC (newer GPUs, HTA #61), cuLaunchKernel(Ex), hip(Ext)(Module)LaunchKernel,
 # cudaGraphLaunch, cudaLaunchCooperativeKernel, cudaMemcpy*/cudaMemset* (their gpu_memcpy/memset).
-_LAUNCH = re.compile(rb'"name"\s*:\s*"[^"]*(Launch|Memcpy|Memset|memcpy|memset)')
 _LAUNCH_NAME = re.compile(r"Launch|Memcpy|Memset|memcpy|memset")
 _GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
              "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}  # capitalised: Kineto ~2021
-_GPU_CATS = {k.encode(): v for k, v in _GPU_KIND.items()}
-_LAUNCH_CATS = {b"cuda_runtime", b"cuda_driver", b"Runtime"}
-_STEP_CATS = {b"cpu_op", b"user_annotation", b"Operator"}
-_LAUNCH_STR = {c.decode() for c in _LAUNCH_CATS}
-_STEP_STR = {c.decode() for c in _STEP_CATS}
-_WANTED = {*_GPU_KIND, *_LAUNCH_STR, "user_annotation"}  # the categories a block keeps (ProfilerStep#N apart)
+_LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
+_STEP_CATS = {"cpu_op", "user_annotation", "Operator"}
+_WANTED = {*_GPU_KIND, *_LAUNCH_CATS, "user_annotation"}  # the categories a block keeps (ProfilerStep#N apart)
 # Categories only Kineto writes; a Chrome trace without any of them (and without Kineto's top-level
 # keys) is another tool's trace and is refused rather than read as an empty profile.
-_KINETO_CATS = {b"cpu_op", b"user_annotation", b"gpu_user_annotation", b"cuda_runtime", b"cuda_driver",
-                b"kernel", b"gpu_memcpy", b"gpu_memset", b"python_function", b"ac2g", b"Operator",
-                b"Runtime", b"Kernel", b"Trace"}
-_KINETO_CAT = re.compile(rb'"cat"\s*:\s*"(' + b"|".join(sorted(_KINETO_CATS)) + rb')"')
+_KINETO_CATS = {"cpu_op", "user_annotation", "gpu_user_annotation", "cuda_runtime", "cuda_driver", "kernel",
+                "gpu_memcpy", "gpu_memset", "python_function", "ac2g", "Operator", "Runtime", "Kernel", "Trace"}
+_KINETO_CAT = re.compile(rb'"cat"\s*:\s*"(' + "|".join(sorted(_KINETO_CATS)).encode() + rb')"')
 KINETO_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
 _STEP_NAME = re.compile(r"^ProfilerStep\s*#\s*(\d{1,18})$")
 
@@ -126,27 +113,19 @@ class Trace:
     step: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEP_SCHEMA))
     note: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=NOTE_SCHEMA))
     kineto_events: int = 0
-    healed: bool = False  # True when a block needed the reference (per-event) path
 
 
 class _Kept:
-    """The kept columns while a file streams: whole blocks as frames, single events as rows until flushed."""
+    """The kept columns while a file streams, a frame per table and block."""
 
     def __init__(self) -> None:
         self.frames: dict[str, list[pl.DataFrame]] = {t: [] for t in _SCHEMAS}
-        self.rows: dict[str, dict[str, list]] = {t: {c: [] for c in s} for t, s in _SCHEMAS.items()}
 
     def add(self, table: str, columns: dict[str, Any]) -> None:
         if len(next(iter(columns.values()))):
             self.frames[table].append(pl.DataFrame(columns, schema=_SCHEMAS[table], strict=False))
 
-    def flush(self) -> None:
-        for table, columns in self.rows.items():
-            self.add(table, columns)
-            self.rows[table] = {c: [] for c in columns}
-
     def into(self, trace: Trace) -> None:
-        self.flush()
         for table, frames in self.frames.items():
             if frames:
                 setattr(trace, table, pl.concat(frames, how="vertical", rechunk=False))  # no second copy
@@ -166,11 +145,19 @@ def _read(stream, path: Path) -> bytes:
                                "PyTorch profiler trace (.pt.trace.json.gz)") from exc
 
 
+def _too_deep(path: Path, where: str) -> InputError:
+    """Python's json and msgspec stop at the interpreter's recursion limit (about 1,000 levels)."""
+    return InputError(path, f"{where} nests objects or arrays about 1,000 levels deep or more; expected a Kineto "
+                            "Chrome trace, whose events nest a few levels (a damaged or generated trace?)")
+
+
 def _json_object(text: bytes, path: Path, what: str) -> dict:
     try:
         obj = json.loads(text)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
         raise InputError(path, f"{what} is not valid JSON ({str(exc)[:200]}); expected a Kineto Chrome trace") from exc
+    except RecursionError as exc:
+        raise _too_deep(path, what) from exc
     if not isinstance(obj, dict):
         raise InputError(path, f"{what} is not a JSON object; expected a Kineto Chrome trace")
     return obj
@@ -183,13 +170,6 @@ _MAX_US = 9.0e15
 def _bad_time(path: Path, name: object, key: str, value: object) -> InputError:
     return InputError(path, f"event {str(name)[:60]!r} has {key!r} = {str(value)[:40]}; "
                             "expected a finite number of microseconds (a damaged trace?)")
-
-
-def _microseconds(trace: Trace, ev: dict, key: str) -> float:
-    value = ev[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -_MAX_US < value < _MAX_US:
-        raise _bad_time(trace.path, ev.get("name", ""), key, value)
-    return float(value)
 
 
 def _id(value) -> int | None:
@@ -207,48 +187,23 @@ def _ids(values: list) -> pl.Series:
     return pl.Series([_id(v) for v in values], dtype=pl.Int64)
 
 
-def _take(kept: _Kept, trace: Trace, ev: dict) -> None:
-    """Reference path: keep the fields the anatomy needs from one decoded event."""
-    args = ev.get("args")
-    args = args if isinstance(args, dict) else {}
-    cat = str(ev.get("cat", "")).encode()
-    if ev.get("ts") is None or ev.get("dur") is None:
-        return
-    ts, dur = _microseconds(trace, ev, "ts"), _microseconds(trace, ev, "dur")
-    name = str(ev.get("name", ""))
-    kind = _GPU_CATS.get(cat)
-    if kind is not None:
-        g = kept.rows["gpu"]
-        g["name"].append(name)
-        g["kind"].append(kind)
-        g["ts"].append(float(ts))
-        g["dur"].append(float(dur))
-        g["device"].append(_id(args.get("device")))
-        g["stream"].append(_id(args.get("stream")))
-        g["corr"].append(_id(args.get("correlation")))
-        return
-    step = _STEP_NAME.match(name)
-    if step is not None and cat in _STEP_CATS:
-        s = kept.rows["step"]
-        s["step"].append(int(step.group(1)))
-        s["pid"].append(str(ev.get("pid")))
-        s["ts"].append(float(ts))
-        s["dur"].append(float(dur))
-    elif cat == b"user_annotation":
-        n = kept.rows["note"]
-        n["name"].append(name)
-        n["pid"].append(str(ev.get("pid")))
-        n["ts"].append(float(ts))
-        n["dur"].append(float(dur))
-    elif cat in _LAUNCH_CATS and _id(args.get("correlation")) is not None:
-        la = kept.rows["launch"]
-        la["corr"].append(_id(args["correlation"]))
-        la["pid"].append(str(ev.get("pid")))
-        la["ts"].append(float(ts))
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else str(value)
 
 
-class _Layout(Exception):
-    """The fast scan met a block it cannot take whole: redo the file with the reference path."""
+def _untyped(values: list) -> list[_Event]:
+    """A block's events decoded without types, read as the typed decoder reads them where it can: text where
+    it expects text (str() of anything else: never a kept category), args only when they are an object, ts
+    and dur as found (_timed judges them). A value of traceEvents that is not an object is no event."""
+    events = []
+    for v in values:
+        if isinstance(v, dict):
+            args = v.get("args")
+            events.append(_Event(cat=_text(v.get("cat", "")), name=_text(v.get("name", "")), pid=v.get("pid"),
+                                 ts=v.get("ts"), dur=v.get("dur"),
+                                 args=_Args(args.get("device"), args.get("stream"), args.get("correlation"))
+                                 if isinstance(args, dict) else None))
+    return events
 
 
 _cat, _name, _pid, _ts, _dur, _args = (attrgetter(k) for k in ("cat", "name", "pid", "ts", "dur", "args"))
@@ -260,14 +215,21 @@ def _having(events: list[_Event], test: Callable[[str], bool]) -> list[_Event]:
     return list(compress(events, map(test, map(_cat, events))))
 
 
-def _timed(events: list[_Event], path: Path) -> tuple[list[_Event], list[float], list[float]]:
-    """The events with both ts and dur (others carry no interval), each checked like _microseconds;
-    returned with their ts and dur columns."""
+def _timed(events: list[_Event], path: Path, typed: bool) -> tuple[list[_Event], list[float], list[float]]:
+    """The events with both ts and dur (others carry no interval), each a finite number of microseconds below
+    _MAX_US (else the trace is refused, naming the event); returned with their ts and dur columns. `typed`:
+    msgspec decoded them as float, so only their range is left to check."""
     ts, dur = list(map(_ts, events)), list(map(_dur, events))
     if None in ts or None in dur:
         events = [e for e in events if e.ts is not None and e.dur is not None]
         ts, dur = list(map(_ts, events)), list(map(_dur, events))
-    if events:
+    if not typed:  # a string, a bool, an integer past float's range: judged one by one
+        for e in events:
+            for key in ("ts", "dur"):
+                value = getattr(e, key)
+                if type(value) not in (int, float) or not -_MAX_US < value < _MAX_US:
+                    raise _bad_time(path, e.name, key, value)
+    elif events:
         t, d = np.array(ts, dtype=np.float64), np.array(dur, dtype=np.float64)
         bad = ~((np.abs(t) < _MAX_US) & (np.abs(d) < _MAX_US))  # NaN compares False: bad too
         if bad.any():
@@ -294,40 +256,74 @@ def _pids(events: list[_Event]) -> list[str] | pl.Series:
     return list(map(str, pids))
 
 
-def _scan_block(kept: _Kept, trace: Trace, buf: bytearray, end: int) -> None:
-    """Decode buf[:end], a JSON array of whole events, in one call; keep the needed ones column-wise."""
-    if not trace.kineto_events and _KINETO_CAT.search(buf, 0, end):
-        trace.kineto_events = 1
+class _Truncated(Exception):
+    """A block ended inside an event: its cut fell on a separator inside that event."""
+
+
+_TRUNCATED = "Input data was truncated"  # msgspec's DecodeError when the input ends inside a value
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _damaged(path: Path, buf: bytearray, at: int, start: int, why: str) -> InputError:
+    """A block that does not decode: its reason and the bytes around buf[at], at its offset in the trace."""
+    near = bytes(buf[max(at - 40, 1):at + 40]).decode("utf-8", "replace")
+    return InputError(path, f"trace event near byte {start + at - 1:,} is not valid JSON ({why[:120]}): {near!r}; "
+                            "expected a complete Kineto Chrome trace (a damaged file?)")
+
+
+def _decode(trace: Trace, buf: bytearray, end: int, start: int) -> tuple[list[_Event], bool]:
+    """buf[:end], a JSON array of whole events, decoded in one call: (events, typed). A block holding a field of
+    an unexpected type is decoded again without types (_untyped). `start`: buf[1]'s offset in the trace."""
     try:
         with memoryview(buf) as view, view[:end] as block:
-            events = _BLOCK.decode(block)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError included: a field of an unexpected
-        raise _Layout from exc  # type; a byte that is not UTF-8 inside a string: the reference path names it
+            try:
+                return _BLOCK.decode(block), True
+            except msgspec.ValidationError:
+                return _untyped(msgspec.json.decode(block)), False
+    except msgspec.DecodeError as exc:
+        if str(exc) == _TRUNCATED:
+            raise _Truncated from exc
+        byte = _AT_BYTE.search(str(exc))  # the offset in this block; the message names it in the trace
+        raise _damaged(trace.path, buf, int(byte.group(1)) if byte else 1, start,
+                       _AT_BYTE.sub("", str(exc)).strip()) from exc
+    except UnicodeDecodeError as exc:  # a byte that is not UTF-8 inside a string: find where
+        try:
+            bytes(buf[:end]).decode("utf-8")
+            at = 1
+        except UnicodeDecodeError as where:
+            at = where.start
+        raise _damaged(trace.path, buf, at, start, "a byte that is not UTF-8") from exc
+    except RecursionError as exc:
+        raise _too_deep(trace.path, f"a trace event after byte {start:,}") from exc
+
+
+def _keep_events(kept: _Kept, trace: Trace, events: list[_Event], *, typed: bool, markers: bool) -> None:
+    """Keep the needed events column-wise; `markers`: the block may hold a ProfilerStep#N."""
     wanted = _having(events, _WANTED.__contains__)
     path = trace.path
-    gpu, g_ts, g_dur = _timed(_having(wanted, _GPU_KIND.__contains__), path)
+    gpu, g_ts, g_dur = _timed(_having(wanted, _GPU_KIND.__contains__), path, typed)
     if gpu:
         args = _args_of(gpu)
         kept.add("gpu", {"name": list(map(_name, gpu)), "kind": list(map(_GPU_KIND.__getitem__, map(_cat, gpu))),
                          "ts": g_ts, "dur": g_dur, "device": _ids(list(map(attrgetter("device"), args))),
                          "stream": _ids(list(map(attrgetter("stream"), args))),
                          "corr": _ids(list(map(attrgetter("correlation"), args)))})
-    if buf.find(b'"ProfilerStep', 0, end) >= 0:  # ProfilerStep#N: a cpu_op (or user_annotation) on the CPU side
+    if markers:  # ProfilerStep#N: a cpu_op (or user_annotation) on the CPU side
         named = compress(events, map(_step_prefix, map(_name, events)))  # a handful: test them one by one
-        steps = [e for e in named if e.cat in _STEP_STR and _STEP_NAME.match(e.name)]
-        steps, s_ts, s_dur = _timed(steps, path)
+        steps = [e for e in named if e.cat in _STEP_CATS and _STEP_NAME.match(e.name)]
+        steps, s_ts, s_dur = _timed(steps, path, typed)
         if steps:
             kept.add("step", {"step": [int(_STEP_NAME.match(n).group(1)) for n in map(_name, steps)],  # type: ignore[union-attr]
                               "pid": _pids(steps), "ts": s_ts, "dur": s_dur})
     notes = _having(wanted, "user_annotation".__eq__)
     marker = {n for n in set(map(_name, notes)) if _STEP_NAME.match(n)}  # a regex per name, not per event
-    notes, n_ts, n_dur = _timed([e for e in notes if e.name not in marker] if marker else notes, path)
+    notes, n_ts, n_dur = _timed([e for e in notes if e.name not in marker] if marker else notes, path, typed)
     if notes:
         kept.add("note", {"name": list(map(_name, notes)), "pid": _pids(notes),
                           "ts": n_ts, "dur": n_dur})
-    launch = _having(wanted, _LAUNCH_STR.__contains__)
+    launch = _having(wanted, _LAUNCH_CATS.__contains__)
     launcher = {n for n in set(map(_name, launch)) if _LAUNCH_NAME.search(n)}
-    launch, l_ts, _ = _timed(list(compress(launch, map(launcher.__contains__, map(_name, launch)))), path)
+    launch, l_ts, _ = _timed(list(compress(launch, map(launcher.__contains__, map(_name, launch)))), path, typed)
     if launch:
         corr = _ids(list(map(attrgetter("correlation"), _args_of(launch))))
         if corr.null_count():  # a launch without a usable correlation id reaches no GPU activity
@@ -336,39 +332,8 @@ def _scan_block(kept: _Kept, trace: Trace, buf: bytearray, end: int) -> None:
         kept.add("launch", {"corr": corr, "pid": _pids(launch), "ts": l_ts})
 
 
-def _keep(kept: _Kept, trace: Trace, piece: bytes) -> bool:
-    """Reference path: decode one piece if needed; False when it is not a whole event (join it to the next)."""
-    m = _CAT.search(piece)
-    if m is None:
-        return True  # metadata ('M') and instant events without a category: nothing to keep
-    cat = m.group(1)
-    if cat in _KINETO_CATS:
-        trace.kineto_events += 1
-    needed = (cat in _GPU_CATS or (cat in _LAUNCH_CATS and _LAUNCH.search(piece) is not None)
-              or cat == b"user_annotation" or (cat in _STEP_CATS and b"ProfilerStep" in piece))
-    if needed:
-        try:
-            _take(kept, trace, _loads(b"{" + piece + b"}"))
-        except _DecodeError:
-            return False
-    return True
-
-
-def stream_trace(path: Path, *, fast: bool = True) -> Trace:
-    """Stream one trace file; header/footer keys into meta, kept events into frames.
-
-    fast=False forces the reference path (every needed event decoded on its own) for the equality tests."""
-    if fast:
-        try:
-            return _stream_once(path, fast=True)
-        except _Layout:
-            pass
-    trace = _stream_once(path, fast=False)
-    trace.healed = True
-    return trace
-
-
-def _stream_once(path: Path, *, fast: bool) -> Trace:
+def stream_trace(path: Path) -> Trace:
+    """Stream one trace file; header/footer keys into meta, kept events into frames."""
     trace, kept = Trace(path), _Kept()
     try:
         stream = _open(path)
@@ -393,8 +358,7 @@ def _stream_once(path: Path, *, fast: bool) -> Trace:
         else:
             if not body.startswith(b"{"):
                 raise InputError(path, "traceEvents is not an array of event objects")
-            sep = _separator(body, path)
-            tail = (_fast_events if fast else _reference_events)(kept, trace, stream, body, sep)
+            tail = _events(kept, trace, stream, body, _separator(body, path), m.end())
     footer = tail.strip()
     if footer.startswith(b","):
         trace.meta.update(_json_object(b"{" + footer[1:], path, "the trailer after traceEvents"))
@@ -404,47 +368,41 @@ def _stream_once(path: Path, *, fast: bool) -> Trace:
     return trace
 
 
-def _fast_events(kept: _Kept, trace: Trace, stream, body: bytes, sep: bytes) -> bytes:
-    """Blocks of whole events, each decoded in place as '[' + events + ']' (the separator's comma after
-    the last whole event is overwritten with ']'); one copy of each byte, not one per slice. The next
-    block is inflated on a second thread meanwhile (ISA-L and file reads release the GIL)."""
+def _events(kept: _Kept, trace: Trace, stream, body: bytes, sep: bytes, start: int) -> bytes:
+    """Blocks of whole events, each decoded in place as '[' + events + ']' (the byte after the last whole
+    event's '}' is overwritten with ']'); one copy of each byte, not one per slice. The next block is
+    inflated on a second thread meanwhile (ISA-L and file reads release the GIL). `start`: body's offset
+    in the trace. Returns what follows the last event."""
     buf = bytearray(b"[") + body
+    recuts = 0  # separators inside events passed over since the last block that decoded
     with ThreadPoolExecutor(1, thread_name_prefix="kineto-read") as reader:
         ahead = reader.submit(_read, stream, trace.path)
         while True:
             cut = buf.rfind(sep)
-            if cut > 0:
-                buf[cut + 1] = 0x5D  # ']'
-                _scan_block(kept, trace, buf, cut + 2)
+            while cut > 0:
+                kept_byte, buf[cut + 1] = buf[cut + 1], 0x5D  # ']'
+                try:
+                    events, typed = _decode(trace, buf, cut + 2, start)
+                except _Truncated:  # the cut fell inside an event: try the separator before it
+                    buf[cut + 1] = kept_byte
+                    recuts += 1
+                    if recuts > _MAX_RECUTS:
+                        raise _damaged(trace.path, buf, cut, start, "an event that does not end") from None
+                    cut = buf.rfind(sep, 0, cut)
+                    continue
+                if not trace.kineto_events and _KINETO_CAT.search(buf, 0, cut + 2):
+                    trace.kineto_events = 1
+                _keep_events(kept, trace, events, typed=typed, markers=buf.find(b'"ProfilerStep', 0, cut + 2) >= 0)
                 del buf[1:cut + len(sep) - 1]  # keep '[' and the next event's '{'
+                start += cut + len(sep) - 2
+                recuts = 0
+                break
             block = ahead.result()
             if not block:
                 break
             ahead = reader.submit(_read, stream, trace.path)
             buf += block
     return _last_event(kept, trace, bytes(buf[2:]), trace.path)
-
-
-def _reference_events(kept: _Kept, trace: Trace, stream, body: bytes, sep: bytes) -> bytes:
-    """Split at the separator and decode each needed event on its own; a fragment that does not decode is
-    joined to the next piece (a split inside a string or nested object) until it does."""
-    path, eof = trace.path, False
-    pending, carry, joins = body[1:], b"", 0
-    while True:
-        pieces = pending.split(sep)
-        pending = pieces.pop()
-        for piece in pieces:
-            piece = carry + piece
-            carry, joins = (b"", 0) if _keep(kept, trace, piece) else (piece + sep, joins + 1)
-            if joins > _MAX_JOINS:  # not a split inside a string or nested object: corrupt
-                raise InputError(path, "a trace event is not valid JSON: " + repr(carry[:120])[2:-1])
-        kept.flush()
-        if eof:
-            break
-        block = _read(stream, path)
-        eof = not block
-        pending += block
-    return _last_event(kept, trace, carry + pending, path)
 
 
 def _separator(body: bytes, path: Path) -> bytes:
@@ -454,6 +412,8 @@ def _separator(body: bytes, path: Path) -> bytes:
         _, end = json.JSONDecoder().raw_decode(text)
     except ValueError as exc:
         raise InputError(path, f"first trace event is not valid JSON ({str(exc)[:200]}); file cut short?") from exc
+    except RecursionError as exc:
+        raise _too_deep(path, "the first trace event") from exc
     after = text[end:]
     m = re.match(r"\s*,\s*\{", after)
     return ("}" + m.group(0)).encode() if m else b"\x00no-separator\x00"
@@ -466,9 +426,10 @@ def _last_event(kept: _Kept, trace: Trace, rest: bytes, path: Path) -> bytes:
         ev, end = json.JSONDecoder().raw_decode("{" + text)
     except ValueError as exc:
         raise InputError(path, f"trace ends inside traceEvents ({str(exc)[:200]}); the file looks cut short") from exc
-    if isinstance(ev, dict):
-        _take(kept, trace, ev)
-        trace.kineto_events += str(ev.get("cat", "")).encode() in _KINETO_CATS
+    except RecursionError as exc:
+        raise _too_deep(path, "the last trace event") from exc
+    _keep_events(kept, trace, _untyped([ev]), typed=False, markers=True)
+    trace.kineto_events += isinstance(ev.get("cat"), str) and ev["cat"] in _KINETO_CATS
     m = re.match(r"\s*\]", text[end - 1:])
     if m is None:
         raise InputError(path, "traceEvents array is not closed; the file looks cut short")

@@ -1,21 +1,21 @@
-"""The fast Kineto reader (a block of events per msgspec call) against the reference reader (each needed
-event decoded on its own with orjson): the same kept columns and the same anatomy on every real trace,
-and the reference path taken, with the same result, where a block cannot be decoded whole."""
+"""The Kineto reader (a block of events per msgspec call) against the reference reader in
+tests/kineto_reference.py (the whole trace decoded by the json module, each event judged on its own): the
+same kept columns and the same anatomy on every real trace, and on traces whose fields have unexpected types."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import re
-from functools import partial
 from pathlib import Path
 
+import kineto_reference
 import polars as pl
 import pytest
 from conftest import GPU_DATA, REALDATA, realdata
 
 from receipts.errors import InputError
-from receipts.ingest import kineto
+from receipts.ingest import kineto, kineto_stream
 from receipts.ingest.kineto_stream import Trace, stream_trace
 from receipts.schema.categories import load_category_rules
 
@@ -34,7 +34,6 @@ TABLES = ("gpu", "launch", "step", "note")
 
 
 def _same_trace(fast: Trace, ref: Trace) -> None:
-    assert not fast.healed and ref.healed
     assert fast.meta == ref.meta
     assert bool(fast.kineto_events) == bool(ref.kineto_events)
     for table in TABLES:
@@ -45,7 +44,7 @@ def _same_trace(fast: Trace, ref: Trace) -> None:
 
 def _same_anatomy(paths: list[Path], monkeypatch) -> None:
     fast = kineto.parse_files(paths, rules=RULES, keep_raw=True)
-    monkeypatch.setattr(kineto, "stream_trace", partial(stream_trace, fast=False))
+    monkeypatch.setattr(kineto, "stream_trace", kineto_reference.stream_trace)
     ref = kineto.parse_files(paths, rules=RULES, keep_raw=True)
     for name in ("rows", "steps", "nvtx", "events", "raw_events"):
         assert getattr(fast, name).equals(getattr(ref, name), null_equal=True), name
@@ -64,14 +63,14 @@ def test_the_list_is_every_kineto_trace_of_the_manifest():
 @pytest.mark.parametrize("name", REAL)
 def test_fast_reader_keeps_what_the_reference_keeps_realdata(name, monkeypatch):
     path = realdata("kineto", name)
-    _same_trace(stream_trace(path), stream_trace(path, fast=False))
+    _same_trace(stream_trace(path), kineto_reference.stream_trace(path))
     _same_anatomy([path], monkeypatch)
 
 
 @pytest.mark.parametrize("rel", OURS)
 def test_fast_reader_keeps_what_the_reference_keeps_our_captures(rel, monkeypatch):
     path = GPU_DATA / rel
-    _same_trace(stream_trace(path), stream_trace(path, fast=False))
+    _same_trace(stream_trace(path), kineto_reference.stream_trace(path))
     _same_anatomy([path], monkeypatch)
 
 
@@ -94,12 +93,10 @@ def _rewritten(tmp_path: Path, mutate) -> Path:
     lambda evs: evs[9].update(args=["x"]),  # args that are not an object
     lambda evs: evs[11].update(cat=None),  # a null category
 ], ids=["int-name", "list-args", "null-cat"])
-def test_a_block_of_unexpected_types_takes_the_reference_path(tmp_path, mutate):
+def test_a_block_of_unexpected_types_keeps_what_the_reference_keeps(tmp_path, mutate):
     path = _rewritten(tmp_path, mutate)
-    fast = stream_trace(path)
-    assert fast.healed  # the whole file went through the reference path ...
-    ref = stream_trace(path, fast=False)
-    for table in TABLES:  # ... and kept what it keeps
+    fast, ref = stream_trace(path), kineto_reference.stream_trace(path)
+    for table in TABLES:
         assert getattr(fast, table).equals(getattr(ref, table), null_equal=True)
     assert fast.gpu.height > 3000
 
@@ -112,9 +109,9 @@ def _first_kernel(evs: list[dict]) -> dict:
 def test_a_damaged_time_is_named_by_both_paths(tmp_path, key, value):
     path = _rewritten(tmp_path, lambda evs: _first_kernel(evs).update({key: value}))
     messages = []
-    for fast in (True, False):
+    for read in (stream_trace, kineto_reference.stream_trace):
         with pytest.raises(InputError, match=f"has '{key}' = .*expected a finite number of microseconds") as err:
-            stream_trace(path, fast=fast)
+            read(path)
         messages.append(str(err.value))
     assert messages[0] == messages[1]
 
@@ -127,8 +124,7 @@ def test_ids_that_are_not_int64_are_unknown_on_both_paths(tmp_path):
         kernels[2]["args"]["correlation"] = 3.5
 
     path = _rewritten(tmp_path, mutate)
-    fast, ref = stream_trace(path), stream_trace(path, fast=False)
-    assert not fast.healed
+    fast, ref = stream_trace(path), kineto_reference.stream_trace(path)
     assert fast.gpu.equals(ref.gpu, null_equal=True)
     assert fast.gpu.head(3).select(pl.col("stream", "device", "corr").is_null().sum()).row(0) == (1, 1, 1)
 
@@ -152,3 +148,62 @@ def test_classify_many_answers_as_classify_does():
     assert odd.classify_many(tricky) == [odd.classify(n) for n in tricky] == \
            ["gemm", "other", "attention", "other", "other", "nccl_send_recv", "other", "nccl_all_reduce",
             "nccl_all_reduce", "gemm"]
+
+
+@pytest.mark.parametrize("value", ["12", True, [], 10**400])
+def test_a_time_of_another_type_is_named_as_the_reference_names_it(tmp_path, value):
+    path = _rewritten(tmp_path, lambda evs: _first_kernel(evs).update(ts=value))
+    messages = []
+    for read in (stream_trace, kineto_reference.stream_trace):
+        with pytest.raises(InputError, match="has 'ts' = .*expected a finite number of microseconds") as err:
+            read(path)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+
+
+def test_cuts_that_fall_inside_events_move_back_to_the_separator_before(tmp_path, monkeypatch):
+    """A compact writer ('}, {' between events) with '}, {' inside every event (in a string and between nested
+    objects), read in 4 KiB blocks so that cuts land inside events: it keeps what the reference keeps."""
+    with gzip.open(realdata("kineto", "nccl_parser_config__nccl_data.json.gz")) as f:
+        raw = json.load(f)
+    for e in raw["traceEvents"]:
+        e.setdefault("args", {})["nested"] = [{"a": "}, {"}, {"b": [{"c": 1}, {"d": 2}]}]
+    path = tmp_path / "compact.json"
+    path.write_text(json.dumps(raw))
+    recuts = []
+
+    def counting(trace, buf, end, start):
+        try:
+            return decode(trace, buf, end, start)
+        except kineto_stream._Truncated:
+            recuts.append(end)
+            raise
+
+    decode = kineto_stream._decode
+    monkeypatch.setattr(kineto_stream, "_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(kineto_stream, "_decode", counting)
+    _same_trace(stream_trace(path), kineto_reference.stream_trace(path))
+    assert len(recuts) > 100
+
+
+def _kineto_layout(tmp_path: Path) -> tuple[Path, bytes]:
+    with gzip.open(realdata("kineto", "nccl_parser_config__nccl_data.json.gz")) as f:
+        data = f.read()
+    return tmp_path / "rank0.pt.trace.json", data
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda d, at: d[:at] + d[at:].replace(b'"name": "', b'"name": ', 1), "not valid JSON"),  # a quote lost
+    (lambda d, at: d[:at] + d[at:].replace(b'"name": "', b'"name": "\xff', 1), "not UTF-8"),
+])
+def test_a_damaged_event_is_named_with_its_offset(tmp_path, damage, why):
+    """Damage in the middle of a trace, past the first block: one error naming the file and the byte."""
+    path, data = _kineto_layout(tmp_path)
+    at = len(data) // 2
+    path.write_bytes(damage(data, at))
+    with pytest.raises(InputError, match=why) as err:
+        stream_trace(path)
+    text = str(err.value)
+    assert path.name in text and "\n" not in text
+    offset = int(re.search(r"near byte ([\d,]+)", text).group(1).replace(",", ""))
+    assert at <= offset < at + 4096
