@@ -18,10 +18,11 @@ written N times over into one file, each copy shifted in time past the previous 
 correlation ids and ProfilerStep numbers renumbered (so the anatomy has N times the steps and
 kernels), then parsed in a fresh process: wall time and peak RSS against the file's size. HTA is not
 run on these (it loads the whole trace into pandas: 335 MiB for the 1x trace).
-The idle and overlap columns show both sides' numbers over HTA's window (tests/test_kineto.py
-hta_comparable); where they differ, the cause is a documented definitional difference (that module's
-docstring): negative_queue_length / trace_diff_test (HTA drops activities without a launch record),
-fsdp2_2gpu_h200 (HTA's last-step cut-off at the GPU-side ProfilerStep copy).
+The idle and overlap columns show both sides' numbers over HTA's window (benchmarks/hta_compare.py,
+the comparison tests/test_kineto.py makes); where they differ, the cause is a documented definitional
+difference (that test module's docstring): negative_queue_length / trace_diff_test (HTA drops
+activities without a launch record), fsdp2_2gpu_h200 (HTA's last-step cut-off at the GPU-side
+ProfilerStep copy).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from hta_compare import hta_comparable  # noqa: E402
 from hta_reference import TRACE_SETS  # noqa: E402
 
 from receipts.ingest.kineto import parse_files  # noqa: E402
@@ -164,9 +166,6 @@ def main() -> None:
         scale(args.scale)
         return
     print("command: " + " ".join([Path(sys.executable).name, *sys.argv]) + f"   (load average {os.getloadavg()[0]:.1f})")
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from test_kineto import hta_comparable  # the same comparison the golden tests make
-
     print(f"{'trace set':22s} {'MB gz':>6s} {'MB json':>7s} {'ours s':>7s} {'HTA s':>7s} {'ratio':>6s} {'ours cpu':>8s} "
           f"{'HTA cpu':>8s} {'ratio':>6s} {'RSS MiB ours (imports)':>22s} {'HTA':>5s}  idle ms ours/HTA   overlap % ours/HTA")
     total = [0.0, 0.0, 0.0, 0.0]
