@@ -1,6 +1,6 @@
 """PyTorch profiler (Kineto) Chrome traces, one file per rank, into step-time anatomy.
 
-Reading is ingest/kineto_stream.py: streamed, keeping only the events the anatomy needs.
+Reading is ingest/kineto_trace.py: streamed, keeping only the events the anatomy needs.
 
 Time: `ts`/`dur` are float microseconds. With `baseTimeNanoseconds` (Kineto PRs #890/#919/#928)
 an event is at base + ts*1000 ns; without it `ts` is taken as the absolute clock. Each rank's time
@@ -33,7 +33,7 @@ import polars as pl
 from receipts.errors import InputError
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.intervals import anatomy_rows, kernel_steps
-from receipts.ingest.kineto_stream import KINETO_KEYS, Trace, stream_trace
+from receipts.ingest.kineto_trace import KINETO_KEYS, Trace, stream_trace
 from receipts.schema.categories import CATEGORY_ENUM, CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, Anatomy,
                                    IdentityClaim, epoch_iso)

@@ -1,4 +1,4 @@
-"""The Kineto reader the streaming one (ingest/kineto_stream.py) is held to: the whole trace decoded by the
+"""The Kineto reader ingest/kineto_trace.py is held to: the whole trace decoded by the
 standard json module, then every event judged on its own, in Python, one at a time.
 
 It keeps what the anatomy needs by the same rules, written out plainly per event: GPU activities (kernel,
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from receipts.ingest.kineto_stream import GPU_SCHEMA, LAUNCH_SCHEMA, NOTE_SCHEMA, STEP_SCHEMA, Trace, _bad_time
+from receipts.ingest.kineto_trace import GPU_SCHEMA, LAUNCH_SCHEMA, NOTE_SCHEMA, STEP_SCHEMA, Trace, _bad_time
 
 _GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
              "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}

@@ -15,8 +15,8 @@ import pytest
 from conftest import GPU_DATA, REALDATA, realdata
 
 from receipts.errors import InputError
-from receipts.ingest import kineto, kineto_stream
-from receipts.ingest.kineto_stream import Trace, stream_trace
+from receipts.ingest import kineto, kineto_trace
+from receipts.ingest.kineto_trace import Trace, stream_trace
 from receipts.schema.categories import load_category_rules
 
 RULES = load_category_rules()
@@ -175,13 +175,13 @@ def test_cuts_that_fall_inside_events_move_back_to_the_separator_before(tmp_path
     def counting(trace, buf, end, start):
         try:
             return decode(trace, buf, end, start)
-        except kineto_stream._Truncated:
+        except kineto_trace._Truncated:
             recuts.append(end)
             raise
 
-    decode = kineto_stream._decode
-    monkeypatch.setattr(kineto_stream, "_BLOCK_BYTES", 4096)
-    monkeypatch.setattr(kineto_stream, "_decode", counting)
+    decode = kineto_trace._decode
+    monkeypatch.setattr(kineto_trace, "_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(kineto_trace, "_decode", counting)
     _same_trace(stream_trace(path), kineto_reference.stream_trace(path))
     assert len(recuts) > 100
 

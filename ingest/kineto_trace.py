@@ -13,7 +13,7 @@ name, a list for args) is decoded again without types and each of its events rea
 would have read it. A compact writer's separator can also occur inside an event (in a string or nested
 args): a block cut there ends inside that event, so the separator before it is tried. Anything else that
 does not decode is a damaged trace, named with its byte offset. tests/kineto_reference.py reads every
-trace event by event with the json module; tests/test_kineto_stream.py holds this reader to it.
+trace event by event with the json module; tests/test_kineto_trace.py holds this reader to it.
 """
 
 from __future__ import annotations
