@@ -81,47 +81,17 @@ def _se(floor: float, within_a: float, n_a: int, within_b: float, n_b: int) -> f
     return math.sqrt(_efficiency(n_a) * (f2 + within_a) / n_a + _efficiency(n_b) * (f2 + within_b) / n_b)
 
 
-def _t_cdf(x: float, df: int) -> float:
-    """Student t CDF for an integer df, closed form (Abramowitz & Stegun 26.7.3-4)."""
-    theta = math.atan(x / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2:  # odd: A = 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2.4/(3.5) cos^4 + ...))
-        term, total = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(1, (df - 3) // 2 + 1):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-        a = 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
-    else:       # even: A = sin (1 + 1/2 cos^2 + 1.3/(2.4) cos^4 + ...)
-        term, total = 1.0, 1.0
-        for k in range(1, (df - 2) // 2 + 1):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        a = s * total
-    return 0.5 + a / 2  # A is P(|T| <= x), signed with x
-
-
 @functools.lru_cache(maxsize=512)
 def _quantile(q: float, df: int | None) -> float:
-    """Normal (df None) or Student t quantile without SciPy (importing scipy.stats costs the gate's CLI
-    ~0.8 s): the Cornish-Fisher expansion of t in the normal quantile (Abramowitz & Stegun 26.7.5),
-    polished by Newton steps on the closed-form CDF for integer df (tests: equal to scipy's)."""
-    from statistics import NormalDist
-
-    z = NormalDist().inv_cdf(q)
+    """Normal (df None) or Student t quantile. scipy.special is imported here, on the first verdict against a
+    measured floor, so that the CLI's start-up and the default-floor path never import it."""
     if df is None:
-        return z
-    if df == 1:
-        return math.tan(math.pi * (q - 0.5))
-    g1 = (z ** 3 + z) / 4
-    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
-    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
-    g4 = (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160
-    x = z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    for _ in range(4):
-        density = math.exp(log_norm - (df + 1) / 2 * math.log1p(x * x / df))
-        x -= (_t_cdf(x, df) - q) / density
-    return x
+        from statistics import NormalDist
+
+        return NormalDist().inv_cdf(q)
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, q))
 
 
 def _half(floor: NoiseFloor, within_a: float, n_a: int, within_b: float, n_b: int,
