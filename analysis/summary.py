@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # Bump when the window rule, the series definition or the statistics change: stored summaries under an older
 # rule are then recomputed from the series on read (and `receipts db upgrade` records the new rule).
-RULE = "steady-summary-v1"
+RULE = "steady-summary-v2"
 
 
 def steady_series(steps: Steps) -> tuple[np.ndarray, np.ndarray]:
@@ -51,7 +51,9 @@ def _steady_per_step(steps: Steps) -> pl.LazyFrame:
         return steady
     return (steady.group_by("step")
             .agg(pl.col("step_ms").max(),
-                 pl.when(pl.col("rank").n_unique() > 1).then(pl.col("tokens_per_s").sum())
+                 # a sum over ranks that report nothing is unknown (null, as SQL's sum), not 0
+                 pl.when(pl.col("tokens_per_s").count() == 0).then(None)
+                 .when(pl.col("rank").n_unique() > 1).then(pl.col("tokens_per_s").sum())
                  .otherwise(pl.col("tokens_per_s").max()).alias("tokens_per_s"))
             .sort("step"))
 

@@ -114,3 +114,23 @@ def test_db_upgrade_resummarises_under_the_current_rule(store, tmp_path, stale):
         after = s.sql("SELECT * FROM receipt_summaries ORDER BY receipt_id").rows()
     assert after == before
     assert "re-summarised" not in cli(copy, "db", "upgrade").stdout  # nothing stale the second time
+
+
+def test_throughput_that_no_step_reports_is_unknown_on_a_multi_rank_profile(tmp_path):
+    """Two ranks of a real Kineto profile (HTA's trace_filter pair) carry no token counts: the median tokens/s is
+    unknown (null), as on a one-rank profile, never 0 (a sum over ranks of nothing). The stored summary and the
+    recompute from the step rows say the same."""
+    folder = tmp_path / "two_ranks"
+    folder.mkdir()
+    for rank in (0, 1):  # the real files where they lie, one per rank, as a profile folder holds them
+        (folder / f"sampled_rank-{rank}.json.gz").symlink_to(realdata("kineto", f"trace_filter__sampled_rank-{rank}.json.gz"))
+    db = str(tmp_path / "t.duckdb")
+    code, out = cli_json(db, "ingest", str(folder), "--run-name", "two")
+    assert code == 0, out
+    code, shown = cli_json(db, "show", "two")
+    assert code == 0, shown
+    assert shown["steady_state"]["n_steps"] == 2
+    assert shown["steady_state"]["median_tokens_per_s"] is None
+    copy = _without_summaries(db, tmp_path)
+    code, recomputed = cli_json(copy, "show", "two")
+    assert recomputed["steady_state"]["median_tokens_per_s"] is None
