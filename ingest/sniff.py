@@ -31,6 +31,7 @@ FORMAT_ALIASES = {
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"  # some Windows editors and tools start a JSON document with it
 
 
 def log_parser(name: str) -> ModuleType:
@@ -67,13 +68,13 @@ def sniff_kind(path: Path) -> str:
             raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
         if inner.startswith(SQLITE_MAGIC):
             return "nsys-gz"  # exports are gzipped to travel; SQLite needs a real file
-        return "kineto" if inner.lstrip().startswith(b"{") else "log"
+        return "kineto" if inner.removeprefix(UTF8_BOM).lstrip().startswith(b"{") else "log"
     from receipts.ingest import sysinfo
 
     kind = sysinfo.detect(head.decode("utf-8", errors="replace"))
     if kind is not None:
         return kind
-    if head.lstrip().startswith(b"{") and (b'"traceEvents"' in head or b'"schemaVersion"' in head
+    if head.removeprefix(UTF8_BOM).lstrip().startswith(b"{") and (b'"traceEvents"' in head or b'"schemaVersion"' in head
                                            or b'"deviceProperties"' in head or b'"distributedInfo"' in head):
         return "kineto"
     return "log"

@@ -924,3 +924,70 @@ def _cli_store(factory) -> dict:
         assert result.exit_code == 0, result.output
         _cli_stores.update(db=db, run="seed_run")
     return _cli_stores
+
+
+# --- regressions of the outside fuzz campaign: real traces, through `receipts ingest` ---------------
+
+def _ingest_json(db: Path, *paths: Path) -> tuple[int, list[dict]]:
+    from typer.testing import CliRunner
+
+    from receipts.cli.main import app
+
+    with time_bound():
+        result = CliRunner().invoke(app, ["--db", str(db), "ingest", *map(str, paths), "--json"], catch_exceptions=True)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, _json_rows(result.stdout)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "json.gz"])
+def test_a_kineto_trace_starting_with_a_utf8_bom_reads_as_without_it(tmp_path, gz):
+    """Finding: a Kineto JSON starting with a UTF-8 byte-order mark was sniffed as a log: 'unknown log format'."""
+    from receipts.ingest import kineto, sniff
+    from receipts.schema.categories import load_category_rules
+
+    seed = REALDATA / "kineto" / "nccl_parser_config__nccl_data.json.gz"
+    needs({seed.name: seed} if seed.is_file() else {})
+    data = b"\xef\xbb\xbf" + gzip.decompress(seed.read_bytes())
+    path = tmp_path / ("rank0.pt.trace.json" + (".gz" if gz else ""))
+    path.write_bytes(gzip.compress(data, compresslevel=1) if gz else data)
+    assert sniff.sniff_kind(path) == "kineto"
+    rules = load_category_rules()
+    with_bom, without = kineto.parse_files([path], rules=rules), kineto.parse_files([seed], rules=rules)
+    assert with_bom.rows.equals(without.rows) and with_bom.steps.equals(without.steps)
+    code, rows = _ingest_json(tmp_path / "r.duckdb", path)
+    assert code == 0 and rows[0]["status"] == "ingested", rows
+
+
+def _deep(depth: int = 3000) -> bytes:
+    return b'"nested": ' + b"[" * depth + b"]" * depth + b", "
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last-args", "last-event"])
+def test_kineto_args_nested_3000_deep_are_one_input_error(tmp_path, tmp_path_factory, where):
+    """Finding: a Kineto event whose args nest 3,000 levels escaped as RecursionError. Now: exit 2, one line
+    naming the file, the store unchanged; wherever the event lies (the first event, a block in the middle of a
+    9.8 MB trace, the last event, read on its own)."""
+    seed = REALDATA / "kineto" / "nccl_parser_config__nccl_data.json.gz"
+    needs({seed.name: seed} if seed.is_file() else {})
+    data = gzip.decompress(seed.read_bytes())
+    sep = b"},\n  {"
+    if where == "first":
+        at = data.index(b'"args": {') + len(b'"args": {')
+    elif where == "middle":
+        at = data.index(b'"args": {', len(data) // 2) + len(b'"args": {')
+    elif where == "last-args":
+        at = data.rindex(b'"args": {') + len(b'"args": {')
+    else:
+        at = data.rindex(sep) + len(sep)
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_bytes(data[:at] + _deep() + data[at:])
+    needs(LOG_SEEDS)
+    db = _cli_store(tmp_path_factory)["db"]
+    before = _row_counts(db)
+    code, rows = _ingest_json(db, path)
+    assert code == 2, rows
+    (row,) = rows
+    assert row["status"] == "failed" and row["error"]["type"] == "InputError", row
+    message = row["error"]["message"]
+    assert path.name in message and "\n" not in message and "1,000 levels deep" in message, message
+    assert _row_counts(db) == before
