@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from receipts.errors import InputError
+from receipts.ingest import sniff
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.intervals import anatomy_rows, kernel_steps
 from receipts.ingest.kineto_trace import KINETO_KEYS, Trace, stream_trace
@@ -42,11 +43,14 @@ _MEMCPY_KIND = {"HtoD": "memcpy_h2d", "DtoH": "memcpy_d2h", "DtoD": "memcpy_d2d"
 _MEMCPY_NAME = re.compile(r"(HtoD|DtoH|DtoD|PtoP)")
 
 def trace_files(path: Path) -> list[Path]:
-    """The traces of a folder, one file per rank (*.json / *.json.gz), in natural name order (rank2 < rank10)."""
+    """The traces of a folder, one file per rank (*.json / *.json.gz), in natural name order (rank2 < rank10).
+    A JSON document beside them that is no trace (a run's config.json) is no rank; a file that does not read
+    as JSON is kept (a damaged rank: reading it names it, and the profile is refused whole)."""
     path = Path(path)
     if not path.is_dir():
         raise InputError(path, "is not a directory of PyTorch profiler traces")
-    files = natural_order(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    files = natural_order(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))
+                          and not sniff.other_json_document(p))
     if not files:
         raise InputError(path, "no PyTorch profiler traces (*.pt.trace.json[.gz] or *.json[.gz]) in this folder")
     return files

@@ -343,6 +343,8 @@ def stream_trace(path: Path) -> Trace:
         buf, eof = b"", False
         while (m := _EVENTS_KEY.search(buf)) is None:
             block = _read(stream, path)
+            if not block and not buf:
+                raise InputError(path, "is empty; expected a PyTorch profiler trace (*.pt.trace.json[.gz])")
             if not block:
                 raise InputError(path, "no \"traceEvents\" array: not a Chrome trace (expected a PyTorch "
                                        "profiler export, *.pt.trace.json[.gz])")

@@ -80,6 +80,24 @@ def sniff_kind(path: Path) -> str:
     return "log"
 
 
+def other_json_document(path: Path) -> bool:
+    """A JSON file that reads whole as a document without traceEvents (a run's config.json beside its traces):
+    not a trace, so not one of a profile's ranks. False for a trace and for anything that does not read as
+    JSON (empty, cut short, damaged: perhaps a rank's trace, which must then be named, never dropped)."""
+    import gzip
+    import json
+    import zlib
+
+    try:
+        if sniff_kind(path) == "kineto":
+            return False
+        raw = path.read_bytes()
+        doc = json.loads(gzip.decompress(raw) if raw.startswith(GZIP_MAGIC) else raw)
+    except (InputError, OSError, EOFError, zlib.error, ValueError, RecursionError):
+        return False
+    return not (isinstance(doc, dict) and "traceEvents" in doc)
+
+
 def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
     """Parse with the named (or sniffed) format. A log with RECEIPT records but no RECEIPT steps (a
     `receipts run` around a script that knows nothing of receipts) takes its steps from the child's

@@ -72,9 +72,18 @@ def _file_type(mode: int) -> str | None:
 
 
 def _is_trace_folder(path: Path) -> bool:
-    """A folder whose top-level JSON files are all PyTorch profiler traces is one profile (one file per rank)."""
-    jsons = [p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")) and _regular(p)]
-    return bool(jsons) and all(sniff.sniff_kind(p) == "kineto" for p in jsons)
+    """A folder holding PyTorch profiler traces at its top level is one profile, one file per rank: its other
+    JSON files are ranks too, damaged ones named when the profile is refused, unless they are JSON documents
+    that are no trace (kineto.trace_files): never some ranks stored as a profile of their own."""
+    return any(_sniffs(p) == "kineto" for p in path.iterdir() if p.name.endswith((".json", ".json.gz")) and _regular(p))
+
+
+def _sniffs(path: Path) -> str | None:
+    """sniff_kind, None for a file it cannot read (it is named when read)."""
+    try:
+        return sniff.sniff_kind(path)
+    except InputError:
+        return None
 
 
 def _is_export_folder(path: Path) -> bool:

@@ -991,3 +991,67 @@ def test_kineto_args_nested_3000_deep_are_one_input_error(tmp_path, tmp_path_fac
     message = row["error"]["message"]
     assert path.name in message and "\n" not in message and "1,000 levels deep" in message, message
     assert _row_counts(db) == before
+
+
+def _two_rank_folder(tmp_path: Path) -> Path:
+    """HTA's real trace_filter pair, one file per rank, as a profile folder holds them (the files where they lie)."""
+    folder = tmp_path / "profile"
+    folder.mkdir()
+    for rank in (0, 1):
+        seed = REALDATA / "kineto" / f"trace_filter__sampled_rank-{rank}.json.gz"
+        needs({seed.name: seed} if seed.is_file() else {})
+        (folder / f"sampled_rank-{rank}.json.gz").symlink_to(seed)
+    return folder
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "flipped", "head cut", "gzip header", "not JSON"])
+def test_a_damaged_rank_file_refuses_the_whole_profile(tmp_path, tmp_path_factory, damage):
+    """Finding: in a folder of per-rank traces with one rank file damaged or empty, rank 0 was stored alone as a
+    one-rank receipt named after its file, the other failed, exit 2: the store changed on an error. Now the
+    profile is refused whole, with one error naming the damaged file, and the store is unchanged."""
+    folder = _two_rank_folder(tmp_path)
+    bad = folder / "sampled_rank-1.json.gz"
+    data = gzip.decompress(bad.read_bytes())
+    bad.unlink()
+    if damage == "empty":
+        bad.write_bytes(b"")
+    elif damage == "truncated":
+        bad.write_bytes(gzip.compress(data[: len(data) * 2 // 3]))
+    elif damage == "flipped":  # a byte flipped inside the gzip stream
+        packed = bytearray(gzip.compress(data))
+        packed[len(packed) // 2] ^= 0xFF
+        bad.write_bytes(bytes(packed))
+    elif damage == "head cut":
+        bad.write_bytes(gzip.compress(data[:100]))
+    elif damage == "gzip header":  # the deflate stream damaged in its first bytes
+        packed = bytearray(gzip.compress(data))
+        packed[12] ^= 0xFF
+        bad.write_bytes(bytes(packed))
+    else:  # the trace's text with its first brace lost, uncompressed
+        bad = bad.with_name("sampled_rank-1.json")
+        bad.write_bytes(data.replace(b"{", b"", 1))
+    needs(LOG_SEEDS)
+    db = _cli_store(tmp_path_factory)["db"]
+    before = _row_counts(db)
+    code, rows = _ingest_json(db, folder)
+    assert code == 2, rows
+    assert [r["status"] for r in rows] == ["failed"], rows
+    assert rows[0]["error"]["type"] == "InputError" and bad.name in rows[0]["error"]["message"], rows
+    assert _row_counts(db) == before, "a refused profile changed the store"
+
+
+def test_a_config_json_beside_rank_traces_is_not_a_rank(tmp_path):
+    """Finding: a stray 11-byte config.json beside the traces split the folder into files, rank 0 stored alone.
+    A JSON document that is no trace is not one of the profile's ranks: both ranks are read, as without it."""
+    folder = _two_rank_folder(tmp_path)
+    (folder / "config.json").write_text('{"lr": 0.1}')
+    assert (folder / "config.json").stat().st_size == 11
+    db = tmp_path / "r.duckdb"
+    code, rows = _ingest_json(db, folder)
+    assert code == 0, rows
+    assert [r["status"] for r in rows] == ["ingested"], rows
+    from receipts.store import open_store
+
+    with open_store(str(db), read_only=True) as s:
+        ranks = s.sql("SELECT DISTINCT rank FROM anatomy_rows ORDER BY rank")["rank"].to_list()
+    assert ranks == [0, 1]
