@@ -24,8 +24,9 @@ from receipts.schema.model import Steps, StepWindow, mark_warmup, one_row_per_st
 WARMUP_PHASES = ("compile", "warmup", "warm-up", "warm_up")
 SLOW_FACTOR = 1.25
 SETTLE_RUN = 5
-# A final step shorter than this fraction of the median step (or with that little GPU work) was cut short.
+# A final step shorter than this fraction of the median steady step (or with that little GPU work) was cut short.
 TAIL_FRACTION = 0.1
+MIN_STEADY_STEPS = 3  # a window with fewer says so
 RULE_NAME = "leading-slow-steps-v2"
 
 
@@ -69,11 +70,9 @@ def choose_window(steps: Steps, phases: tuple[tuple[str, int | None, int | None]
         rule = "marker:" + "+".join(names)
     else:
         rule = RULE_NAME
-        n = ms.size
-        if n >= 4:
-            half = n // 2
-            limit = SLOW_FACTOR * cast(float, pl.Series(ms[half:]).median())
-            settled_at = _settled(ms, limit, half)
+        if tail is not None and timed.select(pl.col("step").last()).collect().item() == tail:
+            ms = ms[:-1]  # a cut-short tail is no steady step: the rule judges the others without it
+        settled_at = first_steady(ms) or None
     del ms
     step_nums = _column(timed, "step")
     warmup_last = marker_last if settled_at is None else int(step_nums[settled_at - 1])
@@ -95,6 +94,16 @@ def choose_window(steps: Steps, phases: tuple[tuple[str, int | None, int | None]
     )
 
 
+def first_steady(ms: np.ndarray) -> int:
+    """The position of the first steady step of a series of step times by the leading-slow-steps rule (see the
+    module docstring); 0 when it marks no warm-up (fewer than 4 steps)."""
+    n = ms.size
+    if n < 4:
+        return 0
+    half = n // 2
+    return _settled(ms, SLOW_FACTOR * cast(float, pl.Series(ms[half:]).median()), half)
+
+
 def _settled(ms: np.ndarray, limit: float, half: int) -> int:
     """The first i in 1..half where the SETTLE_RUN steps from i (fewer at the end) are all <= limit, else half.
 
@@ -112,17 +121,39 @@ def _settled(ms: np.ndarray, limit: float, half: int) -> int:
 def cut_short_tail(steps: pl.DataFrame, busy_ms: dict[int, float] | None = None) -> int | None:
     """The last step when it was cut short: a profiler's final step often closes as the capture stops, with
     no GPU work or a few microseconds of it (a tail, not a steady step). Returns that step or None.
-    `steps` carries step and step_ms; `busy_ms` the GPU busy time per step where a profile knows it."""
+    `steps` carries step and step_ms; `busy_ms` the GPU busy time per step where a profile knows it.
+
+    A last step without GPU work, in a profile whose other steps have some, is the tail whatever the number of
+    steps. Otherwise (3 steps or more) the last step is judged against the steady steps before it only (the
+    warm-up rule over them): its time, or its GPU work, under TAIL_FRACTION of their median. Against all the
+    steps, a compile or graph-capture step (ten times a steady step's work) made a full last step look cut short."""
     timed = _step_times(steps)  # a profile's steps: thousands, not millions
     step_nums, ms = _column(timed, "step"), _column(timed, "step_ms")
-    if step_nums.size < 3:
+    if step_nums.size < 2:
         return None
     last = int(step_nums[-1])
-    rest = cast(float, pl.Series(ms[:-1]).median())  # height >= 3: never None
+    busy = {} if busy_ms is None else busy_ms
+    if busy_ms is not None and busy.get(last, 0.0) <= 0.0 and any(v > 0 for k, v in busy.items() if k != last):
+        return last
+    if step_nums.size < 3:
+        return None
+    steady = slice(first_steady(ms[:-1]), step_nums.size - 1)
     tail_ms = float(ms[-1])
-    no_work = busy_ms is not None and busy_ms.get(last, 0.0) < TAIL_FRACTION * max(
-        (v for k, v in busy_ms.items() if k != last), default=0.0)
-    return last if (tail_ms < TAIL_FRACTION * rest or no_work) else None
+    short = tail_ms < TAIL_FRACTION * float(np.median(ms[steady]))
+    no_work = busy_ms is not None and busy.get(last, 0.0) < TAIL_FRACTION * float(
+        np.median([busy.get(int(s), 0.0) for s in step_nums[steady]]))
+    return last if short or no_work else None
+
+
+def few_steady_steps(window: StepWindow) -> str | None:
+    """A warning when the window holds fewer than MIN_STEADY_STEPS steady steps: its figures are those few steps,
+    not the steady state of a run (said, never averaged silently)."""
+    if window.first_step is None or window.n_steady >= MIN_STEADY_STEPS:
+        return None
+    which = (f"step {window.first_step}" if window.first_step == window.last_step
+             else f"steps {window.first_step}..{window.last_step}")
+    return (f"only {window.n_steady} steady step{'s' if window.n_steady != 1 else ''} ({which}, rule {window.rule}): "
+            f"too few for a steady state (at least {MIN_STEADY_STEPS}); its median is those steps' own")
 
 
 def in_window(steps: pl.DataFrame, window: StepWindow) -> pl.DataFrame:

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from receipts.analysis import summary as steady_summary
 from receipts.analysis.at_ingest import in_receipt_window, receipt_from_anatomy
-from receipts.analysis.window import choose_window, mark_warmup
+from receipts.analysis.window import choose_window, few_steady_steps, mark_warmup
 from receipts.errors import InputError, Remedy
 from receipts.ingest import sysinfo
 from receipts.ingest.logbytes import COMPRESSED_SUFFIXES, log_sha256
@@ -76,6 +76,8 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
     """Evidence in the file, then receipt.toml, then explicit flags: later sources win field by field."""
     identity = resolve_identity(parsed.claim.merged(claim), registry)
     window = choose_window(parsed.steps, parsed.phases, tail=parsed.tail_step)
+    if (few := few_steady_steps(window)) is not None:
+        parsed = replace(parsed, warnings=parsed.warnings + (few,))
     summary = steady_summary.summarise_steps(mark_warmup(parsed.steps, window))
     return Receipt(
         id=source.sha256[:16],
