@@ -2,11 +2,9 @@
 
 The repository root is the import package `receipts` (pyproject.toml's package-dir maps it), so every folder
 under it with an __init__.py is `receipts.<folder>`: a new subpackage ships without anyone editing a list.
-The one native module, Megatron's line scanner (ingest/_megatron_lines.c), is optional: where no C compiler is
-found the install goes on without it and the parser reads every line through polars (ingest/megatron_scan.py).
 Everything else (metadata, dependencies, data files) is in pyproject.toml."""
 
-from setuptools import Extension, find_packages, setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 NOT_SHIPPED = ["tests", "tests.*", "benchmarks", "benchmarks.*", "build", "build.*", "dist", "dist.*"]
@@ -21,5 +19,4 @@ class BuildPy(build_py):
 
 
 setup(packages=["receipts", *(f"receipts.{name}" for name in find_packages(where=".", exclude=NOT_SHIPPED))],
-      ext_modules=[Extension("receipts.ingest._megatron_lines", ["ingest/_megatron_lines.c"], optional=True)],
       cmdclass={"build_py": BuildPy})

@@ -8,8 +8,7 @@ DeepSpeed run with its arguments dump, a modded-nanogpt record): header lines, t
 with renumbered steps, written to a temp file. Throughput is the best of --repeat runs of sniffing and
 parsing the file as `receipts ingest` parses it (sniff.parse_streamed: 8 MiB chunks, each reduced to its
 numbers, the step rows spilled to Parquet in a scratch folder). The reference, in the same run on the same
-file, is a raw read of the file in the same 8 MiB blocks (bytes only, no split); for Megatron, also the parse
-without its native line scanner (ingest/megatron_scan.py), as an install without a C compiler runs it.
+file, is a raw read of the file in the same 8 MiB blocks (bytes only, no split).
 Peak memory is measured in a fresh process per log (VmHWM, benchmarks/peak_rss.py: the kernel's high-water mark of
 the whole process, interpreter and polars' arenas included). Every process here sets polars' allocator as the
 command line sets it (receipts/cli/allocator.py). Peak memory: the streamed parse at --lines and --big-lines, the whole read (read_log + parse,
@@ -106,24 +105,17 @@ def raw_read(path: Path) -> int:
     return n
 
 
-def ingest(path: Path, spill: bool = True, native: bool = True) -> int:
+def ingest(path: Path, spill: bool = True) -> int:
     """The parse as `receipts ingest` runs it: streamed, the step rows spilled to a scratch folder (or, with
-    spill=False, held in memory: the parse code alone). native=False: without Megatron's line scanner, as an
-    install without a C compiler parses (ingest/megatron_scan.py)."""
+    spill=False, held in memory: the parse code alone)."""
     import polars as pl
 
-    from receipts.ingest import megatron_scan, sniff
+    from receipts.ingest import sniff
 
-    scanner = megatron_scan._scanner
-    if not native:
-        megatron_scan._scanner = None
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-spill-") as scratch:
-            parsed = sniff.parse_streamed(path, spill=Path(scratch) if spill else None)
-            assert parsed is not None, f"{path} did not take the streamed path"
-            return parsed.steps.lazy().select(pl.len()).collect().item()
-    finally:
-        megatron_scan._scanner = scanner
+    with tempfile.TemporaryDirectory(prefix="bench-spill-") as scratch:
+        parsed = sniff.parse_streamed(path, spill=Path(scratch) if spill else None)
+        assert parsed is not None, f"{path} did not take the streamed path"
+        return parsed.steps.lazy().select(pl.len()).collect().item()
 
 
 def whole(path: Path) -> int:
@@ -200,14 +192,6 @@ def main() -> None:
                   f"(CPU {cpu_ingest:.3f} s: {n / cpu_ingest / 1e6:.2f} M lines/s)")
             print(f"  the same, steps kept in memory      {t_mem:7.3f} s  {n / t_mem / 1e6:6.2f} M lines/s "
                   f"(CPU {cpu_mem:.3f} s: {n / cpu_mem / 1e6:.2f} M lines/s)")
-            if fmt == "megatron":
-                from receipts.ingest import megatron_scan
-
-                assert megatron_scan.available(), "Megatron's line scanner is not built: `pip install -e .` with a C compiler"
-                t_polars, cpu_polars = timed(lambda: ingest(path, native=False), args.repeat)
-                print(f"  without the line scanner (polars)   {t_polars:7.3f} s  {n / t_polars / 1e6:6.2f} M lines/s "
-                      f"(CPU {cpu_polars:.3f} s: {n / cpu_polars / 1e6:.2f} M lines/s)   "
-                      f"scanner speed-up = {t_polars / t_ingest:.1f}x (CPU {cpu_polars / cpu_ingest:.1f}x)")
             print(f"  raw read of the file (8 MiB blocks) {t_raw:7.3f} s  {n / t_raw / 1e6:6.2f} M lines/s   "
                   f"ingest/raw = {t_ingest / t_raw:.1f}x (CPU {cpu_ingest / max(cpu_raw, 1e-9):.1f}x)")
             print(f"  peak RSS, streamed parse at {n / 1e6:.0f}M lines: {peak_in_child('stream', path):6.0f} MiB")

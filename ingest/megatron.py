@@ -17,7 +17,6 @@ Evidence read (everything else in the log is left alone):
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,8 +26,6 @@ from typing import cast
 import polars as pl
 
 from receipts.errors import InputError
-from receipts.ingest import megatron_scan
-from receipts.ingest.megatron_scan import ScannedBlock
 from receipts.ingest.spool import RowSpool
 from receipts.ingest.textlog import ChunkEnd, LogChunk, LogText, cut_short_note
 from receipts.schema.model import IdentityClaim, MemoryPeak, ParsedRun, steps_frame
@@ -104,24 +101,22 @@ class _Reading:
     started_at: str | None = None
     crash: tuple[int, str] | None = None          # the first crash line after the last iteration row so far
 
-    def add(self, frame: pl.DataFrame, scanned: ScannedBlock | None = None) -> None:
-        """One chunk: `frame` its lines (line, text); where megatron_scan read the chunk, the lines it left as
-        text, and `scanned` the rows it read (every row of the usual layout)."""
-        # a chunk the scanner read whole leaves no text: nothing for polars to do but the scanner's rows
-        matched, iters, memory = _read_text(frame) if frame.height else _nothing_read()
-        edges = _Edges(matched, iters, scanned)
-        if (last := edges.last_match()) is not None:
-            self.last_match = last
+    def add(self, frame: pl.DataFrame) -> None:
+        """One chunk's lines (line, text)."""
+        if frame.height == 0:  # a chunk whose only line was a cut one
+            return
+        matched, iters, memory = _read_text(frame)
+        if matched.height:
+            self.last_match = matched["text"][-1]
         rows = iters.drop("text", "total")
-        if scanned is not None and scanned.usual.height:
-            rows = pl.concat([scanned.usual, rows]).sort("line") if rows.height else scanned.usual
         if rows.height:
-            self.first_total = edges.total(rows["line"][0]) if self.first_total is None else self.first_total
-            self.last_total = edges.total(rows["line"][-1])
+            self.first_total = iters["total"][0] if self.first_total is None else self.first_total
+            self.last_total = iters["total"][-1]
             if self.started_at is None:
-                self.started_at = edges.start_time()
+                stamps = iters["text"].str.extract(_START_TIME, 1).drop_nulls()
+                self.started_at = stamps[0] if len(stamps) else None
             # only a crash after the last iteration line counts: look after this chunk's last one
-            self.crash = _first_crash(frame.filter(pl.col("line") > rows["line"][-1])) if frame.height else None
+            self.crash = _first_crash(frame.filter(pl.col("line") > rows["line"][-1]))
         elif self.crash is None:
             self.crash = _first_crash(frame)
         self.iters.add(rows)
@@ -134,7 +129,7 @@ class _Reading:
     def _add_arguments(self, frame: pl.DataFrame) -> None:
         """The dump runs from the first `--- arguments ---` to the first `--- end of arguments ---` after it
         (or 2000 lines, when a crash cut it); its `name ... value` lines are kept as they come."""
-        if self.args_end is not None or frame.height == 0:
+        if self.args_end is not None:
             return
         if self.args_first is None:
             begin = frame.filter(pl.col("text").str.contains(" arguments ", literal=True)
@@ -186,53 +181,6 @@ def _read_text(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Data
     return matched, iters, memory
 
 
-@functools.cache
-def _nothing_read() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """_read_text of no lines: its frames, empty (each with its columns)."""
-    return _read_text(pl.DataFrame(schema={"line": pl.Int64, "text": pl.Utf8}))
-
-
-class _Edges:
-    """The texts a chunk's decisions read (the last iteration line, a row's `/ M`, the first start time), from
-    the rows polars read (with their text) and the rows megatron_scan read (text sliced from the block)."""
-
-    def __init__(self, matched: pl.DataFrame, iters: pl.DataFrame, scanned: ScannedBlock | None):
-        self._matched, self._iters = matched, iters
-        self._scanned = scanned if scanned is not None and scanned.usual.height else None
-
-    def last_match(self) -> str | None:
-        """The text of the chunk's last line matching ITERATION (whether or not its step reads as a number)."""
-        slow = (int(self._matched["line"][-1]), self._matched["text"][-1]) if self._matched.height else None
-        if self._scanned is None:
-            return slow[1] if slow else None
-        usual = self._scanned.usual
-        if slow is not None and slow[0] > usual["line"][-1]:
-            return slow[1]
-        return self._scanned.usual_text(usual.height - 1)
-
-    def total(self, line: int) -> str:
-        """The `/ M` printed on the iteration row of `line`."""
-        hit = self._iters.filter(pl.col("line") == line)
-        if hit.height:
-            return hit["total"][0]
-        assert self._scanned is not None, "a row polars did not read is one the scanner read"
-        index = int(self._scanned.usual["line"].search_sorted(line))
-        return cast(re.Match, re.search(ITERATION, self._scanned.usual_text(index))).group(2)
-
-    def start_time(self) -> str | None:
-        """The first start time `[YYYY-MM-DD hh:mm:ss]` printed on the chunk's iteration rows."""
-        stamps = self._iters.select("line", pl.col("text").str.extract(_START_TIME, 1).alias("at")).drop_nulls()
-        slow = (int(stamps["line"][0]), stamps["at"][0]) if stamps.height else None
-        first = self._scanned.first_stamped if self._scanned is not None else None
-        if first is None:
-            return slow[1] if slow else None
-        assert self._scanned is not None
-        line = int(self._scanned.usual["line"][first])
-        if slow is not None and slow[0] < line:
-            return slow[1]
-        return cast(re.Match, re.search(_START_TIME, self._scanned.usual_text(first))).group(1)
-
-
 def _iteration_rows(frame: pl.DataFrame) -> pl.DataFrame:
     """Lines matching ITERATION: line, text, step and total (as printed), samples, tokens, step_ms, loss.
     Lines of the usual start are read in one pass, the others field by field."""
@@ -279,19 +227,15 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
     reading = _Reading(iters=RowSpool(spill, FORMAT))
     last_line_parsed = True
     end: ChunkEnd | None = None
-    native = megatron_scan.available()
     for chunk in chunks:
-        cut_last = chunk.last and chunk.unterminated_last
-        scanned = (megatron_scan.scan(chunk.block, chunk.first_line, last_as_text=cut_last)
-                   if native and chunk.block is not None else None)
-        frame = scanned.others if scanned is not None else chunk.frame
-        if cut_last and frame.height:
+        frame = chunk.frame
+        if chunk.last and chunk.unterminated_last:
             # A killed writer's prefix of an iteration (or memory) line may still parse, with wrong numbers.
             # A complete iteration line ends with '|' and has as many fields as the iteration line before it.
-            last_line_parsed = _complete_iteration(frame, _iteration_before_last(frame, scanned) or reading.last_match)
+            last_line_parsed = _complete_iteration(frame, _iteration_before_last(frame) or reading.last_match)
             if not last_line_parsed:
                 frame = frame.head(frame.height - 1)
-        reading.add(frame, scanned)
+        reading.add(frame)
         end = chunk.as_end()
     assert end is not None, "a log has at least one chunk"
 
@@ -342,13 +286,9 @@ def _complete_iteration(frame: pl.DataFrame, previous: str | None) -> bool:
     return previous is None or last.count("|") >= previous.count("|")
 
 
-def _iteration_before_last(frame: pl.DataFrame, scanned: ScannedBlock | None) -> str | None:
-    """The chunk's last line matching ITERATION before its last line (`frame`'s last; with `scanned`, the rows
-    it read come before that line too), or None when the chunk has none."""
+def _iteration_before_last(frame: pl.DataFrame) -> str | None:
+    """The chunk's last line matching ITERATION before its last line, or None when the chunk has none."""
     before = frame.head(frame.height - 1).filter(pl.col("text").str.contains(ITERATION)).tail(1)
-    if scanned is not None and scanned.usual.height and (not before.height
-                                                         or before["line"][0] < scanned.usual["line"][-1]):
-        return scanned.usual_text(scanned.usual.height - 1)
     return before["text"][0] if before.height else None
 
 

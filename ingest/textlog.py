@@ -68,8 +68,7 @@ class LogText:
 @dataclass(frozen=True, eq=False)
 class LogChunk:
     """A block of consecutive whole lines of a log, numbered as in the file: read in blocks, its bytes as read,
-    split into lines when a parser first asks for `frame` (a parser that reads the bytes itself never splits
-    them: megatron_scan); read whole, its lines already split."""
+    split into lines when a parser first asks for `frame`; read whole, its lines already split."""
     block: bytes | None         # whole lines as read, newlines included; None when `lines` is given
     first_line: int             # the number of its first line, 1-based in the file
     last: bool                  # holds the file's last line

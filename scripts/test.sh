@@ -16,13 +16,6 @@ export RECEIPTS_REQUIRE_REALDATA=1  # a test skipped for lack of ../shared/reald
 # Chromium + chromedriver from Debian for the dashboard's end-to-end test.
 bash .ci/browser_setup.sh
 
-# A C compiler builds Megatron's line scanner at install (ingest/_megatron_lines.c; optional for users, whose
-# install falls back to polars without one, but required here, so the tests hold the two paths equal).
-command -v cc >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq gcc libc6-dev; }
-python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' ||
-  { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3-dev; }
-export RECEIPTS_REQUIRE_NATIVE=1
-
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e ".[test,dashboard,dask]"
@@ -37,7 +30,5 @@ command -v npm >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install
 .venv/bin/lint-imports
 .venv/bin/mypy
 .venv/bin/pytest -q -p no:cacheprovider
-# Megatron's native line scanner, its tests again with it built under AddressSanitizer (~2 minutes).
-bash scripts/asan_scan.sh
 # The gate over example claims: true ones must pass, false ones must be rejected.
 bash .ci/gate_examples.sh
