@@ -1,4 +1,4 @@
-"""The repository root is the import package `receipts` (pyproject.toml, setup.py).
+"""The repository root is the import package `receipts` (pyproject.toml).
 
 Importing receipts.* from the root loads one copy of each module, under its receipts.* name. Static tools
 resolve `receipts.*` from a checkout without installing, through the link .pkgroot/receipts -> the root

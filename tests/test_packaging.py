@@ -4,6 +4,7 @@ install leaves the dashboard's packages out, and `receipts --help` imports none 
 from __future__ import annotations
 
 import email.parser
+import os
 import re
 import shutil
 import subprocess
@@ -44,13 +45,12 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
                  "receipts/sql/steady_steps_many.sql", "receipts/dashboards/app.py"):
         assert data in names, data
     assert not any(n.startswith("receipts/tests/") for n in names)
-    # The package list is computed (setup.py), never kept by hand: every folder of the source tree with an
-    # __init__.py ships, and the build script itself does not.
+    # The package list is computed (pyproject.toml's packages.find), never kept by hand: every folder of the
+    # source tree with an __init__.py ships.
     packages = {str(init.parent.relative_to(REPO)) for init in REPO.rglob("__init__.py")
                 if not init.relative_to(REPO).parts[0].startswith((".", "build", "dist", "tests", "benchmarks"))}
     shipped = {n.removeprefix("receipts/").rpartition("/")[0] or "." for n in names if n.endswith("/__init__.py")}
     assert shipped == packages, shipped ^ packages
-    assert "receipts/setup.py" not in names
 
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -60,11 +60,14 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     # install of this checkout there is a .pth finder, which a path entry does not activate).
     fresh_site = next((venv / "lib").glob("python*/site-packages"))
     (fresh_site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # without PYTHONPATH: a checkout run as `PYTHONPATH=.pkgroot pytest` would import itself, not the wheel
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     help_text = subprocess.run([str(venv / "bin" / "receipts"), "--help"], check=True, capture_output=True, text=True,
-                               cwd=tmp_path).stdout
+                               cwd=tmp_path, env=env).stdout
     assert "ingest" in help_text and "compare" in help_text
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import receipts.ingest, receipts.schema.model as m;"
-                            "print(m.__file__)"], check=True, capture_output=True, text=True, cwd=tmp_path).stdout
+                            "print(m.__file__)"], check=True, capture_output=True, text=True, cwd=tmp_path,
+                           env=env).stdout
     assert str(fresh_site) in where
 
 
