@@ -1,6 +1,7 @@
 """Log ingest: throughput and peak memory of the streamed parsers (what `receipts ingest` runs on a log).
 
     POLARS_MAX_THREADS=1 .venv/bin/python benchmarks/bench_log_ingest.py --repeat 3     # one-core numbers
+    .venv/bin/python benchmarks/bench_log_ingest.py --megatron-rate     # Megatron's lines/s only (one core)
     .venv/bin/python benchmarks/bench_log_ingest.py --lines 2000000 --big-lines 10000000 [--formats nanochat]
 
 The logs are built from the lines of real logs in ../shared/realdata/logs (nanochat sft_run, a Megatron-
@@ -175,11 +176,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--allocator", choices=["receipts", "polars"], default="receipts",
                     help="polars' allocator as `receipts` sets it (freed pages returned at once) or polars' own default")
+    ap.add_argument("--megatron-rate", action="store_true",
+                    help="only Megatron's lines/s of CPU and its references, on one core (POLARS_MAX_THREADS=1 "
+                         "unless set): no peak-memory children, seconds instead of minutes")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child[0], Path(args.child[1]))
         return
+    if args.megatron_rate:
+        args.formats, args.big_lines = ["megatron"], 0
+        os.environ.setdefault("POLARS_MAX_THREADS", "1")  # an aim in lines/s of CPU is one core's
     if args.allocator == "receipts":
         return_freed_memory_at_once()  # the timed parses too run as `receipts` runs them
     os.environ["BENCH_ALLOCATOR"] = args.allocator  # and the measuring children
@@ -214,6 +221,8 @@ def main() -> None:
                   f"ingest/read = {t_ingest / t_read:.1f}x (CPU {cpu_ingest / cpu_read:.1f}x)")
             print(f"  raw read of the file (8 MiB blocks) {t_raw:7.3f} s  {n / t_raw / 1e6:6.2f} M lines/s   "
                   f"ingest/raw = {t_ingest / t_raw:.1f}x (CPU {cpu_ingest / max(cpu_raw, 1e-9):.1f}x)")
+            if args.megatron_rate:
+                continue
             print(f"  peak RSS, streamed parse at {n / 1e6:.0f}M lines: {peak_in_child('stream', path):6.0f} MiB")
             print(f"  peak RSS, whole read + parse (before) at {n / 1e6:.0f}M lines: "
                   f"{peak_in_child('whole', path):6.0f} MiB")
