@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, cast
 
 import polars as pl
 
-from receipts.schema.categories import DECOMPOSITION
 from receipts.schema.model import COMPONENT_SCHEMA
 
 if TYPE_CHECKING:
@@ -41,8 +40,6 @@ if TYPE_CHECKING:
 
 # Bump when a level's definition changes: `receipts db upgrade` recomputes rows stored under another rule.
 RULE = "components-v1"
-LEVELS = ("category", "kernel", "nvtx", "rank")
-PARTITION = DECOMPOSITION  # the category rows that sum to the step's GPU span
 _EXPOSED = "exposed_comm"
 
 

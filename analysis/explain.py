@@ -160,9 +160,10 @@ class Explanation:
 
     @property
     def residual_ms(self) -> float | None:
-        """What the named components do not explain: the step-time change minus explained_ms."""
+        """What the named components do not explain: the step-time change minus explained_ms (None without the
+        category level, whose decomposition it is measured against)."""
         d = self.step.delta_ms
-        return None if d is None else d - self.explained_ms
+        return None if d is None or "category" not in self.levels else d - self.explained_ms
 
 
 # ---------------------------------------------------------------------------------------- kernel keys

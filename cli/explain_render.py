@@ -55,6 +55,15 @@ def _row(c: ComponentDelta) -> list[str]:
     return out
 
 
+def dashboard_link(r: ExplainResult) -> str | None:
+    """The dashboard's compare view of this explanation (`receipts dashboard`, then this query), or None."""
+    e = r.explanation
+    if e is None or not e.baseline_runs:
+        return None
+    query = f"?view=compare&a={e.baseline_runs[-1]}&b={r.receipt_id}"
+    return query + (f"&against={r.against}" if r.mode == "lane" else "")
+
+
 def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
     """The explanation as lines of at most 80 characters (a refusal: its one line)."""
     e = r.explanation
@@ -89,6 +98,9 @@ def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
         lines += _wrap(f"residual: {_signed(e.residual_ms)} ms per step of the {_signed(s.delta_ms or 0.0)} ms "
                        f"change is not explained by the changed parts of the decomposition "
                        f"({_signed(e.explained_ms)} ms)", "")
+    link = dashboard_link(r)
+    if link:
+        lines += _wrap(f"dashboard (receipts dashboard): {link}", "")
     return lines
 
 
@@ -127,7 +139,7 @@ def markdown_lines(r: ExplainResult, *, top: int = 8) -> list[str]:
         lines += ["| level | component | baseline ms | candidate ms | delta ms | share | |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
         for c in changed[:top]:
             calls = (f" ({c.calls_delta_per_step:+g} calls/step)" if c.calls_delta_per_step else "")
-            lines.append(f"| {c.level} | {_md(c.short_name)}{_md(calls)} | {c.baseline_ms_per_step:.2f} | "
+            lines.append(f"| {c.level} | {_md(_cut(c.short_name, 80))}{_md(calls)} | {c.baseline_ms_per_step:.2f} | "
                          f"{c.candidate_ms_per_step:.2f} | {c.delta_ms_per_step:+.2f} | {_md(_share(c)) or '-'} | "
                          f"{_md(_label(c))} |")
         if len(changed) > top:
@@ -136,6 +148,9 @@ def markdown_lines(r: ExplainResult, *, top: int = 8) -> list[str]:
         lines.append("No component moved beyond its own noise.")
     if e.residual_ms is not None:
         lines += ["", f"Residual (not explained by the changed parts of the decomposition): {e.residual_ms:+.2f} ms per step."]
+    link = dashboard_link(r)
+    if link:
+        lines += ["", f"Dashboard (`receipts dashboard`): `{link}`"]
     lines += ["", f"<sub>{_md(e.noise_note)}; Benjamini-Hochberg at {e.fdr:g}.</sub>", "", "</details>", ""]
     return lines
 
