@@ -388,3 +388,16 @@ def test_benjamini_hochberg_agrees_with_scipy():
         assert np.allclose(bh_adjusted(p), stats.false_discovery_control(p, method="bh"))
     z, df = np.array([0.5, 2.0, -3.0, 1.0]), np.array([3.0, 9.0, np.inf, np.inf])
     assert np.allclose(_p_values(z, df), 2 * np.r_[stats.t.sf(abs(z[:2]), df[:2]), stats.norm.sf(abs(z[2:]))])
+
+
+@pytest.mark.slow
+def test_check_markdown_carries_the_explanation_and_its_dashboard_link(explain_lane, tmp_path):
+    comment = tmp_path / "comment.md"
+    result = cli(explain_lane, "check", "attn_1", "aa_1", "--against", "tag:main", "--markdown", str(comment))
+    assert result.exit_code == 1  # attn_1 is slower
+    body = comment.read_text()
+    sections = body.split("#### ")[1:]
+    attn, aa = (next(s for s in sections if f" {n}: " in s.splitlines()[0]) for n in ("attn_1", "aa_1"))
+    assert "why: 10 component(s)" in attn and "fmha_cutlassB" in attn and "appeared" in attn
+    assert "?view=compare&a=" in attn and "&against=tag:main" in attn
+    assert "No component moved beyond its own noise." in aa
