@@ -326,7 +326,7 @@ def to_markdown(result: CheckResult, why: dict[str, ExplainResult] | None = None
     lines += ["", "</details>", ""]
     for c in result.candidates:  # where a run has a profile: the components that explain it (explain_render)
         if why and c.receipt_id in why:
-            lines += [f"**{_md(c.run_name)}**", explain_markdown(why[c.receipt_id])]
+            lines.append(explain_markdown(why[c.receipt_id]))
     judged = "each run alone decides" if result.each else "a lane's runs pooled decide"
     lines.append(f"<sub>receipts check {_md(' '.join(['--against', result.against, '--last', str(result.last)]))}: "
                  f"run medians with moving-block bootstrap intervals against the lane's run-to-run noise floor; "

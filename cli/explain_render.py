@@ -134,7 +134,8 @@ def markdown_lines(r: ExplainResult, *, top: int = 8) -> list[str]:
     if e is None:
         return []
     changed = list(e.changed)
-    lines = [f"<details><summary>why: {len(changed)} component(s) beyond their own run-to-run noise</summary>", ""]
+    lines = [f"<details><summary>why {_md(r.run_name)}: {len(changed)} component(s) beyond their own run-to-run "
+             f"noise</summary>", ""]
     if changed:
         lines += ["| level | component | baseline ms | candidate ms | delta ms | share | |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
         for c in changed[:top]:

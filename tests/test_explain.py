@@ -396,8 +396,8 @@ def test_check_markdown_carries_the_explanation_and_its_dashboard_link(explain_l
     result = cli(explain_lane, "check", "attn_1", "aa_1", "--against", "tag:main", "--markdown", str(comment))
     assert result.exit_code == 1  # attn_1 is slower
     body = comment.read_text()
-    sections = body.split("#### ")[1:]
-    attn, aa = (next(s for s in sections if f" {n}: " in s.splitlines()[0]) for n in ("attn_1", "aa_1"))
-    assert "why: 10 component(s)" in attn and "fmha_cutlassB" in attn and "appeared" in attn
+    sections = body.split("<details><summary>why ")[1:]
+    attn, aa = (next(s for s in sections if s.startswith(f"{n}: ")) for n in ("attn_1", "aa_1"))
+    assert attn.startswith("attn_1: 10 component(s)") and "fmha_cutlassB" in attn and "appeared" in attn
     assert "?view=compare&a=" in attn and "&against=tag:main" in attn
     assert "No component moved beyond its own noise." in aa
