@@ -1,6 +1,6 @@
 """What ingest computes once from parsed evidence and stores with it: a profile's step markers read as a run's
 step series, and an anatomy under its receipt's steady window with what is computed over the steady steps (kernel
-totals by name, the straggler report)."""
+totals by name, the straggler report, the per-run component summaries)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import polars as pl
 
 from receipts.analysis import stragglers
 from receipts.analysis.anatomy import steady_kernel_totals
+from receipts.analysis.components import components
 from receipts.analysis.window import cut_short_tail, in_window
 from receipts.schema.model import Anatomy, ParsedRun, StepWindow, steps_frame
 
@@ -44,11 +45,11 @@ def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
 
 def in_receipt_window(anatomy: Anatomy, window: StepWindow) -> Anatomy:
     """The anatomy under its receipt's steady window (one window per receipt), with what is computed over the
-    steady steps: the straggler report and the kernel totals by name."""
+    steady steps: the straggler report, the kernel totals by name and the per-run component summaries."""
     anatomy = with_stragglers(replace(anatomy, steps=in_window(anatomy.steps, window)))
-    if anatomy.kernel_steps is None:
-        return anatomy
-    return replace(anatomy, kernels=steady_kernel_totals(anatomy.kernel_steps, anatomy.steps))
+    if anatomy.kernel_steps is not None:
+        anatomy = replace(anatomy, kernels=steady_kernel_totals(anatomy.kernel_steps, anatomy.steps))
+    return replace(anatomy, components=components(anatomy.rows, anatomy.steps, anatomy.kernels, anatomy.nvtx))
 
 
 def with_stragglers(anatomy: Anatomy) -> Anatomy:

@@ -19,8 +19,10 @@ from rich.markup import escape
 
 from receipts.analysis.check import DEFAULT_LAST, CandidateCheck, CheckResult, PooledCheck, run_check
 from receipts.analysis.compare import floor_json
+from receipts.analysis.explain_run import ExplainResult, for_check
 from receipts.analysis.verdict import VerdictResult
 from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.cli.explain_render import markdown as explain_markdown
 from receipts.cli.output import Column, chosen_format, emit, format_option
 from receipts.cli.gate_cmd import escape_data, escape_prop
 from receipts.cli.words import with_remedy
@@ -63,7 +65,8 @@ def check(
     fmt = chosen_format(fmt, as_json=as_json, piped="table")
     with settings(ctx).store(read_only=True) as store:
         result = worded(run_check(store, runs, against=against, last=last, each=each))
-    body = to_markdown(result)
+        why = explanations(store, result) if markdown is not None or os.environ.get("GITHUB_STEP_SUMMARY") else {}
+    body = to_markdown(result, why)
     if markdown is not None:
         markdown.write_text(body, encoding="utf-8")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
@@ -260,10 +263,23 @@ def _row(name: str, state: str, v: VerdictResult | None, bold: bool = False) -> 
     return (f"| {name} | {verdict} | {change_pct(v) if v else '-'} | {interval_pct(v) if v else '-'} |")
 
 
-def to_markdown(result: CheckResult) -> str:
+def explanations(store, result: CheckResult) -> dict[str, ExplainResult]:
+    """`receipts explain` of each judged candidate against its baseline, by receipt id (only those that have one:
+    a log-only run, or a lane without profiled runs, gets none)."""
+    out = {}
+    for c in result.candidates:
+        if c.outcome == "judged":
+            r = for_check(store, c, against=result.against)
+            if r.explanation is not None:
+                out[c.receipt_id] = r
+    return out
+
+
+def to_markdown(result: CheckResult, why: dict[str, ExplainResult] | None = None) -> str:
     """One pull-request comment a reviewer reads in ten seconds: the marker line first, the headline, then per
     lane its baseline and noise floor once and one table (the pooled verdict, then a line per run), and the
-    per-run details folded in <details>."""
+    per-run details folded in <details>; then, for each run in `why` (it has a profile), the components that
+    explain it (explain_render.markdown)."""
     lines = [MARKER, f"### receipts check: {_md(headline(result))}", ""]
     pools = {p.lane: p for p in result.pooled}
     lanes = list(dict.fromkeys(c.lane for c in result.candidates))
@@ -308,6 +324,9 @@ def to_markdown(result: CheckResult) -> str:
     for p in result.pooled:
         lines.append(f"- pooled ({_md(p.lane)}): {_md(p.verdict.why)}")
     lines += ["", "</details>", ""]
+    for c in result.candidates:  # where a run has a profile: the components that explain it (explain_render)
+        if why and c.receipt_id in why:
+            lines.append(explain_markdown(why[c.receipt_id]))
     judged = "each run alone decides" if result.each else "a lane's runs pooled decide"
     lines.append(f"<sub>receipts check {_md(' '.join(['--against', result.against, '--last', str(result.last)]))}: "
                  f"run medians with moving-block bootstrap intervals against the lane's run-to-run noise floor; "

@@ -9,8 +9,11 @@ import typer
 from rich.markup import escape
 
 from receipts.analysis.compare import compare_in_store, to_json
+from receipts.analysis.explain_run import for_comparison
+from receipts.analysis.explain_run import to_json as explain_json
 from receipts.cli.context import EXIT_REFUSED, console, handle_errors, settings
 from receipts.cli.output import chosen_format, emit_record, format_option
+from receipts.cli.explain_render import echo, text_lines
 from receipts.cli.render import ended_early_line, fmt_bytes, fmt_ms
 
 
@@ -37,10 +40,14 @@ def compare(
     fmt = chosen_format(fmt, as_json=as_json, piped="table")
     with settings(ctx).read_store() as store:
         result = compare_in_store(store, store.resolve(a), store.resolve(b))
+        why = for_comparison(store, result, against=a) if result.comparable else None  # None: a side has no profile
     if fmt != "table":
-        emit_record(to_json(result), fmt)
+        emit_record({**to_json(result), "explain": explain_json(why) if why else None}, fmt)
     else:
         _render(result)
+        if why is not None:
+            echo(["", "why B differs (pairwise explain; receipts explain B --against tag:T uses the lane's noise):",
+                  *text_lines(why)[1:]])
     if not result.comparable:
         raise typer.Exit(EXIT_REFUSED)
 

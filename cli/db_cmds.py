@@ -40,6 +40,7 @@ def upgrade(ctx: typer.Context) -> None:
 
     Example: receipts --db postgresql://receipts@db.internal/receipts db upgrade
     """
+    from receipts.analysis import components
     from receipts.analysis.summary import RULE, resummarize
 
     cfg = settings(ctx)
@@ -55,8 +56,12 @@ def upgrade(ctx: typer.Context) -> None:
     # every reader (show, list, lane floors, the dashboard) reads numbers of this build's rule.
     with cfg.store() as store:
         n = resummarize(store)
+        exports = components.recompute(store)
     if n:
         console.print(f"re-summarised {n} receipt{'s' if n != 1 else ''} under rule {RULE}")
+    if exports:
+        console.print(f"computed the explain components of {exports} attached export{'s' if exports != 1 else ''} "
+                      f"under rule {components.RULE}")
 
 
 @db_app.command("status")

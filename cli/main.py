@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("read_cmds", "show"),
     "retag": ("retag_cmd", "retag"),
     "compare": ("compare_cmd", "compare"),
+    "explain": ("explain_cmd", "explain"),
     "history": ("history_cmd", "history"),
     "anatomy": ("anatomy_cmd", "anatomy"),
     "stragglers": ("stragglers_cmd", "stragglers"),
@@ -47,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("db_cmds", "db_app"),
 }
 # Command modules, each with register(app). Listed here so the layout shows every command.
-COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "history_cmd", "anatomy_cmd", "stragglers_cmd",
+COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "explain_cmd", "history_cmd", "anatomy_cmd", "stragglers_cmd",
                    "gate_cmd", "check_cmd",
                    "run_cmd", "preflight_cmd", "dashboard_cmd", "db_cmds")
 # A module listed in COMMAND_MODULES without a COMMANDS entry is imported whenever the command list is

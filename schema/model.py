@@ -323,6 +323,17 @@ ANATOMY_NVTX_SCHEMA: dict[str, pl.DataType] = {
     "gpu_ms": pl.Float64(),    # union of GPU work launched inside the ranges (null when not computed)
 }
 
+# Per-run component summaries (analysis/components.py), one row per (level, name), stored in receipt_components.
+COMPONENT_SCHEMA: dict[str, pl.DataType] = {
+    "rule": pl.Utf8(),            # analysis/components.py RULE that made the row
+    "level": pl.Utf8(),           # 'category' | 'kernel' | 'nvtx' | 'rank'
+    "name": pl.Utf8(),            # category, kernel name as the export states it, NVTX range, 'rank N'
+    "category": pl.Utf8(),        # a kernel's category; 'exposed_comm' for a rank; null otherwise
+    "ms_per_step": pl.Float64(),  # ms per steady step (see analysis/components.py for each level's statistic)
+    "calls_per_step": pl.Float64(),  # kernel calls / NVTX ranges per rank-step; null for the other levels
+    "n_steps": pl.Int64(),        # steady steps (per rank) the value is over
+}
+
 
 @dataclass(frozen=True)
 class Anatomy:
@@ -366,3 +377,5 @@ class Anatomy:
     # Filled by the pipeline from analysis/stragglers.py, stored with the anatomy (straggler_* tables).
     straggler_steps: "pl.DataFrame | None" = None   # rank, step, wait_ms, imposed_ms, last_arrivals, collectives
     straggler_summary: "dict | None" = None          # report_json without per_step
+    # Filled by the pipeline from analysis/components.py, stored in receipt_components (COMPONENT_SCHEMA).
+    components: "pl.DataFrame | None" = None

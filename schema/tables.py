@@ -207,6 +207,21 @@ anatomy_sources = Table(
     PrimaryKeyConstraint("receipt_id", "source_sha256"),
 )
 
+# Per attached export, what the run spends per steady step in each component (analysis/components.py), computed
+# when the export is stored: what `receipts explain` reads instead of every anatomy row of a lane's runs.
+receipt_components = Table(
+    "receipt_components", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rule", Text, nullable=False),                 # analysis/components.py RULE that made it
+    Column("level", Text, nullable=False),                # 'category' | 'kernel' | 'nvtx' | 'rank'
+    Column("name", Text, nullable=False),
+    Column("category", Text),                             # a kernel's category; null for most other rows
+    Column("ms_per_step", Double, nullable=False),        # ms per steady step
+    Column("calls_per_step", Double),                     # kernel calls / NVTX ranges per rank-step
+    Column("n_steps", BigInteger, nullable=False),        # steady steps the value is over
+)
+
 # PostgreSQL only: DuckDB finds a receipt's steps by its zone maps (each receipt's rows are written together),
 # as fast with as without the ART index (1.0 vs 0.7 ms for one receipt, 91 vs 93 ms for 200, in a 6.9M-row
 # store), and an ART index held the inserted keys in memory until commit: +490 MiB to ingest a 10M-step log.
@@ -216,6 +231,7 @@ Index("ix_anatomy_rows_receipt", anatomy_rows.c.receipt_id)
 Index("ix_anatomy_steps_receipt", anatomy_steps.c.receipt_id)
 Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)
 Index("ix_anatomy_kernels_receipt", anatomy_kernels.c.receipt_id)
+Index("ix_receipt_components_receipt", receipt_components.c.receipt_id)
 Index("ix_receipts_run_name", receipts.c.run_name)
 Index("ix_receipts_ingested_at", receipts.c.ingested_at)
 Index("ix_receipts_lane", receipts.c.host_lineage, receipts.c.preset_family, receipts.c.launch_regime)

@@ -130,6 +130,13 @@ class Store(ABC):
         if summaries:
             self._replace_rows("receipt_summaries", [R.summary_row(rid, s) for rid, s in summaries.items()])
 
+    def replace_components(self, rows_by_receipt: dict[str, list[dict[str, Any]]]) -> None:
+        """Store component rows (analysis/components.py) by receipt id, replacing every row a receipt had, in one
+        transaction: `receipts db upgrade` recomputes them under a new rule."""
+        rows = [r for part in rows_by_receipt.values() for r in part]
+        if rows:
+            self._replace_rows("receipt_components", rows)
+
     @abstractmethod
     def _replace_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
         """In one transaction: delete the rows of `table` with these rows' receipt_ids, insert the rows."""
@@ -182,6 +189,7 @@ class Store(ABC):
         for table, frame in R.anatomy_frames(receipt_id, source.sha256, anatomy).items():
             bulk[table] = pl.concat([bulk[table], frame]) if table in bulk else frame
         small.setdefault("anatomy_sources", []).append(R.anatomy_source_row(receipt_id, source.sha256, anatomy, raw_path))
+        small.setdefault("receipt_components", []).extend(R.component_rows(receipt_id, source.sha256, anatomy))
         if not any(r["sha256"] == source.sha256 for r in small.get("receipt_sources", [])):
             small.setdefault("receipt_sources", []).extend(R.source_rows(receipt_id, (source,), ingested_at))
 

@@ -10,7 +10,8 @@ from typing import Any
 import polars as pl
 
 from receipts.schema.identity import identity_columns
-from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, RECEIPT_MODEL_VERSION,
+from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, COMPONENT_SCHEMA,
+                                   RECEIPT_MODEL_VERSION,
                                    Anatomy, Receipt, SourceFile, Steps, mark_warmup)
 
 
@@ -148,6 +149,14 @@ def anatomy_frames(receipt_id: str, source_sha256: str, anatomy: Anatomy) -> dic
         "anatomy_kernels": _typed(anatomy.kernels if anatomy.kernels is not None else pl.DataFrame(),
                                   ANATOMY_KERNEL_SCHEMA).select(*prefix, *ANATOMY_KERNEL_SCHEMA),
     }
+
+
+def component_rows(receipt_id: str, source_sha256: str, anatomy: Anatomy) -> list[dict[str, Any]]:
+    """receipt_components rows of one export (analysis/components.py computed them; none when it did not)."""
+    if anatomy.components is None:
+        return []
+    return [{"receipt_id": receipt_id, "source_sha256": source_sha256, **row}
+            for row in _typed(anatomy.components, COMPONENT_SCHEMA).to_dicts()]
 
 
 def anatomy_source_row(receipt_id: str, source_sha256: str, anatomy: Anatomy, raw_path: str | None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 GPU_DATA = REPO / "tests" / "data" / "gpu"
+EXPLAIN_DATA = REPO / "tests" / "data" / "explain"
 
 
 def realdata(*parts: str) -> Path:
@@ -47,6 +48,19 @@ def write_native_log(path: Path, step_ms: list[float], *, host_lineage: str | No
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return str(tmp_path / "receipts.duckdb")
+
+
+@pytest.fixture(scope="session")
+def explain_lane(tmp_path_factory) -> str:
+    """A store of the explain experiment's 14 real 2-GPU runs (tests/data/explain: baselines tagged main, an A/A
+    run and planted changes), each run.log with its nsys export, ingested once per session (~2 minutes here).
+    Read-only for the tests: copy it before writing."""
+    from cli_helpers import cli
+
+    path = str(tmp_path_factory.mktemp("explain") / "lane.duckdb")
+    result = cli(path, "ingest", *sorted(str(p) for p in EXPLAIN_DATA.iterdir() if p.is_dir()))
+    assert result.exit_code == 0, result.output
+    return path
 
 
 @pytest.hookimpl(hookwrapper=True)

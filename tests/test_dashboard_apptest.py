@@ -618,3 +618,37 @@ def test_a_profile_read_from_a_folder_lists_its_files_and_how_to_open_them_toget
     assert "2 Nsight Systems exports of one job" in "\n".join(m.value for m in expander.markdown)
     assert "rank0.sqlite.gz, rank1.sqlite.gz" in "\n".join(c.value for c in expander.caption)
     assert not expander.get("download_button")  # a folder is not one file to download
+
+
+def _explain_ids(db: str, *runs: str) -> list[str]:
+    from receipts.store import open_store
+
+    with open_store(db, read_only=True) as store:
+        return [store.resolve(r) for r in runs]
+
+
+@pytest.mark.slow
+def test_compare_view_explains_why_b_differs_with_noise_bands(explain_lane, monkeypatch):
+    """Two real profiled runs (tests/data/explain): the pairwise explanation, drawn as deltas with intervals."""
+    a, b = _explain_ids(explain_lane, "base_1", "attn_1")
+    at = _app(explain_lane, monkeypatch, view="compare", a=a, b=b)
+    _no_exception(at)
+    text = _texts(at)
+    assert "Why B differs" in text and "Pairwise (one run each side)" in text and "no component noise" in text
+    spec = next(s for s in (str(c.proto.spec) for c in _charts(at)) if "why B differs" in s)
+    assert "low_ms" in spec and "high_ms" in spec  # each delta carries its interval: the component's noise band
+    table = next(d.value for d in at.dataframe if "delta_ms" in d.value.columns)
+    appeared = list(table[table["presence"] == "appeared"]["component"])
+    assert any(name.startswith("fmha_cutlassB") for name in appeared)
+
+
+@pytest.mark.slow
+def test_compare_view_linked_from_check_explains_against_the_lane(explain_lane, monkeypatch):
+    a, b = _explain_ids(explain_lane, "base_5", "stall_1")
+    at = _app(explain_lane, monkeypatch, view="compare", a=a, b=b, against="tag:main")
+    _no_exception(at)
+    text = _texts(at)
+    assert "Against tag:main" in text and "measured from 5 profiled baseline runs" in text
+    table = next(d.value for d in at.dataframe if "delta_ms" in d.value.columns)
+    first = table[table["verdict"] == "changed"].iloc[0]
+    assert (first["level"], first["component"]) == ("category", "idle")

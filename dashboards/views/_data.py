@@ -17,6 +17,7 @@ from receipts.store import Store, open_store
 if TYPE_CHECKING:
     from receipts.analysis.anatomy import AnatomyReport
     from receipts.analysis.compare import Comparison
+    from receipts.analysis.explain_run import ExplainResult
     from receipts.analysis.noise import NoiseFloor
 
 # The analysis imports below sit inside the cached functions: compare pulls in scipy, seconds of import on
@@ -64,6 +65,11 @@ class Data:
     def compare(self, a_id: str, b_id: str) -> "Comparison":
         return _compare(self.url, self.version, a_id, b_id, self)
 
+    def explain(self, a_id: str, b_id: str, against: str | None) -> "ExplainResult | None":
+        """B explained against `against` (tag:T, the lane's baseline) or, when None, against A (pairwise); None
+        when a side of the pair has no profile."""
+        return _explain(self.url, self.version, a_id, b_id, against, self)
+
     def lane_history(self, host_lineage: str, preset_family: str, launch_regime: str) -> "tuple[pl.DataFrame, NoiseFloor]":
         """lane_history rows (memory too) joined with analysis.history's intervals, z and change points."""
         return _history(self.url, self.version, (host_lineage, preset_family, launch_regime), self)
@@ -98,6 +104,17 @@ def _compare(url: str, version: str, a_id: str, b_id: str, _data: Data) -> "Comp
     from receipts.analysis.compare import compare_in_store
 
     return compare_in_store(_data.store, a_id, b_id)
+
+
+@st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
+def _explain(url: str, version: str, a_id: str, b_id: str, against: str | None, _data: Data) -> "ExplainResult | None":
+    from receipts.analysis.check import DEFAULT_LAST
+    from receipts.analysis.explain_run import explain_in_store, for_comparison
+
+    if against is not None:
+        return explain_in_store(_data.store, b_id, against=against, last=DEFAULT_LAST)
+    comparison = _compare(url, version, a_id, b_id, _data)
+    return for_comparison(_data.store, comparison, against=a_id) if comparison.comparable else None
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 import streamlit as st
 from receipts.dashboards import charts
+from receipts.dashboards.views import explain as explain_view
 from receipts.dashboards.views._data import Data
 from receipts.dashboards.views.receipt import ended_early_text, pick_receipt
 
@@ -118,4 +119,5 @@ def render(data: Data) -> None:
             st.caption(f"{' and '.join(missing)} has no profiler export attached: no difference to draw.")
         else:
             st.altair_chart(charts.anatomy_side_by_side(diff, c.a.run_name, c.b.run_name))
+    explain_view.render(data, a, b)
     _drift(c)

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -77,6 +78,14 @@ def main() -> None:
     # Several ranks on ONE GPU (the only kind lent some days): NCCL refuses two ranks on one device, so
     # gloo carries the collectives and DDP (bf16 autocast) replaces FSDP2, whose collectives gloo lacks.
     ap.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    # Planted changes for the explain experiment (tests/gpu/explain_runs.sh), each of one known component:
+    # the SDPA kernel nn.MultiheadAttention runs (need_weights=False goes through scaled_dot_product_attention;
+    # default: PyTorch's own choice), a host stall inside every step (the queue drained first, so the GPU sits
+    # idle for the whole sleep, between the forward and the backward: inside the step's own GPU span), and the
+    # dtype FSDP2 reduce-scatters gradients in (fp32: twice the bytes of bf16, and a cast before each).
+    ap.add_argument("--sdpa-backend", choices=("flash", "efficient", "math", "cudnn"), default=None)
+    ap.add_argument("--host-stall-ms", type=float, default=0.0)
+    ap.add_argument("--reduce-dtype", choices=("bf16", "fp32"), default="fp32")
     args = ap.parse_args()
 
     dist.init_process_group(args.backend)
@@ -87,7 +96,8 @@ def main() -> None:
 
     model = Toy(args.vocab, args.d_model, 16, args.layers).cuda()
     if args.backend == "nccl":
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        reduce_dtype = torch.bfloat16 if args.reduce_dtype == "bf16" else torch.float32
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
         for layer in model.layers:
             fully_shard(layer, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
@@ -101,6 +111,14 @@ def main() -> None:
     rec = Recorder(tokens_per_step=args.batch * args.seq)  # log=None: stdout, teed by `receipts run`
     gen = torch.Generator(device="cuda").manual_seed(rank)
     data = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device="cuda", generator=gen)
+
+    attention = contextlib.nullcontext
+    if args.sdpa_backend:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                   "math": SDPBackend.MATH, "cudnn": SDPBackend.CUDNN_ATTENTION}[args.sdpa_backend]
+        attention = functools.partial(sdpa_kernel, backend)  # the forward picks the kernel; its backward follows
 
     extra = None
     if args.extra_matmuls or (args.straggler_matmuls and rank == args.straggler_rank):
@@ -122,9 +140,12 @@ def main() -> None:
             if rank == args.straggler_rank:
                 for _ in range(args.straggler_matmuls):
                     torch.mm(extra, extra)
-            with autocast():
+            with autocast(), attention():
                 logits = model(data[:, :-1], rec)
             loss = loss_fn(logits.float().view(-1, args.vocab), data[:, 1:].reshape(-1))
+            if args.host_stall_ms > 0:
+                torch.cuda.synchronize()
+                time.sleep(args.host_stall_ms / 1000.0)
             loss.backward()
             for _ in range(args.extra_matmuls):
                 torch.mm(extra, extra)

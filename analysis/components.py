@@ -1,0 +1,181 @@
+"""Per-run component summaries: what one profiled run spends per steady step in each component, computed once
+when its profile is stored (as the steady-state step summary is) and read by `receipts explain`.
+
+One row per (level, name), all levels in one frame (COMPONENT_SCHEMA), from the anatomy frames the profile was
+stored as (the same function at ingest, over the parser's frames, and in `receipts db upgrade`, over the stored
+rows, so both give the same numbers):
+
+  category  each anatomy category's ms per step: the exact non-overlapping decomposition of the step's GPU span
+            (compute_only + comm_hidden + exposed_comm + memcpy_only + idle, which sum to it) and each busy
+            category (gemm, attention, each nccl_* collective, memcpy by direction, memset, cuda_graph, other;
+            unions, which overlap one another). A step's value is the mean over the ranks that ran it (a rank
+            without the category counts 0, so the parts still sum to the mean span); the run's value is the median
+            over its steady steps.
+  kernel    per kernel name as the export states it: calls and summed durations over the steady steps of every
+            rank, per rank-step (the time one rank spends in it per step, as sql/anatomy_kernels.sql's
+            ms_per_step). A mean, not a median: ms_per_step = calls_per_step x mean ms per call exactly, so a
+            change splits into more calls and slower calls (analysis/explain.py). The stored kernel totals hold
+            no per-step series, so `db upgrade` could not give a median anyway.
+  nvtx      per NVTX range name, its CPU-side durations summed over the whole capture (the anatomy stores NVTX
+            ranges per rank over the capture, warm-up included, as nsys nvtx_sum reports them) per profiled
+            rank-step, with its count per rank-step. A range seen once per rank (a step marker, an init) is left
+            out: it is no per-step work.
+  rank      per rank of a multi-rank profile, its exposed communication (communication not hidden under compute:
+            the rank's wait for its peers plus transfers nothing overlapped), median over the steady steps: which
+            rank's exposed wait grew (analysis/stragglers.py says who arrived late).
+
+A profile without steady steps (no step markers, or every step in the warm-up) gives no rows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+import polars as pl
+
+from receipts.schema.model import COMPONENT_SCHEMA
+
+if TYPE_CHECKING:
+    from receipts.store import Store
+
+# Bump when a level's definition changes: `receipts db upgrade` recomputes rows stored under another rule.
+RULE = "components-v1"
+_EXPOSED = "exposed_comm"
+
+
+def components(rows: pl.DataFrame, steps: pl.DataFrame, kernels: pl.DataFrame | None,
+               nvtx: pl.DataFrame | None) -> pl.DataFrame:
+    """COMPONENT_SCHEMA rows of one profile from its anatomy frames: `rows` (rank, step, category, time_ms),
+    `steps` (rank, step, warmup: the receipt's window), `kernels` (ANATOMY_KERNEL_SCHEMA, steady totals; None when
+    the export kept no kernel names) and `nvtx` (ANATOMY_NVTX_SCHEMA)."""
+    steady = (steps.filter(pl.col("step").is_not_null() & ~pl.col("warmup").fill_null(False))
+              .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64)).unique())
+    if steady.height == 0:
+        return pl.DataFrame(schema=COMPONENT_SCHEMA)
+    parts = [_categories(rows, steady), _ranks(rows, steady)]
+    if kernels is not None and kernels.height:
+        parts.append(_kernels(kernels))
+    if nvtx is not None and nvtx.height:
+        parts.append(_nvtx(nvtx, steps))
+    kept = [p.with_columns(pl.lit(RULE).alias("rule")).select([pl.col(c).cast(t) for c, t in COMPONENT_SCHEMA.items()])
+            for p in parts if p.height]
+    return pl.concat(kept) if kept else pl.DataFrame(schema=COMPONENT_SCHEMA)
+
+
+def _steady_rows(rows: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
+    return (rows.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), pl.col("category").cast(pl.Utf8),
+                        "time_ms")
+            .join(steady, on=["rank", "step"], how="semi"))
+
+
+def _categories(rows: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
+    steady_rows = _steady_rows(rows, steady)
+    ranks_in_step = steady.group_by("step").agg(pl.len().alias("n_ranks"))
+    grid = ranks_in_step.select("step").join(steady_rows.select("category").unique(), how="cross")
+    per_step = (steady_rows.group_by("step", "category").agg(pl.col("time_ms").sum())
+                .join(grid, on=["step", "category"], how="right")
+                .join(ranks_in_step, on="step")
+                .select("step", "category", (pl.col("time_ms").fill_null(0.0) / pl.col("n_ranks")).alias("ms")))
+    return (per_step.group_by("category")
+            .agg(pl.col("ms").median().alias("ms_per_step"), pl.len().alias("n_steps"))
+            .select(pl.lit("category").alias("level"), pl.col("category").alias("name"), pl.lit(None).alias("category"),
+                    "ms_per_step", pl.lit(None).alias("calls_per_step"), "n_steps")
+            .sort("name"))
+
+
+def _ranks(rows: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
+    if steady["rank"].n_unique() < 2:
+        return pl.DataFrame(schema=COMPONENT_SCHEMA)
+    exposed = _steady_rows(rows, steady).filter(pl.col("category") == _EXPOSED).select("rank", "step", "time_ms")
+    per_step = (steady.join(exposed, on=["rank", "step"], how="left")
+                .with_columns(pl.col("time_ms").fill_null(0.0)))
+    return (per_step.group_by("rank")
+            .agg(pl.col("time_ms").median().alias("ms_per_step"), pl.len().alias("n_steps"))
+            .sort("rank")
+            .select(pl.lit("rank").alias("level"), pl.format("rank {}", pl.col("rank")).alias("name"),
+                    pl.lit(_EXPOSED).alias("category"), "ms_per_step", pl.lit(None).alias("calls_per_step"),
+                    "n_steps"))
+
+
+def _kernels(kernels: pl.DataFrame) -> pl.DataFrame:
+    rank_steps = int(cast(int, kernels.select("rank", "steps").unique()["steps"].sum()))
+    if not rank_steps:
+        return pl.DataFrame(schema=COMPONENT_SCHEMA)
+    return (kernels.group_by("name")
+            .agg(pl.col("category").first(), pl.col("calls").sum(), pl.col("total_ms").sum())
+            .sort("name")
+            .select(pl.lit("kernel").alias("level"), "name", "category",
+                    (pl.col("total_ms") / rank_steps).alias("ms_per_step"),
+                    (pl.col("calls") / rank_steps).alias("calls_per_step"),
+                    pl.lit(int(cast(int, kernels["steps"].max()))).alias("n_steps")))
+
+
+def _nvtx(nvtx: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    profiled = (steps.filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null())
+                .group_by("rank").agg(pl.col("step").n_unique().alias("steps")))
+    rank_steps = int(cast(int, profiled["steps"].sum()))
+    if not rank_steps:
+        return pl.DataFrame(schema=COMPONENT_SCHEMA)
+    ranged = nvtx.join(profiled, on="rank", how="semi").filter(pl.col("count") > 1)
+    return (ranged.group_by("range_name")
+            .agg(pl.col("count").sum(), pl.col("total_ms").sum())
+            .sort("range_name")
+            .select(pl.lit("nvtx").alias("level"), pl.col("range_name").alias("name"), pl.lit(None).alias("category"),
+                    (pl.col("total_ms") / rank_steps).alias("ms_per_step"),
+                    (pl.col("count") / rank_steps).alias("calls_per_step"),
+                    pl.lit(int(cast(int, profiled["steps"].max()))).alias("n_steps")))
+
+
+# ---------------------------------------------------------------------------------------- the store
+def stored_many(store: "Store", ids: list[str]) -> dict[str, pl.DataFrame]:
+    """The stored component rows (under this build's RULE) of each receipt that has them: its newest attached
+    export's, as `anatomy` shows it (sql/explain_components.sql)."""
+    if not ids:
+        return {}
+    frame = store.query("explain_components", {"ids": ids, "rule": RULE})
+    return {key[0]: part.drop("receipt_id", "source_sha256")
+            for key, part in frame.partition_by("receipt_id", as_dict=True).items()}
+
+
+def profiled(store: "Store", ids: list[str]) -> dict[str, dict]:
+    """The newest attached export of each of `ids` that has one: source_sha256, source_format (nsys / kineto) and
+    has_steps (whether it has steady steps, hence component rows)."""
+    if not ids:
+        return {}
+    return {r["receipt_id"]: r for r in store.query_rows("explain_profiled", {"ids": ids})}
+
+
+def computed(store: "Store", receipt_id: str) -> pl.DataFrame:
+    """The components of a receipt's newest export computed from its stored anatomy rows: what a receipt stored
+    before receipt_components existed reads until `receipts db upgrade` stores them (the same numbers)."""
+    sources = store.query("anatomy_sources", {"receipt_id": receipt_id})
+    if sources.height == 0:
+        return pl.DataFrame(schema=COMPONENT_SCHEMA).drop("rule")
+    return _from_store(store, receipt_id, sources["source_sha256"][0]).drop("rule")
+
+
+def _from_store(store: "Store", receipt_id: str, source_sha256: str) -> pl.DataFrame:
+    params = {"receipt_id": receipt_id, "source_sha256": source_sha256}
+    return components(store.query("anatomy_rows", params), store.query("anatomy_steps", params),
+                      store.query("explain_kernel_totals", params), store.query("anatomy_nvtx", params))
+
+
+def recompute(store: "Store", *, batch: int = 50) -> int:
+    """Give every attached export with steady steps component rows made under this build's RULE, from its stored
+    anatomy rows, by the function the ingest uses; `receipts db upgrade` calls it. A receipt's rows are replaced
+    whole (every export of it recomputed). Returns how many exports lacked rows under the rule."""
+    stale = store.query_rows("explain_stale_components", {"rule": RULE})
+    receipts = list(dict.fromkeys(r["receipt_id"] for r in stale))
+    for start in range(0, len(receipts), batch):
+        out: dict[str, list[dict]] = {}
+        for rid in receipts[start:start + batch]:
+            out[rid] = []
+            for sha in store.query("anatomy_sources", {"receipt_id": rid})["source_sha256"].to_list():
+                out[rid] += stored_rows(rid, sha, _from_store(store, rid, sha))
+        store.replace_components(out)
+    return len(stale)
+
+
+def stored_rows(receipt_id: str, source_sha256: str, frame: pl.DataFrame) -> list[dict]:
+    """receipt_components rows of one export: its component frame with the keys."""
+    return [{"receipt_id": receipt_id, "source_sha256": source_sha256, **row} for row in frame.to_dicts()]

@@ -1,0 +1,192 @@
+"""`receipts explain`: the step-time verdict (check's against a tag, compare's against one run) and the components
+that explain it, read from the per-run component summaries stored at ingest (analysis/components.py) and judged by
+analysis/explain.py. Also what `compare`, `check --markdown` and the dashboard's compare view show when both
+sides have a profile.
+
+Baseline of `--against tag:T`: check's (analysis/check.py): the lane's `last` most recent runs carrying T, outliers
+and runs without a steady state left out; the components' baseline is the profiled runs among them. Against one
+run: compare's verdict, and a pairwise explanation (one run each side: analysis/explain.py's fixed floor).
+
+A refusal is a result with one line saying why, like a refused comparison: a candidate without a profile (saying
+which profile to attach), one whose profile has no steady steps, a baseline without any profiled run, or check's
+and compare's own refusals (no baseline, incomplete identity, not the same lane).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import polars as pl
+
+from receipts.analysis import components as comp
+from receipts.analysis.check import CandidateCheck, parse_against, run_check
+from receipts.analysis.claims import TAG_PREFIX
+from receipts.analysis.compare import Comparison, compare_in_store
+from receipts.analysis.explain import (LEVELS, Explanation, Mode, RunComponents, StepChange, Value, explain)
+from receipts.analysis.stragglers import stored_report
+from receipts.errors import UsageError
+
+if TYPE_CHECKING:
+    from receipts.store import Store
+
+EXIT_OK, EXIT_REFUSED = 0, 3
+_HOW = {"nsys": "an Nsight Systems export of that run (nsys profile -t cuda,nvtx ...; nsys export --type sqlite)",
+        "kineto": "the PyTorch profiler traces of that run, one per rank (torch.profiler with ProfilerStep markers)"}
+_EITHER = ("an Nsight Systems export (nsys profile -t cuda,nvtx; nsys export --type sqlite) or the PyTorch profiler "
+           "traces of each rank")
+
+
+@dataclass(frozen=True)
+class ExplainResult:
+    receipt_id: str
+    run_name: str
+    against: str
+    mode: Mode
+    explanation: Explanation | None  # None when refused
+    refusal: str | None               # one line: why there is no explanation and what to do
+    names: Mapping[str, str]          # run name of every receipt id mentioned
+    unprofiled: tuple[str, ...] = ()  # baseline runs (names) the components could not use: no profile attached
+    stragglers: tuple[int, ...] = ()  # ranks the candidate's own straggler analysis names
+    formats: tuple[str, ...] = ()     # profile formats of the runs compared
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_REFUSED if self.explanation is None else EXIT_OK
+
+
+def explain_in_store(store: "Store", ref: str, *, against: str, last: int, levels: Sequence[str] = LEVELS
+                     ) -> ExplainResult:
+    """Explain run `ref` against `tag:T` (the lane's baseline) or against one run."""
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad:
+        raise UsageError(f"--level {bad[0]!r}: expected one of {', '.join(LEVELS)}")
+    rid = store.resolve(ref)
+    if against.startswith(TAG_PREFIX):
+        parse_against(against)
+        check = run_check(store, [rid], against=against, last=last)
+        return for_check(store, check.candidates[0], against=against, levels=levels)
+    comparison = compare_in_store(store, store.resolve(against), rid)
+    result = for_comparison(store, comparison, against=against, levels=levels, refuse_unprofiled=True)
+    assert result is not None  # refuse_unprofiled: a refusal, never None
+    return result
+
+
+def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequence[str] = LEVELS) -> ExplainResult:
+    """The explanation of one of check's candidates against its baseline (check's result, not read again)."""
+    names = {c.receipt_id: c.run_name}
+    if c.outcome != "judged" or c.verdict is None or c.baseline is None:
+        return ExplainResult(c.receipt_id, c.run_name, against, "lane", None, c.message, names)
+    used = [b.id for b in c.baseline.used]
+    names |= {b.id: b.run_name for b in c.baseline.used}
+    profiles = comp.profiled(store, [c.receipt_id, *used])
+    base_format = _majority([profiles[i]["source_format"] for i in used if i in profiles])
+    refusal = _own_profile(c.run_name, profiles.get(c.receipt_id), base_format)
+    if refusal is None and not any(i in profiles for i in used):
+        refusal = (f"{c.run_name}: none of its {len(used)} baseline run(s) ({', '.join(names[i] for i in used)}) has a "
+                   f"profile attached: attach one to each ({_EITHER}; receipts ingest PROFILE --attach RUN)")
+    if refusal is not None:
+        return ExplainResult(c.receipt_id, c.run_name, against, "lane", None, refusal, names)
+    base_ids = [i for i in used if i in profiles and profiles[i]["has_steps"]]
+    runs = _runs(store, [c.receipt_id, *base_ids], names)
+    step = StepChange(c.verdict.verdict, c.baseline.median_step_ms, c.median_step_ms, c.message)
+    result = explain([runs[i] for i in base_ids], [runs[c.receipt_id]], step=step, mode="lane", levels=levels)
+    return ExplainResult(c.receipt_id, c.run_name, against, "lane", result, None, names,
+                         tuple(names[i] for i in used if i not in base_ids), _stragglers(store, c.receipt_id),
+                         tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]})))
+
+
+def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Sequence[str] = LEVELS,
+                   refuse_unprofiled: bool = False) -> ExplainResult | None:
+    """The pairwise explanation of a comparable pair (B against A). Without a profile on both sides: a refusal
+    when `refuse_unprofiled` (explain), else None (compare shows nothing then)."""
+    names = {c.a.id: c.a.run_name, c.b.id: c.b.run_name}
+    if not c.comparable:
+        return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", None, c.reason, names)
+    profiles = comp.profiled(store, [c.a.id, c.b.id])
+    refusal = (_own_profile(c.b.run_name, profiles.get(c.b.id), _format(profiles.get(c.a.id)))
+               or _own_profile(c.a.run_name, profiles.get(c.a.id), _format(profiles.get(c.b.id))))
+    if refusal is not None:
+        return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", None, refusal, names) if refuse_unprofiled \
+            else None
+    runs = _runs(store, [c.a.id, c.b.id], names)
+    why = c.detail.why if c.detail else c.reason
+    step = StepChange(c.verdict or "inconclusive", c.a.step_ms.median if c.a.step_ms else None,
+                      c.b.step_ms.median if c.b.step_ms else None, why)
+    result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels)
+    return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (),
+                         _stragglers(store, c.b.id), tuple(sorted({profiles[i]["source_format"] for i in names})))
+
+
+def _format(profile: Mapping[str, Any] | None) -> str | None:
+    return None if profile is None else profile["source_format"]
+
+
+def _majority(formats: list[str]) -> str | None:
+    return Counter(formats).most_common(1)[0][0] if formats else None
+
+
+def _own_profile(run_name: str, profile: Mapping[str, Any] | None, like: str | None) -> str | None:
+    """Why a run cannot be explained from its own profile, or None when it can."""
+    if profile is None:
+        what = _HOW[like] if like in _HOW else _EITHER
+        return (f"{run_name}: a log-only receipt (no profiler export attached): attach {what} to explain it "
+                f"(receipts ingest PROFILE --attach {run_name})")
+    if not profile["has_steps"]:
+        return (f"{run_name}: its {profile['source_format']} profile has no steady steps (no step markers, or every "
+                f"step inside the warm-up): profile with step markers (receipts.capture's Recorder.step, or "
+                f"ProfilerStep#N) past the warm-up")
+    return None
+
+
+def _runs(store: "Store", ids: list[str], names: Mapping[str, str]) -> dict[str, RunComponents]:
+    """Each receipt's stored components; a profile stored before they existed is summarised from its anatomy rows
+    on read (what `receipts db upgrade` stores), with the same numbers."""
+    stored = comp.stored_many(store, ids)
+    for rid in ids:
+        if rid not in stored:
+            stored[rid] = comp.computed(store, rid)
+    return {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid])) for rid in ids}
+
+
+def _values(frame: pl.DataFrame) -> dict[tuple[str, str], Value]:
+    return {(r["level"], r["name"]): Value(r["ms_per_step"], r["calls_per_step"], r["category"])
+            for r in frame.iter_rows(named=True)}
+
+
+def _stragglers(store: "Store", receipt_id: str) -> tuple[int, ...]:
+    report = stored_report(store, receipt_id) or {}
+    return tuple(int(s["rank"]) for s in report.get("stragglers") or [])
+
+
+# ---------------------------------------------------------------------------------------- json
+def to_json(r: ExplainResult) -> dict[str, Any]:
+    """The stable `explain --json` contract (docs/cli.md)."""
+    e = r.explanation
+    out: dict[str, Any] = {"run": r.run_name, "id": r.receipt_id, "against": r.against, "mode": r.mode,
+                           "refused": r.refusal}
+    if e is None:
+        return {**out, "verdict": None, "components": []}
+    return {
+        **out,
+        "verdict": e.step.verdict, "why": e.step.why,
+        "step": {"baseline_ms": e.step.baseline_ms, "candidate_ms": e.step.candidate_ms, "delta_ms": e.step.delta_ms},
+        "noise": {"source": e.noise_source, "note": e.noise_note, "fdr": e.fdr, "min_effect_ms": e.min_effect_ms,
+                  "confidence": e.confidence},
+        "baseline_runs": [r.names.get(i, i) for i in e.baseline_runs],
+        "baseline_runs_without_profile": list(r.unprofiled),
+        "candidate_runs": [r.names.get(i, i) for i in e.candidate_runs],
+        "levels": list(e.levels), "profile_formats": list(r.formats), "stragglers": list(r.stragglers),
+        "explained_ms_per_step": e.explained_ms, "residual_ms_per_step": e.residual_ms,
+        "components": [_component_json(c) for c in e.components],
+    }
+
+
+def _component_json(c) -> dict[str, Any]:
+    out = asdict(c)
+    if c.level != "kernel":
+        for key in ("baseline_calls_per_step", "candidate_calls_per_step", "calls_delta_per_step",
+                    "more_calls_ms_per_step", "slower_calls_ms_per_step"):
+            out.pop(key)
+    return out
