@@ -195,7 +195,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
         return _receipt_outcome(path, stored, ended_early=stored.ended_early, warnings=stored.warnings)
     # A long log's step rows wait on disk, not in memory, until the store has them (ingest/spool.py).
     with scratch_dir("steps") as spill:  # removed as the ingest ends; a killed one's by the next (receipts/scratch.py)
-        parsed = parse_log(path, fmt, progress, spill=spill)
+        parsed = parse_log(path, fmt, progress, spill=spill, step_line=registry.step_line)
         receipt = build_receipt(parsed, source=source_file(path, parsed.source_format, "log", sha256=content_sha256),
                                 claim=asked, registry=registry, run_name=name, tags=all_tags)
         return _write_receipt(store, path, receipt, registry=registry, asked=asked, named=named)
