@@ -123,8 +123,10 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
     first_text: str | None = None
     last_texts: list[str] = []
     end: ChunkEnd | None = None
+    too_big: list[int] = []  # lines whose step number does not fit an integer column (64 bits)
     for chunk in chunks:
         rows = _step_rows(chunk.frame)
+        too_big += _overflowing_steps(chunk.frame)
         if rows.height:
             first_text = rows["text"][0] if first_text is None else first_text
             last_texts = (last_texts + rows["text"].tail(2).to_list())[-2:]
@@ -143,6 +145,9 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
             last_line_parsed = False
     elif end.unterminated_last:
         last_line_parsed = False
+    if n_steps == 0 and not last_line_parsed and spool.height:
+        raise InputError(path, f"its only step line (line {end.n_lines}) is cut short (no newline at end of file): "
+                               "no complete step to store", line=end.n_lines)
     if n_steps == 0:
         raise InputError(path, "no nanochat step lines found; expected `step N/M (p%) | loss: ... | dt: ...ms | "
                                "tok/sec: ... | mfu: ...`")
@@ -150,6 +155,8 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
 
     facts = _header_facts(pl.concat(headers))
     world = facts.get("world_size")
+    warnings = (f"{len(too_big)} step line(s) left out, their step number too large for a 64-bit integer "
+                f"(line {too_big[0]}{' and more' if len(too_big) > 1 else ''})",) if too_big else ()
     return ParsedRun(
         source_format=FORMAT,
         format_version=None,
@@ -162,7 +169,17 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
         world_size=world,
         ended_early=cut_short_note(end, last_line_parsed),
         provenance=_total_steps(first_text),
+        warnings=warnings,
     )
+
+
+def _overflowing_steps(frame: pl.DataFrame) -> list[int]:
+    """Lines of step lines whose step number has 19 digits or more and does not fit Int64 (a damaged line)."""
+    long = frame.filter(pl.col("text").str.contains(r"[Ss]tep [0-9]{19,}"))
+    if not long.height:
+        return []
+    raw = long.with_columns(pl.col("text").str.extract(STEP_LINE, 1).alias("raw"))
+    return raw.filter(pl.col("raw").is_not_null() & pl.col("raw").cast(pl.Int64, strict=False).is_null())["line"].to_list()
 
 
 def _total_steps(first_text: str | None) -> dict:
@@ -170,10 +187,19 @@ def _total_steps(first_text: str | None) -> dict:
     return {"total_steps": int(total)} if total else {}
 
 
+# A field label and what a complete value after it looks like: a line holding the label without such a value
+# was cut inside it (`dt: 989.44m` is a cut `dt: 989.44ms`).
+_COMPLETE = {"dt: ": _FIELDS["step_ms"], "tok/sec: ": _FIELDS["tokens_per_s"], "loss: ": _FIELDS["loss"],
+             "total time: ": r"total time: [0-9.]+m\s*$", "eta: ": r"eta: [0-9.]+m\s*$"}
+
+
 def _same_shape(texts: list[str]) -> bool:
-    """Two step lines with digits blanked out compare equal when the second is complete."""
+    """Two step lines with digits blanked out compare equal when the second is complete. A step line alone
+    is complete when it ends like one and every field it names holds a whole value."""
     if len(texts) < 2:
-        return bool(re.search(r"(?:m|ms|\d)\s*$", texts[-1]))
+        text = texts[-1]
+        return bool(re.search(r"(?:m|ms|\d)\s*$", text)) and all(
+            re.search(rx, text) for label, rx in _COMPLETE.items() if label in text)
     a, b = (re.sub(r"nan|inf|[-\d.,]+", "#", t) for t in texts)
     return a == b
 
