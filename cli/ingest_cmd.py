@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -78,6 +79,7 @@ def ingest(
     refuse_shared_run_name(paths, run_name, tag, recursive=recursive)
     registry = cfg.registry(strict=strict)
     rows: list[dict] = []
+    said: dict[str, list[str]] = {}  # registry warning -> the files it was raised for (said once, at the end)
     try:
         with cfg.store() as store, IngestProgress(list(paths), err_console, recursive=recursive) as progress:
             if raw_dir is not None:
@@ -89,10 +91,12 @@ def ingest(
                 rows.append(_row(item))
                 progress.done(item.path)
                 if not as_json:
-                    _say(item, debug=cfg.debug)
+                    _say(item, debug=cfg.debug, registry_warnings=said)
     except KeyboardInterrupt:
+        _say_registry_warnings(said)
         _summary(rows, as_json, interrupted=True)
         raise typer.Exit(interrupted_exit_code()) from None
+    _say_registry_warnings(said)
     _summary(rows, as_json)
     if any(r["status"] == "failed" for r in rows):
         raise typer.Exit(EXIT_INPUT)
@@ -121,8 +125,22 @@ def _warnings(o: IngestOutcome) -> tuple[str, ...]:
     return o.warnings + forced + restore
 
 
-def _say(item: IngestOutcome | IngestFailure, *, debug: bool) -> None:
-    """One line per file as it goes (user text escaped: a run name may hold rich markup), then its warnings."""
+# lifecycle.check_claim's "did you mean" warnings (schema.identity.UnknownValue): about a flag's or receipt.toml's
+# value, so the same for every file of a batch.
+_REGISTRY_WARNING = re.compile(r"^(?:host lineage|preset|regime) '.*' .*(?:; did you mean '.*'\?|; no registry entry is close)$")
+
+
+def _say_registry_warnings(said: dict[str, list[str]]) -> None:
+    """Each registry warning once, naming the files it concerns."""
+    for warning, paths in said.items():
+        files = paths[0] if len(paths) == 1 else f"{len(paths)} files: {', '.join(paths[:5])}" + (
+            f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        err_console.print(f"warning: {escape(warning)} ({escape(files)})")
+
+
+def _say(item: IngestOutcome | IngestFailure, *, debug: bool, registry_warnings: dict[str, list[str]]) -> None:
+    """One line per file as it goes (user text escaped: a run name may hold rich markup), then its warnings;
+    the registry's are kept in `registry_warnings`, to be said once for the batch."""
     if isinstance(item, IngestFailure):
         # The path leads unless the error already names it (an InputError does, with its line).
         named = isinstance(item.error, InputError) and str(item.error.path) == item.path
@@ -143,7 +161,10 @@ def _say(item: IngestOutcome | IngestFailure, *, debug: bool) -> None:
     if o.ended_early:
         err_console.print(f"  warning: ended early: {escape(o.ended_early)}")
     for w in _warnings(o):
-        err_console.print(f"  warning: {escape(w)}")
+        if _REGISTRY_WARNING.match(w):
+            registry_warnings.setdefault(w, []).append(o.path)
+        else:
+            err_console.print(f"  warning: {escape(w)}")
     if o.complete is False:
         flags = " ".join({"host_lineage": "--host-lineage H", "preset_family": "--preset P",
                           "launch_regime": "--regime R"}[m] for m in o.missing)

@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stragglers": ("stragglers_cmd", "stragglers"),
     "gate": ("gate_cmd", "gate"),
     "check": ("check_cmd", "check"),
+    "export": ("export_cmd", "export"),
     "run": ("run_cmd", "run"),
     "preflight": ("preflight_cmd", "preflight"),
     "dashboard": ("dashboard_cmd", "dashboard"),
@@ -48,8 +49,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("db_cmds", "db_app"),
 }
 # Command modules, each with register(app). Listed here so the layout shows every command.
-COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "explain_cmd", "history_cmd", "anatomy_cmd", "stragglers_cmd",
-                   "gate_cmd", "check_cmd",
+COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "explain_cmd", "history_cmd", "anatomy_cmd",
+                   "stragglers_cmd", "gate_cmd", "check_cmd", "export_cmd",
                    "run_cmd", "preflight_cmd", "dashboard_cmd", "db_cmds")
 # A module listed in COMMAND_MODULES without a COMMANDS entry is imported whenever the command list is
 # needed: it works, only start-up pays for it (tests/test_packaging.py fails until the entry is added).

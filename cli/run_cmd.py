@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from receipts.launch.launcher import run as launch
 from receipts.cli.context import err_console, handle_errors, settings
-from receipts.cli.ingest_cmd import _say as say_outcome
+from receipts.cli.ingest_cmd import _say as say_outcome, _say_registry_warnings as say_registry_warnings
 
 
 def register(app: typer.Typer) -> None:
@@ -47,8 +47,10 @@ def run(
     err_console.print(f"run finished ({how}); log: {escape(str(result.log_path))}")
     if result.launch_error:
         err_console.print(f"[bold red]Error:[/] {escape(result.launch_error)} (run.log kept, nothing ingested)")
+    said: dict[str, list[str]] = {}
     for outcome in result.ingested:
-        say_outcome(outcome, debug=False)  # the same lines and warnings as `receipts ingest RUN_DIR`
+        say_outcome(outcome, debug=False, registry_warnings=said)  # the same lines and warnings as `receipts ingest RUN_DIR`
+    say_registry_warnings(said)
     if result.ingest_error:
         # The run's own outcome is the exit code; a failed ingest is said here, on stderr, and the
         # run directory can be ingested later with `receipts ingest`.

@@ -3,7 +3,10 @@
 Each record has key, value, time_ms (epoch ms), event_type and metadata. What a receipt takes:
   system    submission_platform `<nodes>x<system>` (NVIDIA's systems end in `x<gpus per node><gpu>`, e.g.
             1xE9680x8H100-SXM-80GB); NVIDIA's launch script also prints `Run vars: ... gpus N`
-  recipe    scalar POINT_IN_TIME hyperparameters (global_batch_size, opt_*, ...) become features
+  recipe    scalar POINT_IN_TIME hyperparameters (global_batch_size, opt_*, ...) become features; 6.x's
+            tensor/pipeline/context/expert_parallelism as tp/pp/cp/ep, micro_batch_size, and the
+            lowest_numerical_precision_in_linear/attn/comm as precision_linear/attn/comm, the lowest of
+            them as `precision`
   outcome   run_start / run_stop (metadata.status: success | aborted), time to train
   steps     the finest series the log has, and its unit (provenance step_unit; show prints it):
               step    tracked_stats records carrying `train_step_time` (seconds; NeMo-based results such as
@@ -51,6 +54,18 @@ _NOT_FEATURES = {"cache_clear", "seed", "data_file", "weights_initialization", "
                  "train_samples", "eval_samples", "init_start", "init_stop", "run_start", "run_stop",
                  "train_loss", "eval_loss", "eval_error", "status"}
 SYSJSON = re.compile(r":::SYSJSON (\{.*)$")
+# MLPerf Training 6.x discloses the parallel layout and the lowest numerical precisions: the receipt's own
+# names for them (the degrees as Megatron's regime spells them), so a layout or precision change is drift.
+_V6_FEATURES = {
+    "tensor_parallelism": "tp", "pipeline_parallelism": "pp", "context_parallelism": "cp",
+    "expert_parallelism": "ep", "micro_batch_size": "micro_batch_size",
+    "lowest_numerical_precision_in_linear": "precision_linear",
+    "lowest_numerical_precision_in_attn": "precision_attn",
+    "lowest_numerical_precision_in_comm": "precision_comm",
+}
+_PRECISION_BITS = {"fp4": 4, "mxfp4": 4, "nvfp4": 4, "fp6": 6, "mxfp6": 6, "fp8": 8, "mxfp8": 8, "e4m3": 8, "e5m2": 8,
+                   "int8": 8, "bfloat16": 16, "bf16": 16, "float16": 16, "fp16": 16, "tf32": 19, "float32": 32,
+                   "fp32": 32}
 _BOUNDARIES = ("run_start", "block_start", "epoch_start", "eval_stop", "tracked_stats")
 
 
@@ -233,7 +248,10 @@ def _features(events: pl.DataFrame) -> dict:
         if value is None and raw is not None:
             value = raw  # json_path_match gives strings unquoted
         if isinstance(value, (int, float, str, bool)):
-            features[key] = value
+            features[_V6_FEATURES.get(key, key)] = value
+    precisions = [features[k] for k in ("precision_linear", "precision_attn", "precision_comm") if k in features]
+    if precisions:  # the run's numerical precision in one word: its lowest (the submission's own disclosure)
+        features["precision"] = min(precisions, key=lambda p: _PRECISION_BITS.get(str(p).lower(), 99))
     return features
 
 

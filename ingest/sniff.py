@@ -11,7 +11,7 @@ from types import ModuleType
 import polars as pl
 
 from receipts.errors import InputError, Remedy
-from receipts.ingest import native, wrapped
+from receipts.ingest import declared, native, wrapped
 from receipts.ingest.logbytes import StreamDamaged, decompressed_head
 from receipts.ingest.textlog import LogText, ReadProgress, log_start_time, read_chunks
 from receipts.schema.model import ParsedRun
@@ -27,6 +27,7 @@ FORMAT_ALIASES = {
     "receipt": "native", "native": "native", "megatron": "megatron", "nemo": "megatron",
     "megatron-deepspeed": "megatron", "nanochat": "nanochat", "torchtitan": "torchtitan",
     "modded-nanogpt": "modded_nanogpt", "modded_nanogpt": "modded_nanogpt", "mllog": "mllog", "mlperf": "mllog",
+    "declared": "declared",  # the user's [logs] step_line (ingest/declared.py)
 }
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -98,11 +99,19 @@ def other_json_document(path: Path) -> bool:
     return not (isinstance(doc, dict) and "traceEvents" in doc)
 
 
-def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
+def parse_log(log: LogText, name: str | None = None, *, step_line: str | None = None) -> ParsedRun:
     """Parse with the named (or sniffed) format. A log with RECEIPT records but no RECEIPT steps (a
     `receipts run` around a script that knows nothing of receipts) takes its steps from the child's
     own lines, in the format sniffed among them, under the launcher's header (ingest/wrapped.py).
-    A third-party `name` forces the child's format, also under a RECEIPT header when there is one."""
+    A third-party `name` forces the child's format, also under a RECEIPT header when there is one.
+    `step_line`: the user's declared step line ([logs] step_line, ingest/declared.py), tried after the
+    RECEIPT format and before the built-in ones; `name` 'declared' forces it."""
+    if name == "declared" or (name is None and _declared(log.head(SNIFF_CHUNK), step_line)):
+        if step_line is None:
+            raise InputError(log.path, "the declared format needs a step line: [logs] step_line in receipts.toml "
+                                       "(or --registry FILE)")
+        parsed = declared.parse(log, step_line)
+        return parsed if parsed.started_at is not None else replace(parsed, started_at=log_start_time(log))
     forced_child = name if name not in (None, "native") else None
     if forced_child and not native.detect(log.head(2000)):
         return _parse_dated(forced_child, log)  # a third-party log on its own
@@ -124,12 +133,20 @@ def parse_log(log: LogText, name: str | None = None) -> ParsedRun:
     return wrapped.merge(parsed, child)
 
 
+def _declared(head: list[str], step_line: str | None) -> bool:
+    """The user's step line matches the head of a log that is not in the RECEIPT format."""
+    return step_line is not None and not native.detect(head) and declared.detect(head, step_line)
+
+
 def parse_streamed(path: Path, name: str | None = None, progress: ReadProgress | None = None, *,
-                   spill: Path | None = None) -> ParsedRun | None:
+                   spill: Path | None = None, step_line: str | None = None) -> ParsedRun | None:
     """The log parsed chunk by chunk, when the format it would be parsed with (named, or sniffed as
     `detect_log_format` sniffs) streams and no RECEIPT header wraps it; None when it must be read whole
     (`parse_log`), which is also where a log no format claims gets its error. `spill`: a directory the
     step rows are written to as they are read (ingest/spool.py; the caller removes it), else in memory."""
+    if name == "declared" or (name is None and step_line is not None
+                              and _declared(next(_line_slices(path), []), step_line)):
+        return None  # a declared step line is read whole (parse_log)
     found = _streamed_format(path, name)
     if found is None:
         return None
@@ -228,6 +245,7 @@ def detect_log_format(log: LogText) -> str:
         log.path,
         "unknown log format: no line looks like a RECEIPT record, a Megatron "
         "'iteration N/M' line, a nanochat 'step N/M | ... | dt:' line, a torchtitan 'step: N loss:' line, "
-        "a modded-nanogpt 'step:N/M ... train_time:' line or a ':::MLLOG' record",
+        "a modded-nanogpt 'step:N/M ... train_time:' line or a ':::MLLOG' record (declare your own step line "
+        "as [logs] step_line in receipts.toml)",
         remedy=Remedy("format"),
     )

@@ -115,6 +115,8 @@ def numbered(lines: pl.Series, first_line: int = 1) -> pl.DataFrame:
 
 def count_lines(block: bytes) -> int:
     """The lines split_lines splits `block` into: one per newline, and a last one without it."""
+    if cr_only(block):
+        return block.rstrip(b"\r").count(b"\r") + 1
     # numpy's vectorised compare: bytes.count reads one byte at a time (0.23 against 0.09 s per 650 MB)
     return int(np.count_nonzero(np.frombuffer(block, np.uint8) == ord("\n"))) + (not block.endswith(b"\n"))
 
@@ -130,7 +132,7 @@ def read_log(path: Path, progress: ReadProgress | None = None) -> LogText:
                                    "training log")
         raise InputError(path, "is empty; expected a training log")
     refuse_binary(path, data[:SNIFF_BYTES])
-    unterminated = not data.endswith(b"\n")
+    unterminated = not ends_a_line(data)
     lines = split_lines(data)
     if progress is not None:
         progress(read, len(lines))
@@ -151,7 +153,7 @@ def read_chunks(path: Path, progress: ReadProgress | None = None, *,
             if first_line == 1:
                 refuse_binary(path, data[:SNIFF_BYTES])
             chunk = LogChunk(data, first_line=first_line, last=not more,
-                             unterminated_last=not more and not data.endswith(b"\n"),
+                             unterminated_last=not more and not ends_a_line(data),
                              stream_cut=not more and how is not None and f.cut_short)
             yield chunk
             # counted once the parser is done with the chunk: a parser that split it has its lines' count
@@ -162,8 +164,22 @@ def read_chunks(path: Path, progress: ReadProgress | None = None, *,
             del chunk, data  # the next block is read without this one's bytes and lines held
 
 
+def cr_only(data: bytes) -> bool:
+    """Lines ended by a carriage return alone (classic Mac OS, some serial consoles and loggers): no newline
+    anywhere and a CR between two lines. Read as lines, not as one line's overwrites."""
+    return b"\n" not in data and b"\r" in data.rstrip(b"\r")
+
+
+def ends_a_line(data: bytes) -> bool:
+    """Whether the text ends with a line end: a newline, or a CR in a CR-only log."""
+    return data.endswith(b"\n") or (data.endswith(b"\r") and cr_only(data))
+
+
 def split_lines(data: bytes) -> pl.Series:
     """Whole lines of a log as a Series of their texts (a last line without its newline is one too)."""
+    if cr_only(data):
+        text = data.decode("utf-8", errors="replace")
+        return pl.Series("text", (text[:-1] if text.endswith("\r") else text).split("\r"), dtype=pl.Utf8)
     lines = _split_lines(data)
     # \r\n logs from Windows tooling and \r progress bars both occur; keep the last \r segment.
     # (Per line, so splitting a log in blocks and cleaning each gives the lines of cleaning it whole.)

@@ -30,6 +30,7 @@ from receipts.pipeline.targets import (MULTI_FILE_KINDS, PROFILE_KINDS, SIDECAR_
 from receipts.schema import toml_file
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
+from receipts.schema.secrets import redact
 from receipts.schema.model import FACT_SECTIONS, IdentityClaim, ParsedRun, Receipt, SourceFile, StepWindow
 from receipts.schema.registry import Registry
 from receipts.schema.toml_file import read_toml
@@ -71,9 +72,31 @@ def read_sidecar(path: Path) -> tuple[IdentityClaim, dict]:
     return claim, data
 
 
+def redacted_text(parsed: ParsedRun, registry: Registry) -> ParsedRun:
+    """`parsed` with secrets (schema/secrets.py's value shapes and secret flags) replaced in every text it
+    stores. By value only: a config key is a setting's name, not an environment variable's (`tokenizer_type`
+    names no secret)."""
+    def text(value: Any) -> Any:
+        if isinstance(value, str):
+            return redact(value, rules=registry.env_rules)
+        if isinstance(value, dict):
+            return {k: text(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(text(v) for v in value)
+        return value
+    return replace(parsed, features=text(parsed.features), provenance=text(parsed.provenance),
+                   software=text(parsed.software), topology=text(parsed.topology), ended_early=text(parsed.ended_early),
+                   warnings=text(parsed.warnings))
+
+
 def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim, registry: Registry,
                   run_name: str, tags: tuple[str, ...] = ()) -> Receipt:
-    """Evidence in the file, then receipt.toml, then explicit flags: later sources win field by field."""
+    """Evidence in the file, then receipt.toml, then explicit flags: later sources win field by field.
+
+    What the receipt keeps of the log's own text (a config dump's strings, a crash line in `ended_early`,
+    warnings quoting a line, provenance) goes through the one redactor first: a third-party log is not
+    written by `receipts run`, so nothing redacted its lines before."""
+    parsed = redacted_text(parsed, registry)
     identity = resolve_identity(parsed.claim.merged(claim), registry)
     window = choose_window(parsed.steps, parsed.phases, tail=parsed.tail_step)
     if (few := few_steady_steps(window)) is not None:
@@ -195,7 +218,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
         return _receipt_outcome(path, stored, ended_early=stored.ended_early, warnings=stored.warnings)
     # A long log's step rows wait on disk, not in memory, until the store has them (ingest/spool.py).
     with scratch_dir("steps") as spill:  # removed as the ingest ends; a killed one's by the next (receipts/scratch.py)
-        parsed = parse_log(path, fmt, progress, spill=spill)
+        parsed = parse_log(path, fmt, progress, spill=spill, step_line=registry.step_line)
         receipt = build_receipt(parsed, source=source_file(path, parsed.source_format, "log", sha256=content_sha256),
                                 claim=asked, registry=registry, run_name=name, tags=all_tags)
         return _write_receipt(store, path, receipt, registry=registry, asked=asked, named=named)

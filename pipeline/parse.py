@@ -33,10 +33,11 @@ def source_file(path: Path, fmt: str, role: str, files: list[Path] | None = None
 
 
 def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None = None, *,
-              spill: Path | None = None) -> ParsedRun:
+              spill: Path | None = None, step_line: str | None = None) -> ParsedRun:
     """`progress` is called as the log is read (bytes and lines so far). Step formats are read chunk by
     chunk (bounded memory), their step rows written to `spill` when given (a directory the caller removes
-    once the receipt is stored: the steps are then a scan of it); the others, and a log no format claims, whole."""
+    once the receipt is stored: the steps are then a scan of it); the others, and a log no format claims, whole.
+    `step_line`: the user's declared step line (Registry.step_line), tried before the built-in formats."""
     name = None
     if fmt:
         name = sniff.FORMAT_ALIASES.get(fmt.lower())
@@ -45,8 +46,8 @@ def parse_log(path: Path, fmt: str | None = None, progress: ReadProgress | None 
             raise InputError(path, f"{fmt!r} is not one of {', '.join(sorted(set(sniff.FORMAT_ALIASES)))}",
                              option="format")
     try:
-        parsed = (sniff.parse_streamed(path, name, progress, spill=spill)
-                  or sniff.parse_log(read_log(path, progress), name))
+        parsed = (sniff.parse_streamed(path, name, progress, spill=spill, step_line=step_line)
+                  or sniff.parse_log(read_log(path, progress), name, step_line=step_line))
     except pl.exceptions.PolarsError as exc:  # a cast or decode no parser foresaw: still one line naming the file
         raise InputError(path, f"cannot be read as a {name or 'training'} log: "
                                f"{str(exc).strip().splitlines()[0]}") from exc

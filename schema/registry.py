@@ -49,6 +49,39 @@ class Registry:
     # The env overlay and secret rules: schema/env.toml extended by the [env] / [secrets] tables of the
     # same user files, so a user's secret patterns reach every writer that is handed this registry.
     env_rules: EnvRules = field(default_factory=load_env_rules)
+    # `[logs] step_line`: a user's regular expression for a log no built-in format reads (ingest/declared.py)
+    step_line: str | None = None
+
+
+# The named groups a declared step line may have (ingest/declared.py says what each holds); step is required.
+STEP_LINE_GROUPS = ("step", "step_ms", "loss", "tokens_per_s", "memory")
+
+
+def check_step_line(pattern: object, where: str | Path) -> str:
+    """A declared step line, checked: a non-empty string, a regular expression Python and polars both read,
+    with a `step` group and no group outside STEP_LINE_GROUPS. `where`: the file that declares it."""
+    import re
+
+    import polars as pl
+
+    key = "[logs] step_line"
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise InputError(where, f"{key} must be a regular expression (a string), not {pattern!r}")
+    try:
+        compiled = re.compile(pattern)
+        pl.Series([""], dtype=pl.Utf8).str.extract_groups(pattern)
+    except (re.error, pl.exceptions.PolarsError) as exc:
+        raise InputError(where, f"{key} {pattern!r} is not a valid regular expression: "
+                                f"{str(exc).strip().splitlines()[0]}") from None
+    names = set(compiled.groupindex)
+    if "step" not in names:
+        raise InputError(where, f"{key} {pattern!r} has no (?P<step>...) group; expected named groups among "
+                                f"{', '.join(STEP_LINE_GROUPS)}, step required")
+    unknown = sorted(names - set(STEP_LINE_GROUPS))
+    if unknown:
+        raise InputError(where, f"{key} {pattern!r} has the group(s) {', '.join(unknown)}; expected named groups "
+                                f"among {', '.join(STEP_LINE_GROUPS)}")
+    return pattern
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -72,6 +105,9 @@ def _check_types(data: dict[str, Any], path: Path) -> None:
         preset = toml_file.table(preset, path, f"presets.{name}")
         toml_file.strings(preset.get("aliases"), path, f"presets.{name}.aliases")
         toml_file.table(preset.get("features"), path, f"presets.{name}.features")
+    logs = toml_file.table(data.get("logs"), path, "logs")
+    if "step_line" in logs:
+        check_step_line(logs["step_line"], path)
     regimes = toml_file.table(data.get("regimes"), path, "regimes")
     for section in ("engines", "compile", "degrees"):
         for word, spellings in toml_file.table(regimes.get(section), path, f"regimes.{section}").items():
@@ -120,6 +156,7 @@ def load_registry(extra: Path | None = None, cwd: Path | None = None) -> Registr
         sources=tuple(sources),
         strict=_strict(data, sources[-1]),
         env_rules=load_env_rules(documents=documents),
+        step_line=data.get("logs", {}).get("step_line"),
     )
 
 

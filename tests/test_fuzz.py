@@ -1055,3 +1055,88 @@ def test_a_config_json_beside_rank_traces_is_not_a_rank(tmp_path):
     with open_store(str(db), read_only=True) as s:
         ranks = s.sql("SELECT DISTINCT rank FROM anatomy_rows ORDER BY rank")["rank"].to_list()
     assert ranks == [0, 1]
+
+# --- regressions from the outside campaign's log-text findings ---------------------------------------
+
+NANOCHAT_REAL = REALDATA / "logs" / "nanochat_pr147_a100_mfu.txt"
+
+
+def _nanochat_lines() -> list[str]:
+    if not NANOCHAT_REAL.exists():
+        pytest.skip(f"real data not present: {NANOCHAT_REAL}")
+    return NANOCHAT_REAL.read_text().splitlines()
+
+
+def test_a_one_line_nanochat_log_cut_mid_number_is_refused_not_stored_as_loss_only(tmp_path):
+    from receipts.pipeline import parse_log
+
+    first = _nanochat_lines()[0]
+    cut = tmp_path / "cut.log"
+    cut.write_text(first[:first.index("dt: 989.44ms") + len("dt: 989.44m")])  # no newline: the writer was killed
+    with pytest.raises(InputError, match=r"only step line \(line 1\) is cut short") as raised:
+        parse_log(cut)
+    assert raised.value.line == 1
+    whole = tmp_path / "whole.log"
+    whole.write_text(first)  # the same line complete, still without a newline: a step, not a cut
+    parsed = parse_log(whole)
+    assert parsed.steps["step_ms"].to_list() == [989.44] and parsed.ended_early is None
+
+
+def test_tokens_in_a_third_party_logs_text_are_redacted_before_they_are_stored(tmp_path, db):
+    import duckdb
+
+    from tests.cli_helpers import cli
+
+    token, other = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123", "ghp_" + "0123456789abcdefABCDEF0123456789abcd"
+    config = {"n_layer": 12, "hub": f"https://user:{token}@huggingface.co", "cmd": f"train.py --hf-token {other}",
+              "tokenizer_type": "bpe"}
+    path = tmp_path / "train.log"
+    path.write_text(f"Building model with config: {config!r}\n" + "\n".join(_nanochat_lines()) + "\n")
+    assert cli(db, "ingest", str(path)).exit_code == 0
+    con = duckdb.connect(db, read_only=True)
+    try:
+        stored = " ".join(str(v) for row in con.execute("SELECT * FROM receipts").fetchall() for v in row)
+    finally:
+        con.close()
+    assert token not in stored and other not in stored and "<redacted>" in stored
+    assert "bpe" in stored  # a setting whose name holds 'token' is not a secret: only values are judged
+
+
+def test_a_cr_only_log_reads_one_step_per_line(tmp_path):
+    from receipts.pipeline import parse_log
+
+    lines = _nanochat_lines()
+    path = tmp_path / "mac.log"
+    path.write_bytes("".join(line + "\r" for line in lines).encode())
+    parsed = parse_log(path)
+    assert parsed.steps.height == len(lines) and parsed.ended_early is None
+    assert parsed.steps["line"].to_list() == list(range(1, len(lines) + 1))
+
+
+def test_a_step_number_too_large_for_an_integer_is_left_out_with_a_warning(tmp_path):
+    from receipts.pipeline import parse_log
+
+    lines = _nanochat_lines()
+    damaged = lines[-1].replace("step 00010/", "step 12345678901234567890/", 1)
+    assert damaged != lines[-1]
+    path = tmp_path / "big_step.log"
+    path.write_text("\n".join([*lines[:-1], damaged]) + "\n")
+    parsed = parse_log(path)
+    assert parsed.steps.height == len(lines) - 1
+    assert any("too large for a 64-bit integer (line 7)" in w for w in parsed.warnings), parsed.warnings
+
+
+def test_a_claims_file_with_a_10_mb_line_parses_within_the_case_bound():
+    """The pure-Python YAML scanner read a 10 MB line a character at a time (27 s for one file here); the
+    libyaml loader reads it at once. Same claims, same line numbers."""
+    import yaml
+
+    from receipts.analysis import claims
+
+    if getattr(yaml, "CSafeLoader", None) is not None:
+        assert claims._LOADER is yaml.CSafeLoader
+    text = ("# " + "x" * 10_000_000 + "\nversion: 1\nclaims:\n  - name: c\n    baseline: a\n    candidate: b\n"
+            "    metric: step_time\n    speedup: 1.1\n")
+    with time_bound():
+        parsed = claims.parse_claims(text, "big.yaml")
+    assert [c.line for c in parsed.claims] == [4] and parsed.claims[0].speedup == 1.1

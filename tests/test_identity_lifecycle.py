@@ -340,8 +340,8 @@ def test_a_typo_inside_a_compile_mode_names_the_typo_once_with_the_whole_regime_
     out = cli(db, "ingest", str(log), "--regime", "fsdp2/no-compil")
     assert out.exit_code == 0
     said = [line for line in out.stderr.splitlines() if "unrecognised word" in line]
-    assert said == ["  warning: regime 'fsdp2/no-compil' has the unrecognised word 'compil'; "
-                    "did you mean 'fsdp2/no-compile'?"], out.stderr
+    assert said == ["warning: regime 'fsdp2/no-compil' has the unrecognised word 'compil'; "
+                    f"did you mean 'fsdp2/no-compile'? ({log})"], out.stderr
 
 
 def test_typos_get_a_did_you_mean_and_strict_refuses_them(tmp_path, db):

@@ -129,3 +129,28 @@ def test_v40_results_still_read(name):
     parsed = parse_log(realdata("logs", name))
     assert parsed.steps.height >= 2 and parsed.provenance["time_to_train_ms"] > 0
     assert parsed.provenance["step_unit"] in ("segment", "epoch")
+
+
+def test_v6_parallel_layout_and_precisions_are_features(tmp_path):
+    """MLPerf Training 6.x discloses the layout and the lowest precisions as POINT_IN_TIME records (mlcommons
+    logging's keys); a real v5.1 result with those records added after its hyperparameters reads them under the
+    receipt's names, the lowest precision as `precision`."""
+    lines = LLAMA8B.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"key": "global_batch_size"' in line)
+    t = json.loads(lines[at].split(":::MLLOG ", 1)[1])["time_ms"]
+    disclosed = {"tensor_parallelism": 2, "pipeline_parallelism": 1, "context_parallelism": 2,
+                 "expert_parallelism": 1, "micro_batch_size": 1, "lowest_numerical_precision_in_linear": "fp8",
+                 "lowest_numerical_precision_in_attn": "bfloat16", "lowest_numerical_precision_in_comm": "bfloat16"}
+    added = [":::MLLOG " + json.dumps({"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME", "key": k,
+                                       "value": v, "metadata": {"file": "pretrain.py", "lineno": 600}})
+             for k, v in disclosed.items()]
+    path = tmp_path / "v6_llama31_8b.txt"
+    path.write_text("\n".join(lines[:at + 1] + added + lines[at + 1:]) + "\n")
+    features = parse_log(path).features
+    assert {k: features[k] for k in ("tp", "pp", "cp", "ep", "micro_batch_size")} == {
+        "tp": 2, "pp": 1, "cp": 2, "ep": 1, "micro_batch_size": 1}
+    assert (features["precision_linear"], features["precision_attn"], features["precision_comm"]) == (
+        "fp8", "bfloat16", "bfloat16")
+    assert features["precision"] == "fp8"
+    assert "tensor_parallelism" not in features  # one name per fact: no double count in recipe drift
+    assert "precision" not in parse_log(LLAMA8B).features  # a 5.1 log discloses none

@@ -1,0 +1,88 @@
+"""Step lines as teams' logs carry them: behind a logger's prefix, a launcher's rank label, with memory.
+
+The real nanochat lines (../shared/realdata/logs/nanochat_pr147_a100_mfu.txt) are written again through
+Python's own `logging` with the formats people configure (the documented defaults among them), so each prefix
+is exactly what the logging module produces; the numbers parsed behind any prefix must be those of the bare
+file.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from receipts.pipeline import parse_log
+from tests.conftest import realdata
+
+FORMATS = {
+    "basicConfig default": logging.BASIC_FORMAT,                         # INFO:root:...
+    "asctime - levelname": "%(asctime)s - %(levelname)s - %(message)s",
+    "asctime - name - levelname": "%(asctime)s - %(name)s - %(levelname)s - %(message)s",
+    "asctime levelname": "%(asctime)s %(levelname)s %(message)s",
+    "[levelname]": "[%(levelname)s] %(message)s",
+    "hydra": "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
+    "levelname:name:lineno": "%(levelname)s:%(name)s:%(lineno)d: %(message)s",
+    "asctime | levelname | name": "%(asctime)s | %(levelname)-8s | %(name)s - %(message)s",
+}
+
+
+def _logged(tmp_path, fmt: str, lines: list[str], name: str):
+    path = tmp_path / f"{name}.log"
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter(fmt))
+    logger = logging.getLogger(f"train.{name}")
+    logger.handlers, logger.propagate = [handler], False
+    logger.setLevel(logging.INFO)
+    for line in lines:
+        logger.info(line)
+    handler.close()
+    return path
+
+
+def _numbers(parsed):
+    return parsed.steps.select("step", "step_ms", "tokens_per_s", "loss", "mfu_pct").rows()
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS), ids=list(FORMATS))
+def test_a_logger_prefix_is_stripped_like_a_launcher_label(tmp_path, fmt):
+    bare = realdata("logs", "nanochat_pr147_a100_mfu.txt")
+    lines = bare.read_text().splitlines()
+    path = _logged(tmp_path, FORMATS[fmt], lines, fmt.replace(" ", "_").replace("|", "").replace(":", ""))
+    assert path.read_text().splitlines()[0] != lines[0]  # the logger did prefix it
+    parsed = parse_log(path)
+    assert parsed.source_format == "nanochat"
+    assert _numbers(parsed) == _numbers(parse_log(bare)) and len(_numbers(parsed)) == len(lines)
+
+
+def test_free_text_before_a_step_is_not_a_prefix(tmp_path):
+    path = tmp_path / "chatter.log"
+    path.write_text("the model said: step 00004/21400 (0.02%) | loss: 8.89 | lrm: 1.00 | dt: 989.44ms\n")
+    with pytest.raises(Exception, match="unknown log format"):
+        parse_log(path)
+
+
+def test_torchrun_tee_labels_are_ranks(tmp_path):
+    bare = realdata("logs", "nanochat_pr147_a100_mfu.txt").read_text().splitlines()
+    path = tmp_path / "tee.log"
+    path.write_text("".join(f"[default{rank}]:{line}\n" for line in bare for rank in (0, 1)))
+    steps = parse_log(path).steps
+    assert steps.height == 2 * len(bare)
+    assert sorted(set(steps["rank"].to_list())) == [0, 1]
+    assert steps.filter(steps["rank"] == 1)["step_ms"].to_list() == [989.44, 991.09, 992.91, 992.59, 994.14,
+                                                                     *steps.filter(steps["rank"] == 1)["step_ms"].to_list()[5:]]
+
+
+def test_memory_per_step_and_peak_reserved(tmp_path):
+    bare = realdata("logs", "nanochat_pr147_a100_mfu.txt").read_text().splitlines()
+    with_mem = [line.replace(" | total time:", f" | mem: {20 + i * 0.5:.2f}GiB | total time:") for i, line in enumerate(bare)]
+    path = tmp_path / "mem.log"
+    path.write_text("\n".join([*with_mem, "Peak memory usage: 24012.50MiB", "Peak memory reserved: 30720.00MiB"]) + "\n")
+    parsed = parse_log(path)
+    assert parsed.steps["allocated_bytes"].to_list() == [round((20 + i * 0.5) * 2**30) for i in range(len(bare))]
+    (peak,) = parsed.memory
+    assert (peak.peak_allocated_bytes, peak.peak_reserved_bytes) == (int(24012.5 * 2**20), int(30720 * 2**20))
+    only_usage = tmp_path / "usage.log"
+    only_usage.write_text("\n".join([*bare, "Peak memory usage: 24012.50MiB"]) + "\n")
+    (peak,) = parse_log(only_usage).memory
+    assert peak.peak_reserved_bytes is None  # unknown, never 0
