@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.markup import escape
-from rich.table import Table
 
 from receipts.cli.context import console
 from receipts.cli.output import Column
@@ -131,6 +130,8 @@ def render_report(r: dict[str, Any]) -> None:
     console.print(f"memory: peak allocated {fmt_bytes(mem['peak_allocated_bytes'])}, "
                   f"peak reserved {fmt_bytes(mem['peak_reserved_bytes'])}")
     if r["env"]:
+        from rich.table import Table  # the report's table; `list --json` imports this module without it
+
         table = Table(title="env overlay", show_header=True)
         table.add_column("name")
         table.add_column("value")
