@@ -71,18 +71,26 @@ def step_series(steps: pl.DataFrame, warmup_last_step: int | None) -> alt.LayerC
 
 
 @_fit_width
-def memory_series(mem: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
-    """Allocated vs reserved per step; the shaded band between them is the allocator's gap."""
+def memory_series(mem: pl.DataFrame) -> alt.Chart | alt.LayerChart | alt.FacetChart:
+    """Allocated vs reserved per step; the shaded band between them is the allocator's gap. A value the log
+    did not give is not drawn (Vega computes null / x as 0: an unknown reserved became a line at 0 GiB), and
+    the gap only where both are known."""
     # Legends say what a reader calls the series, not the column they came from.
-    base = alt.Chart(mem).transform_calculate(
-        allocated=f"datum.allocated_bytes / {GIB}", reserved=f"datum.reserved_bytes / {GIB}")
+    long = (mem.select("step", allocated=pl.col("allocated_bytes") / GIB, reserved=pl.col("reserved_bytes") / GIB)
+            .unpivot(["allocated", "reserved"], index="step", variable_name="kind", value_name="gib")
+            .drop_nulls("gib"))
     x = alt.X("step:Q", title="step (iteration)")
-    gap = base.mark_area(opacity=0.25, color="#e45756").encode(
-        x=x, y=alt.Y("allocated:Q", title="memory (GiB)"), y2="reserved:Q")
-    lines = base.transform_fold(["allocated", "reserved"], as_=["kind", "gib"]).mark_line().encode(
+    lines = alt.Chart(long).mark_line().encode(
         x=x, y=alt.Y("gib:Q", title="memory (GiB)"),
         color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=["allocated", "reserved"],
                                                               range=["#4c78a8", "#e45756"])))
+    both = mem.select("step", allocated=pl.col("allocated_bytes") / GIB, reserved=pl.col("reserved_bytes") / GIB
+                      ).drop_nulls()
+    if both.is_empty():
+        known = ", ".join(sorted(set(long["kind"].to_list()))) or "no memory"
+        return lines.properties(width=WIDE, height=220, title=f"{known} per step (the log gives no other)")
+    gap = alt.Chart(both).mark_area(opacity=0.25, color="#e45756").encode(
+        x=x, y=alt.Y("allocated:Q", title="memory (GiB)"), y2="reserved:Q")
     return alt.layer(gap, lines).properties(width=WIDE, height=220, title="allocated vs reserved (gap shaded)")
 
 

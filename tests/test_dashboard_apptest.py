@@ -404,6 +404,9 @@ def test_stragglers_view_names_the_planted_rank(tmp_path, monkeypatch):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["straggler"] == "rank 1" and metrics["cause"] == "compute"
     assert metrics["what-if impact"].endswith("ms/step")
+    impact = next(m for m in at.metric if m.label == "what-if impact")
+    assert not impact.delta  # a delta's arrow up reads as good news; the time lost is no gain
+    assert "% of the step) shorter" in _texts(at)
     assert _charts(at), "the rank × step wait heatmap"
 
 
@@ -575,7 +578,8 @@ def test_anatomy_view_says_where_the_export_is_and_how_to_open_it(store_ids, mon
     shown = [c.value for c in expander.code]
     assert len(shown) == 1 and shown[0].endswith("mfu_2gpu_before.sqlite")
     text = "\n".join(m.value for m in expander.markdown)
-    assert "nsys-ui" in text and "mfu_2gpu_before.nsys-rep" in text
+    # only the .sqlite is kept in realdata/: the report it came from is not named as if it were there
+    assert "`nsys-ui " not in text and "no `mfu_2gpu_before.nsys-rep` beside this export" in text
     # the export is on this machine (the store was built from it here): offered for download
     assert any(b.label == "download mfu_2gpu_before.sqlite" for b in expander.get("download_button"))
 
@@ -652,3 +656,38 @@ def test_compare_view_linked_from_check_explains_against_the_lane(explain_lane, 
     table = next(d.value for d in at.dataframe if "delta_ms" in d.value.columns)
     first = table[table["verdict"] == "changed"].iloc[0]
     assert (first["level"], first["component"]) == ("category", "idle")
+
+def test_the_report_beside_an_export_is_named_for_nsys_ui(tmp_path, monkeypatch):
+    """tests/data/gpu keeps fsdp2_2gpu_nsys.nsys-rep beside its export: that report is the one to open."""
+    from cli_helpers import cli
+
+    d = Path(__file__).resolve().parent / "data" / "gpu"
+    db = str(tmp_path / "rep.duckdb")
+    assert cli(db, "ingest", str(d / "fsdp2_2gpu_nsys" / "run.log")).exit_code == 0
+    assert cli(db, "ingest", str(d / "fsdp2_2gpu_nsys.sqlite.gz"), "--attach", "fsdp2_2gpu_nsys").exit_code == 0
+    at = _app(db, monkeypatch, view="anatomy")
+    _no_exception(at)
+    expander = next(e for e in at.expander if e.label == "Open the source export")
+    text = "\n".join(m.value for m in expander.markdown)
+    assert f"`nsys-ui {d / 'fsdp2_2gpu_nsys.nsys-rep'}`" in text
+
+
+def test_an_unknown_reserved_is_not_drawn_as_zero():
+    """A log that prints allocated memory per step but no reserved (nanochat's `mem:`): the chart draws the
+    allocated line alone, never a reserved line at 0 GiB, and no gap."""
+    import polars as pl
+
+    from receipts.dashboards import charts
+
+    mem = pl.DataFrame({"step": [1, 2, 3], "allocated_bytes": [20 << 30, 21 << 30, 22 << 30],
+                        "reserved_bytes": [None, None, None]}, schema_overrides={"reserved_bytes": pl.Int64})
+    spec = charts.memory_series(mem).to_dict()
+    values = [v for data in spec["datasets"].values() for v in data]
+    assert {v["kind"] for v in values} == {"allocated"} and all(v["gib"] > 0 for v in values)
+    assert "layer" not in spec and "allocated per step" in spec["title"]
+    both = mem.with_columns(reserved_bytes=pl.Series([24 << 30, None, 26 << 30]))
+    spec = charts.memory_series(both).to_dict()
+    rows = [v for data in spec["datasets"].values() for v in data]
+    assert sorted((v["kind"], v["step"]) for v in rows if "kind" in v) == [
+        ("allocated", 1), ("allocated", 2), ("allocated", 3), ("reserved", 1), ("reserved", 3)]
+    assert len(spec["layer"]) == 2  # the gap where both are known, and the lines

@@ -124,8 +124,13 @@ def _open_the_source(src: "AnatomySource") -> None:
         if src.format == "nsys":
             stem = Path(str(src.path or "run.sqlite")).name.removesuffix(".gz").removesuffix(".sqlite")
             report = Path(str(src.path or "")).with_name(stem + ".nsys-rep")
-            st.markdown(f"Nsight Systems: open the report in the GUI, `nsys-ui {report}` (the .sqlite is its "
-                        "export; `nsys stats` on either gives the same kernel totals).")
+            if report.is_file():
+                st.markdown(f"Nsight Systems: open the report in the GUI, `nsys-ui {report}` (the .sqlite is its "
+                            "export; `nsys stats` on either gives the same kernel totals).")
+            else:  # only the export was kept: never name a report that is not there
+                st.markdown(f"Nsight Systems: no `{report.name}` beside this export (only the .sqlite was kept), so "
+                            "there is no report for `nsys-ui` to open here; `nsys stats` reads the .sqlite itself "
+                            "for the kernel totals.")
         else:
             st.markdown("PyTorch profiler trace: open it in [Perfetto](https://ui.perfetto.dev) (Open trace file) "
                         "or in `chrome://tracing`; HolisticTraceAnalysis reads the same files.")

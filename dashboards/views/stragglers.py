@@ -38,10 +38,13 @@ def render(data: Data) -> None:
     if named:
         s = max(named, key=lambda x: x["impact_ms_per_step"])
         cols[0].metric("straggler", f"rank {s['rank']}")
-        cols[1].metric("what-if impact", f"{s['impact_ms_per_step']:.2f} ms/step", f"{s['impact_pct']:.1f}% of the step",
-                       delta_color="off")
+        # No delta: a metric's delta draws an arrow up, which reads as good news; this is time lost.
+        cols[1].metric("what-if impact", f"{s['impact_ms_per_step']:.2f} ms/step",
+                       help="how much shorter the step would be had this rank arrived with the median rank")
         cols[2].metric("cause", s["cause"])
-        st.caption(f"{s['cause_detail']}. {rep['note']}.")
+        st.caption(f"Had rank {s['rank']} arrived with the median rank, the step would be "
+                   f"{s['impact_ms_per_step']:.2f} ms ({s['impact_pct']:.1f}% of the step) shorter. "
+                   f"{s['cause_detail']}. {rep['note']}.")
     else:
         cols[0].metric("straggler", "none")
         st.caption(f"No rank clears the bar: {rep['note']}.")
