@@ -691,3 +691,28 @@ def test_an_unknown_reserved_is_not_drawn_as_zero():
     assert sorted((v["kind"], v["step"]) for v in rows if "kind" in v) == [
         ("allocated", 1), ("allocated", 2), ("allocated", 3), ("reserved", 1), ("reserved", 3)]
     assert len(spec["layer"]) == 2  # the gap where both are known, and the lines
+
+
+def test_an_mlperf_result_without_a_series_reads_without_none(tmp_path, monkeypatch):
+    """One block covering the whole LoRA run (its first block and run_stop, from the real v5.1 log): no window,
+    no host in the log. The page says so in words: never 'blocks None–None', 'hostname None' or a median None."""
+    from cli_helpers import cli_json
+
+    lora = Path(__file__).resolve().parent / "data" / "mlperf" / "v5.1__Dell_1xXE9680x8H200-SXM-141GB_llama2_70b_lora_result_0.txt"
+    lines, blocks = [], 0
+    for line in lora.read_text().splitlines():
+        blocks += '"key": "block_start"' in line
+        if blocks <= 1 or '"key": "run_stop"' in line:
+            lines.append(line)
+    one = tmp_path / "one_block.txt"
+    one.write_text("\n".join(lines) + "\n")
+    db = str(tmp_path / "mlperf.duckdb")
+    code, out = cli_json(db, "ingest", str(one), "--host-lineage", "dell-xe9680-h200", "--preset", "mlperf_v51",
+                         "--regime", "megatron/unknown-compile")
+    assert code == 0, out
+    rid = cli_json(db, "show", "one_block")[1]["id"]
+    at = _app(db, monkeypatch, view="receipt", id=rid)
+    _no_exception(at)
+    shown = _texts(at) + "\n".join(str(m.value) for m in at.metric)
+    assert "None" not in shown, [line for line in shown.splitlines() if "None" in line]
+    assert "No steady-state window: the log has no block series" in shown and "hostname not in the log" in shown

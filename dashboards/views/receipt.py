@@ -63,7 +63,13 @@ def _identity(rep: dict) -> None:
     st.markdown("**Alias resolution**")
     for note in ident["resolution"] or ["(no notes: values used as claimed)"]:
         st.markdown(f"- {note}")
-    st.caption(f"hostname {ident['hostname']} · regime {ident['regime']} · tags {', '.join(rep['tags']) or 'none'}")
+    # An unknown is said as one, never as Python's None (an MLPerf log names no host).
+    regime = ident["regime"]
+    if isinstance(regime, dict):  # the parsed launch regime: its parts in words, not a dict's repr
+        layout = ", ".join(f"{k}{v}" for k, v in (regime.get("parallel") or {}).items()) or "none"
+        regime = f"engine {regime.get('engine')}, compile {regime.get('compile_mode')}, parallel {layout}"
+    st.caption(f"hostname {ident['hostname'] or 'not in the log'} · regime {regime or 'not given'} · "
+               f"tags {', '.join(rep['tags']) or 'none'}")
 
 
 def _env(data: Data, receipt_id: str) -> None:
@@ -126,8 +132,14 @@ def _steps(data: Data, rep: dict) -> None:
     c[1].metric("p10–p90 (ms)", "—" if ss["p10_step_ms"] is None else f"{ss['p10_step_ms']:,.1f}–{ss['p90_step_ms']:,.1f}")
     c[2].metric(f"steady {unit}s", f"{ss['n_steps']:,}")
     c[3].metric(f"{unit}s outside the window", f"{ss['warmup_steps']:,}")
-    st.caption(f"Steady-state window: {unit}s {ss['first_step']}–{ss['last_step']}; warm-up through {unit} "
-               f"{ss['warmup_last_step']} excluded (rule: {ss['window_rule']}).")
+    if ss["first_step"] is None:  # e.g. an MLPerf result whose one block covers the run: no series to window
+        st.caption(f"No steady-state window: the log has no {unit} series to take one from "
+                   f"(rule: {ss['window_rule']}).")
+    else:
+        warmup = (f"warm-up through {unit} {ss['warmup_last_step']} excluded" if ss["warmup_last_step"] is not None
+                  else "no warm-up excluded")
+        st.caption(f"Steady-state window: {unit}s {ss['first_step']}–{ss['last_step']}; {warmup} "
+                   f"(rule: {ss['window_rule']}).")
     if steps.filter(pl.col("step_ms").is_not_null()).height:
         st.altair_chart(charts.step_series(steps, ss["warmup_last_step"]))
     metrics = charts.training_metrics(steps)
