@@ -132,8 +132,16 @@ def anatomy_by_step(rows: pl.DataFrame, *, ranks_label: str | None = None) -> al
                            (pl.lit(ranks_label) if ranks_label else pl.col("rank").cast(pl.Utf8).fill_null("?"))
                            .alias("rank_label")))
     x = alt.X("step_label:N", title="step", sort=None)
-    bars = alt.Chart(frame).mark_bar().encode(
-        x=x, y=alt.Y("sum(time_ms):Q", title="time per step (ms)"),
+    # Scaled to the steady steps, as step_series is: a 3 s compile step would flatten 20 ms steps to slivers.
+    # A warm-up bar above the scale is clipped at its top (its parts stay in the tooltip).
+    per_step = (frame.filter(~pl.col("warmup").fill_null(False)).group_by("rank_label", "step_label")
+                .agg(pl.col("time_ms").sum())["time_ms"])
+    warm = frame.filter(pl.col("warmup").fill_null(False)).height > 0
+    top = cast(float, per_step.max()) * 1.15 if per_step.len() and warm else None
+    y = alt.Y("sum(time_ms):Q", title="time per step (ms; warm-up clipped)" if top else "time per step (ms)",
+              scale=alt.Scale(domain=[0, top], clamp=True) if top else alt.Undefined)
+    bars = alt.Chart(frame).mark_bar(clip=True).encode(
+        x=x, y=y,
         color=alt.Color("category:N", scale=DECOMPOSITION_SCALE, title="part of the step"),
         order=alt.Order("order:Q"),
         opacity=alt.condition("datum.warmup", alt.value(0.45), alt.value(1.0)),

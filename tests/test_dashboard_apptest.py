@@ -716,3 +716,32 @@ def test_an_mlperf_result_without_a_series_reads_without_none(tmp_path, monkeypa
     shown = _texts(at) + "\n".join(str(m.value) for m in at.metric)
     assert "None" not in shown, [line for line in shown.splitlines() if "None" in line]
     assert "No steady-state window: the log has no block series" in shown and "hostname not in the log" in shown
+
+
+def test_the_anatomy_per_step_chart_is_scaled_to_the_steady_steps():
+    """The real 2-GPU nsys export's step 0 (a ~2 s compile) is clipped: the scale tops at the largest steady step
+    (x 1.15), so the steady steps' parts stay readable."""
+    from receipts.analysis.anatomy import anatomy_report
+    from receipts.dashboards import charts
+    from receipts.store import open_store
+    from cli_helpers import cli
+
+    import tempfile
+    import polars as pl
+
+    d = Path(__file__).resolve().parent / "data" / "gpu"
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "a.duckdb")
+        assert cli(db, "ingest", str(d / "fsdp2_2gpu_nsys" / "run.log")).exit_code == 0
+        assert cli(db, "ingest", str(d / "fsdp2_2gpu_nsys.sqlite.gz"), "--attach", "fsdp2_2gpu_nsys").exit_code == 0
+        with open_store(db, read_only=True) as store:
+            rid = store.resolve("fsdp2_2gpu_nsys")
+            src = anatomy_report(store, rid).source
+            rows = store.query("anatomy_rows", {"receipt_id": rid, "source_sha256": src.sha256})
+    spec = charts.anatomy_by_step(rows).to_dict()
+    top = spec["spec"]["encoding"]["y"]["scale"]["domain"][1]
+    per_step = (rows.filter(pl.col("category").is_in(charts.DECOMPOSITION))
+                .group_by("rank", "step", "warmup").agg(pl.col("time_ms").sum()))
+    steady_max = per_step.filter(~pl.col("warmup"))["time_ms"].max()
+    assert top == pytest.approx(steady_max * 1.15)
+    assert per_step.filter(pl.col("warmup"))["time_ms"].max() > 10 * top  # the compile step is the clipped one
