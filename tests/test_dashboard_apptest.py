@@ -354,8 +354,8 @@ def test_lane_history_view_marks_the_change_point_of_the_real_h100_runs(tmp_path
     _no_exception(at)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["receipts in lane"] == "15" and metrics["change points"] == "1"
-    table = next(d.value for d in at.dataframe if "change_pct" in d.value.columns)
-    assert list(table["run_name"]) == ["slow_1"] and 1.5 < table["change_pct"][0] < 3.5
+    table = next(d.value for d in at.dataframe if "change (%)" in d.value.columns)
+    assert list(table["run"]) == ["slow_1"] and 1.5 < table["change (%)"][0] < 3.5
     assert any("MAD of 15 run medians" in c.value for c in at.caption)
 
 
@@ -408,6 +408,8 @@ def test_stragglers_view_names_the_planted_rank(tmp_path, monkeypatch):
     assert not impact.delta  # a delta's arrow up reads as good news; the time lost is no gain
     assert "% of the step) shorter" in _texts(at)
     assert _charts(at), "the rank × step wait heatmap"
+    headers = [str(c) for frame in at.dataframe for c in frame.value.columns]
+    assert "own wait (ms/step)" in headers and not [h for h in headers if "_" in h], headers  # read, not snake_case
 
 
 def test_a_stale_link_says_so_instead_of_showing_another_run(store_ids, monkeypatch):

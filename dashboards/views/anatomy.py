@@ -11,6 +11,7 @@ import streamlit as st
 from receipts.analysis.anatomy import mean_over_ranks
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
+from receipts.dashboards.views._names import readable
 
 if TYPE_CHECKING:
     from receipts.analysis.anatomy import AnatomySource
@@ -91,7 +92,7 @@ def render(data: Data) -> None:
         st.altair_chart(charts.nvtx_families(families.filter(pl.col("family").is_in(top["family"].implode()))))
     steps = data.query("anatomy_steps", **params)
     with st.expander("per-step table (wall, GPU busy, communication, overlap)"):
-        st.dataframe(steps, hide_index=True, width="stretch")
+        st.dataframe(readable(steps), hide_index=True, width="stretch")
 
 
 # Offered for download up to this size: a browser holds the whole file. Read only when clicked.

@@ -9,6 +9,7 @@ import streamlit as st
 from receipts.analysis.lanes import lane_summary
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
+from receipts.dashboards.views._names import readable
 
 
 def render(data: Data) -> None:
@@ -44,6 +45,6 @@ def render(data: Data) -> None:
     st.altair_chart(charts.history_memory(history, by))
     if changes.height:
         st.markdown("#### Change points")
-        st.dataframe(changes.select("run_name", "receipt_id", "run_at", "git_rev", "median_step_ms", "change_pct",
-                                    "change_pvalue", "z"),
+        st.dataframe(readable(changes.select("run_name", "receipt_id", "run_at", "git_rev", "median_step_ms",
+                                             "change_pct", "change_pvalue", "z")),
                      hide_index=True, width="stretch")

@@ -7,6 +7,7 @@ import streamlit as st
 
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, receipt_label, seed_from_url
+from receipts.dashboards.views._names import readable
 
 GIB = float(1 << 30)
 
@@ -116,7 +117,7 @@ def _nccl_tests(rep: dict) -> None:
     rows = pl.DataFrame(nt.get("rows") or [])
     if rows.height:
         with st.expander("per message size"):
-            st.dataframe(rows, hide_index=True, width="stretch")
+            st.dataframe(readable(rows), hide_index=True, width="stretch")
 
 
 def _steps(data: Data, rep: dict) -> None:

@@ -8,6 +8,7 @@ import streamlit as st
 from receipts.analysis.stragglers import stored_reports
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
+from receipts.dashboards.views._names import readable
 
 
 def render(data: Data) -> None:
@@ -53,6 +54,6 @@ def render(data: Data) -> None:
         st.markdown("#### Wait per rank and step (ms its collectives ran before the last rank arrived)")
         st.altair_chart(charts.rank_wait_heatmap(per_step))
     st.markdown("#### Per rank")
-    st.dataframe(pl.DataFrame(rep["ranks"]), hide_index=True, width="stretch")
+    st.dataframe(readable(pl.DataFrame(rep["ranks"])), hide_index=True, width="stretch")
     st.markdown("#### Per collective kind")
-    st.dataframe(pl.DataFrame(rep["per_kind"]), hide_index=True, width="stretch")
+    st.dataframe(readable(pl.DataFrame(rep["per_kind"])), hide_index=True, width="stretch")
