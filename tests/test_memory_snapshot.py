@@ -169,3 +169,24 @@ def test_round_size_with_power2_divisions():
     # 2-4 MiB in quarters: 2.1 MiB -> 2.5 MiB
     assert s.round_size(2 * (1 << 20) + 100_000) == 5 * (1 << 19)
     assert AllocatorSettings().round_size(2 * (1 << 20) + 100_000) == 2 * (1 << 20) + 100_352
+
+
+def test_footer_memory_record_is_checked(tmp_path):
+    """A footer's `memory` with a value of the wrong type is one error naming the line and key."""
+    from receipts.ingest.textlog import read_log
+    from receipts.ingest import native
+
+    log = tmp_path / "run.log"
+    log.write_text('RECEIPT {"v":1,"kind":"header","rank":0}\n'
+                   'RECEIPT {"v":1,"kind":"step","step":0,"rank":0,"step_ms":1.0}\n'
+                   'RECEIPT {"v":1,"kind":"footer","rank":0,"memory":{"parameters_bytes":"12GiB"}}\n')
+    with pytest.raises(InputError, match=r"run.log:3: RECEIPT footer: memory.parameters_bytes must be a "
+                                         r"non-negative integer"):
+        native.parse(read_log(log))
+
+
+def test_the_recorder_and_the_window_agree_on_warmup_phases():
+    from receipts.analysis.window import WARMUP_PHASES
+    from receipts.schema.receipt_format import WARMUP_PHASES as FORMAT_WARMUP
+
+    assert FORMAT_WARMUP == WARMUP_PHASES
