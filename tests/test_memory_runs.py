@@ -93,3 +93,24 @@ def test_two_gpus_halve_the_shards():
     one, two = captured("adamw_1gpu")[0], captured("adamw_2gpu")
     for bucket in ("parameters", "gradients", "optimizer_state"):
         assert two[0].category(bucket) == two[1].category(bucket) == one.category(bucket) // 2
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_estimate_equals_the_measured_shards_of_every_run(run):
+    """FSDP2 full sharding over the run's ranks: parameters, gradients and optimizer state per rank, estimated
+    from the parameter count alone, are the measured bytes exactly; the activation estimate is reported beside
+    the measured value with its error."""
+    from receipts.analysis.estimate import Activations, EstimateConfig, Family, estimate
+
+    t = printed(run, "TORCH_MEMORY")[0]
+    shape = t["shape"]
+    e = estimate(EstimateConfig(
+        (Family("model", t["param_count"], optimizer=t["optimizer"]),), shard_degree=t["world_size"],
+        activations=Activations(micro_batch=shape["batch"], sequence=shape["seq"], hidden=shape["d_model"],
+                                layers=shape["layers"], vocab=shape["vocab"],
+                                recompute="full" if t["activation_checkpointing"] else "none"))).buckets()
+    for rank, g in captured(run).items():
+        for bucket in ("parameters", "gradients", "optimizer_state"):
+            assert e[bucket] == g.category(bucket), (rank, bucket)
+        error = (e["activations"] - g.category("activations")) / g.category("activations")
+        assert -0.5 < error < 0.5, error  # a formula for a Megatron GPT layer, beside a toy block
