@@ -160,11 +160,11 @@ def with_flags(cfg: EstimateConfig | None, *, params: int | None = None, shard_d
                sequence: int | None = None, hidden: int | None = None, layers: int | None = None,
                vocab: int | None = None, recompute: str | None = None,
                device_total_bytes: int | None = None) -> EstimateConfig:
-    """Flags over a config (or over nothing: `--params` then makes the one family). `params` replaces the
+    """Flags over a config (or over nothing: `params` then makes the one family). `params` replaces the
     families with one replicated family of that many parameters; `optimizer` applies to every family;
     `master_dtype` sets the parameters', gradients' and optimizer state's dtype."""
     if cfg is None and params is None:
-        raise UsageError("give a config file or --params N")
+        raise UsageError("is needed without a config file (the model's parameter count)", option="params")
     cfg = cfg or EstimateConfig(families=())
     if params is not None:
         cfg = replace(cfg, families=(Family("model", params),))
@@ -184,7 +184,7 @@ def with_flags(cfg: EstimateConfig | None, *, params: int | None = None, shard_d
         else:
             missing = [k for k in ("micro_batch", "sequence", "hidden", "layers") if k not in shape]
             if missing:
-                raise UsageError("activations need --micro-batch, --sequence, --hidden and --layers (missing: "
-                                 + ", ".join(f"--{m.replace('_', '-')}" for m in missing) + ")")
+                raise UsageError("is needed to estimate activations, as are the micro-batch, sequence, hidden "
+                                 "size and layers", option=missing[0])
             cfg = replace(cfg, activations=Activations(**shape))
     return cfg
