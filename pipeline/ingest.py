@@ -44,7 +44,7 @@ class IngestOutcome:
     receipt_id: str
     run_name: str
     created: bool            # False: already in the store (same content), nothing written
-    kind: str                # 'receipt' | 'anatomy'
+    kind: str                # 'receipt' | 'anatomy' | 'memory' | a machine-fact kind
     complete: bool | None = None
     ended_early: str | None = None
     warnings: tuple[str, ...] = ()
