@@ -7,6 +7,8 @@ Format version 1 (docs/claims-format.md is the full specification):
     claims:
       - {name: fused conv path, baseline: run_a, candidate: run_b, metric: step_time, speedup: 1.18}
       - {name: allocator overlay, baseline: run_c, candidate: run_d, metric: peak_reserved, change: -6GiB}
+      - {name: sgd state, baseline: run_e, candidate: run_f, metric: memory_bucket, bucket: optimizer_state,
+         change: -128MiB, at_most: 1GiB}
 
 Every problem is one InputError naming the file and the line (from yaml.compose's node marks), so a
 reviewer can fix the file without reading this module. Unknown keys are refused rather than ignored:
@@ -30,10 +32,15 @@ from typing import Any
 import yaml
 
 from receipts.errors import InputError, UnsupportedVersion
+from receipts.schema.memory import BUCKETS, SNAPSHOT_CATEGORIES
 
 SUPPORTED_VERSIONS = (1,)
 SPEED_METRICS = ("step_time", "tokens_per_s")        # claimed as a speedup (x), measured with a bootstrap CI
-MEMORY_METRICS = ("peak_allocated", "peak_reserved")  # claimed as a signed byte change, measured per-rank max
+MEMORY_METRICS = ("peak_allocated", "peak_reserved",   # claimed as a signed byte change, measured per-rank max
+                  "memory_bucket")                    # one bucket of the memory geometry (`bucket:`)
+# What `bucket:` may name: a bucket of the memory geometry, a snapshot's category, or one of its totals.
+BUCKET_NAMES = (*BUCKETS, *SNAPSHOT_CATEGORIES, "peak_allocated", "peak_reserved", "resident",
+                "fragmentation_at_peak")
 METRICS = SPEED_METRICS + MEMORY_METRICS
 # Recipe drift (feature bundle, model shape) makes it a different experiment: it can never be declared.
 DECLARABLE_DRIFT = ("runtime", "infrastructure")
@@ -51,7 +58,8 @@ _SIZE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d+)?|\.\d+)\s*([A-Za-z]+)\s*$")
 _TOP_KEYS = ("version", "defaults", "claims")
 _DEFAULT_KEYS = ("min_steps", "max_cv", "tolerance", "tolerance_bytes", "min_effect", "allow_ended_early")
 _CLAIM_KEYS = ("name", "baseline", "candidate", "metric", "speedup", "change", "tolerance", "tolerance_bytes",
-               "declared_drift", "min_steps", "max_cv", "min_effect", "allow_ended_early", "last")
+               "declared_drift", "min_steps", "max_cv", "min_effect", "allow_ended_early", "last", "bucket",
+               "at_most")
 # `baseline: tag:main` names no receipt: the baseline is the candidate lane's most recent runs carrying
 # the tag (analysis.check's selection), `last` of them. 10 by default: on the real H100 runs of
 # tests/data/noise (floor 0.75%), 5 baseline runs resolve only changes over ~2.2%, and a planted 2.5%
@@ -96,6 +104,8 @@ class Claim:
     line: int                        # 1-based line where the claim starts
     allow_ended_early: bool = False  # accept runs whose logs look cut short (rejection code ended_early)
     last: int | None = None          # tag baselines only: how many of the lane's tagged runs
+    bucket: str | None = None        # memory_bucket: which bucket (BUCKET_NAMES)
+    at_most_bytes: int | None = None  # memory metrics: the candidate's value may not exceed this (bytes)
 
     @property
     def baseline_tag(self) -> str | None:
@@ -320,9 +330,21 @@ class _Reader:
         else:
             if "speedup" in m:
                 raise self.fail(m["speedup"], f"claim {name!r}: metric {metric} takes 'change' (e.g. -6GiB), not 'speedup'")
-            if "change" not in m:
-                raise self.fail(node, f"claim {name!r}: metric {metric} needs 'change' with a unit, e.g. -6GiB")
-            change = self.size(m["change"], "change", signed=True)
+            if "change" not in m and "at_most" not in m:
+                raise self.fail(node, f"claim {name!r}: metric {metric} needs 'change' with a unit, e.g. -6GiB, "
+                                      "or a bound 'at_most', e.g. 20GiB")
+            change = self.size(m["change"], "change", signed=True) if "change" in m else None
+        if metric == "memory_bucket":
+            if "bucket" not in m:
+                raise self.fail(node, f"claim {name!r}: metric memory_bucket needs 'bucket', one of "
+                                      f"{', '.join(BUCKET_NAMES)}")
+            if self.text(m["bucket"], "bucket") not in BUCKET_NAMES:
+                raise self.fail(m["bucket"], f"claim {name!r}: unknown bucket {m['bucket'].value!r}; expected one "
+                                             f"of {', '.join(BUCKET_NAMES)}")
+        elif "bucket" in m:
+            raise self.fail(m["bucket"], f"claim {name!r}: 'bucket' is for metric memory_bucket")
+        if "at_most" in m and metric in SPEED_METRICS:
+            raise self.fail(m["at_most"], f"claim {name!r}: 'at_most' bounds a memory metric's bytes")
         drift: tuple[str, ...] = ()
         if "declared_drift" in m:
             dnode = m["declared_drift"]
@@ -364,6 +386,8 @@ class _Reader:
                                           **_BOUNDS["min_effect"])),
             path=self.path, line=_line(node),
             allow_ended_early=self.setting(m, defaults, "allow_ended_early", False, claim=name), last=last,
+            bucket=self.text(m["bucket"], "bucket") if "bucket" in m else None,
+            at_most_bytes=self.size(m["at_most"], "at_most", signed=False) if "at_most" in m else None,
         )
 
 

@@ -9,7 +9,7 @@ lane's floor.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from receipts.analysis.lanes import lane_floors, lane_of
@@ -69,6 +69,7 @@ class Comparison:
     noise_floor: NoiseFloor | None = None
     detail: VerdictResult | None = None  # the step-time verdict with its why and runs_needed
     straggler: dict[str, Any] | None = None  # analysis.stragglers.explains: does a straggler explain the difference
+    memory_drift: list[dict[str, Any]] | None = None  # analysis.memory_geometry.drift: which bucket moved
 
 
 def _summary(r: StoredReceipt, *, intervals: bool = False) -> RunSummary:
@@ -157,12 +158,19 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
     """Load both receipts and their lane's noise floor (current runs, most recent FLOOR_WINDOW), then compare."""
     from receipts.analysis.record import load_many
 
+    from receipts.analysis.memory_geometry import drift as memory_drift, geometry, load_sources
+
     loaded = load_many(store, [a_id, b_id], series=False)
     a, b = loaded[a_id], loaded[b_id]
     lane = lane_of(a)
     floor = lane_floors(store, [lane])[lane] if lane is not None and lane == lane_of(b) else None
-    return compare(a, b, floor=floor, min_effect=min_effect,
-                   stragglers=(stored_report(store, a_id), stored_report(store, b_id)))
+    result = compare(a, b, floor=floor, min_effect=min_effect,
+                     stragglers=(stored_report(store, a_id), stored_report(store, b_id)))
+    # Memory drift is a fact about the two runs, reported whether or not their speeds may be compared.
+    sources = load_sources(store, [a_id, b_id])
+    ga, gb = (geometry(sources[r.id], peak_allocated_bytes=r.peak_allocated_bytes,
+                       peak_reserved_bytes=r.peak_reserved_bytes) for r in (a, b))
+    return replace(result, memory_drift=memory_drift(ga, gb))
 
 
 def floor_json(f: NoiseFloor | None) -> dict[str, Any] | None:
@@ -209,6 +217,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "comparable": c.comparable, "reason": c.reason, "a": run(c.a), "b": run(c.b),
         "differences": [{"field": d.field, "a": d.a, "b": d.b, "note": d.note} for d in c.differences],
         "resolution": list(c.resolution),
+        "memory_drift": c.memory_drift,
     }
     if c.comparable:
         out["ratio"] = ci(c.ratio, "step_time")

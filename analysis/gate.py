@@ -26,6 +26,7 @@ A claim is rejected, with one line per reason, when (in this order; docs/claims-
   noise               a run's CV of the claimed metric is above max_cv (speed claims)
   no_measurement      the metric is missing from a run
   effect_mismatch     the measured value's 95% CI misses the claimed value +- tolerance
+  bound_exceeded      a memory claim's `at_most`: the candidate's bytes are above it
   not_significant     an effect (speedup != 1, change != 0) is claimed but the measurement does not show one
 Nothing here catches an exception and turns it into a verdict: only ReceiptNotFound becomes a result
 (unknown_receipt), everything else propagates and the CLI exits 2.
@@ -71,6 +72,7 @@ class Evidence:
     """What the gate knows about one receipt."""
     receipt: StoredReceipt
     phases: tuple[tuple[str, int | None, int | None], ...]  # (name, first_step, last_step) markers
+    memory: dict | None = None  # analysis.memory_geometry.geometry, read for memory_bucket claims
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,7 @@ def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evi
     if claim.is_speed:
         measured, more = _speed(claim, [baseline], candidate, reason, floor or default_floor())
     else:
-        measured, more = _memory(claim, a, b, reason)
+        measured, more = _memory(claim, baseline, candidate, reason)
     reasons += more
     return ClaimResult(claim, not reasons, tuple(reasons), measured, a.id, b.id, _windows(a, b))
 
@@ -320,22 +322,36 @@ def _speed(claim: Claim, baselines: Sequence[Evidence], candidate: Evidence, rea
     return measured, out
 
 
-def _memory(claim: Claim, a: StoredReceipt, b: StoredReceipt, reason):
-    attr = f"{claim.metric}_bytes"
-    pa, pb = getattr(a, attr), getattr(b, attr)
+def _memory(claim: Claim, baseline: Evidence, candidate: Evidence, reason):
+    if claim.metric == "memory_bucket":
+        from receipts.analysis.memory_geometry import bucket_bytes
+
+        assert claim.bucket is not None  # a memory_bucket claim always names its bucket
+        pa, pb = (bucket_bytes(e.memory, claim.bucket) if e.memory else None for e in (baseline, candidate))
+        what = f"{claim.bucket} bucket"
+        how = ("no CI: one number per run, the memory geometry's measured side (the rank with the highest peak "
+               "allocated)")
+    else:
+        attr = f"{claim.metric}_bytes"
+        pa, pb = getattr(baseline.receipt, attr), getattr(candidate.receipt, attr)
+        what, how = f"{claim.metric} peak", "no CI: a memory peak is one number per run (max over ranks)"
     absent = [role for role, p in (("baseline", pa), ("candidate", pb)) if p is None]
     if absent:
-        return None, [reason("no_measurement", f"no {claim.metric} peak recorded for {' and '.join(absent)}")]
+        return None, [reason("no_measurement", f"no {what} recorded for {' and '.join(absent)}")]
+    assert pa is not None and pb is not None
     change, claimed = pb - pa, claim.change_bytes
-    assert claimed is not None  # a memory claim always states its change
+    measured = Measured(claim.metric, "bytes", float(change), None, None, None,
+                        f"{how}; baseline {_gib(pa)}, candidate {_gib(pb)}")
+    out = []
+    if claim.at_most_bytes is not None and pb > claim.at_most_bytes:
+        out.append(reason("bound_exceeded", f"candidate {what} {_gib(pb)} exceeds the bound at_most "
+                                            f"{_gib(claim.at_most_bytes)}"))
+    if claimed is None:  # a bound alone
+        return measured, out
     tol = claim.tolerance_bytes if claim.tolerance_bytes is not None else claim.tolerance * abs(claimed)
     tol_text = f"{_gib(claim.tolerance_bytes)} (tolerance_bytes)" if claim.tolerance_bytes is not None else f"{claim.tolerance:.1%}"
-    measured = Measured(claim.metric, "bytes", float(change), None, None, None,
-                        f"no CI: a memory peak is one number per run (max over ranks); "
-                        f"baseline {_gib(pa)}, candidate {_gib(pb)}")
-    out = []
     if abs(change - claimed) > tol:
-        out.append(reason("effect_mismatch", f"measured {claim.metric} change {_gib(change, signed=True)} is not the claimed "
+        out.append(reason("effect_mismatch", f"measured {what} change {_gib(change, signed=True)} is not the claimed "
                                              f"{_gib(claimed, signed=True)} +- {tol_text}"))
     if claimed != 0 and np.sign(change) != np.sign(claimed):
         out.append(reason("not_significant", f"claims a {'reduction' if claimed < 0 else 'increase'} of "

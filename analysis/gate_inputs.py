@@ -31,6 +31,19 @@ def collect_evidence(store: "Store", refs: list[str]) -> dict[str, Evidence | Un
     return out
 
 
+def with_memory(store: "Store", evidence: dict[str, Evidence | Unresolved]) -> dict[str, Evidence | Unresolved]:
+    """Each loaded receipt's memory geometry (analysis/memory_geometry.py) on its evidence: what a memory_bucket
+    claim bounds."""
+    from dataclasses import replace
+
+    from receipts.analysis.memory_geometry import geometries_in_store
+
+    loaded = [e for e in evidence.values() if isinstance(e, Evidence)]
+    memory = geometries_in_store(store, [e.receipt.id for e in loaded])
+    return {ref: replace(e, memory=memory[e.receipt.id]) if isinstance(e, Evidence) else e
+            for ref, e in evidence.items()}
+
+
 def claim_floors(store: "Store", evidence: Mapping[str, Evidence | Unresolved]) -> dict[Lane, NoiseFloor]:
     """The noise floor of every lane a loaded receipt belongs to, in one query."""
     lanes = {lane for e in evidence.values() if isinstance(e, Evidence) and (lane := lane_of(e.receipt)) is not None}
@@ -61,5 +74,7 @@ def run_gate(store: "Store", claims_file: ClaimsFile) -> GateResult:
     refs = [ref for c in claims_file.claims for ref in ((c.baseline, c.candidate) if c.baseline_tag is None
                                                          else (c.candidate,))]
     evidence = collect_evidence(store, refs)
+    if any(c.metric == "memory_bucket" for c in claims_file.claims):
+        evidence = with_memory(store, evidence)
     baselines = tag_baselines(store, claims_file, evidence)
     return evaluate(claims_file, evidence, claim_floors(store, evidence), baselines)

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from receipts.analysis.listing import series_headline
+from receipts.analysis.memory_geometry import geometry, load_sources
 from receipts.analysis.record import load_many
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         },
         "memory": {"peak_allocated_bytes": r.peak_allocated_bytes, "peak_reserved_bytes": r.peak_reserved_bytes,
                    "per_rank": memory},
+        "memory_geometry": geometry(load_sources(store, [receipt_id])[receipt_id],
+                                    peak_allocated_bytes=r.peak_allocated_bytes,
+                                    peak_reserved_bytes=r.peak_reserved_bytes),
         "phases": json.loads(row["phases_json"]),
         "ended_early": r.ended_early,
         "features": r.features,

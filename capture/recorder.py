@@ -45,7 +45,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from receipts.schema.receipt_format import RECORD_VERSION, encode  # the format has one owner
+from receipts.capture import memory as _memory
+from receipts.schema.receipt_format import RECORD_VERSION, WARMUP_PHASES, encode  # the format has one owner
 
 # Step lines are written in batches: one os.write() of whole lines, kept under PIPE_BUF (4096 on
 # Linux) so a batch on a shared pipe is as atomic as a single line. Measured on the H200 box, a
@@ -117,6 +118,10 @@ class Recorder:
         self._phases: list[_Phase] = []
         self._current_step: int | None = None
         self._closed = False
+        self._geometry: dict[str, Any] | None = None   # watch_memory: the footer's `memory`, filled as it is measured
+        self._watch_handles: list = []
+        self._run_peaks: tuple[int, int] | None = None  # the peaks before the steady reset (the footer's are the run's)
+        self._resident_bytes: int | None = None         # the least allocated at a steady step's end
         self._write_header(header_facts or {})
         atexit.register(self._close_at_exit)
 
@@ -195,6 +200,9 @@ class Recorder:
                 pending.end.record()
                 if self.memory_every_steps and handle.step % self.memory_every_steps == 0:
                     pending.allocated_bytes, pending.reserved_bytes = self._memory_now()
+                    if self._geometry and "parameters_bytes" in self._geometry:
+                        held = pending.allocated_bytes
+                        self._resident_bytes = held if self._resident_bytes is None else min(self._resident_bytes, held)
             self._nvtx_pop()
             self._current_step = None
             for ph in self._phases:
@@ -291,6 +299,69 @@ class Recorder:
         finally:
             self._nvtx_pop()
 
+    # ------------------------------------------------------------------ memory geometry
+    def watch_memory(self, optimizer: Any, model: Any = None, *, activations: bool = False,
+                     activation_steps: int = 8) -> None:
+        """Measure this rank's memory geometry for the footer's `memory` record (docs/receipt-format.md).
+
+        After the optimizer's first step outside a warm-up phase (a post-step hook, before the gradients are
+        zeroed): the bytes of the local shards of the parameters, gradients and optimizer state
+        (capture/memory.py: DTensor-aware, read from metadata, no device sync); the allocator's peaks are reset
+        there, so the record's peaks are the steady steps'. The footer's own peaks stay the whole run's.
+        `activations` (needs `model`): the allocated bytes a forward of `model` leaves behind (read from the
+        allocator's host counters around the call, no sync), the largest of the next `activation_steps`
+        forwards (the hooks idle after them). At close: the allocator's retries and OOMs and the
+        device's HBM."""
+        if not self.use_cuda or self._geometry is not None:
+            return
+        geometry: dict[str, Any] = {}
+        self._geometry = geometry
+        # Hooks are left in place once done (a check of a flag): torch iterates an optimizer's post-step hooks
+        # over the live dict, so a hook that removed itself would break the step it runs in.
+        self._watch_handles.append(optimizer.register_step_post_hook(self._after_optimizer_step))
+        if activations and model is not None:
+            before: list[int] = []
+
+            def pre(module, args) -> None:
+                # steady (the optimizer has stepped), and not yet activation_steps forwards measured
+                if "parameters_bytes" in geometry and geometry.get("activation_forwards", 0) < activation_steps:
+                    before.append(self._memory_now()[0])
+
+            def post(module, args, output) -> None:
+                if before:
+                    held = self._memory_now()[0] - before.pop()
+                    geometry["activations_bytes"] = max(held, geometry.get("activations_bytes", 0))
+                    geometry["activation_forwards"] = geometry.get("activation_forwards", 0) + 1
+
+            self._watch_handles += [model.register_forward_pre_hook(pre), model.register_forward_hook(post)]
+
+    def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
+        geometry = self._geometry
+        if geometry is None or "parameters_bytes" in geometry or any(
+                ph.name.lower() in WARMUP_PHASES for ph in self._phases):
+            return
+        geometry.update(_memory.buckets(optimizer))
+        geometry["measured_after_step"] = self._current_step
+        cuda = self._torch.cuda
+        self._run_peaks = (int(cuda.max_memory_allocated()), int(cuda.max_memory_reserved()))
+        cuda.reset_peak_memory_stats()  # host-side: the peaks from here on are the steady steps'
+
+    def _memory_record(self) -> dict[str, Any] | None:
+        """The footer's `memory`: the watched geometry, the steady peaks and the allocator's counters."""
+        if self._geometry is None:
+            return None
+        cuda = self._torch.cuda
+        stats = cuda.memory_stats()
+        geometry = dict(self._geometry)
+        geometry.pop("activation_forwards", None)
+        return {**geometry,
+                "peak_allocated_bytes": int(cuda.max_memory_allocated()),
+                "peak_reserved_bytes": int(cuda.max_memory_reserved()),
+                "peak_window": "steady" if self._run_peaks is not None else "run",
+                "resident_bytes": self._resident_bytes,
+                "alloc_retries": int(stats.get("num_alloc_retries", 0)), "ooms": int(stats.get("num_ooms", 0)),
+                "device_total_bytes": int(cuda.get_device_properties(cuda.current_device()).total_memory)}
+
     # ------------------------------------------------------------------ footer
     def close(self, *, exit_code: int | None = None) -> dict:
         """Flush pending steps (the one synchronisation) and write this rank's footer."""
@@ -301,8 +372,12 @@ class Recorder:
                      "peak_allocated_bytes": None, "peak_reserved_bytes": None, "writer": "receipts.capture"}
         if self.use_cuda:
             cuda = self._torch.cuda
-            rec["peak_allocated_bytes"] = int(cuda.max_memory_allocated())
-            rec["peak_reserved_bytes"] = int(cuda.max_memory_reserved())
+            memory = self._memory_record()
+            run = self._run_peaks or (0, 0)  # the peaks before watch_memory's steady reset, when it made one
+            rec["peak_allocated_bytes"] = max(int(cuda.max_memory_allocated()), run[0])
+            rec["peak_reserved_bytes"] = max(int(cuda.max_memory_reserved()), run[1])
+            if memory is not None:
+                rec["memory"] = memory
         else:
             rec["gpu_count"] = 0
         if exit_code is not None:

@@ -53,6 +53,14 @@ def compare(
 
 
 def _render(c) -> None:
+    _render_speed(c)
+    from receipts.analysis.memory_geometry import moved
+    from receipts.cli.memory_render import render_drift
+
+    render_drift(c.memory_drift, moved(c.memory_drift or []))
+
+
+def _render_speed(c) -> None:
     for label, s in (("A", c.a), ("B", c.b)):
         if s.ended_early:
             console.print(f"{label}: " + ended_early_line(s.run_name, s.ended_early))

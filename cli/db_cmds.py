@@ -108,13 +108,14 @@ def push(
         print_json({"to": target_url, "receipts_copied": result.receipts_copied,
                     "receipts_skipped": result.receipts_skipped, "anatomy_copied": result.anatomy_copied,
                     "anatomy_skipped": result.anatomy_skipped, "facts_copied": result.facts_copied,
-                    "copied_ids": result.copied_ids, "retags_copied": result.retags_copied,
+                    "memory_copied": result.memory_copied, "copied_ids": result.copied_ids, "retags_copied": result.retags_copied,
                     "retags_diverged": result.retags_diverged})
         return
     console.print(f"pushed to {target_url}: {result.receipts_copied} receipts copied, "
                   f"{result.receipts_skipped} skipped (already there); "
                   f"{result.anatomy_copied} anatomy exports copied, {result.anatomy_skipped} skipped; "
-                  f"{result.facts_copied} machine-fact files copied; {result.retags_copied} retags copied")
+                  f"{result.facts_copied} machine-fact files copied; {result.memory_copied} memory snapshots and "
+                  f"estimates copied; {result.retags_copied} retags copied")
     if result.retags_diverged:
         err_console.print(f"warning: retagged both here and there since the last push, left as they are there: "
                           f"{', '.join(result.retags_diverged)} (compare `receipts show ID` on both; retag there)")

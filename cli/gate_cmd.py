@@ -73,8 +73,12 @@ def fmt_claimed(r: ClaimResult) -> str:
     if c.is_speed:
         return f"claimed {c.speedup:.3f}x +- {c.tolerance:.1%}"
     tol = f"{c.tolerance_bytes / 2**30:.3f} GiB" if c.tolerance_bytes is not None else f"{c.tolerance:.1%}"
-    assert c.change_bytes is not None  # a memory claim always states its change
-    return f"claimed {c.change_bytes / 2**30:+.3f} GiB +- {tol}"
+    parts = [f"{c.bucket} bucket"] if c.bucket else []
+    if c.change_bytes is not None:
+        parts.append(f"claimed {c.change_bytes / 2**30:+.3f} GiB +- {tol}")
+    if c.at_most_bytes is not None:
+        parts.append(f"at most {c.at_most_bytes / 2**30:.3f} GiB")
+    return ", ".join(parts)
 
 
 def _render(results: list[GateResult]) -> None:
@@ -107,7 +111,8 @@ def _claim_json(r: ClaimResult) -> dict[str, Any]:
         "baseline": c.baseline, "candidate": c.candidate, "baseline_id": r.baseline_id, "candidate_id": r.candidate_id,
         "baseline_tag": c.baseline_tag, "last": c.last, "baseline_ids": list(r.baseline_ids),
         "baseline_excluded": list(r.baseline_excluded),
-        "claimed": {"speedup": c.speedup, "change_bytes": c.change_bytes, "tolerance": c.tolerance,
+        "claimed": {"speedup": c.speedup, "change_bytes": c.change_bytes, "bucket": c.bucket,
+                    "at_most_bytes": c.at_most_bytes, "tolerance": c.tolerance,
                     "tolerance_bytes": c.tolerance_bytes, "declared_drift": list(c.declared_drift),
                     "min_steps": c.min_steps, "max_cv": c.max_cv, "min_effect": c.min_effect,
                     "allow_ended_early": c.allow_ended_early},

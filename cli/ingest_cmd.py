@@ -40,7 +40,8 @@ def ingest(
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Name to address the receipt by (default: file stem)."),
     tag: List[str] = typer.Option([], "--tag", help="Lineage tag, e.g. v19c (repeatable). A tag, never identity."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Force a log format instead of sniffing it."),
-    attach: Optional[str] = typer.Option(None, "--attach", help="Attach a profiler export to this receipt."),
+    attach: Optional[str] = typer.Option(None, "--attach", help="Attach a profiler export, machine facts or a "
+                                                                "PyTorch memory snapshot to this receipt."),
     keep_raw: bool = typer.Option(False, "--keep-raw", help="Keep raw profiler events as Parquet, named by the "
                                                             "export's sha256 (beside a DuckDB store by default)."),
     raw_dir: Optional[Path] = typer.Option(None, "--raw-dir", envvar="RECEIPTS_RAW_DIR",
@@ -147,7 +148,8 @@ def _say(item: IngestOutcome | IngestFailure, *, debug: bool, registry_warnings:
         report_error(item.error, debug=debug, prefix="" if named else f"{item.path}: ", label="FAILED")
         return
     o = item
-    what = {"receipt": "receipt", "anatomy": "anatomy attached to"}.get(o.kind, f"{o.kind} facts attached to")
+    what = {"receipt": "receipt", "anatomy": "anatomy attached to",
+            "memory": "memory geometry attached to"}.get(o.kind, f"{o.kind} facts attached to")
     where = escape(f"{what} {o.receipt_id} ({o.run_name})")
     if o.created:
         console.print(f"ingested {escape(o.path)} -> {where}")

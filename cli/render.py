@@ -129,6 +129,10 @@ def render_report(r: dict[str, Any]) -> None:
     mem = r["memory"]
     console.print(f"memory: peak allocated {fmt_bytes(mem['peak_allocated_bytes'])}, "
                   f"peak reserved {fmt_bytes(mem['peak_reserved_bytes'])}")
+    if r.get("memory_geometry"):
+        from receipts.cli.memory_render import render_geometry
+
+        render_geometry(r["memory_geometry"])
     if r["env"]:
         from rich.table import Table  # the report's table; `list --json` imports this module without it
 

@@ -11,7 +11,7 @@ import sys
 
 import streamlit as st
 
-from receipts.dashboards.views import anatomy, compare, history, lanes, receipt, stragglers
+from receipts.dashboards.views import anatomy, compare, history, lanes, memory, receipt, stragglers
 from receipts.dashboards.views._data import Data, seed_from_url
 from receipts.errors import ReceiptsError
 from receipts.store import default_url
@@ -23,6 +23,7 @@ VIEWS = {
     "compare": ("Compare", compare.render),
     "history": ("Lane history", history.render),
     "stragglers": ("Stragglers", stragglers.render),
+    "memory": ("Memory", memory.render),
 }
 
 

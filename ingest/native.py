@@ -20,7 +20,8 @@ import polars as pl
 from receipts.errors import InputError, UnsupportedVersion
 from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
-from receipts.schema.receipt_format import KINDS, LINE_PATTERN, SUPPORTED_VERSIONS
+from receipts.schema.memory import MemoryGeometry
+from receipts.schema.receipt_format import KINDS, LINE_PATTERN, SUPPORTED_VERSIONS, memory_of
 
 FORMAT = "receipt"
 LAUNCHER = "receipts run"   # the `writer` of the launcher's header and footer (capture writes "receipts.capture")
@@ -103,6 +104,7 @@ def parse(log: LogText) -> ParsedRun:
     phases: list[tuple[str, int | None, int | None]] = []
     open_phases: dict[tuple[str, object], int | None] = {}
     footers: list[dict] = []
+    geometry: list[MemoryGeometry] = []
     for line_no, payload in records.filter(~is_step).iter_rows():
         obj = _loads(log, line_no, payload)
         kind = obj["kind"]
@@ -120,6 +122,12 @@ def parse(log: LogText) -> ParsedRun:
                 phases.append((name, obj.get("first_step"), obj.get("last_step")))
         elif kind == "footer":
             footers.append(obj)
+            try:
+                measured = memory_of(obj)
+            except ValueError as exc:
+                raise InputError(log.path, f"RECEIPT footer: {exc}", line=line_no) from None
+            if measured is not None:
+                geometry.append(_geometry(obj.get("rank"), measured))
 
     ended_early = _ended_early(log, cut_note=cut_short_note(log, last_line_parsed), headers=headers,
                                footers=footers, step_ranks=set(decoded["rank"].drop_nulls().to_list()))
@@ -153,7 +161,21 @@ def parse(log: LogText) -> ParsedRun:
         world_size=header.get("world_size"),
         ended_early=ended_early,
         started_at=header.get("started_at"),
+        memory_geometry=tuple(geometry),
     )
+
+
+def _geometry(rank: object, m: dict) -> MemoryGeometry:
+    """A footer's `memory` (schema/receipt_format.memory_of) as the rank's measured geometry."""
+    names = {"parameters": "parameters_bytes", "gradients": "gradients_bytes",
+             "optimizer_state": "optimizer_state_bytes", "activations": "activations_bytes"}
+    return MemoryGeometry(
+        "capture", rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+        peak_allocated_bytes=m["peak_allocated_bytes"], peak_reserved_bytes=m["peak_reserved_bytes"],
+        resident_bytes=m["resident_bytes"], device_total_bytes=m["device_total_bytes"],
+        alloc_retries=m["alloc_retries"], ooms=m["ooms"],
+        categories=tuple((bucket, m[key]) for bucket, key in names.items() if m[key] is not None),
+        detail={"peak_window": m["peak_window"], "measured_after_step": m["measured_after_step"]})
 
 
 def _is_launcher(record: dict) -> bool:

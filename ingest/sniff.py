@@ -41,7 +41,9 @@ def log_parser(name: str) -> ModuleType:
 
 def sniff_kind(path: Path) -> str:
     """'log' | 'nsys' | 'nsys-gz' | 'nsys-rep' | 'kineto' | 'kineto-dir' | 'topology' | 'collect_env' |
-    'nccl_tests', decided from content, not names."""
+    'nccl_tests' | 'memory-snapshot', decided from content, not names."""
+    from receipts.ingest import memory_snapshot
+
     path = Path(path)
     if path.is_dir():
         if any(p.name.endswith((".json", ".json.gz")) for p in path.iterdir() if p.is_file()):
@@ -55,6 +57,8 @@ def sniff_kind(path: Path) -> str:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
+    if memory_snapshot.detect(head):
+        return memory_snapshot.FORMAT
     if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
         return "nsys-rep"
     if head.startswith(GZIP_MAGIC):
@@ -69,6 +73,8 @@ def sniff_kind(path: Path) -> str:
             raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
         if inner.startswith(SQLITE_MAGIC):
             return "nsys-gz"  # exports are gzipped to travel; SQLite needs a real file
+        if memory_snapshot.detect(inner):
+            return memory_snapshot.FORMAT
         return "kineto" if inner.removeprefix(UTF8_BOM).lstrip().startswith(b"{") else "log"
     from receipts.ingest import sysinfo
 

@@ -55,6 +55,7 @@ def merge(native: ParsedRun, child: ParsedRun) -> ParsedRun:
         claim=child.claim.merged(native.claim),
         phases=native.phases + child.phases,
         memory=native.memory or child.memory,
+        memory_geometry=native.memory_geometry,
         env=native.env or child.env,
         software=native.software or child.software,
         topology=native.topology or child.topology,

@@ -26,7 +26,7 @@ from receipts.lifecycle import LedgerWrite, already_stored, write_current
 from receipts.pipeline.execution import RankMap
 from receipts.pipeline.parse import parse_log, parse_profile, source_file
 from receipts.pipeline.targets import (MULTI_FILE_KINDS, PROFILE_KINDS, SIDECAR_NAME, IngestFailure, ingest_targets,
-                                       profile_files, profile_paths_in, target_kind)
+                                       profile_files, profile_paths_in, snapshots_in, target_kind)
 from receipts.schema import toml_file
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
@@ -44,7 +44,7 @@ class IngestOutcome:
     receipt_id: str
     run_name: str
     created: bool            # False: already in the store (same content), nothing written
-    kind: str                # 'receipt' | 'anatomy'
+    kind: str                # 'receipt' | 'anatomy' | 'memory' | a machine-fact kind
     complete: bool | None = None
     ended_early: str | None = None
     warnings: tuple[str, ...] = ()
@@ -185,6 +185,12 @@ def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run
         except Exception as exc:  # noqa: BLE001 - the log is stored; say which export failed
             _reraise_interrupt(exc)
             yield IngestFailure(str(profile), exc)
+    for snapshot in snapshots_in(run_dir):
+        try:
+            yield replace(_ingest_memory(store, snapshot, attach=first.receipt_id), run_name=first.run_name)
+        except Exception as exc:  # noqa: BLE001 - the log is stored; say which snapshot failed
+            _reraise_interrupt(exc)
+            yield IngestFailure(str(snapshot), exc)
 
 
 def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: str | None, registry: Registry,
@@ -196,6 +202,8 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
         return _ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
                                attach=attach, tags=tags, rules=rules or load_category_rules(), keep_raw=keep_raw,
                                force=force, ranks=ranks, progress=progress)
+    if kind == "memory-snapshot":
+        return _ingest_memory(store, path, attach=attach)
     if kind in FACT_SECTIONS:
         if attach is None:
             raise InputError(path, f"is `{kind}` output: machine facts belong to a run", remedy=Remedy("attach_to"))
@@ -205,8 +213,8 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
         created = store.attach_facts(receipt_id, section, facts, source_file(path, kind, kind), forced=forced)
         return IngestOutcome(str(path), receipt_id, attach, created, kind, forced=forced)
     if attach is not None:
-        raise InputError(path, "takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces); this looks like a "
-                               "training log", option="attach")
+        raise InputError(path, "takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces) or a PyTorch memory "
+                               "snapshot; this looks like a training log", option="attach")
     side_claim, side = read_sidecar(path)
     name = run_name or side.get("run_name") or _default_run_name(path)
     all_tags = tuple(tags) + tuple(side.get("tags", ()))
@@ -222,6 +230,20 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
         receipt = build_receipt(parsed, source=source_file(path, parsed.source_format, "log", sha256=content_sha256),
                                 claim=asked, registry=registry, run_name=name, tags=all_tags)
         return _write_receipt(store, path, receipt, registry=registry, asked=asked, named=named)
+
+
+def _ingest_memory(store: Store, path: Path, *, attach: str | None) -> IngestOutcome:
+    """A PyTorch memory snapshot belongs to a run: its geometry (one per device) is attached to the receipt."""
+    from receipts.ingest import memory_snapshot
+
+    if attach is None:
+        raise InputError(path, "is a PyTorch memory snapshot: its memory geometry belongs to a run",
+                         remedy=Remedy("attach_to"))
+    geometries = memory_snapshot.parse(path)
+    receipt_id = store.resolve(attach)
+    created = store.attach_memory(receipt_id, geometries, source_file(path, memory_snapshot.FORMAT, "memory"))
+    return IngestOutcome(str(path), receipt_id, attach, created, "memory",
+                         warnings=tuple(w for g in geometries for w in g.warnings))
 
 
 def _default_run_name(path: Path) -> str:

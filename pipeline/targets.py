@@ -55,6 +55,12 @@ def profile_paths_in(run_dir: Path) -> list[tuple[Path, str]]:
     return profiles
 
 
+def snapshots_in(run_dir: Path) -> list[Path]:
+    """PyTorch memory snapshots in a `receipts run` directory (`*.pickle`, `*.pickle.gz`, any depth), by name."""
+    return [p for p in sorted(run_dir.rglob("*")) if p.name.endswith((".pickle", ".pickle.gz")) and _regular(p)
+            and sniff.sniff_kind(p) == "memory-snapshot"]
+
+
 @dataclass(frozen=True)
 class IngestFailure:
     """One file (or folder) that could not be ingested; nothing of it was written."""

@@ -14,6 +14,8 @@ from typing import Any, TypeVar, cast, overload
 
 import polars as pl
 
+from receipts.schema.memory import MemoryGeometry
+
 # Bump when the meaning of a stored column changes; the store records it and refuses unknown ones.
 RECEIPT_MODEL_VERSION = 1
 
@@ -227,6 +229,8 @@ class ParsedRun:
     warnings: tuple[str, ...] = ()
     started_at: str | None = None    # ISO-8601 when the log says
     tail_step: int | None = None     # a last step cut short (a profiler's or run_stop's), never steady state
+    # Per rank, what receipts.capture measured of the memory's geometry (a RECEIPT footer's `memory`)
+    memory_geometry: tuple[MemoryGeometry, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -20,3 +20,35 @@ LINE_PATTERN = r"RECEIPT (\{.*)$"  # a record anywhere on a line (a launcher may
 def encode(record: dict[str, Any]) -> bytes:
     """One record as the bytes of one log line."""
     return (PREFIX + json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
+
+# Phase names that mark the warm-up window (their steps are never steady state); analysis/window.py reads the same.
+WARMUP_PHASES = ("compile", "warmup", "warm-up", "warm_up")
+
+# A footer's optional `memory` object (receipts.capture's Recorder.watch_memory), one per rank: integer byte
+# counts (and counts) by name; `peak_window` says whether its peaks are the steady steps' or the whole run's.
+# Readers of format 1 that predate it ignore it, as they ignore every key they do not know.
+MEMORY_INTEGERS = ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes",
+                   "peak_allocated_bytes", "peak_reserved_bytes", "resident_bytes", "device_total_bytes",
+                   "alloc_retries", "ooms", "measured_after_step")
+PEAK_WINDOWS = ("steady", "run")
+
+
+def memory_of(footer: dict[str, Any]) -> dict[str, Any] | None:
+    """A footer's `memory`, checked: None when absent; ValueError naming the key whose value is not what the
+    format says (a non-negative integer or null; `peak_window` one of PEAK_WINDOWS)."""
+    memory = footer.get("memory")
+    if memory is None:
+        return None
+    if not isinstance(memory, dict):
+        raise ValueError("'memory' must be an object of byte counts")
+    out: dict[str, Any] = {}
+    for key in MEMORY_INTEGERS:
+        value = memory.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"memory.{key} must be a non-negative integer or null, got {value!r}")
+        out[key] = value
+    window = memory.get("peak_window")
+    if window is not None and window not in PEAK_WINDOWS:
+        raise ValueError(f"memory.peak_window must be one of {', '.join(PEAK_WINDOWS)}, got {window!r}")
+    out["peak_window"] = window
+    return out

@@ -222,6 +222,43 @@ receipt_components = Table(
     Column("n_steps", BigInteger, nullable=False),        # steady steps the value is over
 )
 
+# v10, memory geometry by source (schema/memory.py): a receipt's capture (its own log), an attached snapshot or
+# estimate. memory_sources is the guard: one row per source on a receipt.
+memory_sources = Table(
+    "memory_sources", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("kind", Text, nullable=False),                 # capture | snapshot | estimate
+    PrimaryKeyConstraint("receipt_id", "source_sha256"),
+)
+
+memory_ranks = Table(
+    "memory_ranks", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rank", Integer),                              # null: a snapshot's device, or an estimate (any rank)
+    Column("device", Integer),                            # CUDA device index, when the source says
+    Column("peak_allocated_bytes", BigInteger),
+    Column("peak_reserved_bytes", BigInteger),
+    Column("resident_bytes", BigInteger),                 # what stays allocated between steps
+    Column("fragmentation_at_peak_bytes", BigInteger),    # reserved - allocated at the allocated peak
+    Column("device_total_bytes", BigInteger),             # the device's HBM
+    Column("alloc_retries", BigInteger),                  # cudaMalloc retries after freeing the cache
+    Column("ooms", BigInteger),
+    Column("detail_json", Text, nullable=False),          # how it was measured; an estimate's inputs
+    Column("warnings_json", Text, nullable=False),
+)
+
+memory_categories = Table(
+    "memory_categories", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rank", Integer),
+    Column("device", Integer),
+    Column("category", Text, nullable=False),             # a bucket (capture, estimate) or category (snapshot)
+    Column("bytes", BigInteger, nullable=False),
+)
+
 # PostgreSQL only: DuckDB finds a receipt's steps by its zone maps (each receipt's rows are written together),
 # as fast with as without the ART index (1.0 vs 0.7 ms for one receipt, 91 vs 93 ms for 200, in a 6.9M-row
 # store), and an ART index held the inserted keys in memory until commit: +490 MiB to ingest a 10M-step log.
@@ -232,6 +269,8 @@ Index("ix_anatomy_steps_receipt", anatomy_steps.c.receipt_id)
 Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)
 Index("ix_anatomy_kernels_receipt", anatomy_kernels.c.receipt_id)
 Index("ix_receipt_components_receipt", receipt_components.c.receipt_id)
+Index("ix_memory_ranks_receipt", memory_ranks.c.receipt_id)
+Index("ix_memory_categories_receipt", memory_categories.c.receipt_id)
 Index("ix_receipts_run_name", receipts.c.run_name)
 Index("ix_receipts_ingested_at", receipts.c.ingested_at)
 Index("ix_receipts_lane", receipts.c.host_lineage, receipts.c.preset_family, receipts.c.launch_regime)

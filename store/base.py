@@ -20,6 +20,7 @@ from receipts.sql import load_query
 if TYPE_CHECKING:
     import polars as pl
 
+    from receipts.schema.memory import MemoryGeometry
     from receipts.schema.model import Anatomy, Receipt, SourceFile, Steps
 
 
@@ -92,6 +93,10 @@ class Store(ABC):
         }
         for anatomy, source in anatomies:
             self._add_anatomy(bulk, small, receipt.id, anatomy, source, ingested_at)
+        if receipt.parsed.memory_geometry:  # what receipts.capture measured: its source is the receipt's own log
+            from receipts.store.memory_rows import memory_rows
+
+            small.update(memory_rows(receipt.id, receipt.content_sha256, receipt.parsed.memory_geometry))
         created = self._write(content_sha256=receipt.content_sha256, small=small, bulk=bulk,
                               supersede=(receipt.id, tuple(supersedes)) if supersedes else None)
         if created:
@@ -121,6 +126,23 @@ class Store(ABC):
             raise ValueError(section)
         return self._merge_json(receipt_id, f"{section}_json", facts,
                                 R.source_rows(receipt_id, (source,), R.now_iso(), forced=forced))
+
+    def attach_memory(self, receipt_id: str, geometries: tuple[MemoryGeometry, ...], source: SourceFile, *,
+                      forced: str | None = None) -> bool:
+        """Attach a memory geometry (a snapshot's devices, or an estimate) to a receipt; False when that source
+        is already attached (memory_sources' key decides)."""
+        from receipts.store import rows as R
+        from receipts.store.memory_rows import memory_rows
+
+        small = {**memory_rows(receipt_id, source.sha256, geometries),
+                 "receipt_sources": R.source_rows(receipt_id, (source,), R.now_iso(), forced=forced)}
+        return self._write(content_sha256=None, small=small, bulk={}, attach=(receipt_id, source.sha256),
+                           guard="memory_sources")
+
+    def copy_memory_rows(self, receipt_id: str, source_sha256: str, *, small: dict[str, list[dict[str, Any]]]) -> bool:
+        """A memory source's rows as another store holds them (`push`); False when it is already attached."""
+        return self._write(content_sha256=None, small=small, bulk={}, attach=(receipt_id, source_sha256),
+                           guard="memory_sources")
 
     def replace_summaries(self, summaries: dict[str, dict[str, Any]]) -> None:
         """Store steady-state summaries (analysis/summary.py's stored form) by receipt id, replacing any row a
@@ -254,10 +276,11 @@ class Store(ABC):
     @abstractmethod
     def _write(self, *, content_sha256: str | None, small: dict[str, list[dict[str, Any]]],
                bulk: Mapping[str, Steps], attach: tuple[str, str] | None = None,
-               supersede: tuple[str, tuple[str, ...]] | None = None) -> bool:
+               supersede: tuple[str, tuple[str, ...]] | None = None, guard: str = "anatomy_sources") -> bool:
         """Insert everything in one transaction. Returns False (and writes nothing) when the content hash
-        (or, for an attachment, the (receipt, source sha256) pair) is already stored. `supersede` =
-        (new id, earlier ids): set the earlier receipts' superseded_by, where null, in the same transaction."""
+        (or, for an attachment, the (receipt, source sha256) pair in `guard`: anatomy_sources or memory_sources)
+        is already stored. `supersede` = (new id, earlier ids): set the earlier receipts' superseded_by, where
+        null, in the same transaction."""
 
     # ---- reads ------------------------------------------------------------------------------
     @staticmethod

@@ -122,15 +122,14 @@ class DuckDBStore(Store):
                                 superseding)
         return copied
 
-    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None) -> bool:
+    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None, guard="anatomy_sources") -> bool:
         con = self.con
         with transaction(con) as tx:
             if content_sha256 is not None and con.execute(
                     "SELECT 1 FROM receipts WHERE content_sha256 = ?", [content_sha256]).fetchone():
                 tx.rollback()
                 return False
-            if attach is not None and con.execute(
-                    "SELECT 1 FROM anatomy_sources WHERE receipt_id = ? AND source_sha256 = ?", list(attach)).fetchone():
+            if attach is not None and con.execute(_ATTACHED[guard], list(attach)).fetchone():
                 tx.rollback()
                 return False
             for table, rows in small.items():
@@ -143,6 +142,13 @@ class DuckDBStore(Store):
                 con.executemany("UPDATE receipts SET superseded_by = ? WHERE id = ? AND superseded_by IS NULL",
                                 [[new_id, old_id] for old_id in earlier])
         return True
+
+
+# Whether an attachment is there already, by the table that keys it (Store._write's `guard`).
+_ATTACHED = {
+    "anatomy_sources": "SELECT 1 FROM anatomy_sources WHERE receipt_id = ? AND source_sha256 = ?",
+    "memory_sources": "SELECT 1 FROM memory_sources WHERE receipt_id = ? AND source_sha256 = ?",
+}
 
 
 def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame | pl.LazyFrame) -> None:

@@ -138,7 +138,7 @@ class PostgresStore(Store):
                               ([r["receipt_id"] for r in rows],))
             _insert_rows(self.conn, table, rows)
 
-    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None) -> bool:
+    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None, guard="anatomy_sources") -> bool:
         if self.read_only:
             raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
         small = dict(small)
@@ -151,7 +151,7 @@ class PostgresStore(Store):
                 if content_sha256 is not None:
                     guard_table, conflict = "receipts", ("content_sha256",)
                 else:
-                    guard_table, conflict = "anatomy_sources", ("receipt_id", "source_sha256")
+                    guard_table, conflict = guard, ("receipt_id", "source_sha256")
                 guard_rows = small.pop(guard_table)
                 if not _insert_guard(self.conn, guard_table, guard_rows[0], conflict):
                     raise psycopg.Rollback()

@@ -25,7 +25,7 @@ from receipts.store.base import RETAG_COLUMNS, ReceiptRows, Store
 # Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export). Its
 # identity_history travels with it, so a receipt retagged before the push arrives with its audit trail.
 RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_summaries", "receipt_sources",
-                  "identity_history")
+                  "identity_history", "memory_sources", "memory_ranks", "memory_categories")
 ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels", "receipt_components")
 
 
@@ -36,6 +36,7 @@ class PushResult:
     anatomy_copied: int = 0            # profiler exports attached after the receipt was pushed
     anatomy_skipped: int = 0
     facts_copied: int = 0              # machine-fact files attached after the receipt was pushed
+    memory_copied: int = 0             # memory snapshots and estimates attached after the receipt was pushed
     copied_ids: list[str] = field(default_factory=list)
     retags_copied: int = 0             # identity_history rows of retags made locally after the receipt was pushed
     retags_diverged: list[str] = field(default_factory=list)  # retagged on both sides since: left for a human
@@ -73,6 +74,12 @@ def push(source: Store, target: Store, progress: Callable[[int, int], None] | No
     for row in _rows(_select(source, "receipt_sources", "list_contains($roles, role)", {"roles": sorted(FACT_SECTIONS)})):
         if (row["receipt_id"], row["sha256"]) not in target_sources:
             missing_facts.setdefault(row["receipt_id"], []).append(row)
+    memory_there = {tuple(r) for r in target.sql("SELECT receipt_id, source_sha256 FROM memory_sources").iter_rows()}
+    memory_here: dict[str, list[str]] = {}
+    for receipt_id, sha in source.sql("SELECT receipt_id, source_sha256 FROM memory_sources "
+                                      "ORDER BY receipt_id, source_sha256").iter_rows():
+        if (receipt_id, sha) not in memory_there:
+            memory_here.setdefault(receipt_id, []).append(sha)
     target_history, local_history = _history_keys(target), _history_keys(source)
     local = source.sql("SELECT id, content_sha256 FROM receipts ORDER BY ingested_at, id")
     # A push reads the source in batches of receipts, a query per table per batch: a query per table per
@@ -109,6 +116,8 @@ def push(source: Store, target: Store, progress: Callable[[int, int], None] | No
                 result.anatomy_copied += 1
         if receipt_id in missing_facts:
             result.facts_copied += _copy_facts(source, target, receipt_id, missing_facts[receipt_id])
+        for sha in memory_here.get(receipt_id, []):
+            result.memory_copied += _copy_memory(source, target, receipt_id, sha)
         here, there = local_history.get(receipt_id, []), target_history.get(receipt_id, [])
         if here[:len(there)] != there and there[:len(here)] != here:
             result.retags_diverged.append(receipt_id)            # each side has retags the other lacks
@@ -222,6 +231,15 @@ def _payloads(source: Store, batch: list[tuple[str, str]]) -> list[ReceiptRows]:
                 small[table] = _rows(own(table, rid))
         out.append(ReceiptRows(content_sha256, small, bulk, tuple(superseded.get(rid, ()))))
     return out
+
+
+def _copy_memory(source: Store, target: Store, receipt_id: str, source_sha256: str) -> bool:
+    """A memory source attached locally after the receipt was pushed (the target's memory_sources key decides)."""
+    where, params = "receipt_id = $id AND source_sha256 = $sha", {"id": receipt_id, "sha": source_sha256}
+    small = {table: _rows(_select(source, table, where, params))
+             for table in ("memory_sources", "memory_ranks", "memory_categories")}
+    small["receipt_sources"] = _rows(_select(source, "receipt_sources", "receipt_id = $id AND sha256 = $sha", params))
+    return target.copy_memory_rows(receipt_id, source_sha256, small=small)
 
 
 def _copy_attachment(source: Store, target: Store, receipt_id: str, source_sha256: str) -> bool:

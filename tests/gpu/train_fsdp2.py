@@ -5,6 +5,10 @@ Run on the GPU machine (see tests/gpu/device_run.sh), under `receipts run` and t
 
 Prints one `TORCH_PEAKS {json}` line per rank with torch's own max_memory_allocated /
 max_memory_reserved, read after the loop, so a test can check the receipt's footer equals them.
+With `--watch-memory` (the recorder's memory geometry, tests/gpu/memory_runs.sh) it also prints one
+`TORCH_MEMORY {json}` line per rank after the first steady optimizer step: torch's own `nbytes` of the
+same local shards (parameters, gradients, optimizer state), and `--memory-snapshot DIR` one
+`SNAPSHOT_PEAKS {json}` line with max_memory_allocated / reserved over the snapshot's steps.
 `--profile-dir` writes torch.profiler traces (one .pt.trace.json.gz per rank) for a few steps; it
 is kept out of the nsys-profiled run because Kineto and nsys both subscribe to CUPTI.
 """
@@ -41,10 +45,15 @@ class Block(nn.Module):
 
 
 class Toy(nn.Module):
-    def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int) -> None:
+    def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int, checkpointing: bool = False) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d_model)
-        self.layers = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        blocks = (Block(d_model, n_heads) for _ in range(n_layers))
+        if checkpointing:  # full activation checkpointing, wrapped before fully_shard as torchtitan does
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+            blocks = (checkpoint_wrapper(b) for b in blocks)
+        self.layers = nn.ModuleList(blocks)
         self.head = nn.Linear(d_model, vocab)
 
     def forward(self, tokens: torch.Tensor, rec: Recorder) -> torch.Tensor:
@@ -53,6 +62,15 @@ class Toy(nn.Module):
             with rec.block("ablock"):
                 x = layer(x)
         return self.head(x)
+
+
+def _local_nbytes(tensors) -> int:
+    """torch's own count of what this rank holds of the tensors: `nbytes` of each local shard."""
+    total = 0
+    for t in tensors:
+        if t is not None:
+            total += (t.to_local() if hasattr(t, "to_local") else t).nbytes
+    return total
 
 
 def main() -> None:
@@ -86,6 +104,14 @@ def main() -> None:
     ap.add_argument("--sdpa-backend", choices=("flash", "efficient", "math", "cudnn"), default=None)
     ap.add_argument("--host-stall-ms", type=float, default=0.0)
     ap.add_argument("--reduce-dtype", choices=("bf16", "fp32"), default="fp32")
+    # The memory experiment (tests/gpu/memory_runs.sh): the optimizer (fused AdamW as before; AdamW's foreach
+    # path, whose `step` stays on the host; SGD with momentum 0.9: one buffer per parameter against AdamW's two),
+    # full activation checkpointing, the recorder's memory geometry, and a memory snapshot of a few steady steps.
+    ap.add_argument("--optimizer", choices=("adamw-fused", "adamw", "sgd"), default="adamw-fused")
+    ap.add_argument("--activation-checkpointing", action="store_true")
+    ap.add_argument("--watch-memory", action="store_true")
+    ap.add_argument("--memory-snapshot", default=None, help="folder for one rank<N>.pickle per rank")
+    ap.add_argument("--snapshot-steps", type=int, default=2)
     args = ap.parse_args()
 
     dist.init_process_group(args.backend)
@@ -94,7 +120,8 @@ def main() -> None:
     torch.cuda.set_device(local_rank % torch.cuda.device_count())
     torch.manual_seed(0)
 
-    model = Toy(args.vocab, args.d_model, 16, args.layers).cuda()
+    model = Toy(args.vocab, args.d_model, 16, args.layers, args.activation_checkpointing).cuda()
+    param_count = sum(p.numel() for p in model.parameters())
     if args.backend == "nccl":
         reduce_dtype = torch.bfloat16 if args.reduce_dtype == "bf16" else torch.float32
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
@@ -105,10 +132,55 @@ def main() -> None:
     else:
         model = nn.parallel.DistributedDataParallel(model)
         autocast = functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    if args.optimizer == "sgd":
+        opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.optimizer == "adamw-fused")
     loss_fn = nn.CrossEntropyLoss()
 
     rec = Recorder(tokens_per_step=args.batch * args.seq)  # log=None: stdout, teed by `receipts run`
+    if args.watch_memory:
+        rec.watch_memory(opt, model, activations=True)
+
+    def torch_memory(n: int) -> None:
+        """After the first steady optimizer step, before the gradients go: torch's numbers for the same shards."""
+        if not args.watch_memory or n != args.warmup_steps:
+            return
+        params = [p for g in opt.param_groups for p in g["params"]]
+        state = [v for p in params for v in opt.state[p].values() if torch.is_tensor(v) and v.is_cuda]
+        print("TORCH_MEMORY " + json.dumps({
+            "rank": rank, "world_size": world, "param_count": param_count,
+            "parameters_bytes": _local_nbytes(params), "gradients_bytes": _local_nbytes(p.grad for p in params),
+            "optimizer_state_bytes": _local_nbytes(state), "optimizer": args.optimizer,
+            "activation_checkpointing": args.activation_checkpointing,
+            "shape": {"batch": args.batch, "seq": args.seq, "d_model": args.d_model, "layers": args.layers,
+                      "vocab": args.vocab, "heads": 16},
+            "total_memory": torch.cuda.get_device_properties(local_rank % torch.cuda.device_count()).total_memory,
+        }), flush=True)
+
+    # The snapshot records steady steps only, from after the recorder's steady reset (the first steady
+    # optimizer step), with the peaks reset where it starts, so its replayed peak and max_memory_allocated
+    # cover the same steps.
+    snapshot_first = args.warmup_steps + 1
+    snapshot_last = snapshot_first + args.snapshot_steps - 1
+
+    def snapshot_begin(n: int) -> None:
+        if args.memory_snapshot and n == snapshot_first:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
+
+    def snapshot_end(n: int) -> None:
+        if args.memory_snapshot and n == snapshot_last:
+            torch.cuda.synchronize()
+            os.makedirs(args.memory_snapshot, exist_ok=True)
+            torch.cuda.memory._dump_snapshot(os.path.join(args.memory_snapshot, f"rank{rank}.pickle"))
+            torch.cuda.memory._record_memory_history(enabled=None)
+            print("SNAPSHOT_PEAKS " + json.dumps({"rank": rank, "first_step": snapshot_first, "last_step": n,
+                                                  "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                                                  "max_memory_reserved": torch.cuda.max_memory_reserved()}),
+                  flush=True)
+
     gen = torch.Generator(device="cuda").manual_seed(rank)
     data = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device="cuda", generator=gen)
 
@@ -136,6 +208,7 @@ def main() -> None:
         prof.start()
 
     def train_step(n: int) -> None:
+        snapshot_begin(n)
         with rec.step(n) as s:
             if rank == args.straggler_rank:
                 for _ in range(args.straggler_matmuls):
@@ -150,8 +223,10 @@ def main() -> None:
             for _ in range(args.extra_matmuls):
                 torch.mm(extra, extra)
             opt.step()
+            torch_memory(n)
             opt.zero_grad(set_to_none=True)
             s.loss = loss  # a CUDA tensor: the recorder copies it without a sync
+        snapshot_end(n)
         if prof is not None:
             prof.step()
 

@@ -1,0 +1,245 @@
+"""The memory a rank will hold, estimated before launch, by bucket (the seeds' `Estimate` fields, in bytes).
+
+Fit is decided by geometry, not by a parameter count: each parameter family has an owner (replicated on every
+rank, split by tensor parallelism, or split by expert parallelism), and each bucket scales with its own
+degrees. Per rank:
+
+- parameters of a family: its count / TP (ownership `tp`) or / EP (`ep`), / PP (families split into pipeline
+  stages), / the shard degree when the sharding shards parameters (`fsdp`, ZeRO-3), x param_dtype bytes;
+  `replicated_params`, `tensor_parallel_params`, `expert_parallel_params` by ownership;
+- gradients: the same count, sharded from ZeRO-2 up, x grad_dtype bytes;
+- optimizer state, sharded from ZeRO-1 up: AdamW two moments, SGD with momentum one buffer, SGD without none,
+  Muon one momentum buffer (matrices; `matrix_optimizer`), each x master_dtype bytes; a master copy of the
+  weights when the parameters are kept in another dtype; a fused AdamW's `step`, one 4-byte scalar per
+  parameter tensor on the device (given `tensors`). Muon's families are `matrix_optimizer`, the rest
+  `other_optimizer`;
+- activations (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", the
+  per-layer bytes of a transformer layer in 16-bit): no recompute 34·s·b·h, plus 5·a·s²·b for attention
+  scores when attention is not fused (flash attention keeps none); selective recompute 34·s·b·h; full
+  recompute 2·s·b·h (the layer's input). Under TP, sequence parallelism divides all of it by TP, without it
+  10·s·b·h stays whole. x layers (1F1B: the first stage holds pp micro-batches of layers/pp layers); plus the
+  logits, s·b·vocab x the activation dtype, when the vocabulary is given;
+- routing scratch per MoE layer (the seeds' worked example): capacity = ceil(tokens·top_k/experts x capacity
+  factor), a dispatch-count surface of tokens·top_k x 4 bytes, and receive and combine buffers of
+  capacity·hidden·local_experts x the activation dtype each;
+- runtime reserve and allocator overhead as given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from receipts.schema.memory import ESTIMATE_FIELDS, MemoryGeometry
+
+if TYPE_CHECKING:
+    from receipts.store import Store
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+OWNERSHIP = ("replicated", "tp", "ep")
+# The state buffers each optimizer keeps per parameter (in master_dtype).
+OPTIMIZER_STATES = {"adamw": 2, "adamw-fused": 2, "adam": 2, "sgd": 1, "sgd-plain": 0, "muon": 1}
+MATRIX_OPTIMIZERS = ("muon",)
+# What each sharding shards: parameters, gradients, optimizer state (ZeRO's stages; FSDP full sharding is ZeRO-3).
+SHARDING = {"none": (False, False, False), "zero1": (False, False, True), "zero2": (False, True, True),
+            "zero3": (True, True, True), "fsdp": (True, True, True)}
+RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("flash", "eager")
+STEP_SCALAR_BYTES = 4   # a fused optimizer's per-tensor `step` on the device (float32)
+
+
+@dataclass(frozen=True)
+class Family:
+    """Parameters with one owner and one optimizer."""
+
+    name: str
+    params: int
+    ownership: str = "replicated"    # one of OWNERSHIP
+    optimizer: str = "adamw"         # one of OPTIMIZER_STATES
+    pipelined: bool = True           # split across pipeline stages (an embedding on one stage is not)
+    tensors: int | None = None       # parameter tensors, for a fused optimizer's device `step` scalars
+
+
+@dataclass(frozen=True)
+class Activations:
+    micro_batch: int
+    sequence: int
+    hidden: int
+    layers: int
+    heads: int | None = None
+    vocab: int | None = None
+    recompute: str = "none"          # one of RECOMPUTE
+    attention: str = "flash"         # one of ATTENTION
+
+
+@dataclass(frozen=True)
+class Routing:
+    top_k: int
+    experts: int
+    local_experts: int
+    capacity_factor: float = 1.0
+    moe_layers: int = 1
+    tokens: int | None = None        # routed tokens per rank per micro-batch; None: micro_batch x sequence
+
+
+@dataclass(frozen=True)
+class EstimateConfig:
+    families: tuple[Family, ...]
+    shard_degree: int = 1
+    sharding: str = "fsdp"           # one of SHARDING
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    sequence_parallel: bool = False
+    param_dtype: str = "fp32"
+    grad_dtype: str = "fp32"
+    master_dtype: str = "fp32"
+    activation_dtype: str = "bf16"
+    activations: Activations | None = None
+    routing: Routing | None = None
+    runtime_reserve_bytes: int = 0
+    overhead_bytes: int = 0
+    device_total_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes per rank by the seeds' Estimate fields (schema.memory.ESTIMATE_FIELDS), with how each was reached."""
+
+    categories: dict[str, int]
+    notes: tuple[str, ...] = ()
+    config: EstimateConfig | None = field(default=None, repr=False)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.categories.values())
+
+    @property
+    def allocated_bytes(self) -> int:
+        """What the estimate puts in allocated memory: every field but the runtime reserve and the overhead."""
+        return sum(v for k, v in self.categories.items() if ESTIMATE_FIELDS[k] is not None)
+
+    def buckets(self) -> dict[str, int]:
+        """The fields summed into the measured buckets (parameters, gradients, ...)."""
+        out: dict[str, int] = {}
+        for name, value in self.categories.items():
+            bucket = ESTIMATE_FIELDS[name]
+            if bucket is not None:
+                out[bucket] = out.get(bucket, 0) + value
+        return out
+
+
+def _per_rank(count: int, *divisors: int) -> int:
+    """A count split over ranks: the largest share (the rank that decides fit), never a fraction of a parameter."""
+    for d in divisors:
+        count = -(-count // d)
+    return count
+
+
+def estimate(cfg: EstimateConfig) -> Estimate:
+    shard_params, shard_grads, shard_optim = SHARDING[cfg.sharding]
+    p_bytes, g_bytes, m_bytes = (DTYPE_BYTES[cfg.param_dtype], DTYPE_BYTES[cfg.grad_dtype],
+                                 DTYPE_BYTES[cfg.master_dtype])
+    out = {name: 0 for name in ESTIMATE_FIELDS}
+    notes: list[str] = []
+    owner_field = {"replicated": "replicated_params", "tp": "tensor_parallel_params", "ep": "expert_parallel_params"}
+    for f in cfg.families:
+        split = {"replicated": 1, "tp": cfg.tp, "ep": cfg.ep}[f.ownership]
+        model_share = (split, cfg.pp if f.pipelined else 1)
+        d = cfg.shard_degree
+        out[owner_field[f.ownership]] += _per_rank(f.params, *model_share, d if shard_params else 1) * p_bytes
+        out["gradients"] += _per_rank(f.params, *model_share, d if shard_grads else 1) * g_bytes
+        local = _per_rank(f.params, *model_share, d if shard_optim else 1)
+        state = OPTIMIZER_STATES[f.optimizer] * local * m_bytes
+        if cfg.master_dtype != cfg.param_dtype:
+            state += local * m_bytes   # the optimizer's master copy of weights kept in another dtype
+        if f.optimizer == "adamw-fused":
+            if f.tensors is None:
+                notes.append(f"family {f.name}: a fused AdamW keeps a 4-byte step per parameter tensor on the device; "
+                             "give `tensors` to count them")
+            else:
+                state += _per_rank(f.tensors, *model_share) * STEP_SCALAR_BYTES
+        out["matrix_optimizer" if f.optimizer in MATRIX_OPTIMIZERS else "other_optimizer"] += state
+    if cfg.activations is not None:
+        out["activations"] = activation_bytes(cfg.activations, tp=cfg.tp, sequence_parallel=cfg.sequence_parallel,
+                                              dtype_bytes=DTYPE_BYTES[cfg.activation_dtype])
+    else:
+        notes.append("no [activations] section: activations not estimated")
+    if cfg.routing is not None:
+        a = cfg.activations
+        tokens = cfg.routing.tokens or (a.micro_batch * a.sequence if a else None)
+        if tokens is None or a is None:
+            notes.append("routing needs the activations' hidden size and tokens: not estimated")
+        else:
+            out["routing"] = routing_bytes(cfg.routing, tokens=tokens, hidden=a.hidden,
+                                           dtype_bytes=DTYPE_BYTES[cfg.activation_dtype])
+    out["runtime_reserve"] = cfg.runtime_reserve_bytes
+    out["overhead"] = cfg.overhead_bytes
+    return Estimate(out, tuple(notes), cfg)
+
+
+def activation_bytes(a: Activations, *, tp: int = 1, sequence_parallel: bool = False, dtype_bytes: int = 2) -> int:
+    """Activations a rank holds for backward (module docstring), at the activation dtype."""
+    sbh = a.sequence * a.micro_batch * a.hidden
+    scale = dtype_bytes / 2  # the formula counts 16-bit activations
+    if a.recompute == "full":
+        per_layer = 2 * sbh / (tp if sequence_parallel else 1)
+    else:
+        per_layer = 34 * sbh / tp if sequence_parallel else (10 + 24 / tp) * sbh
+        if a.recompute == "none" and a.attention == "eager" and a.heads:
+            per_layer += 5 * a.heads * a.sequence * a.sequence * a.micro_batch / tp
+    logits = a.sequence * a.micro_batch * a.vocab * 2 / tp if a.vocab else 0
+    return int(round((per_layer * a.layers + logits) * scale))
+
+
+def routing_bytes(r: Routing, *, tokens: int, hidden: int, dtype_bytes: int = 2) -> int:
+    """Live routing scratch of a rank's MoE layers (module docstring)."""
+    capacity = math.ceil(tokens * r.top_k / r.experts * r.capacity_factor)
+    dispatch = tokens * r.top_k * 4
+    buffers = 2 * capacity * hidden * r.local_experts * dtype_bytes
+    return (dispatch + buffers) * r.moe_layers
+
+
+def as_geometry(e: Estimate) -> MemoryGeometry:
+    """An estimate as the geometry stored on a receipt (kind `estimate`, any rank)."""
+    return MemoryGeometry("estimate", None, peak_allocated_bytes=e.allocated_bytes,
+                          device_total_bytes=e.config.device_total_bytes if e.config else None,
+                          categories=tuple(e.categories.items()), detail={"inputs": config_json(e.config)},
+                          warnings=e.notes)
+
+
+def config_json(cfg: EstimateConfig | None) -> dict[str, Any] | None:
+    """The inputs, as plain data (what `estimate --json` echoes and a stored estimate keeps)."""
+    if cfg is None:
+        return None
+    from dataclasses import asdict
+
+    out = asdict(cfg)
+    out["families"] = [asdict(f) for f in cfg.families]
+    return out
+
+
+def to_json(e: Estimate) -> dict[str, Any]:
+    """The `estimate --json` contract: categories (bytes per rank), their sum into buckets, totals, inputs."""
+    out: dict[str, Any] = {"categories": dict(e.categories), "buckets": e.buckets(),
+                           "allocated_bytes": e.allocated_bytes, "total_bytes": e.total_bytes,
+                           "notes": list(e.notes), "inputs": config_json(e.config)}
+    device = e.config.device_total_bytes if e.config else None
+    out["device_total_bytes"] = device
+    out["headroom_bytes"] = device - e.total_bytes if device is not None else None
+    return out
+
+
+def attach(store: "Store", ref: str, e: Estimate, *, described_as: str) -> tuple[str, bool]:
+    """Store the estimate on a receipt (its source: the estimate's inputs, hashed, named `described_as`: the
+    config file or the flags). Returns the receipt id and whether it was new (the same estimate twice: False)."""
+    import hashlib
+    import json
+
+    from receipts.schema.model import SourceFile
+
+    payload = json.dumps(to_json(e), sort_keys=True, separators=(",", ":")).encode()
+    source = SourceFile(described_as, hashlib.sha256(payload).hexdigest(), len(payload), "estimate", "estimate")
+    receipt_id = store.resolve(ref)
+    return receipt_id, store.attach_memory(receipt_id, (as_geometry(e),), source)

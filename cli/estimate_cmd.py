@@ -1,0 +1,77 @@
+"""`receipts estimate`: the memory a rank will hold, by bucket, before launch (analysis/estimate.py)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from receipts.cli.context import console, handle_errors, print_json, settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("estimate")(estimate)
+
+
+@handle_errors
+def estimate(
+    ctx: typer.Context,
+    config: Optional[Path] = typer.Argument(None, help="Estimate config (TOML): parameter families and their "
+                                                       "ownership, parallel degrees, dtypes, activations, routing, "
+                                                       "reserve. Flags override it."),
+    params: Optional[int] = typer.Option(None, "--params", min=1, help="Parameters of the model, as one replicated "
+                                                                       "family (replaces the config's families)."),
+    shard_degree: Optional[int] = typer.Option(None, "--shard-degree", min=1,
+                                               help="Ranks the FSDP / ZeRO sharding spreads the state over."),
+    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="adamw | adamw-fused | sgd (momentum: one "
+                                                                      "buffer) | sgd-plain | muon, for every family."),
+    master_dtype: Optional[str] = typer.Option(None, "--master-dtype", help="fp32 | bf16: dtype of the stored "
+                                                                            "parameters, gradients and optimizer state."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=1, help="Activations: micro-batch size."),
+    sequence: Optional[int] = typer.Option(None, "--sequence", min=1, help="Activations: sequence length."),
+    hidden: Optional[int] = typer.Option(None, "--hidden", min=1, help="Activations: hidden size."),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Activations: transformer layers."),
+    vocab: Optional[int] = typer.Option(None, "--vocab", min=1, help="Activations: vocabulary (the logits)."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="Activations: none | selective | full."),
+    attach: Optional[str] = typer.Option(None, "--attach", help="Store the estimate on this receipt (id, prefix or "
+                                                                "run name): `show` puts it beside what was measured."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output: `categories` in bytes per rank."),
+) -> None:
+    """Estimate a rank's memory by bucket before launch: parameters by ownership, gradients, optimizer state, activations, routing, reserve.
+
+    Example: receipts estimate --params 67170304 --shard-degree 2 --optimizer adamw --master-dtype fp32 --json
+    """
+    from receipts.analysis import estimate as est
+    from receipts.analysis.estimate_config import read_config, with_flags
+    from receipts.errors import UsageError
+
+    for value, name, allowed in ((optimizer, "--optimizer", est.OPTIMIZER_STATES),
+                                 (master_dtype, "--master-dtype", est.DTYPE_BYTES),
+                                 (recompute, "--recompute", est.RECOMPUTE)):
+        if value is not None and value not in allowed:
+            raise UsageError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+    cfg = with_flags(read_config(config) if config is not None else None, params=params, shard_degree=shard_degree,
+                     optimizer=optimizer, master_dtype=master_dtype, micro_batch=micro_batch, sequence=sequence,
+                     hidden=hidden, layers=layers, vocab=vocab, recompute=recompute)
+    result = est.estimate(cfg)
+    out = est.to_json(result)
+    if attach is not None:
+        flags = [f"--{name.replace('_', '-')}={value}" for name, value in (
+            ("params", params), ("shard_degree", shard_degree), ("optimizer", optimizer),
+            ("master_dtype", master_dtype), ("micro_batch", micro_batch), ("sequence", sequence), ("hidden", hidden),
+            ("layers", layers), ("vocab", vocab), ("recompute", recompute)) if value is not None]
+        described = shlex.join(["receipts", "estimate", *([str(config.resolve())] if config else []), *flags])
+        with settings(ctx).store() as store:
+            receipt_id, created = est.attach(store, attach, result, described_as=described)
+        out["attached"] = {"receipt_id": receipt_id, "created": created}
+    if as_json:
+        print_json(out)
+        return
+    from receipts.cli.memory_render import render_estimate
+
+    render_estimate(out)
+    if attach is not None:
+        console.print(("attached to " if out["attached"]["created"] else "unchanged: already attached to ")
+                      + out["attached"]["receipt_id"])
