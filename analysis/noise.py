@@ -1,6 +1,6 @@
 """A lane's run-to-run noise floor: how much one run's steady-state median moves when nothing changes.
 
-Eight runs of one unchanged configuration on one H100 (issue 12) have medians 22.11..22.57 ms: about
+Eight runs of one unchanged configuration on one H100 have medians 22.11..22.57 ms: about
 2% apart with nothing changed, while each run's own interval is a fraction of that. That spread between
 runs is the noise a verdict must clear; no amount of steps inside one run measures it.
 

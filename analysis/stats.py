@@ -1,6 +1,6 @@
 """Small, pure statistics helpers for one run's steady-state step times.
 
-The unit of comparison is a run (issue 12): a run is summarised by its steady-state median with a
+The unit of comparison is a run: a run is summarised by its steady-state median with a
 **moving-block bootstrap** interval. Steps are autocorrelated (a slow data-loader stretch, a thermal
 drift, a periodic checkpoint make neighbouring steps alike), so resampling single steps as if they
 were independent gives intervals far too narrow for long runs ([2.713, 2.713] on logs with thousands

@@ -1,4 +1,4 @@
-"""Which rank holds the step back, and what it costs: straggler and rank-skew attribution (issue 14).
+"""Which rank holds the step back, and what it costs: straggler and rank-skew attribution.
 
 Input: every GPU activity of a multi-rank profile (rank, step, category, start_ns, end_ns), as the nsys and
 Kineto parsers attribute it. Ranks must share one clock (one nsys export of several processes; Kineto traces

@@ -1,4 +1,4 @@
-"""Per-receipt steady-state summaries, computed once at ingest and stored (issue 15): reads that do not scale
+"""Per-receipt steady-state summaries, computed once at ingest and stored: reads that do not scale
 with steps. `show`, `list` and `compare` read them; the step series is still stored for the gate, `check`,
 `history` and the dashboard charts.
 

@@ -185,7 +185,7 @@ def main() -> None:
 
         t_cli = best(gate_cli, args.repeat)
         t_start = best(lambda: subprocess.run([exe, "--version"], capture_output=True, check=True), args.repeat)
-        # `list` over the whole store (issue 15: < 0.5 s over 10,000 receipts): every current receipt with its
+        # `list` over the whole store (< 0.5 s over 10,000 receipts): every current receipt with its
         # steady-state median and peaks, from the stored summaries; against a bare read of the receipts table.
         listed = subprocess.run([exe, "--db", str(db), "list", "--json"], capture_output=True, check=True)
         n_listed = len(json.loads(listed.stdout))

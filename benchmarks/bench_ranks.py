@@ -1,4 +1,4 @@
-"""Many ranks in parallel (issue 15, item 5): a 64-rank Kineto profile (or a job profiled one nsys report
+"""Many ranks in parallel: a 64-rank Kineto profile (or a job profiled one nsys report
 per rank) read serially, in worker processes and on a Dask LocalCluster, against the serial path, with the
 same numbers.
 

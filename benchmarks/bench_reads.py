@@ -1,4 +1,4 @@
-"""Reads that do not scale with steps (issue 15): `show`, `compare` and `list` on a store holding a receipt of
+"""Reads that do not scale with steps: `show`, `compare` and `list` on a store holding a receipt of
 N steps, with the steady-state summaries stored at ingest, against the reference measured in the same run: the
 same commands on a copy of the store without the summaries (what every read did before schema 6: every step row
 through the statistics).

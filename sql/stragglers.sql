@@ -1,4 +1,4 @@
--- Rank-skew attribution of the profiler exports attached to one receipt, newest first (issue 14).
+-- Rank-skew attribution of the profiler exports attached to one receipt, newest first.
 -- Reads: anatomy_sources, receipt_sources.  Params: $receipt_id.
 -- Columns: source_sha256, source_format, path (the export), stragglers_json (text: analysis/stragglers.py's
 --          report_json of that export, with per_step; null for a single-rank profile).

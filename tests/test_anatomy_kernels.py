@@ -1,5 +1,5 @@
 """Kernel totals by name (anatomy_kernels, schema 7): the rows behind the top-N kernels table of
-`receipts anatomy --by kernel` and the dashboard's anatomy view (issue 16)."""
+`receipts anatomy --by kernel` and the dashboard's anatomy view."""
 
 from __future__ import annotations
 

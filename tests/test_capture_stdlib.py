@@ -25,7 +25,7 @@ def test_launcher_and_recorder_import_without_the_dataframe_stack():
 
 
 def test_the_receipt_format_has_one_owner():
-    """Its version and its line encoding live in schema/receipt_format.py only (issue 17): no module writes
+    """Its version and its line encoding live in schema/receipt_format.py only: no module writes
     `"RECEIPT " + json.dumps(...)` or compares a record version to a literal."""
     import re
     from pathlib import Path

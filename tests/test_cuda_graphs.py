@@ -1,4 +1,4 @@
-"""CUDA-graph replays in profiler exports (issue 13), on real captures of one torch.compile
+"""CUDA-graph replays in profiler exports, on real captures of one torch.compile
 (mode="reduce-overhead") loop on an H200 (tests/data/gpu/cudagraph/README.md):
 
 - nsys --cuda-graph-trace=graph: each replay is one GRAPH_TRACE row and its kernels are absent from the

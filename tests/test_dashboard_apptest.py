@@ -268,7 +268,7 @@ def test_anatomy_view_draws_categories_ranks_phases_and_nvtx(store_ids, monkeypa
     assert len(_charts(at)) == 5  # per step x rank, per rank, categories (overlapping), warm-up vs steady, NVTX
     spec = json.dumps([c.proto.spec for c in _charts(at)])
     assert "exposed_comm" in spec and "idle" in spec
-    # the stacked charts stack only the parts that sum to the step (issue 16), named for a reader
+    # the stacked charts stack only the parts that sum to the step, named for a reader
     assert "parts that sum to the step" in spec and "compute_only" in spec and "comm_hidden" in spec
     assert "categories overlap, not additive" in spec
 
@@ -375,7 +375,7 @@ def test_missing_store_is_one_plain_error(tmp_path, monkeypatch):
 
 
 def test_mlperf_receipt_has_time_to_train_as_its_headline(tmp_path, monkeypatch):
-    """An MLPerf result's page leads with time to train and names the series unit (epoch), issue 13."""
+    """An MLPerf result's page leads with time to train and names the series unit (epoch)."""
     retinanet = Path(__file__).resolve().parent / "data" / "mlperf" / "v5.1__Dell_1xXE9680x8H200-SXM-141GB_retinanet_result_0.txt"
     from cli_helpers import cli_json
 
@@ -429,7 +429,7 @@ def test_compare_with_itself_is_said(store_ids, monkeypatch):
 
 
 def test_step_chart_is_scaled_to_the_steady_window():
-    """nanochat's 18 s step 0 must not flatten ~645 ms steady steps to a line at zero (issue 16)."""
+    """nanochat's 18 s step 0 must not flatten ~645 ms steady steps to a line at zero."""
     pytest.importorskip("altair")
     import polars as pl
 
@@ -455,7 +455,7 @@ def test_compare_b_picker_offers_a_lane_only(store_ids, monkeypatch):
 
 
 def test_receipt_view_charts_the_training_metrics_the_log_printed(store_ids, monkeypatch):
-    """Loss, tokens/s and MFU were parsed and stored but never charted (issue 16)."""
+    """Loss, tokens/s and MFU were parsed and stored but never charted."""
     db, ids = store_ids
     at = _app(db, monkeypatch, view="receipt", id=ids["other"])  # nanochat: loss, tokens/s and MFU per step
     _no_exception(at)
@@ -468,7 +468,7 @@ def test_receipt_view_charts_the_training_metrics_the_log_printed(store_ids, mon
 
 
 def test_topology_with_nics_shows_gpus_only_by_default(tmp_path, monkeypatch):
-    """An 8-GPU + NIC matrix is unreadable: a 'GPUs only' toggle, on by default (issue 16). The fixture is the
+    """An 8-GPU + NIC matrix is unreadable: a 'GPUs only' toggle, on by default. The fixture is the
     layout of `nvidia-smi topo -m` on an 8-GPU node with two NICs (GPU pairs NV18, GPU-NIC PIX/SYS)."""
     from cli_helpers import cli, cli_json
 
@@ -496,7 +496,7 @@ def test_topology_with_nics_shows_gpus_only_by_default(tmp_path, monkeypatch):
 
 
 def test_nccl_tests_bus_bandwidth_attached_to_a_receipt_is_shown(tmp_path, monkeypatch):
-    """nccl-tests output attached with --attach appeared nowhere (issue 16); real all_reduce_perf output."""
+    """nccl-tests output attached with --attach appeared nowhere; real all_reduce_perf output."""
     from cli_helpers import cli, cli_json
     from conftest import realdata
 
@@ -515,7 +515,7 @@ def test_nccl_tests_bus_bandwidth_attached_to_a_receipt_is_shown(tmp_path, monke
 
 
 def test_history_axis_names_its_time_unit():
-    """Runs seconds apart read '.900 .900 :58' with Vega's automatic ticks (issue 16): the format follows the span."""
+    """Runs seconds apart read '.900 .900 :58' with Vega's automatic ticks: the format follows the span."""
     pytest.importorskip("altair")
     from datetime import datetime, timedelta
 

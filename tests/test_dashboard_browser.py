@@ -150,7 +150,7 @@ def test_every_view_renders_charts_in_chromium(dashboard):
 
 
 def test_links_filters_and_sources_in_chromium(dashboard):
-    """Issue 16's bullets as a person meets them in a browser: a filtered lane view survives a reload and
+    """The dashboard as a person meets it in a browser: a filtered lane view survives a reload and
     is a link; a stale link says so; compare overlays the two runs; the anatomy names its source export and
     its top kernels; a receipt compared with itself is called out; no deploy menu."""
     base, ids, root = dashboard

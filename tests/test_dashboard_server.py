@@ -1,4 +1,4 @@
-"""`receipts dashboard` as a server process (issue 16): it binds this machine only unless told otherwise, and a
+"""`receipts dashboard` as a server process: it binds this machine only unless told otherwise, and a
 SIGTERM to it stops the Streamlit server too (it used to be left running, re-parented)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The non-overlapping decomposition of a step (issue 16): compute only + communication hidden under compute +
+"""The non-overlapping decomposition of a step: compute only + communication hidden under compute +
 exposed communication + memory work under neither + idle = the step's GPU span, on real 2×H200 FSDP2 captures,
 while the per-category busy times overlap (they sum to more than the span on the rank that waits in NCCL)."""
 

@@ -1,6 +1,6 @@
 """Fuzzing every input kind with mutations of real files: parse correctly or say one line, never crash.
 
-The contract (issue 11, "never a traceback, never a wrong verdict from bad input"), checked per case:
+The contract ("never a traceback, never a wrong verdict from bad input"), checked per case:
 - the parser returns, and the numbers it returns are sane (finite, non-negative step and anatomy times),
 - or it raises receipts.errors.InputError whose one-line message names the file;
 - never another exception, never longer than a per-case time bound (a hang is a failure);

@@ -442,7 +442,7 @@ def test_real_sft_halves_true_claim_accepted_false_claims_rejected(tmp_path, db)
     # One real run (nanochat SFT, GTX 1660) split into its first and second half: the same code on the
     # same box, so "no change" is the true claim and "10% faster" a false one. The halves differ by ~1.6%:
     # inside run-to-run noise (two runs, so the lane has the default floor), so claiming that 1.6% as a
-    # speedup is not supported either (issue 12: the old step-level bootstrap called such gaps significant).
+    # speedup is not supported either (the old step-level bootstrap called such gaps significant).
     src = real(SFT, "nanochat")
     a = split_steps(src, tmp_path / "sft_first.log", lambda s: s <= 66)
     b = split_steps(src, tmp_path / "sft_second.log", lambda s: s > 66)

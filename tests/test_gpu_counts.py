@@ -1,4 +1,4 @@
-"""Three GPU counts kept apart (issue 13): world_size (ranks in the job), ranks_traced (ranks a profile holds),
+"""Three GPU counts kept apart: world_size (ranks in the job), ranks_traced (ranks a profile holds),
 gpus_on_host (CUDA devices the host listed). machine_class uses gpu_count = gpus_on_host when known, so a
 rank-0 trace of a 16-rank job on 8-GPU hosts is 'A100-SXM4-80GB:8', not ':1'. The model is the model of the
 devices that ran kernels (a Windows export also lists display adapters). References: sqlite3 / json here."""

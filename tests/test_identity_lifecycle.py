@@ -1,4 +1,4 @@
-"""The identity lifecycle (issue 11): schema 3, retag with an append-only history, superseded receipts,
+"""The identity lifecycle: schema 3, retag with an append-only history, superseded receipts,
 conflicting re-ingests, typo warnings and strict mode, attach checks. On DuckDB, and on PostgreSQL as the
 writer role of docs/teams.md."""
 

@@ -1,4 +1,4 @@
-"""Every kernel name in the real files the tests read is categorised on purpose (issue 13).
+"""Every kernel name in the real files the tests read is categorised on purpose.
 
 tests/data/kernel_categories_expected.tsv is the reviewed expectation (regenerate after review with
 `.venv/bin/python -m tests.kernel_corpus --write`): a new name that falls to `other`, or a rule change that

@@ -379,7 +379,7 @@ def test_a_receipt_record_without_its_version_is_an_input_error_and_an_unknown_v
 
 def test_a_code_dump_longer_than_the_sniff_head_is_still_read(tmp_path):
     """modded-nanogpt prints its whole source before step 0; a longer script (the real dump, tripled: 3,531
-    lines of code) must not make the log an 'unknown format' (issue 13: sniffing read the first 2,000 lines)."""
+    lines of code) must not make the log an 'unknown format' (sniffing read the first 2,000 lines)."""
     from receipts.ingest.textlog import read_log
     from receipts.ingest import sniff
     from receipts.pipeline import parse_log

@@ -1,4 +1,4 @@
-"""MLPerf Training result logs read right (issue 13), on public v5.1 results (tests/data/mlperf/ORIGIN.md) and
+"""MLPerf Training result logs read right, on public v5.1 results (tests/data/mlperf/ORIGIN.md) and
 the v4.0 ones in ../shared/realdata. References are computed here from the `:::MLLOG` JSON directly."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Many ranks in parallel (issue 15, item 5): the ranks of a multi-rank Kineto profile read in worker
+"""Many ranks in parallel: the ranks of a multi-rank Kineto profile read in worker
 processes or on a Dask LocalCluster give the same anatomy as the serial path, on real 2-rank traces."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """CI must not pass by testing less: with RECEIPTS_REQUIRE_REALDATA=1 (scripts/test.sh sets it) a test skipped
-because real data is absent fails (issue 17). Runs pytest on a one-test file with this suite's conftest."""
+because real data is absent fails. Runs pytest on a one-test file with this suite's conftest."""
 
 from __future__ import annotations
 

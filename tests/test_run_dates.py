@@ -1,4 +1,4 @@
-"""A receipt's run date is the run's own when its source states one (issue 16: run dates were the ingest date):
+"""A receipt's run date is the run's own when its source states one (run dates were the ingest date):
 a log's timestamps, an nsys export's session start, a PyTorch profiler trace's epoch clock. The lane view and
 lane history order and filter by it (coalesce(started_at, ingested_at))."""
 

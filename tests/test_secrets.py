@@ -1,8 +1,8 @@
 """Secrets in URL and flag forms, and the user's own secret patterns, on both writing paths.
 
-Issue 11's finding: `redis://:PW@host` (empty user), `https://TOKEN@host` (token as the user) and
+Findings: `redis://:PW@host` (empty user), `https://TOKEN@host` (token as the user) and
 `--password=PW` inside an env value leaked into receipt_env, run.log and the stored command, from
-`receipts run` and from an nsys export's captured environment. Issue 17's: `[secrets]` in
+`receipts run` and from an nsys export's captured environment. And: `[secrets]` in
 ./receipts.toml or --registry never reached the redactor. Each form is checked on both paths:
 `receipts run` (env overlay, the stored command line, the child's teed output) and an nsys export's
 TARGET_INFO_SYSTEM_ENV, down to every table of the store.

@@ -1,4 +1,4 @@
-"""SQL as checked modules (issue 17): every sql/*.sql has a header saying what it answers, what it reads and
+"""SQL as checked modules: every sql/*.sql has a header saying what it answers, what it reads and
 what it returns; every file is used by the code; and the tables a header names exist."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def test_interval_covers_the_true_median_with_autocorrelated_steps(level, noise,
 
 
 def test_independent_resampling_would_undercover_autocorrelated_steps():
-    # The defect of issue 12 in miniature: with phi = 0.6 and block length forced to 1 (independent steps),
+    # The step-level bootstrap's defect in miniature: with phi = 0.6 and block length forced to 1 (independent steps),
     # the interval is too narrow; the Politis-White block restores most of the coverage.
     rng = np.random.default_rng(11)
     iid = blocks = 0

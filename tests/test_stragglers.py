@@ -1,4 +1,4 @@
-"""Straggler and rank-skew attribution (issue 14) on real multi-rank captures.
+"""Straggler and rank-skew attribution on real multi-rank captures.
 
 The reference here is independent of the project's parsers and matching: NCCL kernels read with sqlite3 (nsys)
 or json (Kineto), each collective of rank 1 paired with the rank-0 kernel of the same kind whose END is nearest
@@ -199,7 +199,7 @@ def test_single_rank_run_has_no_straggler_report(tmp_path):
     assert result.exit_code == 2 and "no multi-rank profiler export" in result.output
 
 
-# ---- issue 18 on the machine lent (2 x H200): the plant on the other rank, and 12 profiled steps -------------
+# ---- on the machine lent (2 x H200): the plant on the other rank, and 12 profiled steps -------------
 def _difference(plant: str, base: str, last: int) -> float:
     return _log_median(plant, 5, last) - _log_median(base, 5, last)
 

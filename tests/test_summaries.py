@@ -1,4 +1,4 @@
-"""Stored steady-state summaries (issue 15): computed once at ingest, read by show / list / compare, and equal to
+"""Stored steady-state summaries: computed once at ingest, read by show / list / compare, and equal to
 the last bit to what the recompute path (every steady step row through analysis.stats) gives."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_show_reads_no_step_rows_when_a_summary_is_stored(store, monkeypatch):
 
 @pytest.mark.parametrize("stale", ["missing", "older rule"])
 def test_db_upgrade_resummarises_under_the_current_rule(store, tmp_path, stale):
-    """Summaries are versioned by the rule that made them (issue 15): `receipts db upgrade` makes every missing
+    """Summaries are versioned by the rule that made them: `receipts db upgrade` makes every missing
     or older-rule summary again from the stored steps, to exactly what ingest stores today, so the SQL readers
     (list, lane floors, the dashboard) never read another rule's numbers."""
     import shutil

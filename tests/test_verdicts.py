@@ -130,7 +130,7 @@ def simulate_lane(rng, n_runs: int, *, level: float = 55.0, between: float = 0.0
 
 
 def test_aa_pairs_false_alarm_rate_is_at_most_5_percent():
-    # Issue 12's target: repeated runs of one configuration, every pair compared with the lane's floor.
+    # The target: repeated runs of one configuration, every pair compared with the lane's floor.
     rng = np.random.default_rng(2026)
     calls = pairs = 0
     for n_runs in (3, 5, 8, 12):

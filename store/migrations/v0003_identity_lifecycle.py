@@ -1,4 +1,4 @@
-"""0003: the identity lifecycle (issue 11): retag with an audit trail, and superseded receipts.
+"""0003: the identity lifecycle: retag with an audit trail, and superseded receipts.
 
 - receipts.superseded_by: the id of the receipt that replaced this one (a growing log ingested again,
   or a RECEIPT header naming the same run). Current receipt = `superseded_by IS NULL`; every listing,

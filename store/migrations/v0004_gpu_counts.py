@@ -1,4 +1,4 @@
-"""0004: the three GPU counts kept apart (issue 13).
+"""0004: the three GPU counts kept apart.
 
 "GPU count" meant three things: the ranks a profile traced, the devices its host listed, and the job's world
 size. receipts.world_size already held the last; this adds receipts.ranks_traced (ranks whose activity a

@@ -1,4 +1,4 @@
-"""0005: rank-skew attribution stored with each multi-rank anatomy (issue 14).
+"""0005: rank-skew attribution stored with each multi-rank anatomy.
 
 anatomy_sources.stragglers_json: analysis/stragglers.py's report of that export (matching, per rank the
 last-arrival share and waits, the named stragglers with impact and cause, per collective kind, and the

@@ -1,4 +1,4 @@
-"""0006: per-receipt steady-state summaries computed once at ingest (issue 15).
+"""0006: per-receipt steady-state summaries computed once at ingest.
 
 receipt_summaries: one row per receipt with analysis/summary.py's Summary and moving-block interval of the
 steady series (step time and tokens/s), the rule that made it, and the median and step count for SQL. `show`,

@@ -1,4 +1,4 @@
-"""0007: kernel totals by name per attached export (issue 16: a top-N kernels table per category).
+"""0007: kernel totals by name per attached export (a top-N kernels table per category).
 
 anatomy_kernels: per rank, category and kernel name, the calls and summed duration over the receipt's steady
 steps, and how many steps that is. Exports attached before this revision have no rows (their kernel names were

@@ -1,4 +1,4 @@
-"""0008: DuckDB stores drop the ART index on receipt_steps(receipt_id) (issue 15, bounded-memory ingest).
+"""0008: DuckDB stores drop the ART index on receipt_steps(receipt_id) (bounded-memory ingest).
 
 DuckDB keeps an ART index's inserted keys in memory until the transaction commits: ingesting a 10M-step log
 held ~490 MiB more with it than without. Reads do not need it there: each receipt's step rows are written

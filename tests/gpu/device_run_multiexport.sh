@@ -1,5 +1,5 @@
 #!/bin/bash
-# One job, one nsys export per rank (issue 15, item 5), through the device tool from the repo root with
+# One job, one nsys export per rank, through the device tool from the repo root with
 # `.nsys-libs` carried:
 #     bash tests/gpu/device_run_multiexport.sh
 # With one GPU the two ranks share it (gloo + DDP, see train_fsdp2.py --backend); with two or more each

@@ -3,7 +3,7 @@
 # with `.nsys-libs` carried:
 #     PART=graphs    bash tests/gpu/device_run_r20.sh   # CUDA graphs: nsys graph mode, node mode, profiler
 #     PART=straggler bash tests/gpu/device_run_r20.sh   # 2 GPUs: FSDP2 with and without a planted straggler
-#     PART=straggler RANK=0 bash tests/gpu/device_run_r20.sh   # the plant on the other rank (issue 18), plant runs only
+#     PART=straggler RANK=0 bash tests/gpu/device_run_r20.sh   # the plant on the other rank, plant runs only
 #     PART=kineto_long bash tests/gpu/device_run_r20.sh   # profiler traces of 12 steps: base, rank-0 and rank-1 plants
 # Writes small artifacts under $OUT; see tests/data/gpu/cudagraph/README.md and tests/data/gpu/straggler/README.md.
 set -u

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The noise experiment behind tests/data/noise/ (issue 12), in one device call on one GPU:
+# The noise experiment behind tests/data/noise/, in one device call on one GPU:
 #     bash tests/gpu/noise_runs.sh            (through the device tool, from the repo root)
 # 1. calibrate: one discarded run for the step time, then the time of one extra bf16 matmul;
 # 2. N_AA unchanged runs (A/A), 2 runs with a planted slowdown under the noise floor (~0.3% of a

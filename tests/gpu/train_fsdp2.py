@@ -89,7 +89,7 @@ def main() -> None:
     # size S x S inside every step, a known amount of extra GPU work with nothing else changed.
     ap.add_argument("--extra-matmuls", type=int, default=0)
     ap.add_argument("--extra-matmul-size", type=int, default=4096)
-    # A planted straggler (tests/gpu/device_run_r20.sh, issue 14): K extra matmuls at the START of each
+    # A planted straggler (tests/gpu/device_run_r20.sh): K extra matmuls at the START of each
     # step on one rank only, so that rank reaches the step's first all-gather late and the others wait.
     ap.add_argument("--straggler-rank", type=int, default=-1)
     ap.add_argument("--straggler-matmuls", type=int, default=0)
