@@ -1,5 +1,5 @@
 -- Rank-skew attribution of the profiler exports attached to several receipts, each receipt's newest first: what
--- sql/stragglers.sql reads for one, in one query for a lane's history (one query per run was 4 s of 7 over a
+-- sql/stragglers.sql reads for one, in one query for a lane's history (a query per run would take 4 s of 7 over a
 -- lane of 278 runs).
 -- Reads: anatomy_sources, receipt_sources.  Params: $ids (VARCHAR[]: receipt ids).
 -- Columns: receipt_id, source_sha256, source_format, path (the export), stragglers_json (text: analysis/

@@ -165,7 +165,7 @@ def test_history_reads_the_stored_intervals_and_recomputes_the_same_without_them
 @given(left=st.lists(st.floats(50, 150), min_size=1, max_size=30), right=st.lists(st.floats(50, 150), min_size=1, max_size=30),
        digits=st.integers(0, 3))
 def test_the_t_test_is_scipys_pooled_t_test(left, right, digits):
-    # spelled out over scipy.special (importing scipy.stats was 0.6 s of a lane history's 2 s)
+    # spelled out over scipy.special (importing scipy.stats costs 0.6 s of a lane history's 2 s)
     from scipy.stats import ttest_ind
 
     from receipts.analysis.changepoint import _ttest

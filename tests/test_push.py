@@ -77,7 +77,7 @@ def test_pushing_again_copies_nothing_and_reads_the_source_in_a_few_queries(tmp_
         monkeypatch.setattr(type(local), "sql", lambda self, q, p=None: (queries.append(q), real(self, q, p))[1])
         again = sync.push(local, target)
     assert again.receipts_copied == 0 and again.receipts_skipped == 6 and again.anatomy_copied == 0
-    # (one per receipt was 8 s over 10,000 receipts)
+    # (one per receipt would take 8 s over 10,000 receipts)
     assert len(queries) < 12, queries
 
 
