@@ -33,3 +33,16 @@ def test_the_checkout_resolves_receipts_without_installing():
                    "import os; print(os.path.realpath(receipts.errors.__file__)); print(f.RECORD_VERSION)", "-I")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == str((REPO / "errors.py").resolve())
+
+
+def test_no_source_file_is_over_700_lines():
+    """One module, one job: a file that grows past a sitting's reading has grown a second job. Tests and
+    benchmarks too (a test module is read as often as the code it holds to account)."""
+    tracked = subprocess.run(["git", "ls-files", "*.py", "*.sql", "*.sh"], cwd=REPO, capture_output=True, text=True)
+    if tracked.returncode != 0:  # not a git checkout (an unpacked sdist): every file under the tree instead
+        paths = [p for p in REPO.rglob("*.py") if ".venv" not in p.parts]
+    else:
+        paths = [REPO / name for name in tracked.stdout.split()]
+    long = {p.relative_to(REPO).as_posix(): n for p in paths if p.exists()
+            and (n := len(p.read_text(errors="replace").splitlines())) > 700}
+    assert not long, long
