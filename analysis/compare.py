@@ -102,8 +102,9 @@ def _dict_diff(prefix: str, a: dict, b: dict) -> list[Difference]:
 
 def drift(a: StoredReceipt, b: StoredReceipt) -> dict[str, tuple[Difference, ...]]:
     """recipe (feature bundle, model shape) / runtime (software, env overlay) / infrastructure."""
-    soft_a = {k: v for k, v in a.software.items() if k not in INFRA_SOFTWARE}
-    soft_b = {k: v for k, v in b.software.items() if k not in INFRA_SOFTWARE}
+    # A receipt that names no profiler ran under none (ingest/profiler.py): nsys against none is drift too.
+    soft_a = {"profiler": "none", **{k: v for k, v in a.software.items() if k not in INFRA_SOFTWARE}}
+    soft_b = {"profiler": "none", **{k: v for k, v in b.software.items() if k not in INFRA_SOFTWARE}}
     infra: list[Difference] = []
     for name in ("machine_class", "gpu_model", "gpu_count", "world_size"):
         if getattr(a, name) != getattr(b, name):

@@ -18,6 +18,7 @@ import re
 import polars as pl
 
 from receipts.errors import InputError, UnsupportedVersion
+from receipts.ingest import profiler
 from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
 from receipts.schema.memory import MemoryGeometry
@@ -150,7 +151,7 @@ def parse(log: LogText) -> ParsedRun:
         phases=tuple(phases),
         memory=memory,
         env=env,
-        software=dict(header.get("software") or {}),
+        software={**dict(header.get("software") or {}), **_profiler(header.get("command"))},
         topology=dict(header.get("topology") or {}),
         provenance={k: header[k] for k in ("run_name", "run_id", "command", "git_rev", "git_status", "cwd") if k in header}
         | dict(header.get("provenance") or {}),
@@ -214,3 +215,8 @@ def _ended_early(log: LogText, *, cut_note: str | None, headers: list[dict], foo
             reasons.append(f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} wrote no RECEIPT "
                            "footer (the process stopped before close())")
     return "; ".join(reasons) or None
+
+
+def _profiler(command: object) -> dict[str, str]:
+    """The profiler the launcher's command ran under (`nsys profile ...`), as software facts (ingest/profiler.py)."""
+    return profiler.of_command(command) if isinstance(command, str) else {}

@@ -21,8 +21,10 @@ from receipts.errors import InputError, Remedy
 from receipts.ingest import sysinfo
 from receipts.ingest.logbytes import COMPRESSED_SUFFIXES, log_sha256
 from receipts.ingest.textlog import ReadProgress
-from receipts.ingest.machine import MachineSeen, contradictions, machine_of_anatomy, machine_of_facts
+from receipts.ingest import profiler
+from receipts.ingest.machine import machine_of_anatomy, machine_of_facts
 from receipts.lifecycle import LedgerWrite, already_stored, write_current
+from receipts.pipeline.attach import check_attachment
 from receipts.pipeline.execution import RankMap
 from receipts.pipeline.parse import parse_log, parse_profile, source_file
 from receipts.pipeline.targets import (MULTI_FILE_KINDS, PROFILE_KINDS, SIDECAR_NAME, IngestFailure, ingest_targets,
@@ -209,9 +211,11 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
             raise InputError(path, f"is `{kind}` output: machine facts belong to a run", remedy=Remedy("attach_to"))
         section, facts = sysinfo.facts(path, kind)
         receipt_id = store.resolve(attach)
-        forced = check_attachment(store, receipt_id, path, machine_of_facts(kind, facts), force=force)
-        created = store.attach_facts(receipt_id, section, facts, source_file(path, kind, kind), forced=forced)
-        return IngestOutcome(str(path), receipt_id, attach, created, kind, forced=forced)
+        checked = check_attachment(store, receipt_id, path, machine_of_facts(kind, facts), force=force,
+                                   label=f"{_WHAT[kind]} {path.name}")
+        created = store.attach_facts(receipt_id, section, facts, source_file(path, kind, kind), forced=checked.forced,
+                                     fill=checked.fill)
+        return IngestOutcome(str(path), receipt_id, attach, created, kind, forced=checked.forced)
     if attach is not None:
         raise InputError(path, "takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces) or a PyTorch memory "
                                "snapshot; this looks like a training log", option="attach")
@@ -246,6 +250,11 @@ def _ingest_memory(store: Store, path: Path, *, attach: str | None) -> IngestOut
                          warnings=tuple(w for g in geometries for w in g.warnings))
 
 
+# How an attachment is named where a receipt says which file gave it a fact.
+_WHAT = {"nsys": "nsys export", "kineto": "Kineto trace", "topology": "topology", "collect_env": "collect_env",
+         "nccl_tests": "nccl-tests"}
+
+
 def _default_run_name(path: Path) -> str:
     """A `receipts run` directory's name for its run.log, else the file's name without its extension (and without
     a compression suffix first: train.log.gz is the run `train`, as train.log is)."""
@@ -265,11 +274,13 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
         source = source_file(path, anatomy.source_format, anatomy.source_format, profile_files(path, kind))
         if attach is not None:
             receipt_id = store.resolve(attach)
-            forced = check_attachment(store, receipt_id, path, machine_of_anatomy(anatomy), force=force)
+            checked = check_attachment(store, receipt_id, path, machine_of_anatomy(anatomy), force=force,
+                                       label=f"{_WHAT[anatomy.source_format]} {path.name}", profile=anatomy,
+                                       software=profiler.of_profile(anatomy.source_format))
             anatomy = in_receipt_window(anatomy, _stored_window(store, receipt_id))
-            created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
+            created = store.attach_anatomy(receipt_id, anatomy, source, forced=checked.forced, fill=checked.fill)
             return IngestOutcome(str(path), receipt_id, attach, created, "anatomy", warnings=anatomy.warnings,
-                                 forced=forced)
+                                 forced=checked.forced)
         parsed = receipt_from_anatomy(anatomy)
         side_claim, side = read_sidecar(path)
         name = run_name or side.get("run_name") or path.name.split(".")[0]
@@ -295,20 +306,6 @@ def _raw_staging(store: Store, kind: str, keep_raw: bool) -> Iterator[Path | Non
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def check_attachment(store: Store, receipt_id: str, path: Path, seen: MachineSeen, *, force: bool) -> str | None:
-    """Refuse (InputError, exit 2) a file whose GPU model or count contradicts the receipt, naming both
-    values; with force, attach anyway and return the contradiction, which is recorded with the source."""
-    row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
-    found = contradictions(seen, row)
-    if not found:
-        return None
-    what = "; ".join(found)
-    if not force:
-        raise InputError(path, f"contradicts receipt {receipt_id} ({row['run_name']}): {what}; not attached",
-                         remedy=Remedy("force"))
-    return what
 
 
 def _stored_window(store: Store, receipt_id: str) -> StepWindow:
