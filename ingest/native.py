@@ -63,6 +63,28 @@ def _loads(log: LogText, line_no: int, payload: str) -> dict:
     return obj
 
 
+# The fields of the non-step records that are read, and the JSON type each must have where present (null allowed).
+_FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "header": {"identity": (dict,), "software": (dict,), "topology": (dict,), "provenance": (dict,),
+               "features": (dict,), "env": (dict,), "tags": (list,), "gpu_count": (int,), "world_size": (int,),
+               "rank": (int,), "run_name": (str,), "run_id": (str,), "hostname": (str,), "started_at": (str,),
+               "gpu_model": (str,), "command": (str,)},
+    "footer": {"rank": (int,), "exit_code": (int,), "peak_allocated_bytes": (int,), "peak_reserved_bytes": (int,)},
+    "phase": {"step": (int,), "rank": (int,)},
+}
+_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
+              bool: "true or false"}
+
+
+def _check_fields(log: LogText, line_no: int, obj: dict) -> None:
+    """A header, footer or phase record whose read fields have the wrong JSON type is one InputError at its line."""
+    for key, types in _FIELD_TYPES.get(obj["kind"], {}).items():
+        value = obj.get(key)
+        if value is not None and (not isinstance(value, types) or (int in types and isinstance(value, bool))):
+            raise InputError(log.path, f"RECEIPT {obj['kind']} field '{key}' must be {_JSON_TYPE[types[0]]}, found "
+                                       f"{_JSON_TYPE.get(type(value), type(value).__name__)}", line=line_no)
+
+
 def parse(log: LogText) -> ParsedRun:
     records = (
         log.frame()
@@ -109,6 +131,7 @@ def parse(log: LogText) -> ParsedRun:
     for line_no, payload in records.filter(~is_step).iter_rows():
         obj = _loads(log, line_no, payload)
         kind = obj["kind"]
+        _check_fields(log, line_no, obj)
         if kind == "header":
             headers.append(obj)
             header = {**header, **obj}  # per-rank headers repeat the same facts; later fields win
