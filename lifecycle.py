@@ -15,7 +15,7 @@ from pathlib import Path
 from receipts.errors import Remedy, UsageError
 from receipts.schema.identity import (IdentityChange, identity_columns, resolve_identity, retagged_columns,
                                       unknown_values)
-from receipts.schema.model import IdentityClaim, Receipt
+from receipts.schema.model import NAME_MAX_CHARS, IdentityClaim, Receipt
 from receipts.schema.registry import Registry
 from receipts.store import Store
 from receipts.store import rows as R
@@ -37,6 +37,10 @@ def retag(store: Store, ref: str, change: IdentityChange, *, why: str, registry:
         raise UsageError("is needed: the history records why an identity was changed", option="why")
     if change.empty:
         raise UsageError("a retag needs something to change: a host lineage, preset, regime, run name or tag")
+    for option in ("host_lineage", "preset", "regime", "run_name"):
+        value = getattr(change, option)
+        if value is not None and len(value) > NAME_MAX_CHARS:
+            raise UsageError(f"is {len(value):,} characters long; at most {NAME_MAX_CHARS:,}", option=option)
     warnings = check_claim(IdentityClaim(change.host_lineage, change.preset, change.regime), registry)
     receipt_id = store.resolve(ref)
     stored = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)

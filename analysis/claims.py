@@ -245,7 +245,12 @@ class _Reader:
     def scalar(self, node: yaml.Node) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(node, "expected a single value here, not a list or mapping")
-        return self._constructor.construct_object(node, deep=True)
+        try:
+            return self._constructor.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+            # a tag whose text does not convert: `!!int "abc"`, `!!float "x"`, `!!timestamp "later"`
+            raise self.fail(node, f"{node.value!r} cannot be read as the {node.tag.rsplit(':', 1)[-1]} its tag "
+                                  f"asks for ({' '.join(str(exc).split())[:120]})") from None
 
     def text(self, node: yaml.Node, key: str) -> str:
         # The raw scalar text, not YAML's typed value: a receipt id such as 1234e567 must stay text.

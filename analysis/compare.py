@@ -70,6 +70,7 @@ class Comparison:
     detail: VerdictResult | None = None  # the step-time verdict with its why and runs_needed
     straggler: dict[str, Any] | None = None  # analysis.stragglers.explains: does a straggler explain the difference
     memory_drift: list[dict[str, Any]] | None = None  # analysis.memory_geometry.drift: which bucket moved
+    warnings: tuple[str, ...] = ()      # what makes the comparison weaker than it looks (comparison_warnings)
 
 
 def _summary(r: StoredReceipt, *, intervals: bool = False) -> RunSummary:
@@ -102,8 +103,9 @@ def _dict_diff(prefix: str, a: dict, b: dict) -> list[Difference]:
 
 def drift(a: StoredReceipt, b: StoredReceipt) -> dict[str, tuple[Difference, ...]]:
     """recipe (feature bundle, model shape) / runtime (software, env overlay) / infrastructure."""
-    soft_a = {k: v for k, v in a.software.items() if k not in INFRA_SOFTWARE}
-    soft_b = {k: v for k, v in b.software.items() if k not in INFRA_SOFTWARE}
+    # A receipt that names no profiler ran under none (ingest/profiler.py): nsys against none is drift too.
+    soft_a = {"profiler": "none", **{k: v for k, v in a.software.items() if k not in INFRA_SOFTWARE}}
+    soft_b = {"profiler": "none", **{k: v for k, v in b.software.items() if k not in INFRA_SOFTWARE}}
     infra: list[Difference] = []
     for name in ("machine_class", "gpu_model", "gpu_count", "world_size"):
         if getattr(a, name) != getattr(b, name):
@@ -122,6 +124,29 @@ def _ratio(v: VerdictResult | None) -> RatioCI | None:
     return None if v is None else RatioCI(v.ratio, v.ci_low, v.ci_high, v.confidence, v.method)
 
 
+# Steady windows whose lengths differ by more than this factor describe different parts of their runs: a run whose
+# step time drifts (a sequence length that grows) has a different median over steps 20..470 than over 20..2130.
+WINDOW_SPAN_FACTOR = 1.5
+
+
+def comparison_warnings(a: StoredReceipt, b: StoredReceipt) -> tuple[str, ...]:
+    """A receipt compared with itself, a superseded receipt, steady windows of unequal length."""
+    out = []
+    if a.id == b.id:
+        out.append(f"A and B are the same receipt {a.id} ({a.run_name}): the comparison measures nothing")
+    for label, r in (("A", a), ("B", b)):
+        if r.superseded_by:
+            out.append(f"{label} {r.run_name} ({r.id[:12]}) is superseded by {r.superseded_by} (a later ingest of the "
+                       "same run, which holds more of it)")
+    spans = [r.window_last_step - r.window_first_step + 1 for r in (a, b)
+             if r.window_first_step is not None and r.window_last_step is not None]
+    if a.id != b.id and len(spans) == 2 and min(spans) > 0 and max(spans) > WINDOW_SPAN_FACTOR * min(spans):
+        out.append(f"the steady windows differ in length: A steps {a.window_first_step}..{a.window_last_step}, "
+                   f"B steps {b.window_first_step}..{b.window_last_step} (more than {WINDOW_SPAN_FACTOR:g}x apart): "
+                   "each median describes a different part of its run")
+    return tuple(out)
+
+
 def compare(a: StoredReceipt, b: StoredReceipt, *, floor: NoiseFloor | None = None,
             min_effect: float = MIN_EFFECT, stragglers: tuple[dict | None, dict | None] = (None, None)) -> Comparison:
     """B against A. `floor`: the lane's noise floor (analysis.lanes.lane_floors); None = the default floor."""
@@ -131,11 +156,12 @@ def compare(a: StoredReceipt, b: StoredReceipt, *, floor: NoiseFloor | None = No
         names = ", ".join(f"{r.run_name} ({r.id[:12]}) lacks {', '.join(f for f in IDENTITY_FIELDS if not getattr(r, f))}"
                           for r in rumors)
         return Comparison(_summary(a), _summary(b), False, f"refused: incomplete identity (a rumor): {names}",
-                          identity_differences(a, b), resolution)
+                          identity_differences(a, b), resolution, warnings=comparison_warnings(a, b))
     diffs = identity_differences(a, b)
     if diffs:
         fields = "; ".join(f"{d.field} {d.a!r} != {d.b!r}" for d in diffs)
-        return Comparison(_summary(a), _summary(b), False, f"refused: not the same lane: {fields}", diffs, resolution)
+        return Comparison(_summary(a), _summary(b), False, f"refused: not the same lane: {fields}", diffs, resolution,
+                          warnings=comparison_warnings(a, b))
     floor = floor or default_floor()
     sa, sb = _summary(a, intervals=True), _summary(b, intervals=True)
     detail = decide([sa.interval], [sb.interval], floor, min_effect=min_effect) if sa.interval and sb.interval else None
@@ -151,7 +177,7 @@ def compare(a: StoredReceipt, b: StoredReceipt, *, floor: NoiseFloor | None = No
     straggler = explains(*stragglers, sa.step_ms.median if sa.step_ms else None,
                          sb.step_ms.median if sb.step_ms else None)
     return Comparison(sa, sb, True, reason, (), resolution, _ratio(detail), _ratio(tokens), verdict, drift(a, b),
-                      floor, detail, straggler)
+                      floor, detail, straggler, warnings=comparison_warnings(a, b))
 
 
 def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float = MIN_EFFECT) -> Comparison:
@@ -218,6 +244,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "differences": [{"field": d.field, "a": d.a, "b": d.b, "note": d.note} for d in c.differences],
         "resolution": list(c.resolution),
         "memory_drift": c.memory_drift,
+        "warnings": list(c.warnings),
     }
     if c.comparable:
         out["ratio"] = ci(c.ratio, "step_time")

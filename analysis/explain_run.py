@@ -26,7 +26,7 @@ from receipts.analysis.claims import TAG_PREFIX
 from receipts.analysis.compare import Comparison, compare_in_store
 from receipts.analysis.explain import (LEVELS, Explanation, Mode, RunComponents, StepChange, Value, explain)
 from receipts.analysis.stragglers import stored_report
-from receipts.errors import UsageError
+from receipts.errors import Remedy, UsageError
 
 if TYPE_CHECKING:
     from receipts.store import Store
@@ -50,6 +50,7 @@ class ExplainResult:
     unprofiled: tuple[str, ...] = ()  # baseline runs (names) the components could not use: no profile attached
     stragglers: tuple[int, ...] = ()  # ranks the candidate's own straggler analysis names
     formats: tuple[str, ...] = ()     # profile formats of the runs compared
+    remedy: Remedy | None = None      # a refusal's way out: a profile to attach (to `remedy.receipt`, or each run)
 
     @property
     def exit_code(self) -> int:
@@ -61,7 +62,7 @@ def explain_in_store(store: "Store", ref: str, *, against: str, last: int, level
     """Explain run `ref` against `tag:T` (the lane's baseline) or against one run."""
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad:
-        raise UsageError(f"--level {bad[0]!r}: expected one of {', '.join(LEVELS)}")
+        raise UsageError(f"{bad[0]!r}: expected one of {', '.join(LEVELS)}", option="level")
     rid = store.resolve(ref)
     if against.startswith(TAG_PREFIX):
         parse_against(against)
@@ -85,9 +86,11 @@ def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequen
     refusal = _own_profile(c.run_name, profiles.get(c.receipt_id), base_format)
     if refusal is None and not any(i in profiles for i in used):
         refusal = (f"{c.run_name}: none of its {len(used)} baseline run(s) ({', '.join(names[i] for i in used)}) has a "
-                   f"profile attached: attach one to each ({_EITHER}; receipts ingest PROFILE --attach RUN)")
+                   f"profile attached: attach one to each ({_EITHER})")
     if refusal is not None:
-        return ExplainResult(c.receipt_id, c.run_name, against, "lane", None, refusal, names)
+        remedy = (Remedy("attach", c.run_name) if c.receipt_id not in profiles
+                  else None if any(i in profiles for i in used) else Remedy("attach"))
+        return ExplainResult(c.receipt_id, c.run_name, against, "lane", None, refusal, names, remedy=remedy)
     base_ids = [i for i in used if i in profiles and profiles[i]["has_steps"]]
     runs = _runs(store, [c.receipt_id, *base_ids], names)
     step = StepChange(c.verdict.verdict, c.baseline.median_step_ms, c.median_step_ms, c.message)
@@ -108,7 +111,9 @@ def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Seque
     refusal = (_own_profile(c.b.run_name, profiles.get(c.b.id), _format(profiles.get(c.a.id)))
                or _own_profile(c.a.run_name, profiles.get(c.a.id), _format(profiles.get(c.b.id))))
     if refusal is not None:
-        return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", None, refusal, names) if refuse_unprofiled \
+        lacking = next((r.run_name for r in (c.b, c.a) if r.id not in profiles), None)
+        return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", None, refusal, names,
+                             remedy=Remedy("attach", lacking) if lacking else None) if refuse_unprofiled \
             else None
     runs = _runs(store, [c.a.id, c.b.id], names)
     why = c.detail.why if c.detail else c.reason
@@ -131,8 +136,7 @@ def _own_profile(run_name: str, profile: Mapping[str, Any] | None, like: str | N
     """Why a run cannot be explained from its own profile, or None when it can."""
     if profile is None:
         what = _HOW[like] if like in _HOW else _EITHER
-        return (f"{run_name}: a log-only receipt (no profiler export attached): attach {what} to explain it "
-                f"(receipts ingest PROFILE --attach {run_name})")
+        return f"{run_name}: a log-only receipt (no profiler export attached): attach {what} to explain it"
     if not profile["has_steps"]:
         return (f"{run_name}: its {profile['source_format']} profile has no steady steps (no step markers, or every "
                 f"step inside the warm-up): profile with step markers (receipts.capture's Recorder.step, or "
@@ -165,7 +169,7 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
     """The stable `explain --json` contract (docs/cli.md)."""
     e = r.explanation
     out: dict[str, Any] = {"run": r.run_name, "id": r.receipt_id, "against": r.against, "mode": r.mode,
-                           "refused": r.refusal}
+                           "refused": r.refusal, "remedy": asdict(r.remedy) if r.remedy else None}
     if e is None:
         return {**out, "verdict": None, "components": []}
     return {

@@ -40,6 +40,7 @@ class PreflightFacts:
     torch_version: str | None = None                   # '2.11.0+cu130'
     expect_cuda: str | None = None                     # 'cu132'
     paths: tuple[PathFact, ...] = ()
+    gpu_probe: str | None = None                       # why the node's GPUs could not be read; None when they were
 
 
 Severity = Literal["error", "warning"]  # an error fails `receipts preflight` (exit 2); a warning is said
@@ -57,7 +58,8 @@ class Finding:
 @dataclass(frozen=True)
 class PreflightReport:
     findings: tuple[Finding, ...]
-    checked: tuple[str, ...]  # rule names that ran
+    checked: tuple[str, ...]  # rule names that had their facts to judge
+    unchecked: tuple[str, ...] = ()  # rule names that ran without them (nothing to read: no GPUs, no /proc)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -68,7 +70,8 @@ class PreflightReport:
         return not self.errors
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "checked": list(self.checked), "findings": [asdict(f) for f in self.findings]}
+        return {"ok": self.ok, "checked": list(self.checked), "unchecked": list(self.unchecked),
+                "findings": [asdict(f) for f in self.findings]}
 
 
 def topology_fallback(facts: PreflightFacts) -> list[Finding]:
@@ -209,11 +212,28 @@ def visible_devices_masked(facts: PreflightFacts) -> list[Finding]:
                     {"CUDA_VISIBLE_DEVICES": value})]
 
 
-RULES = (topology_fallback, numa_balancing_on, max_connections_fsdp2, alloc_conf_alias, heartbeat_vs_compile,
+def gpus_unprobed(facts: PreflightFacts) -> list[Finding]:
+    """No GPU could be read: the GPU rules judged nothing, which is not the same as finding nothing wrong."""
+    if facts.gpu_probe is None:
+        return []
+    return [Finding("gpus-unprobed", "warning",
+                    f"{facts.gpu_probe}: this node's GPU model, count and topology are unknown, so the topology "
+                    "rule checked nothing",
+                    "run preflight where the job runs (the GPU node, inside its container), where nvidia-smi works",
+                    {"gpu_probe": facts.gpu_probe})]
+
+
+# What each rule needs to have read; without it the rule runs but judges nothing (PreflightReport.unchecked).
+_READS = {"topology_fallback": lambda f: f.topology_available, "numa_balancing_on": lambda f: f.numa_balancing is not None,
+          "gpus_unprobed": lambda f: True}
+
+RULES = (gpus_unprobed, topology_fallback, numa_balancing_on, max_connections_fsdp2, alloc_conf_alias, heartbeat_vs_compile,
          mnnvl_forced, torch_cuda_suffix, paths_on_root, visible_devices_masked)
 
 
 def run_preflight(facts: PreflightFacts, *, rules=RULES) -> PreflightReport:
     findings = [f for rule in rules for f in rule(facts)]
     findings.sort(key=lambda f: (f.severity != "error", f.rule))
-    return PreflightReport(tuple(findings), tuple(r.__name__ for r in rules))
+    judged = {r.__name__: _READS.get(r.__name__, lambda f: True)(facts) for r in rules}
+    return PreflightReport(tuple(findings), tuple(n for n, ok in judged.items() if ok),
+                           tuple(n for n, ok in judged.items() if not ok))

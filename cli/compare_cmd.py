@@ -64,6 +64,8 @@ def _render_speed(c) -> None:
     for label, s in (("A", c.a), ("B", c.b)):
         if s.ended_early:
             console.print(f"{label}: " + ended_early_line(s.run_name, s.ended_early))
+    for warning in c.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
     if not c.comparable:
         console.print(f"[bold red]REFUSED[/] {escape(c.a.run_name)} ({c.a.id[:12]}) vs {escape(c.b.run_name)} ({c.b.id[:12]})")
         console.print(escape(c.reason))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import List, Optional
 
 import typer
@@ -12,6 +13,7 @@ from receipts.analysis.explain_run import explain_in_store, to_json
 from receipts.cli.context import handle_errors, print_json, print_jsonl, settings
 from receipts.cli.explain_render import echo, text_lines
 from receipts.cli.output import Column, chosen_format, emit, format_option
+from receipts.cli.words import with_remedy
 
 # TSV / CSV: one row per component (the --json contract's fields)
 COMPONENT_COLUMNS = [Column(k) for k in ("level", "name", "category", "baseline_ms_per_step", "candidate_ms_per_step",
@@ -47,6 +49,8 @@ def explain(
     fmt = chosen_format(fmt, as_json=as_json, piped="table")
     with settings(ctx).read_store() as store:
         result = explain_in_store(store, run, against=against, last=last, levels=tuple(level or LEVELS))
+    if result.refusal:  # its way out said as this command line's command
+        result = replace(result, refusal=with_remedy(result.refusal, result.remedy))
     report = to_json(result)
     if fmt == "json":
         print_json(report)

@@ -18,7 +18,7 @@ from receipts.errors import InputError, UsageError
 from receipts.pipeline.execution import RankMap
 from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each, ingest_targets
 from receipts.schema.categories import load_category_rules
-from receipts.schema.model import IdentityClaim
+from receipts.schema.model import IdentityClaim, as_text
 from receipts.store import is_server_url
 
 
@@ -109,9 +109,10 @@ def _row(item: IngestOutcome | IngestFailure) -> dict:
         error: dict[str, Any] = {"type": type(exc).__name__, "message": one_line(exc)}
         if isinstance(exc, InputError):
             error.update(path=str(exc.path), line=exc.line, table=exc.table)
-        return {"path": item.path, "status": "failed", "error": error}
+        return {"path": as_text(item.path), "status": "failed", "error": error}
     conflict = item.identity_conflict and {**item.identity_conflict, "retag": _retag(item.identity_conflict)}
-    return {"path": item.path, "status": "ingested" if item.created else "unchanged", **item.__dict__,
+    return {"path": as_text(item.path), "status": "ingested" if item.created else "unchanged",
+            **{k: v for k, v in item.__dict__.items() if k != "path"},
             "warnings": _warnings(item), "identity_conflict": conflict}
 
 

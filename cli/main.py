@@ -107,6 +107,26 @@ class LazyGroup(TyperGroup):
             _plain_flags(command)
             self.commands.setdefault(name, command)
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """As typer's, but a usage error is one line on stderr (click's is a usage box of three or four)."""
+        kwargs["standalone_mode"], standalone = False, kwargs.get("standalone_mode", True)
+        if not standalone:
+            return super().main(*args, **kwargs)
+        try:
+            rv = super().main(*args, **kwargs)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        except typer.TyperException as exc:  # click's exceptions, as Typer vendors them (not public: told by shape)
+            ctx = getattr(exc, "ctx", None)
+            if ctx is None or type(exc).__name__ == "NoArgsIsHelpError":
+                getattr(exc, "show")()  # not a usage error, or `receipts` / a group alone: its help, as before
+            else:
+                hint = "; a path that begins with '-' goes after `--`" if hasattr(exc, "possibilities") else ""
+                typer.echo(f"Error: {exc.format_message()} (see `{ctx.command_path} --help`{hint})", err=True)
+            sys.exit(exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True
         try:

@@ -41,7 +41,9 @@ def preflight(
         for f in report.findings:
             console.print(f"{_MARK[f.severity]} {f.rule}: {f.reason}", markup=True)
             console.print(f"    fix: {f.fix}", markup=False)
+        unchecked = f"; not checked, nothing to read: {', '.join(report.unchecked)}" if report.unchecked else ""
         console.print(f"{len(report.errors)} error(s), {len(report.findings) - len(report.errors)} warning(s); "
-                      f"{len(report.checked)} rules checked")
+                      f"{len(report.checked)} of {len(report.checked) + len(report.unchecked)} rules checked{unchecked}",
+                      markup=False)
     if not report.ok:
         raise typer.Exit(2)

@@ -110,7 +110,7 @@ def render_report(r: dict[str, Any]) -> None:
     m = r["machine"]
     console.print(escape(f"machine: {m['machine_class'] or '-'}  world size {m['world_size'] or '-'}  "
                          f"GPUs on host {m.get('gpus_on_host') or '-'}  ranks traced {m.get('ranks_traced') or '-'}  "
-                         f"host {ident['hostname'] or '-'}"))
+                         f"host {ident['hostname'] or '-'}{_machine_origins(r.get('provenance') or {})}"))
     if r.get("time_to_train_s") is not None:
         console.print(f"[bold]time to train: {fmt_duration(r['time_to_train_s'])}[/] (MLPerf run_start -> run_stop; "
                       f"the series below is per {r['series_unit']})")
@@ -147,3 +147,10 @@ def render_report(r: dict[str, Any]) -> None:
         console.print(escape(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}") + forced)
     for w in r["warnings"]:
         console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def _machine_origins(provenance: dict) -> str:
+    """Where the machine facts the log did not state came from (the attachments that gave them)."""
+    origins = provenance.get("machine")
+    files = list(dict.fromkeys(origins.values())) if isinstance(origins, dict) else []
+    return f"  (from {', '.join(files)})" if files else ""

@@ -32,7 +32,7 @@ def remedy_text(remedy: Remedy) -> str:
         tag = values.get("tag", "TAG")
         return f"tag runs at ingest: receipts ingest run.log --tag {tag} (or receipts retag RUN --tag {tag} --why ...)"
     if kind == "attach":
-        return f"attach one: receipts ingest run.sqlite --attach {receipt}"
+        return f"to attach one: receipts ingest run.sqlite --attach {receipt}"
     if kind == "attach_to":
         return "give --attach RUN"
     if kind == "force":

@@ -18,6 +18,7 @@ import re
 import polars as pl
 
 from receipts.errors import InputError, UnsupportedVersion
+from receipts.ingest import profiler
 from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
 from receipts.schema.memory import MemoryGeometry
@@ -60,6 +61,28 @@ def _loads(log: LogText, line_no: int, payload: str) -> dict:
         raise UnsupportedVersion(f"RECEIPT record at {log.path}:{line_no}", str(obj.get("v")),
                                  ", ".join(map(str, SUPPORTED_VERSIONS)))
     return obj
+
+
+# The fields of the non-step records that are read, and the JSON type each must have where present (null allowed).
+_FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "header": {"identity": (dict,), "software": (dict,), "topology": (dict,), "provenance": (dict,),
+               "features": (dict,), "env": (dict,), "tags": (list,), "gpu_count": (int,), "world_size": (int,),
+               "rank": (int,), "run_name": (str,), "run_id": (str,), "hostname": (str,), "started_at": (str,),
+               "gpu_model": (str,), "command": (str,)},
+    "footer": {"rank": (int,), "exit_code": (int,), "peak_allocated_bytes": (int,), "peak_reserved_bytes": (int,)},
+    "phase": {"step": (int,), "rank": (int,)},
+}
+_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
+              bool: "true or false"}
+
+
+def _check_fields(log: LogText, line_no: int, obj: dict) -> None:
+    """A header, footer or phase record whose read fields have the wrong JSON type is one InputError at its line."""
+    for key, types in _FIELD_TYPES.get(obj["kind"], {}).items():
+        value = obj.get(key)
+        if value is not None and (not isinstance(value, types) or (int in types and isinstance(value, bool))):
+            raise InputError(log.path, f"RECEIPT {obj['kind']} field '{key}' must be {_JSON_TYPE[types[0]]}, found "
+                                       f"{_JSON_TYPE.get(type(value), type(value).__name__)}", line=line_no)
 
 
 def parse(log: LogText) -> ParsedRun:
@@ -108,6 +131,7 @@ def parse(log: LogText) -> ParsedRun:
     for line_no, payload in records.filter(~is_step).iter_rows():
         obj = _loads(log, line_no, payload)
         kind = obj["kind"]
+        _check_fields(log, line_no, obj)
         if kind == "header":
             headers.append(obj)
             header = {**header, **obj}  # per-rank headers repeat the same facts; later fields win
@@ -150,7 +174,7 @@ def parse(log: LogText) -> ParsedRun:
         phases=tuple(phases),
         memory=memory,
         env=env,
-        software=dict(header.get("software") or {}),
+        software={**dict(header.get("software") or {}), **_profiler(header.get("command"))},
         topology=dict(header.get("topology") or {}),
         provenance={k: header[k] for k in ("run_name", "run_id", "command", "git_rev", "git_status", "cwd") if k in header}
         | dict(header.get("provenance") or {}),
@@ -214,3 +238,8 @@ def _ended_early(log: LogText, *, cut_note: str | None, headers: list[dict], foo
             reasons.append(f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} wrote no RECEIPT "
                            "footer (the process stopped before close())")
     return "; ".join(reasons) or None
+
+
+def _profiler(command: object) -> dict[str, str]:
+    """The profiler the launcher's command ran under (`nsys profile ...`), as software facts (ingest/profiler.py)."""
+    return profiler.of_command(command) if isinstance(command, str) else {}

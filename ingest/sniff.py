@@ -115,7 +115,7 @@ def parse_log(log: LogText, name: str | None = None, *, step_line: str | None = 
     if name == "declared" or (name is None and _declared(log.head(SNIFF_CHUNK), step_line)):
         if step_line is None:
             raise InputError(log.path, "the declared format needs a step line: [logs] step_line in receipts.toml "
-                                       "(or --registry FILE)")
+                                       "(or in an extra registry file)")
         parsed = declared.parse(log, step_line)
         return parsed if parsed.started_at is not None else replace(parsed, started_at=log_start_time(log))
     forced_child = name if name not in (None, "native") else None

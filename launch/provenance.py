@@ -242,4 +242,5 @@ def preflight_facts(*, environ: dict, regime: str | None, compile_window_s: floa
         topology_available=topo_ok, numa_balancing=numa_balancing(),
         env=env_overlay(environ, rules=load_env_rules()), regime=regime, compile_window_s=compile_window_s,
         torch_version=software.get("torch"), expect_cuda=expect_cuda, paths=tuple(paths),
+        gpu_probe=gpus.get("gpu_probe"),
     )

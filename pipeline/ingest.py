@@ -21,8 +21,10 @@ from receipts.errors import InputError, Remedy
 from receipts.ingest import sysinfo
 from receipts.ingest.logbytes import COMPRESSED_SUFFIXES, log_sha256
 from receipts.ingest.textlog import ReadProgress
-from receipts.ingest.machine import MachineSeen, contradictions, machine_of_anatomy, machine_of_facts
+from receipts.ingest import profiler
+from receipts.ingest.machine import machine_of_anatomy, machine_of_facts
 from receipts.lifecycle import LedgerWrite, already_stored, write_current
+from receipts.pipeline.attach import check_attachment
 from receipts.pipeline.execution import RankMap
 from receipts.pipeline.parse import parse_log, parse_profile, source_file
 from receipts.pipeline.targets import (MULTI_FILE_KINDS, PROFILE_KINDS, SIDECAR_NAME, IngestFailure, ingest_targets,
@@ -30,8 +32,9 @@ from receipts.pipeline.targets import (MULTI_FILE_KINDS, PROFILE_KINDS, SIDECAR_
 from receipts.schema import toml_file
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
+from receipts.schema.model import (FACT_SECTIONS, NAME_MAX_CHARS, IdentityClaim, ParsedRun, Receipt, SourceFile,
+                                   StepWindow, as_text)
 from receipts.schema.secrets import redact
-from receipts.schema.model import FACT_SECTIONS, IdentityClaim, ParsedRun, Receipt, SourceFile, StepWindow
 from receipts.schema.registry import Registry
 from receipts.schema.toml_file import read_toml
 from receipts.scratch import scratch_dir
@@ -66,6 +69,9 @@ def read_sidecar(path: Path) -> tuple[IdentityClaim, dict]:
     # line naming the file and key, not a TypeError later.
     fields = {k: toml_file.text(data.get(k), sidecar, k) for k in ("host_lineage", "preset", "regime", "hostname",
                                                                    "run_name")}
+    for key, value in fields.items():
+        if value is not None and len(value) > NAME_MAX_CHARS:
+            raise InputError(sidecar, f"key {key} is {len(value):,} characters long; at most {NAME_MAX_CHARS:,}")
     data = {**data, **{k: v for k, v in fields.items() if v is not None},
             "tags": list(toml_file.strings(data.get("tags"), sidecar, "tags"))}
     claim = IdentityClaim(fields["host_lineage"], fields["preset"], fields["regime"], fields["hostname"])
@@ -98,6 +104,8 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
     written by `receipts run`, so nothing redacted its lines before."""
     parsed = redacted_text(parsed, registry)
     identity = resolve_identity(parsed.claim.merged(claim), registry)
+    _check_name_lengths(source, run_name=run_name, host_lineage=identity.raw_host_lineage, preset=identity.raw_preset,
+                        regime=identity.raw_regime, hostname=identity.hostname, run_id=parsed.provenance.get("run_id"))
     window = choose_window(parsed.steps, parsed.phases, tail=parsed.tail_step)
     if (few := few_steady_steps(window)) is not None:
         parsed = replace(parsed, warnings=parsed.warnings + (few,))
@@ -113,6 +121,14 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
         tags=tuple(sorted(set(tags))),
         summary=summary,
     )
+
+
+def _check_name_lengths(source: SourceFile, **names: object) -> None:
+    """Names are index keys: one longer than NAME_MAX_CHARS is refused naming the file, before any write."""
+    for what, value in names.items():
+        if isinstance(value, str) and len(value) > NAME_MAX_CHARS:
+            raise InputError(source.path, f"the {what.replace('_', ' ')} is {len(value):,} characters long; at most "
+                                          f"{NAME_MAX_CHARS:,} (from the file, receipt.toml or the command line)")
 
 
 def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = IdentityClaim(),
@@ -209,14 +225,16 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
             raise InputError(path, f"is `{kind}` output: machine facts belong to a run", remedy=Remedy("attach_to"))
         section, facts = sysinfo.facts(path, kind)
         receipt_id = store.resolve(attach)
-        forced = check_attachment(store, receipt_id, path, machine_of_facts(kind, facts), force=force)
-        created = store.attach_facts(receipt_id, section, facts, source_file(path, kind, kind), forced=forced)
-        return IngestOutcome(str(path), receipt_id, attach, created, kind, forced=forced)
+        checked = check_attachment(store, receipt_id, path, machine_of_facts(kind, facts), force=force,
+                                   label=f"{_WHAT[kind]} {path.name}")
+        created = store.attach_facts(receipt_id, section, facts, source_file(path, kind, kind), forced=checked.forced,
+                                     fill=checked.fill)
+        return IngestOutcome(str(path), receipt_id, attach, created, kind, forced=checked.forced)
     if attach is not None:
         raise InputError(path, "takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces) or a PyTorch memory "
                                "snapshot; this looks like a training log", option="attach")
     side_claim, side = read_sidecar(path)
-    name = run_name or side.get("run_name") or _default_run_name(path)
+    name = run_name or side.get("run_name") or as_text(_default_run_name(path))
     all_tags = tuple(tags) + tuple(side.get("tags", ()))
     asked, named = side_claim.merged(identity), bool(run_name or side.get("run_name"))
     content_sha256 = log_sha256(path)  # a compressed log's is its text's: gzipped or not, one receipt
@@ -246,11 +264,17 @@ def _ingest_memory(store: Store, path: Path, *, attach: str | None) -> IngestOut
                          warnings=tuple(w for g in geometries for w in g.warnings))
 
 
+# How an attachment is named where a receipt says which file gave it a fact.
+_WHAT = {"nsys": "nsys export", "kineto": "Kineto trace", "topology": "topology", "collect_env": "collect_env",
+         "nccl_tests": "nccl-tests"}
+
+
 def _default_run_name(path: Path) -> str:
     """A `receipts run` directory's name for its run.log, else the file's name without its extension (and without
     a compression suffix first: train.log.gz is the run `train`, as train.log is)."""
     plain = path.with_suffix("") if path.suffix in COMPRESSED_SUFFIXES else path
-    return path.parent.name if plain.name == "run.log" else plain.stem
+    # absolute: `ingest run.log` from inside the run directory names the run by that directory, not ""
+    return (path.absolute().parent.name or plain.stem) if plain.name == "run.log" else plain.stem
 
 
 def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityClaim, run_name: str | None,
@@ -265,14 +289,16 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
         source = source_file(path, anatomy.source_format, anatomy.source_format, profile_files(path, kind))
         if attach is not None:
             receipt_id = store.resolve(attach)
-            forced = check_attachment(store, receipt_id, path, machine_of_anatomy(anatomy), force=force)
+            checked = check_attachment(store, receipt_id, path, machine_of_anatomy(anatomy), force=force,
+                                       label=f"{_WHAT[anatomy.source_format]} {path.name}", profile=anatomy,
+                                       software=profiler.of_profile(anatomy.source_format))
             anatomy = in_receipt_window(anatomy, _stored_window(store, receipt_id))
-            created = store.attach_anatomy(receipt_id, anatomy, source, forced=forced)
+            created = store.attach_anatomy(receipt_id, anatomy, source, forced=checked.forced, fill=checked.fill)
             return IngestOutcome(str(path), receipt_id, attach, created, "anatomy", warnings=anatomy.warnings,
-                                 forced=forced)
+                                 forced=checked.forced)
         parsed = receipt_from_anatomy(anatomy)
         side_claim, side = read_sidecar(path)
-        name = run_name or side.get("run_name") or path.name.split(".")[0]
+        name = run_name or side.get("run_name") or as_text(path.name.split(".")[0])
         receipt = build_receipt(parsed, source=source, claim=side_claim.merged(identity), registry=registry,
                                 run_name=name, tags=tuple(tags))
         anatomy = in_receipt_window(anatomy, receipt.window)
@@ -295,20 +321,6 @@ def _raw_staging(store: Store, kind: str, keep_raw: bool) -> Iterator[Path | Non
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def check_attachment(store: Store, receipt_id: str, path: Path, seen: MachineSeen, *, force: bool) -> str | None:
-    """Refuse (InputError, exit 2) a file whose GPU model or count contradicts the receipt, naming both
-    values; with force, attach anyway and return the contradiction, which is recorded with the source."""
-    row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
-    found = contradictions(seen, row)
-    if not found:
-        return None
-    what = "; ".join(found)
-    if not force:
-        raise InputError(path, f"contradicts receipt {receipt_id} ({row['run_name']}): {what}; not attached",
-                         remedy=Remedy("force"))
-    return what
 
 
 def _stored_window(store: Store, receipt_id: str) -> StepWindow:

@@ -171,8 +171,17 @@ class SourceFile:
     role: str = "log"  # log | nsys | kineto | topology | collect_env | nccl_tests
 
 
+def as_text(name: str) -> str:
+    """A file name as text any store can hold: bytes of it that are not UTF-8 (which Python keeps as lone
+    surrogates, `os.fsdecode`) written as \\xNN escapes, the rest as it is."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 # Machine-fact source roles (`ingest topo.txt --attach RUN`) and the receipt section their facts merge into.
 FACT_SECTIONS = {"topology": "topology", "collect_env": "software", "nccl_tests": "topology"}
+# The longest run name, identity value, hostname or run id a receipt keeps: they are index keys (DuckDB's ART
+# holds at most 122,880 bytes a key, and the lane index three of them); a name is for people, 4,096 is plenty.
+NAME_MAX_CHARS = 4096
 
 
 @dataclass(frozen=True)

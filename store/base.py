@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -38,6 +38,37 @@ class ReceiptRows(NamedTuple):
     small: dict[str, list[dict[str, Any]]]   # table -> rows, the receipts row first
     bulk: Mapping[str, Steps]                # bulk table -> its rows of this receipt
     supersedes: tuple[str, ...] = ()         # ids this receipt superseded there, superseded here too
+
+
+@dataclass(frozen=True)
+class ReceiptFill:
+    """What an attachment adds to its receipt, in the attachment's own transaction: machine columns the receipt
+    lacks (a value it has is never overwritten), the file each came from (provenance_json's "machine"), and
+    software facts the receipt does not state (the profiler it ran under)."""
+
+    columns: Mapping[str, Any] = field(default_factory=dict)
+    origins: Mapping[str, str] = field(default_factory=dict)    # column -> the file that gave it
+    software: Mapping[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.columns or self.software)
+
+    def assignments(self, provenance_json: str | None, software_json: str | None) -> list[tuple[str, Any, bool]]:
+        """(column, value, only where null) for the UPDATE of a receipts row that holds these JSON columns."""
+        from receipts.store import rows as R
+
+        provenance = json.loads(provenance_json or "{}")
+        provenance["machine"] = {**dict(self.origins), **provenance.get("machine", {})}
+        software = {**dict(self.software), **json.loads(software_json or "{}")}
+        unknown = set(self.columns) - set(FILLABLE_COLUMNS)
+        if unknown:
+            raise ValueError(f"not machine columns: {sorted(unknown)}")
+        return [*((c, v, True) for c, v in self.columns.items()),
+                ("provenance_json", R.dumps(provenance), False), ("software_json", R.dumps(software), False)]
+
+
+# What ReceiptFill may set on a receipt (never identity or run name: those change through retag only).
+FILLABLE_COLUMNS = ("gpu_model", "gpu_count", "gpus_on_host", "world_size", "ranks_traced", "hostname", "machine_class")
 
 
 @dataclass(frozen=True)
@@ -105,9 +136,11 @@ class Store(ABC):
                             {"sha": receipt.content_sha256}).row(0)
         return WriteResult(existing[0], False, existing[1])
 
-    def attach_anatomy(self, receipt_id: str, anatomy: Anatomy, source: SourceFile, *, forced: str | None = None) -> bool:
+    def attach_anatomy(self, receipt_id: str, anatomy: Anatomy, source: SourceFile, *, forced: str | None = None,
+                       fill: ReceiptFill | None = None) -> bool:
         """Attach a profiler export to an existing receipt; False when that export is already attached.
-        `forced`: the contradiction `--force` overrode, kept on the source row."""
+        `forced`: the contradiction the caller forced past, kept on the source row. `fill`: what the export adds
+        to the receipt (its machine where the receipt knows none, the profiler), in the same transaction."""
         from receipts.store import rows as R
 
         ingested_at = R.now_iso()
@@ -115,17 +148,19 @@ class Store(ABC):
         small: dict[str, list[dict[str, Any]]] = {
             "receipt_sources": R.source_rows(receipt_id, (source,), ingested_at, forced=forced)}
         self._add_anatomy(bulk, small, receipt_id, anatomy, source, ingested_at)
-        return self._write(content_sha256=None, small=small, bulk=bulk, attach=(receipt_id, source.sha256))
+        return self._write(content_sha256=None, small=small, bulk=bulk, attach=(receipt_id, source.sha256),
+                           fill=fill or None)
 
     def attach_facts(self, receipt_id: str, section: str, facts: dict[str, Any], source: SourceFile, *,
-                     forced: str | None = None) -> bool:
-        """Merge machine facts (topology, software) into a receipt; False when that file is already attached."""
+                     forced: str | None = None, fill: ReceiptFill | None = None) -> bool:
+        """Merge machine facts (topology, software) into a receipt; False when that file is already attached.
+        `fill`: the machine columns the file adds where the receipt has none, in the same transaction."""
         from receipts.store import rows as R
 
         if section not in ("topology", "software"):
             raise ValueError(section)
         return self._merge_json(receipt_id, f"{section}_json", facts,
-                                R.source_rows(receipt_id, (source,), R.now_iso(), forced=forced))
+                                R.source_rows(receipt_id, (source,), R.now_iso(), forced=forced), fill or None)
 
     def attach_memory(self, receipt_id: str, geometries: tuple[MemoryGeometry, ...], source: SourceFile, *,
                       forced: str | None = None) -> bool:
@@ -196,11 +231,12 @@ class Store(ABC):
         return R.dumps({**json.loads(current or "{}"), **facts})
 
     @abstractmethod
-    def _merge_json(self, receipt_id: str, column: str, facts: dict[str, Any], source_rows: list[dict[str, Any]]) -> bool:
+    def _merge_json(self, receipt_id: str, column: str, facts: dict[str, Any], source_rows: list[dict[str, Any]],
+                    fill: ReceiptFill | None = None) -> bool:
         """In one transaction: insert the source row (its (receipt, sha256) key decides idempotency), then read
         receipts.<column>, merge `facts` into it and write it back, the row locked from read to write so two
-        attachments racing on one receipt both land. Returns False, changing nothing, when the source is
-        already attached."""
+        attachments racing on one receipt both land; then apply `fill`. Returns False, changing nothing, when the
+        source is already attached."""
 
     def _add_anatomy(self, bulk, small, receipt_id, anatomy, source, ingested_at) -> None:
         import polars as pl
@@ -276,11 +312,13 @@ class Store(ABC):
     @abstractmethod
     def _write(self, *, content_sha256: str | None, small: dict[str, list[dict[str, Any]]],
                bulk: Mapping[str, Steps], attach: tuple[str, str] | None = None,
-               supersede: tuple[str, tuple[str, ...]] | None = None, guard: str = "anatomy_sources") -> bool:
+               supersede: tuple[str, tuple[str, ...]] | None = None, guard: str = "anatomy_sources",
+               fill: ReceiptFill | None = None) -> bool:
         """Insert everything in one transaction. Returns False (and writes nothing) when the content hash
         (or, for an attachment, the (receipt, source sha256) pair in `guard`: anatomy_sources or memory_sources)
         is already stored. `supersede` = (new id, earlier ids): set the earlier receipts' superseded_by, where
-        null, in the same transaction."""
+        null, in the same transaction. `fill` (an attachment's): applied to the attached receipt's row in the same
+        transaction."""
 
     # ---- reads ------------------------------------------------------------------------------
     @staticmethod

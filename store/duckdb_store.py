@@ -11,7 +11,7 @@ from receipts.duck import insert_frame, query_frame, query_rows
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.version import SCHEMA_VERSION
 from receipts.scratch import scratch_dir
-from receipts.store.base import ReceiptRows, Store, check_unchanged, next_history_rows
+from receipts.store.base import ReceiptFill, ReceiptRows, Store, check_unchanged, next_history_rows
 from receipts.store.duckdb_lock import open_with_lock_wait
 from receipts.store.duckdb_tx import transaction
 
@@ -47,7 +47,7 @@ class DuckDBStore(Store):
     def sql_rows(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> list[dict[str, Any]]:
         return query_rows(self.con, query, params)
 
-    def _merge_json(self, receipt_id, column, facts, source_rows) -> bool:
+    def _merge_json(self, receipt_id, column, facts, source_rows, fill=None) -> bool:
         # One writer process per DuckDB file (its lock), and the read sits inside the write transaction.
         con = self.con
         with transaction(con) as tx:
@@ -59,6 +59,8 @@ class DuckDBStore(Store):
             current = con.execute(f"SELECT {column} FROM receipts WHERE id = ?", [receipt_id]).fetchone()  # column: ours
             con.execute(f"UPDATE receipts SET {column} = ? WHERE id = ?",
                         [self._merged(current[0] if current else None, facts), receipt_id])
+            if fill:
+                _apply_fill(con, receipt_id, fill)
         return True
 
     def _retag(self, receipt_id, expected, changes, history) -> int:
@@ -122,7 +124,8 @@ class DuckDBStore(Store):
                                 superseding)
         return copied
 
-    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None, guard="anatomy_sources") -> bool:
+    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None, guard="anatomy_sources",
+               fill=None) -> bool:
         con = self.con
         with transaction(con) as tx:
             if content_sha256 is not None and con.execute(
@@ -141,6 +144,8 @@ class DuckDBStore(Store):
                 new_id, earlier = supersede
                 con.executemany("UPDATE receipts SET superseded_by = ? WHERE id = ? AND superseded_by IS NULL",
                                 [[new_id, old_id] for old_id in earlier])
+            if fill and attach is not None:
+                _apply_fill(con, attach[0], fill)
         return True
 
 
@@ -149,6 +154,16 @@ _ATTACHED = {
     "anatomy_sources": "SELECT 1 FROM anatomy_sources WHERE receipt_id = ? AND source_sha256 = ?",
     "memory_sources": "SELECT 1 FROM memory_sources WHERE receipt_id = ? AND source_sha256 = ?",
 }
+
+
+def _apply_fill(con: duckdb.DuckDBPyConnection, receipt_id: str, fill: ReceiptFill) -> None:
+    """An attachment's additions to its receipt's row (ReceiptFill), inside the caller's transaction."""
+    row = con.execute("SELECT provenance_json, software_json FROM receipts WHERE id = ?", [receipt_id]).fetchone()
+    if row is None:
+        return
+    changes = fill.assignments(*row)
+    sets = ", ".join(f"{c} = coalesce({c}, ?)" if only_null else f"{c} = ?" for c, _, only_null in changes)
+    con.execute(f"UPDATE receipts SET {sets} WHERE id = ?", [*(v for _, v, _ in changes), receipt_id])  # names: ours
 
 
 def _insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame | pl.LazyFrame) -> None:

@@ -21,7 +21,7 @@ from receipts.duck import connect, query_frame, query_rows
 from receipts.errors import StoreError
 from receipts.schema.tables import metadata
 from receipts.schema.model import Steps
-from receipts.store.base import Store, check_unchanged, next_history_rows
+from receipts.store.base import ReceiptFill, Store, check_unchanged, next_history_rows
 from receipts.store.migrations import PostgresTarget, ensure_schema
 from receipts.store.rows import bulk_slices
 from receipts.store.urls import libpq_dsn, redact_url
@@ -82,7 +82,7 @@ class PostgresStore(Store):
             return fetch(con, query, params)
 
     # ---- writes ----------------------------------------------------------------------------------
-    def _merge_json(self, receipt_id, column, facts, source_rows) -> bool:
+    def _merge_json(self, receipt_id, column, facts, source_rows, fill=None) -> bool:
         if self.read_only:
             raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
         try:
@@ -96,6 +96,8 @@ class PostgresStore(Store):
                                             (receipt_id,)).fetchone()
                 self.conn.execute(f"UPDATE receipts SET {column} = %s WHERE id = %s",
                                   (self._merged(current[0] if current else None, facts), receipt_id))
+                if fill:
+                    _apply_fill(self.conn, receipt_id, fill)
                 return True
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StoreError(self.url, f"permission denied: {str(exc).strip()}") from exc
@@ -138,7 +140,8 @@ class PostgresStore(Store):
                               ([r["receipt_id"] for r in rows],))
             _insert_rows(self.conn, table, rows)
 
-    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None, guard="anatomy_sources") -> bool:
+    def _write(self, *, content_sha256, small, bulk, attach=None, supersede=None, guard="anatomy_sources",
+               fill=None) -> bool:
         if self.read_only:
             raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
         small = dict(small)
@@ -167,6 +170,8 @@ class PostgresStore(Store):
                     with self.conn.cursor() as cur:
                         cur.executemany("UPDATE receipts SET superseded_by = %s WHERE id = %s AND superseded_by IS NULL",
                                         [(new_id, old_id) for old_id in earlier])
+                if fill and attach is not None:
+                    _apply_fill(self.conn, attach[0], fill)
                 return True
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise StoreError(self.url, "this role may not write (read-only); use a writer role to ingest") from exc
@@ -174,6 +179,27 @@ class PostgresStore(Store):
             raise StoreError(self.url, f"permission denied: {str(exc).strip()}") from exc
         # psycopg.Rollback exits the transaction block quietly: the content was already there.
         return False
+
+
+def _apply_fill(conn: psycopg.Connection, receipt_id: str, fill: ReceiptFill) -> None:
+    """An attachment's additions to its receipt's row (ReceiptFill), inside the caller's transaction; FOR UPDATE:
+    two attachments of one receipt merge its JSON columns one after the other, neither losing the other's. A
+    writer role granted UPDATE on the fact columns only (the grants before machine facts merged) still attaches:
+    the merge is left out (a savepoint), the attachment kept."""
+    row = conn.execute("SELECT provenance_json, software_json FROM receipts WHERE id = %s FOR UPDATE",
+                       (receipt_id,)).fetchone()
+    if row is None:
+        return
+    changes = fill.assignments(*row)
+    sets = pgsql.SQL(", ").join(
+        pgsql.SQL("{c} = coalesce({c}, %s)" if only_null else "{c} = %s").format(c=pgsql.Identifier(c))
+        for c, _, only_null in changes)
+    try:
+        with conn.transaction():
+            conn.execute(pgsql.SQL("UPDATE receipts SET {} WHERE id = %s").format(sets),
+                         [*(v for _, v, _ in changes), receipt_id])
+    except psycopg.errors.InsufficientPrivilege:
+        pass
 
 
 def _columns(table: str) -> list[str]:

@@ -12,7 +12,7 @@ import polars as pl
 from receipts.schema.identity import identity_columns
 from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, COMPONENT_SCHEMA,
                                    RECEIPT_MODEL_VERSION,
-                                   Anatomy, Receipt, SourceFile, Steps, mark_warmup)
+                                   Anatomy, Receipt, SourceFile, Steps, as_text, mark_warmup)
 
 
 def dumps(value: Any) -> str:
@@ -125,7 +125,7 @@ def memory_rows(receipt: Receipt) -> list[dict[str, Any]]:
 
 def source_rows(receipt_id: str, sources: tuple[SourceFile, ...], ingested_at: str,
                 forced: str | None = None) -> list[dict[str, Any]]:
-    return [{"receipt_id": receipt_id, "sha256": s.sha256, "path": s.path, "size_bytes": s.size_bytes,
+    return [{"receipt_id": receipt_id, "sha256": s.sha256, "path": as_text(s.path), "size_bytes": s.size_bytes,
              "format": s.format, "role": s.role, "ingested_at": ingested_at, "forced": forced} for s in sources]
 
 

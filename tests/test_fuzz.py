@@ -1140,3 +1140,93 @@ def test_a_claims_file_with_a_10_mb_line_parses_within_the_case_bound():
     with time_bound():
         parsed = claims.parse_claims(text, "big.yaml")
     assert [c.line for c in parsed.claims] == [4] and parsed.claims[0].speedup == 1.1
+
+
+# --- regressions: single cases the campaign found, each a real process before its fix -------------------------
+
+REV_LOG = GPU_DATA / "fsdp2_1gpu_rev" / "run.log"
+
+
+def _invoke(*args: str):
+    from typer.testing import CliRunner
+
+    from receipts.cli.main import app
+
+    return CliRunner().invoke(app, list(args), catch_exceptions=True)
+
+
+def _one_error_line(result, *, code: int = 2) -> str:
+    assert result.exit_code == code, (result.exit_code, result.output)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output and "run with --debug" not in result.output, result.output
+    return lines[0]
+
+
+def test_an_option_that_is_no_option_is_one_line_naming_the_way_out(tmp_path):
+    """`receipts ingest -x.log`: click's usage box (usage, a hint, a blank line, the error) is one line."""
+    line = _one_error_line(_invoke("--db", str(tmp_path / "r.duckdb"), "ingest", "-x.log"))
+    assert line == "Error: No such option: -x (see `receipts ingest --help`; a path that begins with '-' goes after `--`)"
+
+
+@pytest.mark.parametrize("doc, value", [('version: !!int "abc"\nclaims: []\n', "'abc' cannot be read as the int"),
+                                        ("version: 1\nclaims:\n  - name: a\n    baseline: x\n    candidate: y\n"
+                                         '    metric: step_time\n    speedup: !!float "x"\n',
+                                         "'x' cannot be read as the float")])
+def test_a_claims_tag_whose_text_does_not_convert_is_one_input_error(tmp_path, doc, value):
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(doc)
+    line = _one_error_line(_invoke("--db", str(tmp_path / "r.duckdb"), "gate", str(claims)))
+    assert line.startswith(f"Error: {claims}:") and value in line
+
+
+def test_a_run_name_longer_than_an_index_key_is_refused_naming_the_file(tmp_path):
+    """A 200 kB run_name in receipt.toml: DuckDB's ART refused the key at commit (TransactionException)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(REV_LOG, run / "run.log")
+    (run / "receipt.toml").write_text(f'run_name = "{"x" * 200_000}"\n')
+    db = tmp_path / "r.duckdb"
+    result = _invoke("--db", str(db), "ingest", str(run / "run.log"))
+    assert result.exit_code == 2
+    assert f"{run / 'receipt.toml'}: key run_name is 200,000 characters long; at most 4,096" in result.output
+    assert not db.exists() or _row_counts(db).get("receipts", 0) == 0
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda lines: [lines[0].replace('"provenance":{', '"provenance":"a string","was":{', 1), *lines[1:]],
+     ":1: RECEIPT header field 'provenance' must be an object, found a string"),
+    (lambda lines: [line.replace('"rank":0', '"rank":"zero"') if '"kind":"footer"' in line else line for line in lines],
+     "RECEIPT footer field 'rank' must be an integer, found a string"),
+])
+def test_receipt_records_of_the_wrong_shape_name_their_line(tmp_path, edit, message):
+    path = tmp_path / "run.log"
+    path.write_text("".join(edit(REV_LOG.read_text().splitlines(keepends=True))))
+    db = tmp_path / "r.duckdb"
+    result = _invoke("--db", str(db), "ingest", str(path))
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not db.exists() or _row_counts(db).get("receipts", 0) == 0
+
+
+def test_a_file_name_that_is_not_utf8_is_stored_with_its_bytes_escaped(tmp_path):
+    """A log named b'r\\xff\\xfe.log' with content the store has not seen: the binding of its path raised
+    RuntimeError ('Unable to cast Python instance of type str')."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    with open(bytes(folder) + b"/r\xff\xfe.log", "wb") as f:
+        f.write(REV_LOG.read_bytes())
+    db = tmp_path / "r.duckdb"
+    result = _invoke("--db", str(db), "ingest", str(folder), "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = _json_rows(result.stdout)
+    assert row["status"] == "ingested" and row["run_name"] == "r\\xff\\xfe"
+
+
+def test_run_log_ingested_from_its_own_folder_is_named_by_the_folder(tmp_path, monkeypatch):
+    run = tmp_path / "fsdp2_run_7"
+    run.mkdir()
+    shutil.copy(REV_LOG, run / "run.log")
+    monkeypatch.chdir(run)
+    result = _invoke("--db", str(tmp_path / "r.duckdb"), "ingest", "run.log", "--json")
+    assert result.exit_code == 0, result.output
+    assert _json_rows(result.stdout)[0]["run_name"] == "fsdp2_run_7"

@@ -167,3 +167,16 @@ def test_each_rule_fires(facts, rule, severity):
 ])
 def test_rules_stay_quiet_when_fine(facts):
     assert run_preflight(facts).findings == ()
+
+
+def test_preflight_without_nvidia_smi_says_what_it_could_not_check(tmp_path, monkeypatch):
+    """No nvidia-smi on PATH (a CPU box, a container without the driver's tools): a warning, and the topology
+    rule listed as not checked, instead of '0 errors, 9 rules checked' as if the node were fine."""
+    from cli_helpers import cli_json
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no nvidia-smi, no git
+    code, report = cli_json(str(tmp_path / "r.duckdb"), "preflight")
+    assert code == 0 and report["ok"]
+    assert [f["rule"] for f in report["findings"]] == ["gpus-unprobed"]
+    assert report["findings"][0]["reason"].startswith("nvidia-smi not found: ")
+    assert "topology_fallback" in report["unchecked"] and "topology_fallback" not in report["checked"]
