@@ -82,10 +82,10 @@ def _ms(key: str, digits: int = 3) -> Any:
 
 BY_NVTX = [Column("rank"), Column("range_name", "range"), Column("count"), Column("total_ms", "total ms", show=_ms("total_ms"))]
 # The kernel's name last: C++ template names are long, and folding keeps them whole.
-BY_KERNEL = [Column("category"), Column("calls", drop=2, show=lambda r: f"{r['calls']:,}"),
+BY_KERNEL = [Column("category"), Column("calls", drop=1, show=lambda r: f"{r['calls']:,}"),
              Column("ms_per_step", "ms/step", show=_ms("ms_per_step")),
-             Column("share_pct", "% of cat.", drop=1, show=_ms("share_pct", 1)), Column("total_ms", only="data"),
-             Column("name", "kernel", show=lambda r: short_kernel_name(r["name"]))]
+             Column("share_pct", "% of cat.", drop=2, show=_ms("share_pct", 1)), Column("total_ms", only="data"),
+             Column("name", "kernel", fold=28, show=lambda r: short_kernel_name(r["name"]))]
 
 
 def short_kernel_name(name: str) -> str:

@@ -53,7 +53,9 @@ class Column:
     `drop`: on a terminal too narrow for the table, columns with the highest `drop` go first (0: never
     dropped); `kind`: 'id' (12 characters on a terminal, whole elsewhere), 'time' (RFC 3339), 'text';
     `show`: how a row's value reads on a terminal (default: the machine text); `only`: 'table' or 'data'
-    for a column shown only on a terminal, or only in TSV/CSV/JSON."""
+    for a column shown only on a terminal, or only in TSV/CSV/JSON; `fold`: a long text column that may be
+    folded onto more lines down to this many characters wide before another column is dropped (0: never
+    folded to fit; the text stays whole either way)."""
 
     key: str
     title: str = ""
@@ -61,6 +63,7 @@ class Column:
     kind: str = "text"
     show: Optional[Callable[[dict[str, Any]], str]] = None
     only: str = ""
+    fold: int = 0
 
 
 def rfc3339(value: Any) -> str:
@@ -159,9 +162,11 @@ def fitted_table(rows: list[dict[str, Any]], columns: list[Column], *, width: in
     measure = Console(width=100_000, file=io.StringIO(), color_system=None)  # the natural width, unclamped
     kept = list(columns)
     cells = [[_terminal_text(c, r) for c in columns] for r in rows]
+    # measured as folded: a foldable column counts at its fold width, rich folds it when printing
+    folded = [[text[:c.fold] if c.fold else text for c, text in zip(columns, row)] for row in cells]
     while True:
         table = _table(kept, columns, cells, title)
-        if measure.measure(table).maximum <= width:
+        if measure.measure(_table(kept, columns, folded, title)).maximum <= width:
             break
         candidates = [c for c in kept if c.drop > 0]
         if not candidates:

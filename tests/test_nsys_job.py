@@ -143,7 +143,7 @@ def test_a_run_directory_with_one_export_per_rank_attaches_one_anatomy(db):
     cli(db, "ingest", str(RUN_DIR))
     code, report = cli_json(db, "anatomy", "per_rank_gloo", "--by", "rank")
     assert code == 0 and report["source"]["path"] == str(RUN_DIR.resolve())
-    assert sorted({r["rank"] for r in report["rows"]}) == [0, 1]
+    assert sorted({r["rank"] for r in report["step_rows"]}) == [0, 1]
     assert not report["other_sources"]  # one anatomy, not one per export
     assert "0 ingested, 2 unchanged" in cli(db, "ingest", str(RUN_DIR)).stdout  # the set is hashed as one
 
