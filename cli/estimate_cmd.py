@@ -15,14 +15,35 @@ def register(app: typer.Typer) -> None:
     app.command("estimate")(estimate)
 
 
+_SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parameter_count(text: str) -> int:
+    """A parameter count as people write it: 67170304, 67_170_304, 8e9, 8B, 1.5M (powers of 1000)."""
+    from decimal import Decimal, InvalidOperation
+
+    from receipts.errors import UsageError
+
+    body = text.strip().replace("_", "").replace(",", "")
+    suffix = body[-1:].upper() if body[-1:].isalpha() and body[-1:].upper() in _SCALE else ""
+    try:
+        value = Decimal(body[:len(body) - len(suffix)]) * _SCALE[suffix]
+    except InvalidOperation:
+        value = Decimal(-1)
+    if value < 1 or value != value.to_integral_value():
+        raise UsageError(f"--params {text!r} is not a whole, positive parameter count (e.g. 67170304, 8e9, 8B)")
+    return int(value)
+
+
 @handle_errors
 def estimate(
     ctx: typer.Context,
     config: Optional[Path] = typer.Argument(None, help="Estimate config (TOML): parameter families and their "
                                                        "ownership, parallel degrees, dtypes, activations, routing, "
                                                        "reserve. Flags override it."),
-    params: Optional[int] = typer.Option(None, "--params", min=1, help="Parameters of the model, as one replicated "
-                                                                       "family (replaces the config's families)."),
+    params_text: Optional[str] = typer.Option(None, "--params", help="Parameters of the model, as one replicated "
+                                                                      "family (replaces the config's families): "
+                                                                      "67170304, 8e9, 8B, 1.5M."),
     shard_degree: Optional[int] = typer.Option(None, "--shard-degree", min=1,
                                                help="Ranks the FSDP / ZeRO sharding spreads the state over."),
     optimizer: Optional[str] = typer.Option(None, "--optimizer", help="adamw | adamw-fused | sgd (momentum: one "
@@ -47,6 +68,7 @@ def estimate(
     from receipts.analysis.estimate_config import read_config, with_flags
     from receipts.errors import UsageError
 
+    params = None if params_text is None else parameter_count(params_text)
     for value, name, allowed in ((optimizer, "--optimizer", est.OPTIMIZER_STATES),
                                  (master_dtype, "--master-dtype", est.DTYPE_BYTES),
                                  (recompute, "--recompute", est.RECOMPUTE)):
