@@ -2,8 +2,7 @@
 -- Reads: anatomy_sources, receipts.
 -- Columns: id, run_name, lane (text: 'host · preset · regime' or 'rumor'), n_exports (count).
 SELECT r.id, r.run_name,
-       CASE WHEN r.identity_complete THEN concat_ws(' · ', r.host_lineage, r.preset_family, r.launch_regime)
-            ELSE 'rumor' END AS lane,
+       lane_label(r.identity_complete, r.host_lineage, r.preset_family, r.launch_regime) AS lane,
        count(*) AS n_exports
 FROM anatomy_sources a JOIN receipts r ON r.id = a.receipt_id
 WHERE r.superseded_by IS NULL

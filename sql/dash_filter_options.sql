@@ -10,11 +10,11 @@ SELECT 'preset_family', preset_family, count(*) FROM receipts WHERE superseded_b
 UNION ALL
 SELECT 'launch_regime', launch_regime, count(*) FROM receipts WHERE superseded_by IS NULL AND launch_regime IS NOT NULL GROUP BY ALL
 UNION ALL
-SELECT 'tag', tag, count(*) FROM (SELECT unnest(from_json(tags_json, '["VARCHAR"]')) AS tag FROM receipts WHERE superseded_by IS NULL) GROUP BY ALL
+SELECT 'tag', tag, count(*) FROM (SELECT unnest(receipt_tags(tags_json)) AS tag FROM receipts WHERE superseded_by IS NULL) GROUP BY ALL
 UNION ALL
 SELECT 'date', strftime(d, '%Y-%m-%d'), 1
 FROM (SELECT unnest([min(run_at), max(run_at)]) AS d
-      FROM (SELECT coalesce(TRY_CAST(started_at AS TIMESTAMP), TRY_CAST(ingested_at AS TIMESTAMP)) AS run_at
+      FROM (SELECT run_date(started_at, ingested_at) AS run_at
             FROM receipts WHERE superseded_by IS NULL))
 WHERE d IS NOT NULL
 ORDER BY kind, value

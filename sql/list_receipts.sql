@@ -1,7 +1,7 @@
 -- Every current receipt (or, with $all, every receipt) with its identity and steady-state headline,
 -- newest first. Current = not superseded by a later ingest of the same run.
 -- Reads: receipts, receipt_summaries (the stored steady-state summary), receipt_steps (only for receipts stored
---        before summaries existed, through steady_step_times).
+--        before summaries existed, through run_medians).
 -- Params: $all (bool: include superseded receipts), $unsummarised (VARCHAR[]: the receipts without a stored
 --         summary, sql/unsummarised_receipts.sql). A list given as a value, not a subquery here: over a
 --         subquery's list the macro's id range filter was checked on every step row, 0.05 s of a 0.08 s list
@@ -11,20 +11,13 @@
 --          n_steady_steps, median_step_ms (ms), peak_allocated_bytes, peak_reserved_bytes (bytes),
 --          ended_early, started_at, ingested_at, superseded_by (id of the receipt that replaced it; null = current),
 --          provenance_json (text: MLPerf's step_unit and time_to_train_ms, read by analysis.listing.series_headline).
-WITH t AS (
-    SELECT * FROM steady_step_times(CAST($unsummarised AS VARCHAR[]))
-), s AS (
-    SELECT receipt_id, n_steady_steps, median_step_ms FROM receipt_summaries
-    UNION ALL
-    SELECT receipt_id, count(*) AS n_steady_steps, median(step_ms) AS median_step_ms FROM t
-    WHERE NOT EXISTS (SELECT 1 FROM receipt_summaries m WHERE m.receipt_id = t.receipt_id)  -- summarised since: one row each
-    GROUP BY receipt_id
-)
 SELECT r.id, r.run_name, r.host_lineage, r.preset_family, r.launch_regime, r.identity_complete,
        r.raw_host_lineage, r.raw_preset, r.raw_regime, r.machine_class, r.source_format, r.tags_json,
-       coalesce(s.n_steady_steps, 0) AS n_steady_steps, s.median_step_ms,
+       coalesce(s.n_steps, 0) AS n_steady_steps, s.median_step_ms,
        r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early, r.started_at, r.ingested_at, r.superseded_by,
        r.provenance_json
-FROM receipts r LEFT JOIN s ON s.receipt_id = r.id
+FROM receipts r
+     LEFT JOIN run_medians((SELECT list(id) FROM receipts WHERE $all OR superseded_by IS NULL),
+                           CAST($unsummarised AS VARCHAR[])) s ON s.receipt_id = r.id
 WHERE $all OR r.superseded_by IS NULL
 ORDER BY r.ingested_at DESC, r.id

@@ -324,8 +324,8 @@ class Store(ABC):
     @staticmethod
     def _create_macros(con: Any) -> None:
         """The building blocks sql/ queries call, on a DuckDB connection that already sees the store's tables
-        (a macro binds its tables when created): sql/_steady_step_times.sql."""
-        con.execute(load_query("_steady_step_times"))
+        (a macro binds its tables when created): sql/_macros.sql."""
+        con.execute(load_query("_macros"))
 
     @abstractmethod
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:

@@ -11,7 +11,7 @@ import sqlite3
 from datetime import datetime, timezone
 
 from cli_helpers import cli, cli_json
-from conftest import GPU_DATA, realdata
+from conftest import GPU_DATA, realdata, write_native_log
 
 
 def _list(db: str) -> dict[str, dict]:
@@ -110,3 +110,62 @@ def test_lane_history_orders_logs_by_their_own_dates_not_by_ingest_order(db):
     assert [r["run_name"] for r in out["runs"]] == [soap.stem, yarn.stem]
     assert [r["run_date"][:10] for r in out["runs"]] == ["2024-10-09", "2025-09-11"]
     assert {r["run_date_source"] for r in out["runs"]} == {"header"}
+
+
+# ---- one run-date rule for every query (sql/_macros.sql: run_date) ------------------------------------------
+def _run_date_everywhere(store, lane: tuple[str, str, str], tag: str) -> dict[str, object]:
+    """The run date each query that reads one gives for the store's only receipt."""
+    from receipts.analysis.listing import unsummarised
+
+    hosts, presets, regimes = ([part] for part in lane)
+    todo = unsummarised(store)
+    filters = {"hosts": None, "presets": None, "regimes": None, "tag": None, "since": None, "until": None,
+               "search": None, "unsummarised": todo}
+    options = store.query("dash_filter_options").filter(kind="date")["value"].to_list()
+    return {
+        "dash_lanes": store.query("dash_lanes", filters)["run_at"][0],
+        "lane_runs": store.query("lane_runs", {"hosts": hosts, "presets": presets, "regimes": regimes, "tag": None,
+                                               "last": None, "unsummarised": todo})["run_date"][0],
+        "lane_history": store.query("lane_history", {"host_lineage": lane[0], "preset_family": lane[1],
+                                                     "launch_regime": lane[2], "unsummarised": todo})["run_at"][0],
+        "tagged_receipts": store.query("tagged_receipts", {"tag": tag})["run_date"][0],
+        "dash_filter_options": options[0],
+    }
+
+
+def test_every_query_reads_a_header_time_with_an_offset_as_the_same_utc_instant(db, tmp_path):
+    # A RECEIPT header written by a launcher that stamps local time with its offset (isoformat() of an aware
+    # datetime): 10:00 at +02:00 is 08:00 UTC. Two spellings of the rule read 10:00 and 08:00 here.
+    log = write_native_log(tmp_path / "offset.log", [100.0, 101.0, 99.0, 100.5])
+    lines = log.read_text().splitlines()
+    header = json.loads(lines[1].removeprefix("RECEIPT "))
+    lines[1] = "RECEIPT " + json.dumps({**header, "started_at": "2026-03-16T01:30:00+02:00"})
+    log.write_text("\n".join(lines) + "\n")
+    assert cli(db, "ingest", str(log), "--tag", "t").exit_code == 0
+    from receipts.store import open_store
+
+    with open_store(db, read_only=True) as store:
+        got = _run_date_everywhere(store, ("h200-usw1c-bench-01", "nam52_h200_dense_ref_v1",
+                                           "fsdp2/regional-compile"), "t")
+    expected = datetime(2026, 3, 15, 23, 30)
+    assert {k: v for k, v in got.items() if k != "dash_filter_options"} == {
+        k: expected for k in got if k != "dash_filter_options"}
+    assert got["dash_filter_options"] == "2026-03-15"
+
+
+def test_a_time_without_an_offset_is_taken_as_written_whatever_the_readers_time_zone(db):
+    # nanochat's logger stamps local time without an offset: the run date is that time as written, never
+    # shifted by the time zone of the process reading the store.
+    path = realdata("logs/sft_run_gtx1660.log")
+    assert cli(db, "ingest", str(path), "--host-lineage", "h", "--preset", "p", "--regime", "ddp/none",
+               "--tag", "t").exit_code == 0
+    from receipts.store import open_store
+
+    with open_store(db, read_only=True) as store:
+        store.con.execute("SET TimeZone = 'Asia/Tokyo'")
+        lane = tuple(store.sql("SELECT host_lineage, preset_family, launch_regime FROM receipts").row(0))
+        got = _run_date_everywhere(store, lane, "t")
+    expected = datetime(2026, 3, 16, 22, 57, 30, 775000)   # its first logger line: 2026-03-16 22:57:30,775
+    assert {k: v for k, v in got.items() if k != "dash_filter_options"} == {
+        k: expected for k in got if k != "dash_filter_options"}
+    assert got["dash_filter_options"] == "2026-03-16"

@@ -25,6 +25,11 @@ def header(path: Path) -> str:
     return "\n".join(lines)
 
 
+def body(path: Path) -> str:
+    """The SQL of a file without its comments."""
+    return "\n".join(line.split("--")[0] for line in path.read_text().splitlines())
+
+
 @pytest.mark.parametrize("path", SQL, ids=lambda p: p.name)
 def test_header_says_what_it_answers_reads_and_returns(path):
     text = header(path)
@@ -51,11 +56,25 @@ def test_every_sql_file_is_used():
 
 
 def test_a_steps_time_is_defined_once_in_sql():
-    """"A step's time is its slowest rank's" lives in sql/_steady_step_times.sql only (a macro every store
-    connection creates); the queries call steady_step_times(...) instead of grouping receipt_steps themselves."""
+    """"A step's time is its slowest rank's" lives in sql/_macros.sql only (a macro every store connection
+    creates); the queries call steady_step_times(...) instead of grouping receipt_steps themselves."""
     grouping = re.compile(r"max\(\s*(\w+\.)?step_ms\s*\)", re.I)
     owners = [p.name for p in SQL if grouping.search(p.read_text())]
-    assert owners == ["_steady_step_times.sql"], owners
+    assert owners == ["_macros.sql"], owners
+
+
+@pytest.mark.parametrize("fragment", [r"AS\s+TIMESTAMPTZ|TRY_CAST\(\s*\w+\s+AS\s+TIMESTAMP",  # the run date
+                                      r"receipt_summaries",                               # the run medians
+                                      r"from_json\(\s*\w*\.?tags_json",                    # a receipt's tags
+                                      r"'\$\.git_rev'",                                   # its source revision
+                                      r"'rumor'"])                                        # its lane label
+def test_a_rule_queries_share_is_written_once_in_the_macros(fragment):
+    """The run date, the run medians and the other fragments several queries need are macros of sql/_macros.sql
+    (two spellings of one rule can disagree, as a cast to TIMESTAMP and one to TIMESTAMPTZ do by an offset's
+    hours); the queries call them."""
+    owners = [p.name for p in SQL if re.search(fragment, body(p), re.I)
+              and p.stem not in ("receipt_summaries_many", "stale_summaries", "unsummarised_receipts")]
+    assert owners == ["_macros.sql"], owners
 
 
 def test_the_macro_and_the_ingest_time_series_agree_on_a_multi_rank_run(tmp_path):
