@@ -14,11 +14,9 @@
 --          run_date_source (text: 'header' when from the run, 'ingest' when the run gave none),
 --          n_steps (steady steps with a time), median_step_ms (ms, warm-up excluded, slowest rank per
 --          step; null without steady steps), tags (VARCHAR[]), git_rev (text, null when unrecorded).
--- NOT MATERIALIZED: read twice (its rows, and their ids for run_medians); materialised, every column of every
--- receipt would be copied first (up to twice the query's time over 10,000 receipts).
 WITH lanes AS (
     SELECT unnest($hosts) AS host_lineage, unnest($presets) AS preset_family, unnest($regimes) AS launch_regime
-), picked AS NOT MATERIALIZED (
+), picked AS NOT MATERIALIZED (  -- read twice (rows, ids): see sql/dash_lanes.sql
     SELECT r.*, run_date(r.started_at, r.ingested_at) AS run_date, run_date_source(r.started_at) AS run_date_source,
            receipt_tags(r.tags_json) AS tags
     FROM receipts r SEMI JOIN lanes l
