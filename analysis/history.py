@@ -6,7 +6,8 @@ them through sql/lane_runs.sql and the stored summaries (the step series only fo
 `resolve_lane` turns what a user typed (a receipt reference, or a lane written 'HOST PRESET REGIME') into a Lane.
 
 Run order: the run's own start time from its log or RECEIPT header (receipts.started_at) when it has
-one, else the time it was ingested; each run says which (run_date_source 'header' | 'ingest').
+one, else the time it was ingested (to the microsecond), ties in the store's write order (ingest_seq); each run
+says which (run_date_source 'header' | 'ingest') and the history says which for all (LaneHistory.order).
 Change points: analysis.changepoint (E-divisive means with a t-test confirmation, as Apache Otava)
 over the series of run medians. z = log(median / lane center) / noise floor, the lane center being the
 median of the run medians the floor was measured from: |z| > 2 is a run outside the lane's usual noise.
@@ -63,6 +64,18 @@ class LaneHistory:
     runs: tuple[HistoryRun, ...]
     change_points: tuple[ChangePoint, ...]  # indices into the runs that have a median
     method: str
+
+    @property
+    def order(self) -> str:
+        """Where the run order comes from: 'runs' (every run's own start), 'ingest' (none gave one: when each was
+        ingested, then the store's write order) or 'mixed'."""
+        return order_source(r.run_date_source for r in self.runs)
+
+
+def order_source(sources) -> str:
+    """'runs', 'ingest' or 'mixed' for the run_date_source of each run ('header' | 'ingest')."""
+    seen = set(sources)
+    return "ingest" if seen == {"ingest"} else "mixed" if "ingest" in seen else "runs"
 
 
 def history(lane: Lane, rows: pl.DataFrame, intervals: Mapping[str, RunInterval | None], floor: NoiseFloor, *,

@@ -50,7 +50,7 @@ def history(
 
 def to_json(h: LaneHistory) -> dict[str, Any]:
     return {
-        "lane": h.lane.as_dict(), "tag": h.tag, "noise_floor": floor_json(h.floor),
+        "lane": h.lane.as_dict(), "tag": h.tag, "noise_floor": floor_json(h.floor), "order": h.order,
         "change_points": [{"index": c.index, "run": h_run.id, "run_name": h_run.run_name, "pvalue": c.pvalue,
                            "mean_before_ms": c.mean_before, "mean_after_ms": c.mean_after,
                            "change_pct": 100.0 * c.rel_change}
@@ -77,7 +77,9 @@ def _interval(r: dict[str, Any]) -> str:
 def _date(r: dict[str, Any]) -> str:
     if not r["run_date"]:
         return "-"
-    return r["run_date"][:19].replace("T", " ") + (" (ingest)" if r["run_date_source"] == "ingest" else "")
+    if r["run_date_source"] == "ingest":  # a batch is ingested within a second: its milliseconds show the order
+        return r["run_date"][:23].replace("T", " ") + " (ingest)"
+    return r["run_date"][:19].replace("T", " ")
 
 
 RUN_COLUMNS = [
@@ -106,6 +108,14 @@ def _render(h: LaneHistory) -> None:
             if r["straggler_ranks"] else "")))
     n = len(h.change_points)
     notes = [f"{n} change point{'s' if n != 1 else ''}. {h.method}"]
-    if any(r.run_date_source == "ingest" for r in h.runs):
-        notes.append("(ingest): the run gave no start time; ordered by when it was ingested")
+    notes.append(ORDER_NOTE[h.order])
     emit(runs, columns, "table", notes=notes)
+
+
+ORDER_NOTE = {
+    "runs": "run order: each run's own start time (from its log, header or export).",
+    "ingest": "run order: from ingest, not from the runs: no run gave a start time, so they are ordered by when "
+              "they were ingested (a batch in the order it was given). A change point here dates ingests, not runs.",
+    "mixed": "run order: (ingest) marks runs that gave no start time, placed by when they were ingested; the others "
+             "by their own start time.",
+}

@@ -314,13 +314,17 @@ def anatomy_side_by_side(diff: pl.DataFrame, a_name: str, b_name: str) -> alt.HC
 def _history_x(by: str, frame: pl.DataFrame | None = None) -> alt.X:
     if by == "git_rev":
         return alt.X("git_rev:N", title="source revision", sort=None)
+    if by == "run_order":
+        # Runs ingested in one batch lie milliseconds apart on a time axis, one on the other: their order spaces them.
+        return alt.X("run_order:Q", title="run (in run order)", axis=alt.Axis(format="d", tickMinStep=1))
     # Vega's automatic time ticks turn runs seconds apart into '.900 .900 :58': name the unit instead.
     fmt = "%Y-%m-%d %H:%M"
     if frame is not None and frame.height and frame["run_at"].drop_nulls().len():
         dates = frame["run_at"].drop_nulls()
         first, last = cast(datetime, dates.min()), cast(datetime, dates.max())
         span_s = (last - first).total_seconds() if dates.len() > 1 else 0
-        fmt = "%H:%M:%S" if span_s < 3600 else "%m-%d %H:%M" if span_s < 30 * 86400 else "%Y-%m-%d"
+        fmt = ("%H:%M:%S.%L" if span_s < 2 else "%H:%M:%S" if span_s < 3600 else "%m-%d %H:%M" if span_s < 30 * 86400
+               else "%Y-%m-%d")
     return alt.X("run_at:T", title="run date (UTC)", axis=alt.Axis(format=fmt, labelAngle=-30))
 
 
@@ -331,7 +335,8 @@ def history_step_time(history: pl.DataFrame, by: str = "run_at") -> alt.LayerCha
     if by == "git_rev":
         frame = frame.with_columns(pl.col("git_rev").fill_null("(unrecorded)"))
     x = _history_x(by, frame)
-    tip = ["run_name", "receipt_id", "run_at", "git_rev", alt.Tooltip("median_step_ms:Q", format=",.2f"),
+    tip = ["run_name", "receipt_id", alt.Tooltip("run_at:T", format="%Y-%m-%d %H:%M:%S.%L"), "git_rev",
+           alt.Tooltip("median_step_ms:Q", format=",.2f"),
            alt.Tooltip("z:Q", format="+.1f", title="z (noise floors)"),
            alt.Tooltip("change_pct:Q", format="+.2f", title="change point (%)")]
     band = alt.Chart(frame).mark_rule(opacity=0.5).encode(x=x, y="p10_step_ms:Q", y2="p90_step_ms:Q")

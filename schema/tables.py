@@ -70,6 +70,9 @@ receipts = Table(
     # same run (a growing log, or a RECEIPT header with the same run key) sets it to the newer receipt's id.
     Column("superseded_by", Text),
     Column("run_key", Text),                              # the run a RECEIPT header names; null for other formats
+    # v11: run order and log families (store/migrations/v0011_run_order.py)
+    Column("ingest_seq", BigInteger),                     # the store's write count: ties of ingested_at in write order
+    Column("log_head_sha256", Text),                      # sha256 of a log's first 256 bytes: its byte-prefix family
     UniqueConstraint("content_sha256", name="uq_receipts_content"),
 )
 
@@ -275,6 +278,8 @@ Index("ix_receipts_run_name", receipts.c.run_name)
 Index("ix_receipts_ingested_at", receipts.c.ingested_at)
 Index("ix_receipts_lane", receipts.c.host_lineage, receipts.c.preset_family, receipts.c.launch_regime)
 Index("ix_receipts_run_key", receipts.c.run_key)
+Index("ix_receipts_ingest_seq", receipts.c.ingest_seq)
+Index("ix_receipts_log_head", receipts.c.log_head_sha256)
 
 BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels")
 

@@ -41,4 +41,4 @@ SELECT p.id, p.run_name, p.host_lineage, p.preset_family, p.launch_regime,
        p.peak_allocated_bytes, p.peak_reserved_bytes, p.ended_early
 FROM picked p LEFT JOIN run_medians((SELECT list(id) FROM picked), CAST($unsummarised AS VARCHAR[])) m
      ON m.receipt_id = p.id
-ORDER BY p.run_at DESC, p.id
+ORDER BY p.run_at DESC, p.ingest_seq DESC, p.id

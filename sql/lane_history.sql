@@ -22,4 +22,4 @@ SELECT l.id AS receipt_id, l.run_name, run_date(l.started_at, l.ingested_at) AS 
        l.peak_allocated_bytes, l.peak_reserved_bytes, l.window_rule
 FROM lane l LEFT JOIN run_medians((SELECT list(id) FROM lane), CAST($unsummarised AS VARCHAR[])) m
      ON m.receipt_id = l.id
-ORDER BY run_at, l.id  -- the order of sql/lane_runs.sql, which the change points are computed over
+ORDER BY run_at, l.ingest_seq, l.id  -- the order of sql/lane_runs.sql, which the change points are computed over

@@ -9,6 +9,8 @@
 --         subquery's list the postgres scanner could push no filter down and read every step row of the store
 --         (2.3 s of a 10,000-receipt store's history on PostgreSQL; 12 against 8 ms in DuckDB).
 -- Current: superseded_by IS NULL (a superseded receipt is an older copy of a run, never evidence).
+-- Run order: run_date (to the microsecond), then ingest_seq (the store's write order, so runs without a date of
+--            their own keep the order they were ingested in), then id.
 -- Columns: host_lineage, preset_family, launch_regime (the lane), receipt_id, run_name,
 --          run_date (timestamp, UTC: the run's own start from its log/header, else the ingest time),
 --          run_date_source (text: 'header' when from the run, 'ingest' when the run gave none),
@@ -24,10 +26,10 @@ WITH lanes AS (
     WHERE r.identity_complete AND r.superseded_by IS NULL AND ($tag IS NULL OR list_contains(receipt_tags(r.tags_json), $tag))
     QUALIFY $last IS NULL
          OR row_number() OVER (PARTITION BY host_lineage, preset_family, launch_regime
-                               ORDER BY run_date DESC, id DESC) <= $last
+                               ORDER BY run_date DESC, ingest_seq DESC, id DESC) <= $last
 )
 SELECT p.host_lineage, p.preset_family, p.launch_regime, p.id AS receipt_id, p.run_name, p.run_date,
        p.run_date_source, coalesce(m.n_steps, 0) AS n_steps, m.median_step_ms, p.tags, git_rev(p.provenance_json) AS git_rev
 FROM picked p LEFT JOIN run_medians((SELECT list(id) FROM picked), CAST($unsummarised AS VARCHAR[])) m
      ON m.receipt_id = p.id
-ORDER BY p.host_lineage, p.preset_family, p.launch_regime, p.run_date, p.id
+ORDER BY p.host_lineage, p.preset_family, p.launch_regime, p.run_date, p.ingest_seq, p.id

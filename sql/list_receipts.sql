@@ -20,4 +20,4 @@ FROM receipts r
      LEFT JOIN run_medians((SELECT list(id) FROM receipts WHERE $all OR superseded_by IS NULL),
                            CAST($unsummarised AS VARCHAR[])) s ON s.receipt_id = r.id
 WHERE $all OR r.superseded_by IS NULL
-ORDER BY r.ingested_at DESC, r.id
+ORDER BY r.ingested_at DESC, r.ingest_seq DESC, r.id

@@ -1,5 +1,5 @@
 -- Files behind one receipt, with sha256: evidence stays attached. The receipt's own file comes first
--- (ingested_at has one-second resolution, so an attachment made in the same second must not precede it),
+-- (an attachment stored with it, or older receipts' times kept to the second, can share its ingested_at),
 -- then attachments in the order they came.
 -- Reads: receipt_sources, receipts.  Params: $receipt_id.
 -- Columns: path, sha256, size_bytes (bytes), format, role, ingested_at,

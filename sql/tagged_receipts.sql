@@ -7,4 +7,4 @@
 SELECT id, run_name, run_date(started_at, ingested_at) AS run_date
 FROM receipts
 WHERE superseded_by IS NULL AND list_contains(receipt_tags(tags_json), $tag)
-ORDER BY run_date, id
+ORDER BY run_date, ingest_seq, id

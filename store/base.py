@@ -88,6 +88,19 @@ def check_unchanged(url: str, receipt_id: str, columns: list[str], row, expected
                               f"({', '.join(moved)}); nothing written, run the retag again")
 
 
+# The next ingest_seq, read in the write's transaction. Two PostgreSQL writers committing at once may draw the same
+# number (their order is arbitrary anyway); one process's receipts, written one after another, never do.
+NEXT_INGEST_SEQ = "SELECT coalesce(max(ingest_seq), 0) + 1 FROM receipts"
+
+
+def numbered(small: dict[str, list[dict[str, Any]]], next_seq) -> dict[str, list[dict[str, Any]]]:
+    """`small` with its receipts row given its ingest_seq (`next_seq()`), unless it carries one (a copy)."""
+    rows = small.get("receipts") or []
+    if not rows or rows[0].get("ingest_seq") is not None:
+        return small
+    return {**small, "receipts": [{**rows[0], "ingest_seq": next_seq()}, *rows[1:]]}
+
+
 def next_history_rows(url: str, receipt_id: str, last_seq: int, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """History rows numbered from last_seq + 1 (rows without a seq), or checked to continue from it."""
     out = []

@@ -11,7 +11,8 @@ from receipts.duck import insert_frame, query_frame, query_rows
 from receipts.errors import StoreError, UnsupportedVersion
 from receipts.schema.version import SCHEMA_VERSION
 from receipts.scratch import scratch_dir
-from receipts.store.base import ReceiptFill, ReceiptRows, Store, check_unchanged, next_history_rows
+from receipts.store.base import (NEXT_INGEST_SEQ, ReceiptFill, ReceiptRows, Store, check_unchanged, next_history_rows,
+                                 numbered)
 from receipts.store.duckdb_lock import open_with_lock_wait
 from receipts.store.duckdb_tx import transaction
 
@@ -135,6 +136,7 @@ class DuckDBStore(Store):
             if attach is not None and con.execute(_ATTACHED[guard], list(attach)).fetchone():
                 tx.rollback()
                 return False
+            small = numbered(small, lambda: con.execute(NEXT_INGEST_SEQ).fetchone()[0])  # type: ignore[index]
             for table, rows in small.items():
                 if rows:
                     insert_rows(con, table, rows)

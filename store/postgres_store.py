@@ -21,7 +21,7 @@ from receipts.duck import connect, query_frame, query_rows
 from receipts.errors import StoreError
 from receipts.schema.tables import metadata
 from receipts.schema.model import Steps
-from receipts.store.base import ReceiptFill, Store, check_unchanged, next_history_rows
+from receipts.store.base import NEXT_INGEST_SEQ, ReceiptFill, Store, check_unchanged, next_history_rows, numbered
 from receipts.store.migrations import PostgresTarget, ensure_schema
 from receipts.store.rows import bulk_slices
 from receipts.store.urls import libpq_dsn, redact_url
@@ -155,6 +155,7 @@ class PostgresStore(Store):
                     guard_table, conflict = "receipts", ("content_sha256",)
                 else:
                     guard_table, conflict = guard, ("receipt_id", "source_sha256")
+                small = numbered(small, lambda: self.conn.execute(NEXT_INGEST_SEQ).fetchone()[0])  # type: ignore[index]
                 guard_rows = small.pop(guard_table)
                 if not _insert_guard(self.conn, guard_table, guard_rows[0], conflict):
                     raise psycopg.Rollback()

@@ -20,7 +20,9 @@ def dumps(value: Any) -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    """Now, UTC, to the microsecond: logs without a date of their own are ordered by when they were ingested, and
+    a batch is ingested in far less than a second."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
 def receipt_row(receipt: Receipt, ingested_at: str) -> dict[str, Any]:
@@ -59,6 +61,8 @@ def receipt_row(receipt: Receipt, ingested_at: str) -> dict[str, Any]:
         "model_version": RECEIPT_MODEL_VERSION,
         "superseded_by": None,
         "run_key": run_key(receipt),
+        "ingest_seq": None,               # the store numbers it as it writes (Store._write)
+        "log_head_sha256": None,          # a log's family: lifecycle.write_current sets it
     }
 
 

@@ -131,7 +131,8 @@ def _history(url: str, version: str, lane: tuple[str, str, str], _data: Data) ->
                          schema={"receipt_id": pl.Utf8, "ci_low": pl.Float64, "ci_high": pl.Float64, "z": pl.Float64,
                                  "change_point": pl.Boolean, "change_pct": pl.Float64, "change_pvalue": pl.Float64,
                                  "run_date_source": pl.Utf8})
-    frame = history.join(marks, on="receipt_id", how="left").with_columns(pl.col("change_point").fill_null(False))
+    frame = history.join(marks, on="receipt_id", how="left", maintain_order="left").with_columns(
+        pl.col("change_point").fill_null(False), pl.int_range(1, pl.len() + 1).alias("run_order"))
     return frame, h.floor
 
 

@@ -27,9 +27,12 @@ def render(data: Data) -> None:
     lane = st.selectbox("lane (host lineage · preset family · launch regime)", keys, format_func=" · ".join,
                         key="history_lane")
     q["host"], q["preset"], q["regime"] = lane
-    by = st.radio("x axis", ["run_at", "git_rev"], horizontal=True, key="history_x",
-                  format_func={"run_at": "run date", "git_rev": "source revision"}.__getitem__)
     history, floor = data.lane_history(*lane)
+    from_ingest = bool((history["run_date_source"] == "ingest").any())
+    # Runs without a date of their own are dated by their ingest, a batch's within a second: order spaces them.
+    by = st.radio("x axis", ["run_order", "run_at", "git_rev"], index=0 if from_ingest else 1, horizontal=True,
+                  key="history_x", format_func={"run_order": "run order", "run_at": "run date",
+                                                "git_rev": "source revision"}.__getitem__)
     changes = history.filter(pl.col("change_point"))
     c = st.columns(4)
     c[0].metric("receipts in lane", f"{history.height:,}")
@@ -41,6 +44,9 @@ def render(data: Data) -> None:
     st.caption(f"Noise floor ({floor.source}): {floor.note}. A change point: the series of run medians splits there "
                "(E-divisive means) and a t-test between the neighbouring segments gives p < 0.001 with a change of at "
                "least 1% (Apache Otava's method). z: a run's distance from the lane's median in noise floors.")
+    if from_ingest:
+        st.caption("Run order: runs that gave no start time are placed by when they were ingested (a batch in the "
+                   "order it was given), not by when they ran.")
     st.altair_chart(charts.history_step_time(history, by))
     st.altair_chart(charts.history_memory(history, by))
     if changes.height:
