@@ -102,20 +102,23 @@ def write_current(store: Store, receipt: Receipt, *, registry: Registry, asked: 
     `asked`: the explicit claims (flags over receipt.toml), not what the file itself says."""
     warnings = check_claim(receipt.parsed.claim.merged(asked), registry)
     asked_warnings = [w for w in warnings if w in check_claim(asked, registry)]
-    replaces, newer = _predecessors(store, receipt)
-    columns: dict = {}
+    head = log_head_sha256(receipt)
     restore = None
-    if newer is not None:
-        columns["superseded_by"] = newer
-        warnings.append(f"this file is an earlier view of run {newer} (same run key, shorter log): stored as "
-                        f"superseded by it")
-    if replaces:
-        carried, differs, restore = _carry_over(store, receipt, replaces, named=named)
-        columns.update(carried)
-        warnings += differs
-    if named and not receipt.tags:
-        _refuse_shared_run_name(store, receipt, set(replaces))
-    result = store.write_receipt(receipt, anatomies=anatomies, supersedes=replaces, columns=columns)
+    # Which receipt of the run is current is decided and written by one writer at a time (PostgreSQL: an advisory
+    # lock per run key and log family), so writers racing with views of one run leave one current receipt.
+    with store.run_lock(tuple(k for k in (R.run_key(receipt), head) if k)):
+        replaces, newer, notes = _predecessors(store, receipt, head)
+        warnings += notes
+        columns: dict = {"log_head_sha256": head}
+        if newer is not None:
+            columns["superseded_by"] = newer
+        if replaces:
+            carried, differs, restore = _carry_over(store, receipt, replaces, named=named)
+            columns.update(carried)
+            warnings += differs
+        if named and not receipt.tags:
+            _refuse_shared_run_name(store, receipt, set(replaces))
+        result = store.write_receipt(receipt, anatomies=anatomies, supersedes=replaces, columns=columns)
     if result.created:
         complete = bool(columns.get("identity_complete", receipt.identity.complete))
         if replaces:
@@ -159,22 +162,93 @@ def _missing(row: dict) -> tuple[str, ...]:
     return tuple(part for part in _PART_COLUMNS if row.get(part) is None)
 
 
-def _predecessors(store: Store, receipt: Receipt) -> tuple[tuple[str, ...], str | None]:
-    """(current receipts this one supersedes, the current receipt that supersedes this one or None)."""
+# Logs that are byte prefixes of one another share their first HEAD_BYTES bytes: their family (receipts.log_head_sha256).
+# A shorter log is not matched against longer ones (two or three lines of a log; no steady window to speak of).
+HEAD_BYTES = 256
+
+
+def log_head_sha256(receipt: Receipt) -> str | None:
+    """The sha256 of a log's first HEAD_BYTES bytes (as the file holds them); None for a profile or a shorter log."""
+    source = receipt.sources[0]
+    if source.role != "log" or source.size_bytes < HEAD_BYTES or not Path(source.path).is_file():
+        return None
+    with open(source.path, "rb") as f:
+        head = f.read(HEAD_BYTES)
+    return hashlib.sha256(head).hexdigest() if len(head) == HEAD_BYTES else None
+
+
+def _predecessors(store: Store, receipt: Receipt,
+                  head: str | None) -> tuple[tuple[str, ...], str | None, list[str]]:
+    """(current receipts this one supersedes, the current receipt that supersedes this one or None, warnings)."""
     source = receipt.sources[0]
     if source.role != "log":
-        return (), None
+        return (), None, []
     run_key = R.run_key(receipt)
-    found = store.query("run_predecessors", {"run_key": run_key, "size": source.size_bytes, "id": receipt.id})
+    found = store.query("run_predecessors", {"run_key": run_key, "size": source.size_bytes, "id": receipt.id,
+                                             "head": head})
     rows = found.to_dicts()
     by_key = [r for r in rows if r["same_run"]]
     longer = [r for r in by_key if r["size_bytes"] > source.size_bytes]
     if longer:
-        return (), max(longer, key=lambda r: r["size_bytes"])["id"]
+        newer = max(longer, key=lambda r: r["size_bytes"])["id"]
+        return (), newer, [f"this file is an earlier view of run {newer} (same run key, shorter log): stored as "
+                           "superseded by it"]
+    newer_row, notes = _longer_view(store, receipt, [r for r in rows if r["same_head"]
+                                                     and r["size_bytes"] > source.size_bytes])
+    if newer_row is not None:
+        return (), newer_row["id"], notes
     replaces = {r["id"] for r in by_key}
     candidates = [r for r in rows if r["id"] not in replaces and 0 < r["size_bytes"] < source.size_bytes]
     replaces |= _byte_prefixes(Path(source.path), candidates)
-    return tuple(sorted(replaces)), None
+    return tuple(sorted(replaces)), None, notes
+
+
+def _longer_view(store: Store, receipt: Receipt, candidates: list[dict]) -> tuple[dict | None, list[str]]:
+    """The longest candidate (a current receipt whose log is longer and starts with the same bytes) that this file
+    is an earlier view of: its log, read where it was ingested, begins with this whole file; or, where that log is
+    not readable here (ingested on another machine), it started when this file says its run did (when it says) and
+    its stored step rows begin with this file's, line for line."""
+    source = receipt.sources[0]
+    for c in sorted(candidates, key=lambda r: (-r["size_bytes"], r["id"])):
+        other = Path(c["path"])
+        if other.is_file():
+            if _begins_with(other, c["size_bytes"], c["sha256"], source.size_bytes, source.sha256):
+                return c, [f"this file is a byte prefix of the log of receipt {c['id']} ({c['run_name']}, {other}): "
+                           "stored as superseded by it (an earlier view of the same run)"]
+        elif receipt.parsed.started_at in (None, c["started_at"]) and _steps_begin_with(store, c["id"], receipt):
+            return c, [f"this file starts as the log of receipt {c['id']} ({c['run_name']}) does and its steps are "
+                       f"that receipt's first ones, line for line (that log, {other}, is not readable here): stored "
+                       "as superseded by it (an earlier view of the same run)"]
+    return None, []
+
+
+def _steps_begin_with(store: Store, receipt_id: str, receipt: Receipt) -> bool:
+    """Whether a stored receipt's step rows begin with this receipt's (step, rank, step time and source line)."""
+    columns = ["step", "rank", "step_ms", "line"]
+    mine = receipt.parsed.steps.lazy().select(columns).collect()
+    if mine.height == 0:
+        return False
+    stored = store.query("first_steps", {"receipt_id": receipt_id, "n": mine.height})
+    return stored.height == mine.height and stored.equals(mine.sort(["step", "rank"], nulls_last=False))
+
+
+def _begins_with(other: Path, other_size: int, other_sha256: str, size: int, sha256: str) -> bool:
+    """Whether the file at `other` still holds the stored log (its first other_size bytes hash to other_sha256) and
+    its first `size` bytes hash to `sha256`: one read of the stored log's length."""
+    digest, position, prefix = hashlib.sha256(), 0, None
+    with open(other, "rb") as f:
+        for stop in (size, other_size):
+            while position < stop:
+                chunk = f.read(min(1 << 20, stop - position))
+                if not chunk:
+                    return False
+                digest.update(chunk)
+                position += len(chunk)
+            if prefix is None:
+                prefix = digest.copy().hexdigest()
+                if prefix != sha256:
+                    return False
+    return digest.hexdigest() == other_sha256
 
 
 def _byte_prefixes(path: Path, candidates: list[dict]) -> set[str]:

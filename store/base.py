@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -144,10 +145,17 @@ class Store(ABC):
         created = self._write(content_sha256=receipt.content_sha256, small=small, bulk=bulk,
                               supersede=(receipt.id, tuple(supersedes)) if supersedes else None)
         if created:
-            return WriteResult(receipt.id, True, receipt.run_name)
+            return WriteResult(receipt.id, True, small["receipts"][0]["run_name"])  # as stored (a name carried over)
         existing = self.sql("SELECT id, run_name FROM receipts WHERE content_sha256 = $sha",
                             {"sha": receipt.content_sha256}).row(0)
         return WriteResult(existing[0], False, existing[1])
+
+    @contextmanager
+    def run_lock(self, keys: tuple[str, ...]) -> Iterator[None]:
+        """Decide and write a run's current receipt one writer at a time: what the ledger reads of the runs named by
+        `keys` (run keys, log families) and the receipt it then writes. A DuckDB file has one writer process at a
+        time already; PostgreSQL holds an advisory lock per key until the write commits."""
+        yield
 
     def attach_anatomy(self, receipt_id: str, anatomy: Anatomy, source: SourceFile, *, forced: str | None = None,
                        fill: ReceiptFill | None = None) -> bool:

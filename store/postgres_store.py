@@ -7,9 +7,11 @@ answers on both backends.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import duckdb
@@ -27,6 +29,7 @@ from receipts.store.rows import bulk_slices
 from receipts.store.urls import libpq_dsn, redact_url
 
 _T = TypeVar("_T")
+RUN_LOCK_CLASS = 0x72756E73   # 'runs': the first key of the run locks (Store.run_lock)
 
 
 class PostgresStore(Store):
@@ -82,6 +85,20 @@ class PostgresStore(Store):
             return fetch(con, query, params)
 
     # ---- writes ----------------------------------------------------------------------------------
+    @contextmanager
+    def run_lock(self, keys: tuple[str, ...]) -> Iterator[None]:
+        """One transaction holding an advisory lock per key (in key order: two writers never wait on each other in
+        a cycle); the write inside it is a savepoint of it and commits with it, so the next writer of the run reads
+        what this one wrote. Locks on the two-int4 key space, apart from the migrations' one-bigint lock."""
+        if self.read_only or not keys:
+            yield
+            return
+        with self.conn.transaction():
+            for key in sorted(set(keys)):
+                objid = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big", signed=True)
+                self.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (RUN_LOCK_CLASS, objid))
+            yield
+
     def _merge_json(self, receipt_id, column, facts, source_rows, fill=None) -> bool:
         if self.read_only:
             raise StoreError(self.url, "opened read-only; writes go through a store opened for writing")
