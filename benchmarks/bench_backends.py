@@ -97,6 +97,14 @@ def with_dbname(url: str, dbname: str) -> str:
     return f"postgresql:///{dbname}?{urlencode(params)}"
 
 
+def init_schema(url: str) -> None:
+    """Create the receipts schema in a new database, as its owner does (`receipts db init`): writers never do."""
+    from receipts.store import migrations
+
+    with migrations.open_target(url, create=True) as target:
+        migrations.init(target)
+
+
 def bench(store_url: str, small, big, *, repeats: int) -> dict[str, float]:
     from receipts.store import open_store
 
@@ -138,6 +146,7 @@ def main() -> None:
             admin.execute(f'CREATE DATABASE "{dbname}"')
             try:
                 pg_url = with_dbname(admin_url, dbname)
+                init_schema(pg_url)
                 duck = bench(str(folder / "bench.duckdb"), small, big, repeats=args.repeats)
                 pg = bench(pg_url, small, big, repeats=args.repeats)
             finally:

@@ -26,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench_backends import postgres_url, with_dbname
+from bench_backends import init_schema, postgres_url, with_dbname
 from bench_gate import build_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,6 +83,7 @@ def main() -> None:
                 admin.execute(f'CREATE DATABASE "{dbname}"')
                 try:
                     url = with_dbname(admin_url, dbname)
+                    init_schema(url)
                     rows.append(("PostgreSQL", *timed_push(exe_s, source, url), timed_push(exe_s, source, url)[0]))
                 finally:
                     admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')

@@ -46,7 +46,11 @@ class PostgresStore(Store):
         if read_only:
             # The dashboard role should hold SELECT only; this makes a read-only store safe even when it does not.
             self.conn.execute("SET default_transaction_read_only = on")
-        ensure_schema(PostgresTarget(self.conn, self.url), create=not read_only)
+        else:
+            refuse_without_grants(self.conn, self.url)
+        # Never DDL here, writer or not: the tables are the owner's (`db init`, `db upgrade`); a writer that tried
+        # to create them would fail on the schema's CREATE privilege, in words the server chose.
+        ensure_schema(PostgresTarget(self.conn, self.url))
 
     def close(self) -> None:
         if self._duck is not None:
@@ -194,7 +198,7 @@ class PostgresStore(Store):
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise StoreError(self.url, "this role may not write (read-only); use a writer role to ingest") from exc
         except psycopg.errors.InsufficientPrivilege as exc:
-            raise StoreError(self.url, f"permission denied: {str(exc).strip()}") from exc
+            raise StoreError(self.url, f"permission denied: {' '.join(str(exc).split())}; {NOT_GRANTED}") from exc
         # psycopg.Rollback exits the transaction block quietly: the content was already there.
         return False
 
@@ -218,6 +222,26 @@ def _apply_fill(conn: psycopg.Connection, receipt_id: str, fill: ReceiptFill) ->
                          [*(v for _, v, _ in changes), receipt_id])
     except psycopg.errors.InsufficientPrivilege:
         pass
+
+
+def refuse_without_grants(conn: psycopg.Connection, url: str) -> None:
+    """One StoreError before anything is read or written when a writer may not SELECT from every receipts table
+    there is: the owner has not granted it its rights yet. (pg_catalog sees tables a role holds no privilege on;
+    information_schema hides them, so such a role would take the store for an empty one.) A role that may read but
+    not INSERT is told when it writes: a file already stored needs no write."""
+    rows = conn.execute(
+        "SELECT c.relname, has_table_privilege(c.oid, 'SELECT'), current_user FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname = ANY(%s) ORDER BY c.relname",
+        (sorted(metadata.tables),)).fetchall()
+    denied = [name for name, ok, _ in rows if not ok]
+    if denied:
+        raise StoreError(url, f"permission denied: role {rows[0][2]} may not SELECT from {', '.join(denied)}: "
+                              f"{NOT_GRANTED}")
+
+
+# What a role the owner has not granted a writer's rights is told (writers never create or alter tables).
+NOT_GRANTED = "as the store's owner, grant this role a writer's rights (the GRANT statements of docs/teams.md)"
 
 
 def _columns(table: str) -> list[str]:

@@ -314,6 +314,7 @@ def test_check_on_the_team_store_and_on_a_local_copy_of_it_agree(pg_db, tmp_path
     the gate job makes of it (`receipts --db TEAM push --to store.duckdb`), give the same answers."""
     if not NOISE.exists():
         pytest.skip("tests/data/noise not present")
+    assert cli(pg_db, "db", "init").exit_code == 0                # the owner creates the schema; ingest never does
     ingest(pg_db, *sorted(NOISE.glob("aa_*/run.log")), *sorted(NOISE.glob("slow_*/run.log")))
     copy = str(tmp_path / "store.duckdb")
     assert cli(pg_db, "push", "--to", copy).exit_code == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from test_postgres import pg_server, pg_url  # noqa: F401  (fixtures shared with the PostgreSQL suite)
+from test_postgres import pg_empty_url, pg_server, pg_url  # noqa: F401  (fixtures shared with the PostgreSQL suite)
 from receipts.schema.tables import SCHEMA_VERSION
 from receipts.store import migrations, open_store
 
@@ -86,9 +86,9 @@ def test_writer_grants_in_the_teams_doc_cover_the_identity_columns():
 
 
 @pytest.mark.postgres
-def test_schema_3_upgrade_from_v2_on_postgresql(pg_url):
-    _upgrade_from_v2(pg_url)
-    with open_store(pg_url) as store:
+def test_schema_3_upgrade_from_v2_on_postgresql(pg_empty_url):
+    _upgrade_from_v2(pg_empty_url)
+    with open_store(pg_empty_url) as store:
         assert store.resolve("run_native1") == "native1"
 
 

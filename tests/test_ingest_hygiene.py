@@ -405,6 +405,10 @@ def test_a_postgres_role_without_select_gets_one_line_naming_the_tables(tmp_path
         assert result.returncode == 2 and "has no receipts schema" in _one_line(result.stderr)
         with psycopg.connect(owner_url, autocommit=True) as conn:
             assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()[0] == 0
+        # Nor by an ingest: the schema is the owner's to create.
+        result = _subprocess_cli(owner_uri, "ingest", str(realdata("logs", "sft_run_gtx1660.log")))
+        assert result.returncode == 2 and "its owner creates it once" in _one_line(result.stderr)
+        assert _subprocess_cli(owner_uri, "db", "init").returncode == 0
         assert _subprocess_cli(owner_uri, "ingest", str(realdata("logs", "sft_run_gtx1660.log"))).returncode == 0
         # The reader role before any GRANT: it sees no table (information_schema hides them), but is told why.
         for args in (["list"], ["show", "sft_run_gtx1660"], ["compare", "a", "b"]):

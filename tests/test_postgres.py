@@ -77,8 +77,18 @@ def _url_for(url: str, dbname: str, *, user: str | None = None, password: str | 
 
 
 @pytest.fixture
-def pg_url(pg_server) -> str:
+def pg_empty_url(pg_server) -> str:
+    """A fresh, empty database."""
     return pg_server["fresh"]()
+
+
+@pytest.fixture
+def pg_url(pg_empty_url) -> str:
+    """A fresh database whose owner (the URL's role) has created the receipts schema (`db init`): writers never
+    create it themselves."""
+    with migrations.open_target(pg_empty_url, create=True) as target:
+        migrations.init(target)
+    return pg_empty_url
 
 
 def _psql(url: str, query: str, params=()):
@@ -119,7 +129,6 @@ def _logs(folder: Path, n: int, *, steps: int = 8) -> list[Path]:
 @pytest.mark.slow
 def test_16_concurrent_ingesters_store_every_receipt_exactly_once(pg_url, tmp_path):
     paths = _logs(tmp_path / "logs", 800)
-    # No `db init` first: the first ingesters also race to create the schema in the empty database.
     procs = [subprocess.Popen([*CLI, "--db", pg_url, "ingest", *map(str, paths[i::16])],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(16)]
     outs = [p.communicate(timeout=600) for p in procs]
@@ -191,7 +200,8 @@ def test_reader_sees_commits_made_after_it_attached(pg_url, tmp_path):
         assert reader.sql("SELECT count(probe_note) AS n FROM receipts")["n"][0] == 0
 
 
-def test_read_only_store_never_writes(pg_url, tmp_path, pg_server):
+def test_read_only_store_never_writes(pg_empty_url, tmp_path, pg_server):
+    pg_url = pg_empty_url
     path, unseen = _logs(tmp_path, 2)
     with pytest.raises(StoreError, match="no receipts schema"):
         open_store(pg_url, read_only=True)                       # an empty database is not created read-only
@@ -216,7 +226,7 @@ def test_read_only_store_never_writes(pg_url, tmp_path, pg_server):
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         _psql(reader_url, "DELETE FROM receipts")
     done = _cli("--db", reader_url, "ingest", str(unseen), check=False)
-    assert done.returncode == 2 and "permission denied" in done.stderr
+    assert done.returncode == 2 and "permission denied" in done.stderr and "grant this role a writer's rights" in done.stderr
     # A file already stored needs no write: the reader is told so (lifecycle.already_stored), nothing is attempted.
     done = _cli("--db", reader_url, "ingest", str(path), check=False)
     assert done.returncode == 0 and "unchanged" in done.stdout
@@ -468,6 +478,27 @@ def writer_url_for(pg_url: str, grants: list[str]) -> str:
     for grant in grants:
         _psql(pg_url, grant)
     return _url_for(pg_url, _psql(pg_url, "SELECT current_database()")[0][0], user=user, password=password)
+
+
+@pytest.mark.postgres
+def test_a_writer_before_the_grants_is_told_to_ask_the_owner(pg_url, pg_server, tmp_path):
+    """A writer role the owner has granted nothing: one line, exit 2, naming what it may not do and who grants it;
+    no CREATE TABLE tried (the server's own InsufficientPrivilege on one was the answer). On an empty database: the
+    owner's `db init`."""
+    (log,) = _logs(tmp_path, 1)
+    writer_url = writer_url_for(pg_url, [])
+    done = _cli("--db", writer_url, "ingest", str(log), check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "role receipts_writer may not SELECT from anatomy_kernels, anatomy_nvtx" in done.stderr
+    assert "as the store's owner, grant this role a writer's rights" in done.stderr
+    assert "InsufficientPrivilege" not in done.stderr and "CREATE" not in done.stderr
+    assert _psql(pg_url, "SELECT count(*) FROM receipts") == [(0,)]
+    user, password = DEFAULT_WRITER
+    empty_url = pg_server["fresh"]()
+    empty = _url_for(empty_url, _psql(empty_url, "SELECT current_database()")[0][0], user=user, password=password)
+    done = _cli("--db", empty, "ingest", str(log), check=False)
+    assert done.returncode == 2 and "has no receipts schema: its owner creates it once" in done.stderr
+    assert _psql(empty_url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
 
 
 @pytest.mark.postgres

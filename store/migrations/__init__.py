@@ -34,8 +34,8 @@ REVISION_MODULES = ("v0001_initial", "v0002_lookup_indexes", "v0003_identity_lif
                     "v0008_duckdb_steps_without_art_index", "v0009_receipt_components",
                     "v0010_memory_geometry", "v0011_run_order")
 
-# pg_advisory_xact_lock key ('rcpt' in ASCII): serialises concurrent `init`/`upgrade` and the first
-# ingests into an empty database, which would otherwise race on CREATE TABLE IF NOT EXISTS.
+# pg_advisory_xact_lock key ('rcpt' in ASCII): serialises concurrent `init`/`upgrade`, which would otherwise race
+# on CREATE TABLE IF NOT EXISTS.
 PG_LOCK_KEY = 0x72637074
 
 
@@ -255,19 +255,18 @@ def upgrade(target, *, to: int = SCHEMA_VERSION) -> list[int]:
     return applied
 
 
-def ensure_schema(target, *, create: bool) -> None:
-    """What a store does on open: create the schema in an empty database (when allowed) and refuse any
-    version other than the one this build reads, saying how to fix it."""
+def ensure_schema(target) -> None:
+    """What a PostgreSQL store does on open: refuse an empty database and any version other than the one this build
+    reads, saying how to fix it. It never creates or migrates: that is the owner's `db init` / `db upgrade`."""
     current = stored_version(target)
     if current is None:
-        if not create:
-            raise StoreError(target.url, "has no receipts schema (run `receipts db init` with a writer role)")
-        init(target)
-        current = stored_version(target)
-        assert current is not None, "init stamps the schema version"
+        raise StoreError(target.url, "has no receipts schema: its owner creates it once (`receipts db init` as "
+                                     "the role that owns the database), then grants writers and readers their "
+                                     "rights (docs/teams.md)")
     if current < SCHEMA_VERSION:
         raise StoreError(target.url, f"schema version {current} is older than this build's {SCHEMA_VERSION}: "
-                                     f"run `receipts --db <url> db upgrade`")
+                                     f"its owner upgrades it (`receipts --db <url> db upgrade` as the role that owns "
+                                     "the tables; then the writers' GRANT UPDATE again, docs/teams.md)")
     if current > SCHEMA_VERSION:
         raise UnsupportedVersion(f"store {target.url} schema", str(current), str(SCHEMA_VERSION))
 
