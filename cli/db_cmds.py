@@ -108,8 +108,9 @@ def push(
         print_json({"to": target_url, "receipts_copied": result.receipts_copied,
                     "receipts_skipped": result.receipts_skipped, "anatomy_copied": result.anatomy_copied,
                     "anatomy_skipped": result.anatomy_skipped, "facts_copied": result.facts_copied,
-                    "memory_copied": result.memory_copied, "copied_ids": result.copied_ids, "retags_copied": result.retags_copied,
-                    "retags_diverged": result.retags_diverged})
+                    "memory_copied": result.memory_copied, "copied_ids": result.copied_ids,
+                    "retags_copied": result.retags_copied, "retags_diverged": result.retags_diverged,
+                    "retags_refused": result.retags_refused})
         return
     console.print(f"pushed to {target_url}: {result.receipts_copied} receipts copied, "
                   f"{result.receipts_skipped} skipped (already there); "
@@ -119,3 +120,7 @@ def push(
     if result.retags_diverged:
         err_console.print(f"warning: retagged both here and there since the last push, left as they are there: "
                           f"{', '.join(result.retags_diverged)} (compare `receipts show ID` on both; retag there)")
+    if result.retags_refused:
+        err_console.print(f"warning: retags made here not copied: there, {', '.join(result.retags_refused)} "
+                          "has another identity than the one these retags started from (it reached that store "
+                          "another way); left as it is there (compare `receipts show ID` on both; retag there)")

@@ -33,13 +33,16 @@ ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kern
 class PushResult:
     receipts_copied: int = 0
     receipts_skipped: int = 0          # same content hash already in the target
-    anatomy_copied: int = 0            # profiler exports attached after the receipt was pushed
+    anatomy_copied: int = 0            # profiler exports copied: with their receipt, or attached after it was pushed
     anatomy_skipped: int = 0
     facts_copied: int = 0              # machine-fact files attached after the receipt was pushed
     memory_copied: int = 0             # memory snapshots and estimates attached after the receipt was pushed
     copied_ids: list[str] = field(default_factory=list)
     retags_copied: int = 0             # identity_history rows of retags made locally after the receipt was pushed
     retags_diverged: list[str] = field(default_factory=list)  # retagged on both sides since: left for a human
+    # retagged here only, but the identity there is not the one those retags started from (the receipt reached the
+    # target another way, with another identity): left for a human too
+    retags_refused: list[str] = field(default_factory=list)
 
 
 def _select(source: Store, table: str, where: str, params: dict[str, Any]) -> pl.DataFrame:
@@ -97,6 +100,7 @@ def push(source: Store, target: Store, progress: Callable[[int, int], None] | No
         for (receipt_id, _), ok in zip(batch, target.copy_receipts_rows(_payloads(source, batch))):
             if ok:
                 result.receipts_copied += 1
+                result.anatomy_copied += len(exports_here.get(receipt_id, ()))  # they travel in its payload
                 result.copied_ids.append(receipt_id)
                 pushed.add(receipt_id)
         done += len(batch)
@@ -123,10 +127,12 @@ def push(source: Store, target: Store, progress: Callable[[int, int], None] | No
             result.retags_diverged.append(receipt_id)            # each side has retags the other lacks
         elif len(here) > len(there):
             copied = _copy_retags(source, target, receipt_id, len(there))
-            if copied:
+            if copied is None:
+                result.retags_refused.append(receipt_id)
+            elif copied:
                 result.retags_copied += copied
             else:
-                result.retags_diverged.append(receipt_id)
+                result.retags_diverged.append(receipt_id)        # retagged there while this push ran
     return result
 
 
@@ -140,17 +146,18 @@ def _history_keys(store: Store) -> dict[str, list[tuple]]:
     return out
 
 
-def _copy_retags(source: Store, target: Store, receipt_id: str, after_seq: int) -> int:
+def _copy_retags(source: Store, target: Store, receipt_id: str, after_seq: int) -> int | None:
     """Retags made locally after the receipt was pushed: the target's identity becomes the local one and
-    the local history rows are appended as they are. Only when they continue the target's history (its
-    identity is still what the first of them changed from); otherwise 0 and nothing is written."""
+    the local history rows are appended as they are. Only when they continue the target's history: None when the
+    target's identity is not what the first of them changed from, 0 when the target was retagged meanwhile;
+    nothing is written then."""
     history = _rows(_select(source, "identity_history", "receipt_id = $id AND seq > $seq ORDER BY seq",
                             {"id": receipt_id, "seq": after_seq}))
     columns = ", ".join(RETAG_COLUMNS)      # ours (store/base.py)
     there = target.sql(f"SELECT {columns} FROM receipts WHERE id = $id", {"id": receipt_id}).row(0, named=True)
     here = source.sql(f"SELECT {columns} FROM receipts WHERE id = $id", {"id": receipt_id}).row(0, named=True)
     if any(there[f] != history[0][f"old_{f}"] for f in IDENTITY_FIELDS):
-        return 0
+        return None
     changes = {c: here[c] for c in RETAG_COLUMNS if here[c] != there[c]}
     try:
         target.replay_retags(receipt_id, expected=there, changes=changes, history=history)

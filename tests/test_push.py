@@ -150,3 +150,33 @@ def test_a_push_into_a_first_release_store_lands_every_value_in_its_column(tmp_p
     for table in TABLES:
         if table != "identity_history":
             assert mine[table].equals(original[table]), table
+
+
+def test_the_push_counts_the_exports_its_receipts_carry(tmp_path, db):
+    """The real 2-GPU run with its nsys export attached, pushed once: one export copied (with its receipt), and said."""
+    assert cli(db, "ingest", str(GPU_DATA / "fsdp2_2gpu_nsys" / "run.log")).exit_code == 0
+    assert cli(db, "ingest", "--attach", "fsdp2_2gpu_nsys", str(GPU_DATA / "fsdp2_2gpu_nsys.sqlite.gz")).exit_code == 0
+    target = str(tmp_path / "team.duckdb")
+    code, out = cli_json(db, "push", "--to", target)
+    assert code == 0 and (out["receipts_copied"], out["anatomy_copied"], out["anatomy_skipped"]) == (1, 1, 0)
+    with open_store(target, read_only=True) as there:
+        assert there.sql("SELECT count(*) AS n FROM anatomy_sources")["n"][0] == 1
+    again = cli(db, "push", "--to", target)
+    assert "0 anatomy exports copied, 1 skipped" in again.stdout
+
+
+def test_a_receipt_retagged_here_only_is_not_said_to_be_retagged_both_sides(tmp_path, db):
+    """The target got the same export on its own, ingested with an identity; it was retagged only here. The push
+    leaves the target as it is and says why, without claiming a retag there."""
+    export = GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz"
+    target = str(tmp_path / "team.duckdb")
+    lane = ("--host-lineage", "h200-device-x1", "--preset", "toy_fsdp2_v1", "--regime", "fsdp2/no-compile")
+    assert cli(target, "ingest", str(export), *lane).exit_code == 0
+    assert cli(db, "ingest", str(export)).exit_code == 0
+    assert cli(db, "retag", "fsdp2_1gpu_nsys", "--tag", "v19c", "--why", "March wave").exit_code == 0
+    out = cli(db, "push", "--to", target)
+    assert out.exit_code == 0
+    assert "retagged both here and there" not in out.stderr
+    assert "retags made here not copied" in out.stderr and "another identity" in out.stderr
+    code, js = cli_json(db, "push", "--to", target)
+    assert js["retags_diverged"] == [] and len(js["retags_refused"]) == 1
