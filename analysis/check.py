@@ -150,6 +150,16 @@ class CheckResult:
         return EXIT_NOT_JUDGED if any(c.outcome != "judged" for c in self.candidates) else EXIT_OK
 
 
+def tag_hint(store: "Store", tag: str) -> str | None:
+    """'did you mean ...?' naming the current tags spelled like `tag` (difflib's ratio >= 0.6) when no current
+    receipt carries it; None when one does, or none is close."""
+    import difflib
+
+    tags = [r["tag"] for r in store.query_rows("current_tags")]
+    close = [] if tag in tags else difflib.get_close_matches(tag, tags, n=3, cutoff=0.6)
+    return ("did you mean " + " or ".join(repr(t) for t in close) + "?") if close else None
+
+
 def parse_against(against: str) -> str:
     """`tag:main` -> 'main'. Only tag baselines exist: a named receipt is `compare`'s job."""
     if not against.startswith(TAG_PREFIX) or not against[len(TAG_PREFIX):].strip():
@@ -169,8 +179,10 @@ def resolve_candidates(store: "Store", refs: Sequence[str]) -> list[tuple[str, s
             tag = parse_against(ref)
             rows = store.query("tagged_receipts", {"tag": tag})
             if rows.height == 0:
-                raise UsageError(f"no current receipt carries the tag {tag!r} (candidates {ref})",
-                                 remedy=Remedy("tag_runs", values=(("tag", tag),)))
+                hint = tag_hint(store, tag)
+                raise UsageError(f"no current receipt carries the tag {tag!r} (candidates {ref})"
+                                 + (f"; {hint}" if hint else ""),
+                                 remedy=None if hint else Remedy("tag_runs", values=(("tag", tag),)))
             out += [(ref, rid) for rid in rows["id"]]
         else:
             rid = resolved[ref]
@@ -187,6 +199,8 @@ class LaneReads:
     picked: Mapping[Lane, list[dict]]
     floor_rows: Mapping[Lane, list[tuple[str, float]]]
     receipts: Mapping[str, StoredReceipt]
+    tagged_candidates: Mapping[Lane, int] = field(default_factory=dict)  # candidates among the lane's tagged runs
+    tag_hint: str | None = None      # no current receipt carries the tag, and some tag is spelled like it
 
 
 def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: str, last: int) -> LaneReads:
@@ -199,8 +213,10 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
             rows[Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])].append(r)
     picked = {lane: pick_baseline(lane_rows, candidates.keys(), last) for lane, lane_rows in rows.items()}
     ids = [r["receipt_id"] for chosen in picked.values() for r in chosen]
+    own = {lane: sum(r["receipt_id"] in candidates for r in lane_rows) for lane, lane_rows in rows.items()}
     return LaneReads(picked, {lane: _floor_rows(lane_rows, candidates.keys()) for lane, lane_rows in rows.items()},
-                     load_many(store, ids) if ids else {})
+                     load_many(store, ids) if ids else {}, own,
+                     tag_hint(store, tag) if not any(rows.values()) else None)
 
 
 def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = DEFAULT_LAST,
@@ -270,13 +286,23 @@ def baseline_for(candidate: StoredReceipt, *, tag: str, last: int, reads: LaneRe
     return Baseline(tag, last, tuple(runs), center, floor, kept)
 
 
-def no_baseline_message(candidate: StoredReceipt, baseline: Baseline) -> str:
-    runs = baseline.runs
-    have = (f"its {len(runs)} most recent run(s) tagged {baseline.tag!r} cannot be used ("
+def no_baseline_message(candidate: StoredReceipt, baseline: Baseline, *, tagged_candidates: int = 0,
+                        tag_hint: str | None = None) -> str:
+    """Why a candidate has no baseline: its lane's tagged runs cannot be used, or are all being checked themselves
+    (`tagged_candidates`), or its lane has none; `tag_hint` when no current receipt anywhere carries the tag."""
+    runs, tag = baseline.runs, baseline.tag
+    if tag_hint is not None:
+        return (f"{candidate.run_name}: no baseline in lane {lane_of(candidate)}: no current receipt carries the tag "
+                f"{tag!r}; {tag_hint}")
+    if not runs and tagged_candidates:
+        return (f"{candidate.run_name}: no baseline in lane {lane_of(candidate)}: its {tagged_candidates} run(s) "
+                f"tagged {tag!r} are all among the runs being checked, and a run is never its own baseline: check "
+                f"the new runs only (by their own tag or name) against that tag")
+    have = (f"its {len(runs)} most recent run(s) tagged {tag!r} cannot be used ("
             + "; ".join(f"{b.run_name}: {b.excluded}" for b in runs) + ")") if runs else \
-        f"no current receipt in it carries the tag {baseline.tag!r}"
+        f"no current receipt in it carries the tag {tag!r}"
     return (f"{candidate.run_name}: no baseline in lane {lane_of(candidate)}: {have}. Create one by tagging runs of "
-            f"this lane {baseline.tag!r}")
+            f"this lane {tag!r}")
 
 
 def rumor_message(candidate: StoredReceipt) -> str:
@@ -308,8 +334,13 @@ def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: Lan
         return base(outcome="unmeasured", baseline=baseline, message=(
             f"{candidate.run_name}: fewer than 2 steady-state steps with a step time; nothing to compare"))
     if not baseline.used:
-        return base(outcome="no_baseline", baseline=baseline, message=no_baseline_message(candidate, baseline),
-                    remedy=no_baseline_remedy(baseline))
+        lane = lane_of(candidate)  # a candidate with a baseline has a lane
+        own_runs = reads.tagged_candidates.get(lane, 0) if lane else 0
+        # a did-you-mean, or runs that are all candidates, are answered by the message, not by tagging more runs
+        plain = reads.tag_hint is None and not (own_runs and not baseline.runs)
+        return base(outcome="no_baseline", baseline=baseline, message=no_baseline_message(
+            candidate, baseline, tagged_candidates=own_runs, tag_hint=reads.tag_hint),
+            remedy=no_baseline_remedy(baseline) if plain else None)
     verdict = decide([baseline.intervals[b.id] for b in baseline.used], [own], baseline.floor, grow="candidate")
     if verdict is None:  # a side without a positive median step time
         return base(outcome="unmeasured", baseline=baseline, message=(

@@ -327,3 +327,23 @@ def test_check_on_the_team_store_and_on_a_local_copy_of_it_agree(pg_db, tmp_path
     code, results = answers[0]
     assert code == 1 and [v for _, v, _, _ in results[:3]] == ["slower"] * 3
     assert results[3][1] in ("no change", "inconclusive")
+
+
+def test_a_mistyped_tag_gets_a_did_you_mean(noise_db):
+    """On the real runs (tags main, pr-slow, pr-subfloor): a baseline tag no receipt carries names the close one,
+    as a candidate tag does (exit 2 there: nothing to check)."""
+    code, out = check(noise_db, "tag:pr-slow", "--against", "tag:mian")
+    assert code == 3 and {r["outcome"] for r in out["results"]} == {"no_baseline"}
+    assert all("no current receipt carries the tag 'mian'; did you mean 'main'?" in r["why"] for r in out["results"])
+    result = cli(noise_db, "check", "tag:pr-slwo", "--against", "tag:main")
+    assert result.exit_code == 2 and "did you mean 'pr-slow'" in result.stderr
+
+
+def test_checking_the_baseline_tag_against_itself_says_so(noise_db):
+    """`check tag:main --against tag:main`: every main run is a candidate, none is left for the baseline; the
+    message says that, not that no receipt carries the tag."""
+    code, out = check(noise_db, "tag:main", "--against", "tag:main")
+    assert code == 3 and len(out["results"]) == 10
+    for r in out["results"]:
+        assert r["outcome"] == "no_baseline" and "carries the tag" not in r["why"]
+        assert "10 run(s) tagged 'main' are all among the runs being checked" in r["why"]
