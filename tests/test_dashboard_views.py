@@ -1,0 +1,132 @@
+"""The dashboard's compare view explaining why B differs (on the real explain lane), and the views' edges:
+unknown values drawn as unknown, charts scaled to the steady steps, exports named only when they exist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+import pytest
+
+from dashboard_store import _app, _charts, _no_exception, _texts
+
+
+def _explain_ids(db: str, *runs: str) -> list[str]:
+    from receipts.store import open_store
+
+    with open_store(db, read_only=True) as store:
+        return [store.resolve(r) for r in runs]
+
+
+@pytest.mark.slow
+def test_compare_view_explains_why_b_differs_with_noise_bands(explain_lane, monkeypatch):
+    """Two real profiled runs (tests/data/explain): the pairwise explanation, drawn as deltas with intervals."""
+    a, b = _explain_ids(explain_lane, "base_1", "attn_1")
+    at = _app(explain_lane, monkeypatch, view="compare", a=a, b=b)
+    _no_exception(at)
+    text = _texts(at)
+    assert "Why B differs" in text and "Pairwise (one run each side)" in text and "no component noise" in text
+    spec = next(s for s in (str(c.proto.spec) for c in _charts(at)) if "why B differs" in s)
+    assert "low_ms" in spec and "high_ms" in spec  # each delta carries its interval: the component's noise band
+    table = next(d.value for d in at.dataframe if "delta_ms" in d.value.columns)
+    appeared = list(table[table["presence"] == "appeared"]["component"])
+    assert any(name.startswith("fmha_cutlassB") for name in appeared)
+
+
+@pytest.mark.slow
+def test_compare_view_linked_from_check_explains_against_the_lane(explain_lane, monkeypatch):
+    a, b = _explain_ids(explain_lane, "base_5", "stall_1")
+    at = _app(explain_lane, monkeypatch, view="compare", a=a, b=b, against="tag:main")
+    _no_exception(at)
+    text = _texts(at)
+    assert "Against tag:main" in text and "measured from 5 profiled baseline runs" in text
+    table = next(d.value for d in at.dataframe if "delta_ms" in d.value.columns)
+    first = table[table["verdict"] == "changed"].iloc[0]
+    assert (first["level"], first["component"]) == ("category", "idle")
+
+def test_the_report_beside_an_export_is_named_for_nsys_ui(tmp_path, monkeypatch):
+    """tests/data/gpu keeps fsdp2_2gpu_nsys.nsys-rep beside its export: that report is the one to open."""
+    from cli_helpers import cli
+
+    d = Path(__file__).resolve().parent / "data" / "gpu"
+    db = str(tmp_path / "rep.duckdb")
+    assert cli(db, "ingest", str(d / "fsdp2_2gpu_nsys" / "run.log")).exit_code == 0
+    assert cli(db, "ingest", str(d / "fsdp2_2gpu_nsys.sqlite.gz"), "--attach", "fsdp2_2gpu_nsys").exit_code == 0
+    at = _app(db, monkeypatch, view="anatomy")
+    _no_exception(at)
+    expander = next(e for e in at.expander if e.label == "Open the source export")
+    text = "\n".join(m.value for m in expander.markdown)
+    assert f"`nsys-ui {d / 'fsdp2_2gpu_nsys.nsys-rep'}`" in text
+
+
+def test_an_unknown_reserved_is_not_drawn_as_zero():
+    """A log that prints allocated memory per step but no reserved (nanochat's `mem:`): the chart draws the
+    allocated line alone, never a reserved line at 0 GiB, and no gap."""
+    import polars as pl
+
+    from receipts.dashboards import charts
+
+    mem = pl.DataFrame({"step": [1, 2, 3], "allocated_bytes": [20 << 30, 21 << 30, 22 << 30],
+                        "reserved_bytes": [None, None, None]}, schema_overrides={"reserved_bytes": pl.Int64})
+    spec = charts.memory_series(mem).to_dict()
+    values = [v for data in spec["datasets"].values() for v in data]
+    assert {v["kind"] for v in values} == {"allocated"} and all(v["gib"] > 0 for v in values)
+    assert "layer" not in spec and "allocated per step" in spec["title"]
+    both = mem.with_columns(reserved_bytes=pl.Series([24 << 30, None, 26 << 30]))
+    spec = charts.memory_series(both).to_dict()
+    rows = [v for data in spec["datasets"].values() for v in data]
+    assert sorted((v["kind"], v["step"]) for v in rows if "kind" in v) == [
+        ("allocated", 1), ("allocated", 2), ("allocated", 3), ("reserved", 1), ("reserved", 3)]
+    assert len(spec["layer"]) == 2  # the gap where both are known, and the lines
+
+
+def test_an_mlperf_result_without_a_series_reads_without_none(tmp_path, monkeypatch):
+    """One block covering the whole LoRA run (its first block and run_stop, from the real v5.1 log): no window,
+    no host in the log. The page says so in words: never 'blocks None–None', 'hostname None' or a median None."""
+    from cli_helpers import cli_json
+
+    lora = Path(__file__).resolve().parent / "data" / "mlperf" / "v5.1__Dell_1xXE9680x8H200-SXM-141GB_llama2_70b_lora_result_0.txt"
+    lines, blocks = [], 0
+    for line in lora.read_text().splitlines():
+        blocks += '"key": "block_start"' in line
+        if blocks <= 1 or '"key": "run_stop"' in line:
+            lines.append(line)
+    one = tmp_path / "one_block.txt"
+    one.write_text("\n".join(lines) + "\n")
+    db = str(tmp_path / "mlperf.duckdb")
+    code, out = cli_json(db, "ingest", str(one), "--host-lineage", "dell-xe9680-h200", "--preset", "mlperf_v51",
+                         "--regime", "megatron/unknown-compile")
+    assert code == 0, out
+    rid = cli_json(db, "show", "one_block")[1]["id"]
+    at = _app(db, monkeypatch, view="receipt", id=rid)
+    _no_exception(at)
+    shown = _texts(at) + "\n".join(str(m.value) for m in at.metric)
+    assert "None" not in shown, [line for line in shown.splitlines() if "None" in line]
+    assert "No steady-state window: the log has no block series" in shown and "hostname not in the log" in shown
+
+
+def test_the_anatomy_per_step_chart_is_scaled_to_the_steady_steps():
+    """The real 2-GPU nsys export's step 0 (a ~2 s compile) is clipped: the scale tops at the largest steady step
+    (x 1.15), so the steady steps' parts stay readable."""
+    from receipts.analysis.anatomy import anatomy_report
+    from receipts.dashboards import charts
+    from receipts.store import open_store
+    from cli_helpers import cli
+
+    import tempfile
+    import polars as pl
+
+    d = Path(__file__).resolve().parent / "data" / "gpu"
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "a.duckdb")
+        assert cli(db, "ingest", str(d / "fsdp2_2gpu_nsys" / "run.log")).exit_code == 0
+        assert cli(db, "ingest", str(d / "fsdp2_2gpu_nsys.sqlite.gz"), "--attach", "fsdp2_2gpu_nsys").exit_code == 0
+        with open_store(db, read_only=True) as store:
+            rid = store.resolve("fsdp2_2gpu_nsys")
+            src = anatomy_report(store, rid).source
+            rows = store.query("anatomy_rows", {"receipt_id": rid, "source_sha256": src.sha256})
+    spec = charts.anatomy_by_step(rows).to_dict()
+    top = spec["spec"]["encoding"]["y"]["scale"]["domain"][1]
+    per_step = (rows.filter(pl.col("category").is_in(charts.DECOMPOSITION))
+                .group_by("rank", "step", "warmup").agg(pl.col("time_ms").sum()))
+    steady_max = per_step.filter(~pl.col("warmup"))["time_ms"].max()
+    assert top == pytest.approx(steady_max * 1.15)
+    assert per_step.filter(pl.col("warmup"))["time_ms"].max() > 10 * top  # the compile step is the clipped one
