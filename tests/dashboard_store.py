@@ -3,19 +3,15 @@ tests/test_dashboard_views.py): a store of real ingested data, and the app drive
 
 The store holds the two modded-nanogpt track_1_short speedrun logs (same identity flags: comparable),
 a real log under another host lineage (refused against them), a rumor (no launch regime), and the
-nsys export mfu_2gpu_before.sqlite attached to the first log for the anatomy view. When the real
-parsers (ingest/modded_nanogpt.py, ingest/nsys.py) are not importable yet, the same step times are
-read from the real logs into RECEIPT-format logs and the anatomy is built by ingest.intervals.
+nsys export mfu_2gpu_before.sqlite attached to the first log for the anatomy view.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
@@ -31,13 +27,6 @@ HOST, PRESET, REGIME = "modded-nanogpt-h100x8", "gpt2-124m-speedrun", "ddp/full-
 OTHER_HOST = "gtx1660-desk"
 
 
-def _have(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 def _speedrun_steps(path: Path) -> list[tuple[int, float]]:
     """(step, step_ms) from modded-nanogpt's cumulative `train_time:` (the clock starts after step 10)."""
     rx = re.compile(r"^step:(\d+)/\d+ (?:train_loss:\S+ )?train_time:(\d+)ms")
@@ -50,12 +39,6 @@ def _speedrun_steps(path: Path) -> list[tuple[int, float]]:
                 out.append((step, t - prev))
             prev = t
     return out
-
-
-def _peak_memory(path: Path) -> tuple[int, int]:
-    """(allocated, reserved) bytes from the log's own `peak memory allocated: X MiB reserved: Y MiB` line."""
-    m = re.search(r"^peak memory allocated: (\d+) MiB reserved: (\d+) MiB", path.read_text(errors="replace"), re.M)
-    return (int(m.group(1)) << 20, int(m.group(2)) << 20) if m else (36 << 30, 41 << 30)
 
 
 def _native_log(path: Path, steps: list[tuple[int, float]], *, host: str | None, preset: str | None,
@@ -77,44 +60,10 @@ def _native_log(path: Path, steps: list[tuple[int, float]], *, host: str | None,
     return path
 
 
-def _fallback_anatomy():
-    """Until ingest/nsys.py lands: two ranks, eight steps of GEMM/attention/NCCL intervals (ns)."""
-    from receipts.ingest.intervals import anatomy_rows
-    from receipts.schema.model import Anatomy
-
-    events, spans = [], []
-    for rank in (0, 1):
-        for step in range(8):
-            t0 = step * 100_000_000
-            slow = 3 if step < 2 else 1  # the first two steps are compile warm-up
-            spans.append({"rank": rank, "step": step, "span_start_ns": t0, "span_end_ns": t0 + 90_000_000 * slow})
-            events += [
-                {"rank": rank, "step": step, "category": "gemm", "start_ns": t0, "end_ns": t0 + 40_000_000 * slow},
-                {"rank": rank, "step": step, "category": "attention", "start_ns": t0 + 40_000_000 * slow,
-                 "end_ns": t0 + 55_000_000 * slow},
-                {"rank": rank, "step": step, "category": "nccl_all_reduce", "start_ns": t0 + 50_000_000 * slow,
-                 "end_ns": t0 + (65_000_000 + rank * 5_000_000) * slow},
-                {"rank": rank, "step": step, "category": "memcpy_h2d", "start_ns": t0 + 66_000_000 * slow,
-                 "end_ns": t0 + 68_000_000 * slow},
-            ]
-    rows, per_step = anatomy_rows(pl.DataFrame(events), pl.DataFrame(spans))
-    sp = pl.DataFrame(spans)
-    steps = per_step.join(sp.select(pl.col("rank").cast(pl.Int32), "step", "span_start_ns", "span_end_ns"),
-                          on=["rank", "step"]).with_columns(
-        pl.col("span_start_ns").alias("start_ns"),
-        ((pl.col("span_end_ns") - pl.col("span_start_ns")) / 1e6).alias("wall_ms"),
-        (pl.col("step") < 2).alias("warmup"))
-    nvtx = pl.DataFrame({"rank": [0, 0, 0, 0, 1], "range_name": ["ablock", "eblock", "mblock", "rblock", "ablock"],
-                         "count": [48, 96, 48, 8, 48], "total_ms": [210.0, 180.0, 95.0, 12.0, 205.0],
-                         "gpu_ms": [None] * 5})
-    return Anatomy("nsys", "interim", rows, steps, nvtx, step_marker="NVTX ranges 'step N' (interim)",
-                   attribution="correlation ids (interim)")
-
-
 def build_store(db: Path, work: Path) -> dict[str, str]:
     """Ingest the real data into a fresh DuckDB store; returns receipt ids by role."""
     from receipts.pipeline import ingest_paths
-    from receipts.schema.model import IdentityClaim, SourceFile, sha256_file
+    from receipts.schema.model import IdentityClaim
     from receipts.schema.registry import load_registry
     from receipts.store import open_store
 
@@ -128,21 +77,9 @@ def build_store(db: Path, work: Path) -> dict[str, str]:
         def one(paths, **kw) -> str:
             return ingest_paths(store, list(paths), registry=registry, **kw)[0].receipt_id
 
-        if _have("receipts.ingest.modded_nanogpt"):
-            ids["a"] = one([SOAP], identity=claim, run_name="soap", tags=("v24",))
-            ids["b"] = one([YARN], identity=claim, run_name="yarn", tags=("v25",))
-        else:
-            for role, src, name, tag, day in (("a", SOAP, "soap", "v24", "2024-10-09"),
-                                              ("b", YARN, "yarn", "v25", "2025-09-10")):
-                log = _native_log(work / f"{name}.log", _speedrun_steps(src), host=HOST, preset=PRESET, regime=REGIME,
-                                  run_name=name, peak=_peak_memory(src), extra_header={"started_at": day})
-                ids[role] = one([log], run_name=name, tags=(tag,))
-        if _have("receipts.ingest.nanochat"):
-            ids["other"] = one([NANOCHAT], identity=IdentityClaim(OTHER_HOST, PRESET, REGIME), run_name="gtx1660")
-        else:
-            log = _native_log(work / "other.log", [(s, ms * 1.7) for s, ms in _speedrun_steps(YARN)], host=OTHER_HOST,
-                              preset=PRESET, regime=REGIME, run_name="gtx1660", extra_header={"started_at": "2025-09-12"})
-            ids["other"] = one([log], run_name="gtx1660")
+        ids["a"] = one([SOAP], identity=claim, run_name="soap", tags=("v24",))
+        ids["b"] = one([YARN], identity=claim, run_name="yarn", tags=("v25",))
+        ids["other"] = one([NANOCHAT], identity=IdentityClaim(OTHER_HOST, PRESET, REGIME), run_name="gtx1660")
         # A rumor: no launch regime claimed. Memory per step with a reserved-allocated gap that grows while
         # allocated stays flat (allocator fragmentation), and a topology with one GPU pair on SYS.
         soap = _speedrun_steps(SOAP)[:400]
@@ -158,14 +95,10 @@ def build_store(db: Path, work: Path) -> dict[str, str]:
         ids["rumor"] = one([_native_log(work / "rumor.log", soap, host=HOST, preset=PRESET, regime=None,
                                         run_name="rumor-fragmenting", extra_header=extra, memory=mem)],
                            run_name="rumor-fragmenting")
-        if _have("receipts.ingest.nsys"):
-            # Exports of another (2-GPU) run on these 8-GPU logs: the attach check refuses them; forced here
-            # so the views have real anatomy to draw.
-            ingest_paths(store, [NSYS], registry=registry, attach=ids["a"], force=True)
-            ingest_paths(store, [NSYS_AFTER], registry=registry, attach=ids["b"], force=True)  # anatomy on both sides
-        else:
-            store.attach_anatomy(ids["a"], _fallback_anatomy(),
-                                 SourceFile(str(NSYS), sha256_file(NSYS), NSYS.stat().st_size, "nsys", "nsys"))
+        # Exports of another (2-GPU) run on these 8-GPU logs: the attach check refuses them; forced here so the
+        # views have real anatomy to draw.
+        ingest_paths(store, [NSYS], registry=registry, attach=ids["a"], force=True)
+        ingest_paths(store, [NSYS_AFTER], registry=registry, attach=ids["b"], force=True)  # anatomy on both sides
     return ids
 
 
