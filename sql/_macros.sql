@@ -2,11 +2,12 @@
 -- run's steady-state median, a receipt's tags and source revision. Store connections create them on open
 -- (store/base.py Store._create_macros), DuckDB and the PostgreSQL reader alike; a macro binds the tables it
 -- reads when created, so it is created on a connection that already sees the store's tables.
--- Reads: receipt_steps (steady_step_times), receipt_summaries (run_medians).
+-- Reads: receipt_steps (step_times), receipt_summaries (run_medians).
 -- Params: the macros' own arguments, below.
 -- Columns:
---   steady_step_times(ids VARCHAR[]) -> receipt_id, step, step_ms (ms, slowest rank), tokens_per_s (tokens/s,
---       summed over ranks when the log reports per rank, else as reported), n_ranks (ranks with a time there).
+--   step_times(ids VARCHAR[], steady_only BOOLEAN), steady_step_times(ids VARCHAR[]) -> receipt_id, step,
+--       step_ms (ms, slowest rank), tokens_per_s (tokens/s, summed over ranks when the log reports per rank, else
+--       as reported), n_ranks (ranks with a time there).
 --   run_medians(ids VARCHAR[], unsummarised VARCHAR[]) -> receipt_id, n_steps (steady steps with a time),
 --       median_step_ms, p10_step_ms, p90_step_ms (ms, warm-up excluded, slowest rank per step).
 --   utc_time(iso text) -> TIMESTAMP (UTC); run_date(started_at, ingested_at) -> TIMESTAMP (UTC);
@@ -14,17 +15,22 @@
 --   git_rev(provenance_json) -> text (null when unrecorded);
 --   lane_label(identity_complete, host_lineage, preset_family, launch_regime) -> text.
 
--- "A step's time is its slowest rank's" (a step ends when its last rank does), over the steady steps of the
--- given receipts; warm-up steps and steps without a time are left out. The SEMI JOIN over unnest(ids) keeps
--- it a hash join (list_contains(ids, receipt_id) scans the list per row: seconds at 10,000 receipts); the
--- BETWEEN is redundant for DuckDB but lets the postgres scanner push a range filter down for a few ids.
-CREATE OR REPLACE TEMP MACRO steady_step_times(ids) AS TABLE
+-- "A step's time is its slowest rank's" (a step ends when its last rank does), over the steps of the given
+-- receipts (only the steady ones when steady_only); steps without a time are left out. The SEMI JOIN over
+-- unnest(ids) keeps it a hash join (list_contains(ids, receipt_id) scans the list per row: seconds at 10,000
+-- receipts); the BETWEEN is redundant for DuckDB but lets the postgres scanner push a range filter down for a
+-- few ids.
+CREATE OR REPLACE TEMP MACRO step_times(ids, steady_only) AS TABLE
 SELECT s.receipt_id, s.step, max(s.step_ms) AS step_ms,
        CASE WHEN count(DISTINCT s.rank) > 1 THEN sum(s.tokens_per_s) ELSE max(s.tokens_per_s) END AS tokens_per_s,
        count(*) AS n_ranks
 FROM receipt_steps s SEMI JOIN (SELECT unnest(ids) AS id) wanted ON wanted.id = s.receipt_id
-WHERE NOT s.warmup AND s.step_ms IS NOT NULL AND s.receipt_id BETWEEN list_min(ids) AND list_max(ids)
+WHERE (NOT steady_only OR NOT s.warmup) AND s.step_ms IS NOT NULL
+  AND s.receipt_id BETWEEN list_min(ids) AND list_max(ids)
 GROUP BY s.receipt_id, s.step;
+
+-- The steady state's step times: warm-up steps left out.
+CREATE OR REPLACE TEMP MACRO steady_step_times(ids) AS TABLE SELECT * FROM step_times(ids, true);
 
 -- Each receipt's steady-state median: the summary stored at ingest (analysis/summary.py: numpy's linear
 -- percentiles, as quantile_cont), else computed from its steady step times. `unsummarised`: the receipts

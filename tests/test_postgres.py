@@ -83,12 +83,13 @@ def pg_empty_url(pg_server) -> str:
 
 
 @pytest.fixture
-def pg_url(pg_empty_url) -> str:
+def pg_url(pg_server) -> str:
     """A fresh database whose owner (the URL's role) has created the receipts schema (`db init`): writers never
     create it themselves."""
-    with migrations.open_target(pg_empty_url, create=True) as target:
+    url = pg_server["fresh"]()
+    with migrations.open_target(url, create=True) as target:
         migrations.init(target)
-    return pg_empty_url
+    return url
 
 
 def _psql(url: str, query: str, params=()):

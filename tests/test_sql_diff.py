@@ -37,7 +37,7 @@ import pytest
 
 from cli_helpers import cli
 from conftest import realdata
-from test_postgres import pg_empty_url, pg_server, pg_url  # noqa: F401  (fixtures: a fresh PostgreSQL database per test)
+from test_postgres import pg_server, pg_url  # noqa: F401  (fixtures: a fresh PostgreSQL database per test)
 
 EXPECTED = Path(__file__).resolve().parent / "data" / "sql_expected"
 LANE = ("diff-host", "diff-preset", "ddp/no-compile")
