@@ -175,8 +175,7 @@ def main() -> None:
             in_process()
             cpu_gate = time.process_time() - c0
         accepted = sum(r.accepted for r in result["r"].results)
-        exe = REPO / ".venv" / "bin" / "receipts"
-        exe = str(exe) if exe.exists() else "receipts"
+        exe = str(Path(sys.executable).with_name("receipts"))  # the CLI of the interpreter running this
         cmd = [exe, "--db", str(db), "gate", str(claims), "--json"]
 
         def gate_cli() -> None:  # exit 1 is a rejected claim; anything else would time a failure as a speed-up

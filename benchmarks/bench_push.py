@@ -60,8 +60,7 @@ def main() -> None:
     ap.add_argument("--store", type=Path, help="keep the built source store here and reuse it when it exists")
     ap.add_argument("--no-postgres", action="store_true")
     args = ap.parse_args()
-    exe = REPO / ".venv" / "bin" / "receipts"
-    exe_s = str(exe) if exe.exists() else "receipts"
+    exe_s = str(Path(sys.executable).with_name("receipts"))  # the CLI of the interpreter running this
     with tempfile.TemporaryDirectory() as tmp:
         source = args.store or Path(tmp) / "source.duckdb"
         if not source.exists():
