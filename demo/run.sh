@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's first command: set up, then ingest the bundled real sample data (genuine runs on
 # H200 machines, tests/data/gpu/), show a receipt, compare a same-lane pair, watch a cross-lane pair
-# get refused, print the step-time anatomy from the attached Nsight Systems export, then show verdicts
-# that know the run-to-run noise on repeated H100 runs (lane history, compare, check against tag:main).
+# get refused, print the step-time anatomy from the attached Nsight Systems export, show verdicts
+# that know the run-to-run noise on repeated H100 runs (lane history, compare, check against tag:main),
+# explain why a run is slower, and show a run's memory geometry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,4 +53,15 @@ step $R compare straggler_base_nsys straggler_plant_nsys
 # read as ONE anatomy of both ranks (one task per export), each export's clock moved onto the job's.
 step $R ingest $G/multiexport/per_rank_gloo --workers 2
 step $R anatomy per_rank_gloo --by rank
+# Why a run is slower (tests/data/explain/): five profiled baseline runs on 2 x H200 and one with the attention
+# backend forced from flash to the memory-efficient kernel; explain names the kernels that vanished and appeared.
+E=tests/data/explain
+step $R ingest $E/base_1 $E/base_2 $E/base_3 $E/base_4 $E/base_5 $E/attn_1
+step $R explain attn_1 --against tag:main --level category --level kernel
+# Memory geometry (tests/data/memory/): the same FSDP2 model with AdamW and with SGD, captured with their
+# snapshots; the optimizer bucket halves, and compare names it.
+M=tests/data/memory
+step $R ingest $M/adamw_2gpu $M/sgd_2gpu
+step $R show sgd_2gpu
+step $R estimate --params 67170304 --shard-degree 2 --optimizer sgd --master-dtype fp32
 printf '\nOpen the dashboard on this store:\n  %s --db %s dashboard\n' "$R" "$RECEIPTS_DB"
