@@ -1,5 +1,5 @@
 """nsys ingest throughput: parse() on an export scaled to >= 5M kernel rows, against DuckDB scanning
-the same kernel columns bare, in the same run (issue 15: aim <= 3x, bounded peak RSS); and the peak RSS of the
+the same kernel columns bare, in the same run (aim <= 3x, peak RSS <= 400 MiB at 5M kernels); and the peak RSS of the
 whole `receipts ingest` of it (parse, steady window, straggler analysis, the store's write).
 
     .venv/bin/python benchmarks/bench_nsys_ingest.py [--kernels 5000000] [--source mfu_2gpu_after.sqlite]
@@ -40,9 +40,7 @@ def _hwm():
 """
 # The parse as `receipts ingest` runs it (argv[2] 'spill': the kept activity and the events in a scratch folder),
 # or with everything held in memory ('held': as a worker process or the library call without a folder reads it);
-# argv[3] the correlation path ('spill': the hand-written partitions; 'duckdb': DuckDB's hash aggregate and join
-# under memory_limit and temp_directory); argv[4], if given, the step pattern (one that matches nothing reads the
-# capture as one window per rank).
+# argv[3], if given, the step pattern (one that matches nothing reads the capture as one window per rank).
 PARSE = HWM + """
 import json, sys, tempfile, time
 from pathlib import Path
@@ -51,8 +49,8 @@ from receipts.schema.categories import load_category_rules
 with tempfile.TemporaryDirectory() as scratch:
     t = time.perf_counter()
     a = nsys.parse(Path(sys.argv[1]), rules=load_category_rules(),
-                   spill=Path(scratch) if sys.argv[2] == "spill" else None, correlation=sys.argv[3],
-                   **({"step_pattern": sys.argv[4]} if len(sys.argv) > 4 else {}))
+                   spill=Path(scratch) if sys.argv[2] == "spill" else None,
+                   **({"step_pattern": sys.argv[3]} if len(sys.argv) > 3 else {}))
     s = time.perf_counter() - t
 print(json.dumps({"s": s, "rss": _hwm(),
                   "steps": a.steps.height, "unattributed": a.unattributed, "activities": int(a.steps["kernels"].sum())}))
@@ -96,46 +94,6 @@ rows = [con.execute(f"SELECT {cols}{extra} FROM sqlite_scan(?, '{table}')", [sys
 rows.append(con.execute("SELECT count(*), max(start), max(correlationId), max(globalTid) "
                         "FROM sqlite_scan(?, 'CUPTI_ACTIVITY_KIND_RUNTIME')", [sys.argv[1]]).fetchone()[0])
 s = time.perf_counter() - t
-print(json.dumps({"s": s, "rss": _hwm(), "rows": rows}))
-"""
-
-# DuckDB alone doing what the hand-written spill does: the earliest runtime call per (process, correlation id) (hash
-# aggregate), each activity's launch (hash join), its step (the range open at the launch, by an ASOF join), and the
-# activity ordered by (process, step, start) for the per-step interval arithmetic (the bins' job): the query only,
-# no anatomy, so a floor under a parse built on it. argv[2]: memory_limit; argv[3]: threads.
-SORTED = HWM + r"""
-import json, sys, tempfile, time
-from receipts import duck
-QUERY = '''
-WITH gpu AS (
-    SELECT globalPid AS pid_key, correlationId AS corr_id, start AS start_ns, "end" AS end_ns, 0::UTINYINT AS kind,
-           demangledName AS name_id, NULL::BIGINT AS copy_kind FROM nsys.CUPTI_ACTIVITY_KIND_KERNEL
-    UNION ALL SELECT globalPid, correlationId, start, "end", 1, NULL, copyKind FROM nsys.CUPTI_ACTIVITY_KIND_MEMCPY
-    UNION ALL SELECT globalPid, correlationId, start, "end", 2, NULL, NULL FROM nsys.CUPTI_ACTIVITY_KIND_MEMSET),
-rt AS (SELECT globalTid - (globalTid & 16777215) AS pid_key, correlationId AS corr_id, min(start) AS launch_ns
-       FROM nsys.CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY ALL),
-launched AS (SELECT g.*, r.launch_ns FROM gpu AS g LEFT JOIN rt AS r USING (pid_key, corr_id))
-SELECT l.pid_key, CASE WHEN l.launch_ns < s.e THEN s.code ELSE -1 END AS code, l.kind, l.name_id, l.copy_kind,
-       l.start_ns, l.end_ns
-FROM launched AS l ASOF LEFT JOIN steps AS s ON s.pid_key = l.pid_key AND l.launch_ns >= s.s
-ORDER BY l.pid_key, code, l.start_ns
-'''
-con = duck.connect(extensions=("sqlite_scanner",))
-with tempfile.TemporaryDirectory() as scratch:
-    con.execute(f"SET memory_limit = '{sys.argv[2]}'")
-    con.execute(f"SET threads = {sys.argv[3]}")
-    con.execute(f"SET temp_directory = '{scratch}'")
-    con.execute("SET preserve_insertion_order = false")
-    con.execute(f"ATTACH '{sys.argv[1]}' AS nsys (TYPE sqlite, READ_ONLY)")
-    t = time.perf_counter()
-    con.execute('''CREATE TEMP TABLE steps AS SELECT globalTid - (globalTid & 16777215) AS pid_key, start AS s,
-                   "end" AS e, row_number() OVER (ORDER BY start)::INTEGER AS code FROM nsys.NVTX_EVENTS
-                   WHERE eventType = 59 AND regexp_matches(text, '^step [0-9]+$')''')
-    try:
-        rows = sum(b.num_rows for b in con.execute(QUERY).fetch_record_batch(1 << 17))
-    except Exception as exc:  # the measurement says it did not run
-        rows = type(exc).__name__
-    s = time.perf_counter() - t
 print(json.dumps({"s": s, "rss": _hwm(), "rows": rows}))
 """
 
@@ -200,8 +158,6 @@ def main() -> None:
     ap.add_argument("--copies-per-step", type=int, default=1,
                     help="copies of the source capture in one step (2: half the steps, each twice as long): "
                          "whether the peak follows the activity or the steps")
-    ap.add_argument("--sort-memory", nargs="*", default=["256MB", "512MB"],
-                    help="memory_limit of each run of the DuckDB-only query with ORDER BY (one thread)")
     args = ap.parse_args()
     load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     t = time.perf_counter()
@@ -210,29 +166,22 @@ def main() -> None:
     scan = min((run(SCAN, path) for _ in range(args.repeat)), key=lambda r: r["s"])
     scan_all = min((run(SCAN_ALL, path) for _ in range(args.repeat)), key=lambda r: r["s"])
     pattern = [r"^no such range (\d+)$"] if args.without_steps else []
-    parsed = min((run(PARSE, path, "spill", "spill", *pattern) for _ in range(args.repeat)), key=lambda r: r["s"])
-    held = min((run(PARSE, path, "held", "spill", *pattern) for _ in range(args.repeat)), key=lambda r: r["s"])
-    duck_parsed = min((run(PARSE, path, "spill", "duckdb", *pattern) for _ in range(args.repeat)),
-                      key=lambda r: r["s"])
-    duck_sorted = [run(SORTED, path, memory, "1") for memory in args.sort_memory]
+    parsed = min((run(PARSE, path, "spill", *pattern) for _ in range(args.repeat)), key=lambda r: r["s"])
+    held = min((run(PARSE, path, "held", *pattern) for _ in range(args.repeat)), key=lambda r: r["s"])
     ingested = run(INGEST, path)
-    print(f"\n{'measurement':<60}{'seconds':>9}{'x all-cols scan':>16}{'peak RSS MiB':>14}")
+    rows = scan["rows"]
+    print(f"\n{'measurement':<46}{'seconds':>10}{'kernel rows/s':>16}{'peak RSS MiB':>14}")
     for label, r in (("duckdb sqlite_scan, kernel cols (ref)", scan),
-                     ("duckdb sqlite_scan, all cols parse reads (ref)", scan_all),
-                     ("nsys.parse, hand-written spill (as `receipts ingest`)", parsed),
-                     ("nsys.parse, hand-written, held in memory", held),
-                     ("nsys.parse, DuckDB correlation + steps, spilled", duck_parsed),
-                     *((f"DuckDB join + ASOF + ORDER BY, query only, {m}", r)
-                       for m, r in zip(args.sort_memory, duck_sorted)),
+                     ("duckdb sqlite_scan, all cols parse reads", scan_all),
+                     ("nsys.parse, spilled (as `receipts ingest`)", parsed),
+                     ("nsys.parse, held in memory (workers, API)", held),
                      ("`receipts ingest` into a new store (once)", ingested)):
-        note = f"  ({r['rows']})" if isinstance(r.get("rows"), str) else ""
-        print(f"{label:<60}{r['s']:>9.2f}{r['s'] / scan_all['s']:>15.2f}x{r['rss'] / 2**20:>14,.0f}{note}")
+        print(f"{label:<46}{r['s']:>10.2f}{rows / r['s']:>16,.0f}{r['rss'] / 2**20:>14,.0f}")
     kernels, memcpy, memset, runtime = scan_all["rows"]
     print(f"\nrows: kernel {kernels:,}, memcpy {memcpy:,}, memset {memset:,}, runtime {runtime:,}; steps: "
           f"{parsed['steps']:,}; activities in steps: {parsed['activities']:,}; unattributed: {parsed['unattributed']:,}")
-    for label, r in (("hand-written spill", parsed), ("DuckDB correlation", duck_parsed)):
-        print(f"{label}: parse / bare scan of all it reads {r['s'] / scan_all['s']:.2f}x (aim <= 3x), "
-              f"/ bare kernel scan {r['s'] / scan['s']:.2f}x; peak RSS {r['rss'] / 2**20:,.0f} MiB (aim <= 400)")
+    print(f"parse / bare scan of all it reads: {parsed['s'] / scan_all['s']:.2f}x (aim <= 3x); "
+          f"parse / bare kernel scan: {parsed['s'] / scan['s']:.2f}x; peak RSS {parsed['rss'] / 2**20:,.0f} MiB")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}; load average at the start: {load_at_start}, "
           "at the end: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -112,10 +112,8 @@ def _writable(folder: Path) -> bool:
 
 def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]*(\d+)$",
           keep_raw: bool = False, env_rules: EnvRules | None = None, progress: Progress | None = None,
-          spill: Path | None = None, correlation: str = "spill") -> Anatomy:
-    """`correlation`: "spill", the hand-written partitions of ingest/correlation.py; "duckdb", one DuckDB query
-    (a hash aggregate and a hash join under memory_limit and temp_directory) gives each activity its step code.
-    `env_rules`: the secret rules of the loaded configuration (shipped + ./receipts.toml + --registry);
+          spill: Path | None = None) -> Anatomy:
+    """`env_rules`: the secret rules of the loaded configuration (shipped + ./receipts.toml + --registry);
     None: the shipped ones. `progress`: called with the fraction of the large tables' rows streamed so far.
     `spill`: a directory (the caller's, removed after the anatomy is used) where the runtime calls and the kept
     activity wait as they stream in (read back by correlation-id partition and by step group or time bin) and
@@ -159,23 +157,16 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
             raise InputError(path, f"step ranges found but table {RUNTIME} is absent: GPU work cannot reach a step "
                                    "(re-profile with --trace=cuda)", table=RUNTIME)
         step_values, by_pid = _ranges_by_pid(step_ranges)
-        if correlation == "duckdb":
-            activity_query, repeated_query = _duck_correlation(con, activity_query, by_pid, RUNTIME in schema, spill)
-            launches = None
-        else:
-            launches = Launches(streamed.counted(_batches(con, load_query("_nsys_launches")))
-                                if RUNTIME in schema else (), by_pid, spill)
+        launches = Launches(streamed.counted(_batches(con, load_query("_nsys_launches"))) if RUNTIME in schema else (),
+                            by_pid, spill)
         copy_cat = {k: _COPY_CATEGORY.get(n, "other") for k, n in copy_names.items()}
         activities = sum(n for t, n in estimate.items() if t != RUNTIME)
         activity = _Activity(step_values, names, copy_cat, rules, keep_raw, has_steps=step_ranges.height > 0,
                              group_codes=_group_codes(step_values.size, activities), spill=spill)
         for batch in streamed.counted(_batches(con, activity_query)):
             activity.add(batch, launches)
-        if launches is None:
-            repeated = (con.execute(repeated_query).fetchone() or (0,))[0] if RUNTIME in schema else 0
-        else:
-            repeated = launches.repeated
-            launches.close()  # every claimed runtime call's id and code: not held past its use
+        repeated = launches.repeated
+        launches.close()  # every claimed runtime call's id and code: not held past its use
         thread_ranks = _mpi_thread_ranks(con) if nvtx_table else {}
     except _TimesOutOfRange as exc:
         raise InputError(path, f"a start or end {_FAR:,} ns or more from the capture's start ({exc.rows} such "
@@ -477,58 +468,6 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
     return f"WITH _gpu AS ({gpu})\n" + load_query("_nsys_activity")
 
 
-_DUCK_MEMORY = os.environ.get("RECEIPTS_NSYS_DUCK_MEMORY", "128MB")
-_DUCK_THREADS = int(os.environ.get("RECEIPTS_NSYS_DUCK_THREADS", "1"))
-
-
-def _duck_correlation(con, activity_query: str, by_pid: dict[int, StepRanges], has_runtime: bool,
-                      spill: Path | None) -> tuple[str, str]:
-    """The activity query with each row's step code (-1: none) by DuckDB's hash aggregate (the earliest runtime call
-    per process and correlation id) and hash join, and the query counting repeated (process, id) pairs.
-    A step claims the calls from its start to the next step's start or its own end, whichever is first; those
-    claim intervals, cut into buckets of time, make the step lookup an equality join on (process, bucket) whose
-    build side is a few rows per step."""
-    folder = spill if spill is not None else Path(tempfile.gettempdir())
-    con.execute(f"SET memory_limit = '{_DUCK_MEMORY}'")
-    con.execute(f"SET threads = {_DUCK_THREADS}")
-    con.execute(f"SET temp_directory = '{str(folder).replace(chr(39), chr(39) * 2)}'")
-    con.execute("SET preserve_insertion_order = false")
-    pids, starts, ends, codes = [], [], [], []
-    for pid, r in by_pid.items():
-        claim_end = np.minimum(r.ends, np.r_[r.starts[1:], np.iinfo(np.int64).max])
-        keep = claim_end > r.starts
-        pids.append(np.full(int(keep.sum()), pid, np.int64))
-        starts.append(r.starts[keep])
-        ends.append(claim_end[keep])
-        codes.append(r.codes[keep])
-    claims = pl.DataFrame({"pid_key": np.concatenate(pids) if pids else np.zeros(0, np.int64),
-                           "s": np.concatenate(starts) if starts else np.zeros(0, np.int64),
-                           "e": np.concatenate(ends) if ends else np.zeros(0, np.int64),
-                           "code": np.concatenate(codes).astype(np.int32) if codes else np.zeros(0, np.int32)})
-    lengths = [float(e) - float(s) for s, e in zip(claims["s"], claims["e"])]
-    width = int(max(np.median(lengths) if lengths else 1, sum(lengths) / 65536, 1))
-    con.register("_claims_in", claims)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _claims AS SELECT pid_key, unnest(range(s // {width}, "
-                f"(e - 1) // {width} + 1)) AS bucket, s, e, code FROM _claims_in")
-    con.unregister("_claims_in")
-    if not has_runtime:
-        con.execute("CREATE OR REPLACE TEMP VIEW _launch AS SELECT NULL::BIGINT AS pid_key, NULL::BIGINT AS corr_id, "
-                    "NULL::BIGINT AS launch_ns WHERE false")
-    else:
-        con.execute(f"CREATE OR REPLACE TEMP VIEW _launch AS {load_query('_nsys_launches')}")
-    gpu, _, rest = activity_query.partition("\n")
-    query = (f"{gpu},\n_rt AS (SELECT pid_key, corr_id, min(launch_ns) AS launch_ns FROM _launch "
-             "WHERE pid_key IS NOT NULL AND corr_id IS NOT NULL GROUP BY ALL),\n"
-             "_activity AS (" + load_query("_nsys_activity").split("\nSELECT ", 1)[1].join(["SELECT ", ""]) + ")\n"
-             "SELECT a.*, coalesce(c.code, -1)::INTEGER AS code FROM _activity AS a "
-             "LEFT JOIN _rt AS r ON r.pid_key = a.pid_key AND r.corr_id = a.corr_id "
-             f"LEFT JOIN _claims AS c ON c.pid_key = a.pid_key AND c.bucket = r.launch_ns // {width} "
-             "AND r.launch_ns >= c.s AND r.launch_ns < c.e")
-    repeated = ("SELECT count(*) FROM (SELECT 1 FROM _launch WHERE pid_key IS NOT NULL AND corr_id IS NOT NULL "
-                "GROUP BY pid_key, corr_id HAVING count(*) > 1)")
-    return query, repeated
-
-
 def _has_activity_cols(cols: list[str]) -> bool:
     return set(_ACTIVITY_COLS) <= set(cols) and bool({"globalPid", "globalTid"} & set(cols))
 
@@ -660,7 +599,7 @@ class _Activity:
         self.ended_early = 0  # activities that end before they start, or have no end: counted as zero length
         self._raw: list[pl.DataFrame] = []
 
-    def add(self, batch, launches: Launches | None) -> None:
+    def add(self, batch, launches: Launches) -> None:
         """One streamed batch (an Arrow record batch of sql/_nsys_activity.sql); `launches` gives its steps."""
         activity, ended_early = _sane_times(cast(pl.DataFrame, pl.from_arrow(batch)))
         self.ended_early += ended_early
@@ -715,11 +654,8 @@ class _Activity:
                     if not self.has_steps:  # a copy: a view would hold the batch's starts
                         self._start_sample.setdefault(pid, []).append(rows_kept[2][::_SAMPLE_EVERY].copy())
 
-    def _codes(self, activity: pl.DataFrame, rows_of: dict[int | None, np.ndarray],
-               launches: Launches | None) -> np.ndarray:
+    def _codes(self, activity: pl.DataFrame, rows_of: dict[int | None, np.ndarray], launches: Launches) -> np.ndarray:
         """Step code per activity (-1: no step range claimed it), through its launching call's correlation id."""
-        if launches is None:  # given by the query (_duck_correlation)
-            return activity["code"].to_numpy().astype(np.int32)
         codes = np.full(activity.height, -1, np.int32)
         if self.has_steps:
             known = activity["corr_id"].is_not_null().to_numpy()
