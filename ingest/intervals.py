@@ -172,7 +172,7 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
     them (anatomy_rows); a key whose span starts where it ends has nothing inside. Clipping the start to a bound
     that is the same for the whole key keeps the rows' order, so the clipped rows need no second sort.
     `counted`: the rows counted as kernels (None: all); a row left out is the continuation of an activity counted
-    in another piece of time (ingest/nsys.py, a window without steps read in bins of start times)."""
+    in another piece of time (ingest/nsys_anatomy.py, a window without steps read in bins of start times)."""
     change = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
     first = np.flatnonzero(change)
     group = np.cumsum(change) - 1

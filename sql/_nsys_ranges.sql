@@ -2,7 +2,7 @@
 -- does: push/pop (eventType 59) AND start/end (60) ranges, plus their NVTX-text forms (70, 71);
 -- an unclosed range ends at the last NVTX timestamp; the name is 'domain:text' when the range's
 -- domain was registered (eventType 75) in the same process, else the text alone.
--- Reads: _nvtx(pid_key, event_type, start_ns, end_ns, domain_id, text)  (temp view, ingest/nsys.py)
+-- Reads: _nvtx(pid_key, event_type, start_ns, end_ns, domain_id, text)  (temp view, ingest/nsys_activity.py)
 -- Columns: pid_key (globalPid of the thread that opened the range), text (the range's own text),
 --          range_name (as nvtx_sum shows it), start_ns, end_ns (ns), duration_ns (ns).
 WITH domains AS (

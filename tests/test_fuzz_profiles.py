@@ -119,7 +119,7 @@ def test_damaged_times_and_ids_parse_or_name_the_file_in_bins(tmp_path_factory, 
     seeds = nsys_seeds(tmp_path_factory.mktemp("nsys-seeds"))
     if seed not in seeds:
         pytest.skip("real data not present")
-    from receipts.ingest import correlation, nsys
+    from receipts.ingest import correlation, nsys, nsys_activity
     from receipts.schema.categories import load_category_rules
 
     path = tmp_path_factory.mktemp("nsys") / Path(seed).name
@@ -133,7 +133,7 @@ def test_damaged_times_and_ids_parse_or_name_the_file_in_bins(tmp_path_factory, 
     db.close()
     spill = tmp_path_factory.mktemp("spill")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(nsys, "_GROUP_ACTIVITIES", 50)
+        mp.setattr(nsys_activity, "_GROUP_ACTIVITIES", 50)
         mp.setattr(correlation, "_PART_CALLS", 16)
         anatomy = holds(lambda: nsys.parse(path, rules=load_category_rules(), spill=spill), path)
     if anatomy is not None:
