@@ -94,10 +94,10 @@ def _missing_tables(facts: ExportFacts) -> list[str]:
 def _machine(facts: ExportFacts, devices: pl.DataFrame) -> tuple[str | None, int | None, int | None]:
     """(GPU model, GPUs on the host, GPU count). The model is the devices' that ran kernels: Windows exports also list
     display adapters (Intel HD, 'Microsoft Basic Render Driver'), which are no CUDA device (smCount 0) and ran
-    nothing. Without a listed GPU, the count is the devices that ran work."""
+    nothing; None when no table names one. Without a listed GPU, the count is the devices that ran work."""
     ran = set(devices["device_id"].drop_nulls().unique().to_list())
     cuda_devices = [(i, n) for i, n, sm in facts.gpus if sm != 0]
-    used = [n for i, n in cuda_devices if i in ran] or [n for _, n in cuda_devices]
+    used = [n for i, n in cuda_devices if i in ran and n] or [n for _, n in cuda_devices if n]
     gpu_model = max(sorted(set(used)), key=used.count) if used else None
     gpus_on_host = len(cuda_devices) or None
     return gpu_model, gpus_on_host, gpus_on_host or len(ran) or None

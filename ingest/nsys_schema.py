@@ -38,7 +38,7 @@ class ExportFacts:
     nvtx_table: str | None  # the NVTX events table (highest version present), None: the export has none
     meta: dict[str, str]  # META_DATA_EXPORT name -> value
     env_rows: dict[str, str]  # TARGET_INFO_SYSTEM_ENV name -> value
-    gpus: list[tuple[int | None, str, int | None]]  # (device id, name, SM count) per listed GPU
+    gpus: list[tuple[int | None, str | None, int | None]]  # (device id, name, SM count) per listed GPU
     session_start_ns: int | None  # UTC epoch ns of the capture's start, the zero of its timestamps
     copy_names: dict[int, str]  # memcpy kind code -> 'HTOD', 'DTOH', ...
     names: dict[int, str]  # StringIds
@@ -210,17 +210,28 @@ def _system_env(db: sqlite3.Connection, schema: dict) -> dict[str, str]:
     return {}
 
 
-def _gpus(db: sqlite3.Connection, schema: dict) -> list[tuple[int | None, str, int | None]]:
-    """(device id as CUPTI's deviceId, name, SM count or None when the layout has none) per listed GPU.
-    Layouts differ by version (some with vmId first); only the named columns are read."""
-    cols = set(schema.get("TARGET_INFO_GPU", ()))
-    if {"id", "name"} <= cols:
-        sm = "smCount" if "smCount" in cols else "NULL"
-        return [(i if isinstance(i, int) else None, n, s if isinstance(s, int) else None)
-                for i, n, s in db.execute(f"SELECT DISTINCT id, name, {sm} FROM TARGET_INFO_GPU") if n]
-    if "gpuId" in schema.get("TARGET_INFO_CUDA_DEVICE", ()):  # names absent there, count only
-        ids = [i for (i,) in db.execute("SELECT DISTINCT gpuId FROM TARGET_INFO_CUDA_DEVICE")]
-        return [(i if isinstance(i, int) else None, "unknown", None) for i in ids]
+# The columns of the GPU tables by their names in each layout seen, first match wins: TARGET_INFO_GPU (vmId, id,
+# name, ..., smCount, ...: nsys 2021-2026), and (vmId, deviceId, name) in older exports; TARGET_INFO_CUDA_DEVICE
+# (gpuId, cudaId, pid[, uuid, numMultiprocessors]) names no model.
+_GPU_ID = ("id", "deviceId", "gpuId")
+_GPU_SM = ("smCount", "numMultiprocessors")
+
+
+def _gpus(db: sqlite3.Connection, schema: dict) -> list[tuple[int | None, str | None, int | None]]:
+    """(device id as CUPTI's deviceId, name (None: the layout names none), SM count (None: the layout has none))
+    per listed GPU, from TARGET_INFO_GPU, else TARGET_INFO_CUDA_DEVICE (a count only); only named columns are read."""
+    for table, named in (("TARGET_INFO_GPU", True), ("TARGET_INFO_CUDA_DEVICE", False)):
+        cols = schema.get(table, ())
+        ident = next((c for c in _GPU_ID if c in cols), None)
+        if (named and "name" not in cols) or (not named and ident is None):
+            continue
+        select = [f'"{c}"' if c else "NULL" for c in (ident, "name" if named else None,
+                                                        next((c for c in _GPU_SM if c in cols), None))]
+        rows = [(i if isinstance(i, int) else None, n if isinstance(n, str) else None, s if isinstance(s, int) else None)
+                for i, n, s in db.execute(f"SELECT DISTINCT {', '.join(select)} FROM \"{table}\"")
+                if n or not named]
+        if rows:
+            return rows
     return []
 
 

@@ -144,7 +144,7 @@ SQL_INTERPOLATIONS = {
                                 "short if kind == 'kernel' else 'NULL'", "copy if kind == 'memcpy' else 'NULL'",
                                 "in_graph", "table", "str(path.resolve()).replace(chr(39), chr(39) * 2)", "_PID_MASK",
                                 "domain", "text", "nvtx_table", "join", "stream", "gpu"},
-    "ingest/nsys_schema.py": {"table", "sm", "col"},
+    "ingest/nsys_schema.py": {"table", "', '.join(select)", "col"},
 }
 
 

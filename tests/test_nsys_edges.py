@@ -1,0 +1,86 @@
+"""Edges of real Nsight Systems exports: GPU tables in every layout seen.
+
+Each export is a real one (../shared/realdata/nsys or tests/data/gpu) or a copy with one table rewritten the way an
+older or damaged export has it; expected values come from the exports' manifests and plain SQL over the files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import GPU_DATA, realdata
+from receipts.ingest import nsys
+from receipts.schema.categories import load_category_rules
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return load_category_rules(cwd=Path(__file__).parent)
+
+
+def _copy(source: Path, tmp_path: Path) -> Path:
+    out = tmp_path / source.name.removesuffix(".gz")
+    if source.name.endswith(".gz"):
+        with gzip.open(source) as src, out.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    else:
+        shutil.copyfile(source, out)
+    out.chmod(0o644)
+    return out
+
+
+# The machines, as the exports' manifests state them (../shared/realdata/MANIFEST.md, tests/data/gpu/README):
+# (export, GPU model, GPUs on the host).
+MACHINES = [
+    (("nsys", "perlmutter-cloverleaf-cuda.sqlite"), "NVIDIA A100-SXM4-80GB", 4),
+    (("nsys", "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"), "NVIDIA A100-SXM4-40GB", 1),
+    (("nsys", "mock.sqlite"), "NVIDIA GeForce RTX 3080", 1),
+    ((GPU_DATA / "cudagraph" / "graphs_nsys_graph.sqlite.gz",), "NVIDIA H200", 2),
+    ((GPU_DATA / "fsdp2_2gpu_nsys.sqlite.gz",), "NVIDIA H200", 2),
+]
+
+
+def _export(where: tuple, tmp_path: Path) -> Path:
+    source = where[0] if isinstance(where[0], Path) else realdata(*where)
+    return _copy(source, tmp_path)
+
+
+def _older_gpu_table(path: Path) -> None:
+    """TARGET_INFO_GPU as older exports write it: (vmId, deviceId, name), no id and no SM count."""
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE TARGET_INFO_GPU RENAME TO _gpu_new")
+        db.execute("CREATE TABLE TARGET_INFO_GPU (vmId INTEGER NOT NULL, deviceId INTEGER NOT NULL, name TEXT NOT NULL)")
+        db.execute("INSERT INTO TARGET_INFO_GPU SELECT vmId, id, name FROM _gpu_new")
+        db.execute("DROP TABLE _gpu_new")
+    db.close()
+
+
+@pytest.mark.parametrize("where, model, on_host", MACHINES, ids=[str(m[0][-1]).rsplit("/", 1)[-1] for m in MACHINES])
+@pytest.mark.parametrize("layout", ["as exported", "vmId, deviceId, name"])
+def test_the_gpu_table_is_read_by_column_name_in_every_layout(rules, tmp_path, where, model, on_host, layout):
+    path = _export(where, tmp_path)
+    if layout != "as exported":
+        _older_gpu_table(path)
+    a = nsys.parse(path, rules=rules)
+    assert (a.gpu_model, a.gpus_on_host, a.gpu_count) == (model, on_host, on_host)
+    assert not any("TARGET_INFO_GPU" in w for w in a.warnings), a.warnings
+
+
+@pytest.mark.parametrize("where, on_host", [(("nsys", "mock.sqlite"), 1),
+                                            ((GPU_DATA / "cudagraph" / "graphs_nsys_graph.sqlite.gz",), 2),
+                                            ((GPU_DATA / "fsdp2_2gpu_nsys.sqlite.gz",), 2)])
+def test_without_the_gpu_table_the_cuda_device_table_counts_the_gpus_and_the_model_is_unknown(rules, tmp_path,
+                                                                                              where, on_host):
+    """TARGET_INFO_CUDA_DEVICE (gpuId, cudaId, pid[, uuid, numMultiprocessors]) names no model: the count only, and
+    the model unknown (null), never a made-up name."""
+    path = _export(where, tmp_path)
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE TARGET_INFO_GPU")
+    db.close()
+    a = nsys.parse(path, rules=rules)
+    assert (a.gpu_model, a.gpus_on_host, a.gpu_count) == (None, on_host, on_host)
