@@ -47,7 +47,8 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     else:
         unattributed = 0
         marker = f"none: no NVTX range matches {step_pattern!r}; one window (step null) covers the whole capture"
-        warnings.append(f"no NVTX ranges matching {step_pattern!r} found in table {facts.nvtx_table or 'NVTX_EVENTS'}")
+        if facts.nvtx_table is not None:  # without the table, its warning says there are no ranges
+            warnings.append(f"no NVTX ranges matching {step_pattern!r} found in table {facts.nvtx_table}")
     raw = raw_events(read.activity.raw_frame(read.with_graphs, rank_of), facts.names) if keep_raw else None
     rows, steps, kernels, events = anatomy_frames(read.activity, read.with_graphs, read.step_ranges, rank_of,
                                                   has_steps, facts.names, spill)
@@ -84,7 +85,8 @@ def _missing_tables(facts: ExportFacts) -> list[str]:
     """What the export lacks that the anatomy would show."""
     missing = []
     if facts.nvtx_table is None:
-        missing.append("no NVTX table (NVTX_EVENTS*) in the export: steps and NVTX ranges unavailable")
+        missing.append("no NVTX table (NVTX_EVENTS*) in the export: no NVTX ranges, so no steps (one window covers "
+                       "the whole capture)")
     for table in (MEMCPY, MEMSET):
         if table not in facts.schema:
             missing.append(f"table {table} absent: no {table.rsplit('_', 1)[1].lower()} activity recorded")

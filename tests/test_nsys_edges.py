@@ -1,4 +1,5 @@
-"""Edges of real Nsight Systems exports: GPU tables in every layout seen.
+"""Edges of real Nsight Systems exports: GPU tables in every layout seen, one warning where two could not both be
+true.
 
 Each export is a real one (../shared/realdata/nsys or tests/data/gpu) or a copy with one table rewritten the way an
 older or damaged export has it; expected values come from the exports' manifests and plain SQL over the files.
@@ -84,3 +85,12 @@ def test_without_the_gpu_table_the_cuda_device_table_counts_the_gpus_and_the_mod
     db.close()
     a = nsys.parse(path, rules=rules)
     assert (a.gpu_model, a.gpus_on_host, a.gpu_count) == (None, on_host, on_host)
+
+
+@pytest.mark.parametrize("name", ["perlmutter-cloverleaf-cuda.sqlite", "mock.sqlite", "con_kernel.sqlite"])
+def test_an_export_without_an_nvtx_table_says_so_once(rules, name):
+    """No NVTX table, so no step range either: one warning, not one for the table and one for its ranges."""
+    a = nsys.parse(realdata("nsys", name), rules=rules)
+    nvtx = [w for w in a.warnings if "NVTX" in w]
+    assert len(nvtx) == 1 and "no NVTX table" in nvtx[0], a.warnings
+    assert a.step_marker.startswith("none")
