@@ -119,6 +119,9 @@ def read_activity(path: Path, facts: ExportFacts, *, rules: CategoryRules, step_
     devices = pl.concat(activity.devices)
     if not with_graphs:
         devices = devices.filter(~pl.col("graph"))
+    if damaged := int(ranges["damaged"].sum()):
+        warnings.append(f"{damaged} NVTX ranges end before they start or have a start or end {_FAR:,} ns or more from "
+                        "the capture's start (a damaged export: nsys writes neither): each counted as zero length")
     if activity.ended_early:
         warnings.append(f"{activity.ended_early} GPU activities end before they start or have no end (a damaged "
                         "export: nsys writes neither): each counted as zero length")
@@ -489,7 +492,7 @@ def _ranges_by_pid(step_ranges: pl.DataFrame) -> tuple[np.ndarray, dict[int, Ste
 
 def _empty_ranges() -> pl.DataFrame:
     return pl.DataFrame(schema={"pid_key": pl.Int64, "text": pl.Utf8, "range_name": pl.Utf8, "start_ns": pl.Int64,
-                                "end_ns": pl.Int64, "duration_ns": pl.Int64})
+                                "end_ns": pl.Int64, "duration_ns": pl.Int64, "damaged": pl.Boolean})
 
 
 def _step_numbers(texts: list[str], pattern: str, path: Path) -> dict[str, int]:

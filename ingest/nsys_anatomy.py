@@ -232,7 +232,9 @@ def nvtx_frame(ranges: pl.DataFrame, rank_of: dict) -> pl.DataFrame:
     """Per rank (null: a process that launched no GPU work) and range name, like nvtx_sum per process."""
     return (ranges.with_columns(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"))
             .group_by("rank", "range_name")
-            .agg(pl.len().cast(pl.Int64).alias("count"), (pl.col("duration_ns").sum() / 1e6).alias("total_ms"))
+            # 128-bit: each duration is under 2^63 ns (its ends within 2^62 of the capture's start), not their sum
+            .agg(pl.len().cast(pl.Int64).alias("count"),
+                 (pl.col("duration_ns").cast(pl.Int128).sum() / 1e6).alias("total_ms"))
             .with_columns(pl.lit(None, dtype=pl.Float64).alias("gpu_ms"))
             .select([pl.col(c).cast(t) for c, t in ANATOMY_NVTX_SCHEMA.items()])
             .sort("rank", "range_name", nulls_last=True))

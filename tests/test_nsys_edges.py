@@ -1,5 +1,5 @@
 """Edges of real Nsight Systems exports: GPU tables in every layout seen, one warning where two could not both be
-true.
+true, NVTX ranges with damaged times.
 
 Each export is a real one (../shared/realdata/nsys or tests/data/gpu) or a copy with one table rewritten the way an
 older or damaged export has it; expected values come from the exports' manifests and plain SQL over the files.
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import cli
 from conftest import GPU_DATA, realdata
 from receipts.ingest import nsys
 from receipts.schema.categories import load_category_rules
@@ -94,3 +95,51 @@ def test_an_export_without_an_nvtx_table_says_so_once(rules, name):
     nvtx = [w for w in a.warnings if "NVTX" in w]
     assert len(nvtx) == 1 and "no NVTX table" in nvtx[0], a.warnings
     assert a.step_marker.startswith("none")
+
+
+def _nvtx_ns(path: Path) -> tuple[int, int]:
+    """(ranges, their total ns as nsys nvtx_sum counts them) by plain SQL, each range whose end comes before its
+    start or whose start or end is 2^62 ns or more from the capture's start counted as zero length."""
+    far = 1 << 62
+    with sqlite3.connect(path) as db:
+        last = db.execute("SELECT max(t) FROM (SELECT start AS t FROM NVTX_EVENTS UNION ALL SELECT \"end\" FROM "
+                          "NVTX_EVENTS) WHERE t > ? AND t < ?", [-far, far]).fetchone()[0]
+        rows = db.execute("SELECT start, \"end\" FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71)").fetchall()
+    db.close()
+    total = 0
+    for start, end in rows:
+        end = last if end is None else end
+        if -far < start < far and -far < end < far and end >= start:
+            total += end - start
+    return len(rows), total
+
+
+@pytest.mark.parametrize("damage", ["swapped", "negative length", "start at int64's most", "start at int64's least"])
+def test_nvtx_ranges_with_damaged_times_count_zero_length_with_a_warning(rules, tmp_path, damage):
+    path = _copy(realdata("nsys", "profile1.sqlite"), tmp_path)
+    where = "WHERE rowid % 3 = 0 AND \"end\" IS NOT NULL AND eventType IN (59, 60)"
+    with sqlite3.connect(path) as db:
+        damaged = db.execute(f"SELECT count(*) FROM NVTX_EVENTS {where} AND \"end\" > start").fetchone()[0]
+        db.execute({"swapped": f'UPDATE NVTX_EVENTS SET start = "end", "end" = start {where}',
+                    "negative length": f'UPDATE NVTX_EVENTS SET "end" = start - 5 {where}',
+                    "start at int64's most": f"UPDATE NVTX_EVENTS SET start = 9223372036854775807 {where}",
+                    "start at int64's least": f"UPDATE NVTX_EVENTS SET start = -9223372036854775808 {where}"}[damage])
+    db.close()
+    assert damaged > 5
+    a = nsys.parse(path, rules=rules)
+    ranges, total_ns = _nvtx_ns(path)
+    assert a.nvtx["count"].sum() == ranges
+    assert a.nvtx["total_ms"].min() >= 0 and a.nvtx["total_ms"].sum() == pytest.approx(total_ns / 1e6, abs=1e-6)
+    said = [w for w in a.warnings if "NVTX ranges" in w and "zero length" in w]
+    assert len(said) == 1 and said[0].startswith(f"{damaged} NVTX ranges"), a.warnings
+
+
+def test_nvtx_ranges_with_damaged_times_are_stored(db, tmp_path):
+    """The same through `receipts ingest`: stored, exit 0, not a NOT NULL constraint of the store."""
+    path = _copy(realdata("nsys", "profile1.sqlite"), tmp_path)
+    with sqlite3.connect(path) as con:
+        con.execute('UPDATE NVTX_EVENTS SET start = "end", "end" = start WHERE rowid % 3 = 0 AND "end" IS NOT NULL')
+    con.close()
+    result = cli(db, "ingest", str(path))
+    assert result.exit_code == 0, result.output
+    assert "zero length" in result.output
