@@ -155,6 +155,9 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
         cols = require(path, schema, nvtx_table, ("start", "end", "eventType", "globalTid"), ("text", "textId"))
         text = {("text", "textId"): "coalesce(n.text, s.value)", ("text",): "n.text", ("textId",): "s.value"}[
             tuple(c for c in ("text", "textId") if c in cols)]
+        # Text that is no UTF-8 (a damaged page; Latin-1 from a Windows host) kept with its odd bytes escaped
+        # ('\xAB'): DuckDB passes it on unchecked, and polars fails on it.
+        text = f"coalesce(try(decode(encode({text}))), encode({text})::VARCHAR)"
         join = "LEFT JOIN nsys.StringIds AS s ON s.id = n.textId" if "textId" in cols else ""
         domain = "n.domainId" if "domainId" in cols else "0"
         con.execute(f"CREATE TEMP VIEW _nvtx AS SELECT n.globalTid - (n.globalTid & {_PID_MASK}) AS pid_key, "

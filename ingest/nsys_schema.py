@@ -90,8 +90,16 @@ def check_sqlite_file(path: Path) -> None:
 
 
 def first_line(exc: Exception) -> str:
-    text = str(exc).strip()
+    text = _message(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _message(exc: Exception) -> str:
+    """An error's text. sqlite3 decodes SQLite's messages as UTF-8, and one that quotes a damaged byte of the file
+    ('malformed database schema (T) - near "\xab"') reaches Python as the UnicodeDecodeError of that decoding."""
+    if isinstance(exc, UnicodeDecodeError) and isinstance(exc.object, bytes):
+        return exc.object.decode("utf-8", "replace")
+    return str(exc)
 
 
 _T = TypeVar("_T")
@@ -127,7 +135,7 @@ def damaged_table(path: Path, schema: dict, nvtx_table: str | None) -> tuple[str
                                      "LIMIT 1", [want]).fetchone()
                     if bad:
                         return table, f"column {col} holds a {bad[0]} value where nsys writes {want}s"
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
         return None, first_line(exc)
     return None, None
 
@@ -144,8 +152,10 @@ def read_schema(path: Path, db: sqlite3.Connection) -> dict[str, list[str]]:
     try:
         tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
         schema = {t: [row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", [t])] for t in tables}
-    except sqlite3.DatabaseError as exc:
-        raise InputError(path, f"not a readable SQLite database ({exc})") from exc
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        bad = re.search(r"malformed database schema \(([^)]+)\)", _message(exc))
+        raise InputError(path, f"not a readable SQLite database ({first_line(exc)})",
+                         table=bad.group(1) if bad else None) from exc
     nsys_marks = {"StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SYSTEM_ENV"}
     if not (nsys_marks & set(schema) or any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in schema)):
         raise InputError(path, "a SQLite file but not an Nsight Systems export: none of StringIds, META_DATA_EXPORT, "
@@ -227,12 +237,18 @@ def _gpus(db: sqlite3.Connection, schema: dict) -> list[tuple[int | None, str | 
             continue
         select = [f'"{c}"' if c else "NULL" for c in (ident, "name" if named else None,
                                                         next((c for c in _GPU_SM if c in cols), None))]
-        rows = [(i if isinstance(i, int) else None, n if isinstance(n, str) else None, s if isinstance(s, int) else None)
+        rows = [(i if isinstance(i, int) else None, _text(n, "name"), s if isinstance(s, int) else None)
                 for i, n, s in db.execute(f"SELECT DISTINCT {', '.join(select)} FROM \"{table}\"")
                 if n or not named]
         if rows:
             return rows
     return []
+
+
+def _text(value: object, column: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"column {column} holds a {type(value).__name__} value where nsys writes text")
 
 
 def _copy_kind_names(db: sqlite3.Connection, schema: dict) -> dict[int, str]:
