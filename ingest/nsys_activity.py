@@ -306,7 +306,9 @@ class Activity:
         devices, sums = pl.collect_all([
             # Devices per process, the graph replays' apart (left out when graphs were traced per node).
             lazy.select("pid_key", "device_id", "graph").unique(),
-            lazy.filter((pl.col("kind") == KIND["kernel"]) & (pl.col("code") >= 0)).group_by(_KERNEL_KEYS).agg(
+            # Kernels a step claimed; without steps, every kernel (its one window, step null).
+            lazy.filter((pl.col("kind") == KIND["kernel"]) & ((pl.col("code") >= 0) | pl.lit(not self.has_steps)))
+            .group_by(_KERNEL_KEYS).agg(
                 pl.len().cast(pl.Int64).alias("calls"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))])
         self.devices.append(devices)
         self._sums.append(sums)

@@ -1,5 +1,5 @@
 """Edges of real Nsight Systems exports: GPU tables in every layout seen, one warning where two could not both be
-true, NVTX ranges with damaged times.
+true, NVTX ranges with damaged times, and the kernels of a capture without step markers.
 
 Each export is a real one (../shared/realdata/nsys or tests/data/gpu) or a copy with one table rewritten the way an
 older or damaged export has it; expected values come from the exports' manifests and plain SQL over the files.
@@ -8,13 +8,15 @@ older or damaged export has it; expected values come from the exports' manifests
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 import sqlite3
 from pathlib import Path
 
+import polars as pl
 import pytest
 
-from cli_helpers import cli
+from cli_helpers import cli, cli_json
 from conftest import GPU_DATA, realdata
 from receipts.ingest import nsys
 from receipts.schema.categories import load_category_rules
@@ -143,3 +145,43 @@ def test_nvtx_ranges_with_damaged_times_are_stored(db, tmp_path):
     result = cli(db, "ingest", str(path))
     assert result.exit_code == 0, result.output
     assert "zero length" in result.output
+
+
+def test_the_kernels_of_a_capture_without_step_markers_are_listed(db):
+    """profile1 has no `step N` range: its 12 kernels ran in its one window, and `anatomy --by kernel` lists them
+    (their names and calls by plain SQL over the export)."""
+    path = realdata("nsys", "profile1.sqlite")
+    with sqlite3.connect(path) as con:
+        expected = dict(con.execute("SELECT s.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
+                                    "JOIN StringIds AS s ON s.id = k.demangledName GROUP BY s.value").fetchall())
+    con.close()
+    assert sum(expected.values()) == 12
+    result = cli(db, "ingest", str(path), "--run-name", "profile1")
+    assert result.exit_code == 0, result.output
+    code, report = cli_json(db, "anatomy", "profile1", "--top", "100")
+    assert code == 0
+    assert {k["name"]: k["calls"] for k in report["kernels"]} == expected
+    shown = cli(db, "anatomy", "profile1", "--by", "kernel", "--top", "100")
+    assert shown.exit_code == 0 and "no kernel names stored" not in shown.output
+    assert {name.split("(")[0] for name in expected} <= set(re.findall(r"\b(test\d?)\(", shown.output))
+
+
+@pytest.mark.parametrize("name", ["profile1.sqlite", "con_kernel.sqlite", "mock.sqlite", "perlmutter-cloverleaf-cuda.sqlite",
+                                  "saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "mfu_2gpu_before.sqlite",
+                                  "mfu_2gpu_after.sqlite"])
+def test_without_step_markers_every_kernel_is_summed_by_name_in_the_window(rules, name):
+    """Kernel calls and time per name of a capture without `step N` ranges: every kernel of the export, as plain SQL
+    over its kernel table counts them (the nsys stats cuda_gpu_kern_sum definition), in the window (step null)."""
+    path = realdata("nsys", name)
+    with sqlite3.connect(path) as db:
+        expected = {n: (calls, ns) for n, calls, ns in db.execute(
+            "SELECT s.value, count(*), sum(k.\"end\" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
+            "JOIN StringIds AS s ON s.id = k.demangledName GROUP BY s.value")}
+    db.close()
+    a = nsys.parse(path, rules=rules)
+    assert a.step_marker.startswith("none") and a.kernel_steps["step"].null_count() == a.kernel_steps.height > 0
+    got = {r["name"]: (r["calls"], r["time_ms"]) for r in a.kernel_steps.group_by(pl.col("name").cast(pl.Utf8))
+           .agg(pl.col("calls").sum(), pl.col("time_ms").sum()).iter_rows(named=True)}
+    assert got.keys() == expected.keys()
+    for kernel, (calls, ns) in expected.items():
+        assert got[kernel][0] == calls and got[kernel][1] == pytest.approx(ns / 1e6, rel=1e-12), kernel
