@@ -123,10 +123,11 @@ def across_ranks(window: pl.DataFrame) -> pl.DataFrame:
 
 def steady_kernel_totals(kernel_steps: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """Kernel calls and time by (rank, category, name) over each rank's steady steps (steps marked warm-up by
-    the receipt's window are left out), with the number of those steps: ANATOMY_KERNEL_SCHEMA."""
-    steady = steps.filter(~pl.col("warmup") & pl.col("step").is_not_null()).select("rank", "step")
+    the receipt's window are left out), with the number of those steps: ANATOMY_KERNEL_SCHEMA. A capture without
+    step markers has one window per rank (step null), steady, counted as one step."""
+    steady = steps.filter(~pl.col("warmup")).select("rank", "step")
     n_steps = steady.group_by("rank").agg(pl.len().cast(pl.Int64).alias("steps"))
-    return (kernel_steps.join(steady, on=["rank", "step"])
+    return (kernel_steps.join(steady, on=["rank", "step"], nulls_equal=True)
             .group_by("rank", "category", "name")
             # Summed as whole nanoseconds (each per-step time is integer ns / 1e6): that division can differ in
             # its last bit with the frame's length, and a float sum carried it into the stored total.

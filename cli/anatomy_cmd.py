@@ -68,8 +68,9 @@ def anatomy(
         return
     rows, columns, title = {
         "nvtx": (report.nvtx[:60] if fmt == "table" else report.nvtx, BY_NVTX, "NVTX ranges"),
-        "kernel": (report.kernels, BY_KERNEL,
-                   f"top {top} kernels per category, steady steps, all ranks (ms/step: per rank-step)"),
+        "kernel": (report.kernels, BY_KERNEL, f"top {top} kernels per category, " + (
+            "the capture's one window (no step markers), all ranks (ms/step: per rank-window)"
+            if (src.step_marker or "").startswith("none") else "steady steps, all ranks (ms/step: per rank-step)")),
         "rank": (report.window, BY_RANK, "per rank, ms per step (steady vs warm-up)"),
         "step": (report.steps, BY_STEP, "per step"),
     }[by]

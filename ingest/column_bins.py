@@ -3,7 +3,7 @@ appended to files in a scratch folder so that what waits costs no memory.
 
 An nsys export streams once, and two things gathered from it are each larger than a process should hold at 10M
 kernels: the runtime calls (ingest/correlation.py, bins by process and correlation-id range) and the kept GPU
-activity (ingest/nsys.py, bins by process and step group). Both are written once and read back bin by bin, so
+activity (ingest/nsys_activity.py, bins by process and step group). Both are written once and read back bin by bin, so
 what is resident at a time is one bin, whatever the capture's length.
 
 Writing here is not writing to the store: the folder is the parse's scratch (the caller's, removed after use),

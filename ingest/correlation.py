@@ -2,7 +2,7 @@
 
 CUPTI gives each GPU activity (kernel, memcpy, memset, graph replay) the correlation id of the runtime call
 that launched it (cudaLaunchKernel, cudaMemcpyAsync, cudaGraphLaunch, ...); the NVTX step range of that process
-open at that call's start claims the activity (ingest/nsys.py gives each process's ranges). The runtime table
+open at that call's start claims the activity (ingest/nsys_activity.py gives each process's ranges). The runtime table
 is the largest of an export: 9.3M calls beside 6.6M activities in the 5M-kernel benchmark. In DuckDB, the
 one-row-per-id guard (a hash GROUP BY over every call) and the hash join cost twice the bare scan of those
 tables; here each call is reduced as it streams in to its correlation id and a small key saying which range
@@ -67,7 +67,7 @@ class Launches:
         for batch in calls:
             frame = cast(pl.DataFrame, pl.from_arrow(batch))
             # A call without process or id can launch nothing that carries them. Copied out by a mask per process
-            # (a few; faster than partition_by) into numpy's own memory (see _Activity in ingest/nsys.py).
+            # (a few; faster than partition_by) into numpy's own memory (see Activity in ingest/nsys_activity.py).
             known = (frame["pid_key"].is_not_null() & frame["corr_id"].is_not_null()).to_numpy()
             pids, ids = frame["pid_key"].fill_null(0).to_numpy(), frame["corr_id"].fill_null(0).to_numpy()
             starts = frame["launch_ns"].fill_null(_NO_START).to_numpy()

@@ -172,7 +172,7 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
     them (anatomy_rows); a key whose span starts where it ends has nothing inside. Clipping the start to a bound
     that is the same for the whole key keeps the rows' order, so the clipped rows need no second sort.
     `counted`: the rows counted as kernels (None: all); a row left out is the continuation of an activity counted
-    in another piece of time (ingest/nsys.py, a window without steps read in bins of start times)."""
+    in another piece of time (ingest/nsys_anatomy.py, a window without steps read in bins of start times)."""
     change = np.r_[True, key[1:] != key[:-1]] if key.size else np.zeros(0, bool)
     first = np.flatnonzero(change)
     group = np.cumsum(change) - 1
@@ -347,8 +347,9 @@ def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.Data
 
 def kernel_steps(kernels: pl.DataFrame) -> pl.DataFrame:
     """Kernel time per (rank, step, category, name) from kernel activities (rank, step, category, name,
-    start_ns, end_ns): calls and the sum of durations in ms. Activities without a rank or step are left out."""
-    return (kernels.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+    start_ns, end_ns): calls and the sum of durations in ms. Activities without a rank are left out; step null is
+    the one window of a capture without step markers (the caller passes only attributed activities otherwise)."""
+    return (kernels.filter(pl.col("rank").is_not_null())
             .group_by("rank", "step", "category", pl.col("name").fill_null("(unnamed)"))
             .agg(pl.len().cast(pl.Int64).alias("calls"),
                  ((pl.col("end_ns") - pl.col("start_ns")).sum() / 1e6).alias("time_ms")))

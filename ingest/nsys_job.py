@@ -36,7 +36,8 @@ from typing import TypeVar
 import polars as pl
 
 from receipts.errors import InputError
-from receipts.ingest import nsys
+from receipts.ingest import nsys, nsys_export
+from receipts.ingest.nsys_activity import Progress
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.sanity import checked_anatomy
 from receipts.schema.categories import CategoryRules
@@ -88,7 +89,7 @@ def _stem(path: Path) -> str:
 
 
 def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env_rules: EnvRules | None = None,
-                kind: str | None = None, progress: nsys.Progress | None = None, spill: Path | None = None
+                kind: str | None = None, progress: Progress | None = None, spill: Path | None = None
                 ) -> ExportPart:
     """The map: one export into its anatomy and session start. `kind` ('nsys' | 'nsys-gz' | 'nsys-rep', as
     sniff.sniff_kind tells from content) or, when None, the name's ending (.sqlite, .sqlite.gz, .nsys-rep).
@@ -109,11 +110,11 @@ def read_export(path: Path, *, rules: CategoryRules, keep_raw: bool = False, env
                                        "SQLite export") from exc
             return _read_copy(path, plain, rules=rules, keep_raw=keep_raw, env_rules=env_rules, progress=progress,
                               spill=spill)
-    if kind == "nsys-rep" and not nsys.exports_beside(path):  # a read-only folder: exported to scratch, then removed
+    if kind == "nsys-rep" and not nsys_export.exports_beside(path):  # a read-only folder: exported to scratch, then removed
         with scratch_dir("nsys") as tmp:
-            return _read_copy(path, nsys.export_report(path, into=tmp), rules=rules, keep_raw=keep_raw,
+            return _read_copy(path, nsys_export.export_report(path, into=tmp), rules=rules, keep_raw=keep_raw,
                               env_rules=env_rules, progress=progress, spill=spill)
-    sqlite_path = nsys.export_report(path) if kind == "nsys-rep" else path
+    sqlite_path = nsys_export.export_report(path) if kind == "nsys-rep" else path
     # Checked here, per export: a value out of range names the export that holds it, not the job's folder.
     anatomy = checked_anatomy(nsys.parse(sqlite_path, rules=rules, keep_raw=keep_raw, env_rules=env_rules,
                                          progress=progress, spill=spill), path)

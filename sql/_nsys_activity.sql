@@ -1,8 +1,8 @@
 -- GPU activity of an Nsight Systems export: the one pass over the activity tables (kernel, memcpy, memset,
--- graph replays), streamed to ingest/nsys.py in record batches. No join here: each batch gets the start of
+-- graph replays), streamed to ingest/nsys_activity.py in record batches. No join here: each batch gets the start of
 -- its launching runtime call from ingest/correlation.py (sorted correlation ids per process, built from
 -- sql/_nsys_launches.sql), then its step (the NVTX range open at that start) and its category, as it arrives.
--- Reads (a WITH clause that ingest/nsys.py puts before this text, from the export's own column names):
+-- Reads (a WITH clause that ingest/nsys_activity.py puts before this text, from the export's own column names):
 --   _gpu(pid_key, device_id, stream_id, corr_id, start_ns, end_ns, kind, name_id, short_id, copy_kind, in_graph)
 --                                              kind: 0 kernel, 1 memcpy, 2 memset, 3 graph (one CUDA-graph
 --                                              replay of GRAPH_TRACE, whose correlation id is its

@@ -140,10 +140,11 @@ SQL_INTERPOLATIONS = {
     "store/postgres_store.py": {"quoted", "column"},
     "store/duckdb_store.py": {"table", "names", "placeholders", "column", "columns", "', '.join(columns)",
                               "', '.join(f'{c} = ?' for c in changes)", "sets"},  # sets: ReceiptFill's checked names
-    "ingest/nsys.py": {"pid", "_KIND[kind]", "name if kind == 'kernel' else 'NULL'", "short if kind == 'kernel' else 'NULL'",
-                       "copy if kind == 'memcpy' else 'NULL'", "in_graph", "table",
-                       "str(path.resolve()).replace(chr(39), chr(39) * 2)", "_PID_MASK", "domain", "text",
-                       "nvtx_table", "join", "sm", "col", "stream", "gpu"},
+    "ingest/nsys_activity.py": {"pid", "KIND[kind]", "name if kind == 'kernel' else 'NULL'",
+                                "short if kind == 'kernel' else 'NULL'", "copy if kind == 'memcpy' else 'NULL'",
+                                "in_graph", "table", "str(path.resolve()).replace(chr(39), chr(39) * 2)", "_PID_MASK",
+                                "domain", "text", "nvtx_table", "join", "stream", "gpu"},
+    "ingest/nsys_schema.py": {"table", "', '.join(select)", "col"},
 }
 
 

@@ -119,7 +119,7 @@ def test_damaged_times_and_ids_parse_or_name_the_file_in_bins(tmp_path_factory, 
     seeds = nsys_seeds(tmp_path_factory.mktemp("nsys-seeds"))
     if seed not in seeds:
         pytest.skip("real data not present")
-    from receipts.ingest import correlation, nsys
+    from receipts.ingest import correlation, nsys, nsys_activity
     from receipts.schema.categories import load_category_rules
 
     path = tmp_path_factory.mktemp("nsys") / Path(seed).name
@@ -133,7 +133,7 @@ def test_damaged_times_and_ids_parse_or_name_the_file_in_bins(tmp_path_factory, 
     db.close()
     spill = tmp_path_factory.mktemp("spill")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(nsys, "_GROUP_ACTIVITIES", 50)
+        mp.setattr(nsys_activity, "_GROUP_ACTIVITIES", 50)
         mp.setattr(correlation, "_PART_CALLS", 16)
         anatomy = holds(lambda: nsys.parse(path, rules=load_category_rules(), spill=spill), path)
     if anatomy is not None:
@@ -336,3 +336,55 @@ def test_a_config_json_beside_rank_traces_is_not_a_rank(tmp_path):
         ranks = s.sql("SELECT DISTINCT rank FROM anatomy_rows ORDER BY rank")["rank"].to_list()
     assert ranks == [0, 1]
 
+
+def _nsys_damage(case: str, dst: Path) -> str | None:
+    """The real profile1 export with one damage of the campaign's, written to `dst` (gzipped for '.gz' cases);
+    returns the table the error must name (None: the export must parse)."""
+    data = bytearray((REALDATA / "nsys" / "profile1.sqlite").read_bytes())
+    table = None
+    if case.startswith("schema byte"):  # a byte of TARGET_INFO_GPU's CREATE statement, not UTF-8 and no SQL
+        at = data.index(b"CREATE TABLE TARGET_INFO_GPU")
+        data[data.index(b"(", at)] = 0xAB
+        table = "TARGET_INFO_GPU"
+    elif case.startswith("nvtx text byte"):  # a byte of an NVTX range's text, not UTF-8 (every copy in the file)
+        at = -1
+        while (at := data.find(b"main->test_max_par->init_data", at + 1)) >= 0:
+            data[at + len(b"main->test_max_par->i")] = 0xAB
+    plain = dst.with_name(dst.name.removesuffix(".gz"))
+    plain.write_bytes(bytes(data))
+    if case.startswith("gpu name blob"):
+        with sqlite3.connect(plain) as db:
+            db.execute("UPDATE TARGET_INFO_GPU SET name = CAST(name AS BLOB) WHERE rowid = 1")
+        db.close()
+        table = "TARGET_INFO_GPU"
+    if dst.name.endswith(".gz"):
+        dst.write_bytes(gzip.compress(plain.read_bytes()))
+        plain.unlink()
+    return table
+
+
+@pytest.mark.parametrize("case", ["schema byte", "schema byte, gzipped", "gpu name blob", "gpu name blob, gzipped",
+                                  "nvtx text byte", "nvtx text byte, gzipped"])
+def test_damaged_nsys_schema_names_and_text_are_one_error_naming_file_and_table(tmp_path, case):
+    """The campaign's leftovers on nsys exports, as small cases: a byte of the schema that is no UTF-8
+    (UnicodeDecodeError in the schema reader), TARGET_INFO_GPU.name stored as a BLOB (TypeError), a .sqlite.gz
+    whose inner database is damaged (an OSError naming the temporary copy), NVTX text that is no UTF-8 (a polars
+    panic). Each is one InputError naming the file the user gave and the table, or, for text, a parse."""
+    from receipts.ingest import sniff
+    from receipts.pipeline import parse_profile
+    from receipts.schema.categories import load_category_rules
+
+    if not (REALDATA / "nsys" / "profile1.sqlite").is_file():
+        pytest.skip("real data not present")
+    path = tmp_path / ("export.sqlite.gz" if case.endswith("gzipped") else "export.sqlite")
+    table = _nsys_damage(case, path)
+    kind = sniff.sniff_kind(path)
+    if table is None:
+        anatomy = holds(lambda: parse_profile(path, kind, load_category_rules(), False), path)
+        assert anatomy is not None
+        _check_anatomy(anatomy)
+        assert any("\\xAB" in name or "\ufffd" in name for name in anatomy.nvtx["range_name"].to_list())
+        return
+    with pytest.raises(InputError) as err:
+        parse_profile(path, kind, load_category_rules(), False)
+    assert err.value.table == table and path.name in str(err.value) and "\n" not in str(err.value)

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from receipts.errors import InputError
-from receipts.ingest import nsys
+from receipts.ingest import nsys, nsys_export, nsys_ranks
 from receipts.schema.categories import load_category_rules
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "nsys"
@@ -110,9 +110,9 @@ def test_env_evidence_is_redacted(rules):
 
 
 def test_environment_value_with_semicolons():
-    env = nsys._parse_environment("A=1;LD_PRELOAD=x;y;NCCL_IB_AUTH_TOKEN=s3cr3t-value")
+    env = nsys_ranks.parse_environment("A=1;LD_PRELOAD=x;y;NCCL_IB_AUTH_TOKEN=s3cr3t-value")
     assert env == {"A": "1", "LD_PRELOAD": "x;y", "NCCL_IB_AUTH_TOKEN": "s3cr3t-value"}
-    assert {e.name: e.value for e in nsys._env_evidence(env)}["NCCL_IB_AUTH_TOKEN"] == "<redacted>"
+    assert {e.name: e.value for e in nsys_ranks.env_evidence(env)}["NCCL_IB_AUTH_TOKEN"] == "<redacted>"
 
 
 # --- steps: attribution through runtime correlation, any thread of the process --------------------
@@ -298,9 +298,9 @@ def test_an_activity_ending_before_it_starts_counts_zero_and_a_time_far_out_is_n
 def test_export_report_without_nsys_names_the_command(tmp_path, monkeypatch):
     rep = tmp_path / "run.nsys-rep"
     rep.write_bytes(b"\x00" * 16)
-    monkeypatch.setattr(nsys.shutil, "which", lambda _: None)
+    monkeypatch.setattr(nsys_export.shutil, "which", lambda _: None)
     with pytest.raises(InputError, match=r"nsys export --type sqlite"):
-        nsys.export_report(rep)
+        nsys_export.export_report(rep)
 
 
 def _fake_nsys(tmp_path: Path, monkeypatch, export: Path) -> None:
@@ -324,7 +324,7 @@ def test_a_report_in_a_read_only_folder_is_exported_to_scratch_and_the_copy_remo
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(temp))
-    monkeypatch.setattr(nsys, "_writable", lambda folder: False)  # as a read-only folder (root writes anywhere)
+    monkeypatch.setattr(nsys_export, "_writable", lambda folder: False)  # as a read-only folder (root writes anywhere)
     part = read_export(rep, rules=load_category_rules())
     assert part.path == rep and part.anatomy.rows.height > 0
     assert not (rep.parent / "run.sqlite").exists() and list(temp.iterdir()) == []  # nothing left behind

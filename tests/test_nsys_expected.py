@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from receipts.ingest import correlation, nsys
+from receipts.ingest import correlation, nsys, nsys_activity, nsys_anatomy
 from receipts.ingest.column_bins import ColumnBins
 from receipts.schema.categories import load_category_rules
 
@@ -119,8 +119,8 @@ def test_a_spilled_parse_gives_the_pinned_numbers(name, small, expected, tmp_pat
     from receipts.analysis.at_ingest import with_stragglers
 
     if small:
-        monkeypatch.setattr(nsys, "_CHUNK_EVENTS", 1000)
-        monkeypatch.setattr(nsys, "_GROUP_ACTIVITIES", 500)
+        monkeypatch.setattr(nsys_anatomy, "_CHUNK_EVENTS", 1000)
+        monkeypatch.setattr(nsys_activity, "_GROUP_ACTIVITIES", 500)
         monkeypatch.setattr(correlation, "_PART_CALLS", 64)
         monkeypatch.setattr(correlation, "_PIECE_CALLS", 100)
         monkeypatch.setattr(correlation, "_CACHED_PARTS", 1)
@@ -152,9 +152,9 @@ def test_a_spilled_parse_gives_the_pinned_numbers(name, small, expected, tmp_pat
 @pytest.mark.parametrize("name", ["gpu/fsdp2_2gpu_nsys.sqlite.gz", "gpu/cudagraph/graphs_nsys_node.sqlite.gz",
                                   "realdata/mfu_2gpu_after.sqlite"])
 def test_chunked_interval_arithmetic_gives_the_same_numbers(name, expected, tmp_path, monkeypatch):
-    """Captures past nsys._CHUNK_EVENTS activities are computed in chunks of whole (rank, step) groups;
+    """Captures past nsys_anatomy._CHUNK_EVENTS activities are computed in chunks of whole (rank, step) groups;
     with a chunk of 1,000 these exports take dozens of chunks, cut inside ranks."""
-    monkeypatch.setattr(nsys, "_CHUNK_EVENTS", 1000)
+    monkeypatch.setattr(nsys_anatomy, "_CHUNK_EVENTS", 1000)
     got, want = _parse(name, tmp_path), expected[name]
     for key in want:
         assert got[key] == want[key], f"{name}: {key} differs"
@@ -167,11 +167,11 @@ def test_step_chunks_hold_whole_steps(seed, monkeypatch):
     rng = random.Random(seed)
     sizes = [rng.randint(1, 25) for _ in range(1 if seed % 5 == 0 else rng.randint(1, 12))]
     code = np.repeat(np.arange(len(sizes), dtype=np.int32) - (1 if seed % 5 == 0 else 0), sizes)
-    monkeypatch.setattr(nsys, "_CHUNK_EVENTS", rng.randint(1, 40))
-    chunks = [(c.start, c.stop) for c in nsys._step_chunks(code)]
+    monkeypatch.setattr(nsys_anatomy, "_CHUNK_EVENTS", rng.randint(1, 40))
+    chunks = [(c.start, c.stop) for c in nsys_anatomy.step_chunks(code)]
     assert [lo for lo, _ in chunks] == [0, *(hi for _, hi in chunks[:-1])] and chunks[-1][1] == code.size
     assert all(hi > lo and (hi == code.size or code[hi - 1] != code[hi]) for lo, hi in chunks)
-    assert all(hi - lo < nsys._CHUNK_EVENTS + max(sizes) for lo, hi in chunks)
+    assert all(hi - lo < nsys_anatomy._CHUNK_EVENTS + max(sizes) for lo, hi in chunks)
 
 
 if __name__ == "__main__" and sys.argv[1:] in (["--write"], ["--add-missing"]):
@@ -193,7 +193,7 @@ def test_a_window_without_steps_read_in_bins_of_time_equals_it_read_whole(name, 
     spill = tmp_path / "spill"
     spill.mkdir()
     carried = []
-    pieces = nsys._window_pieces
+    pieces = nsys_anatomy.window_pieces
 
     def counting(bins):
         for columns, counted, until in pieces(bins):
@@ -201,8 +201,8 @@ def test_a_window_without_steps_read_in_bins_of_time_equals_it_read_whole(name, 
             yield columns, counted, until
 
     whole = snapshot(nsys.parse(path, rules=rules, step_pattern=r"^no such range (\d+)$"))
-    monkeypatch.setattr(nsys, "_window_pieces", counting)
-    monkeypatch.setattr(nsys, "_GROUP_ACTIVITIES", 50)
+    monkeypatch.setattr(nsys_anatomy, "window_pieces", counting)
+    monkeypatch.setattr(nsys_activity, "_GROUP_ACTIVITIES", 50)
     binned = snapshot(nsys.parse(path, rules=rules, step_pattern=r"^no such range (\d+)$", spill=spill))
     assert binned == whole
     assert len(carried) > 20 and (sum(carried) > 0 or "graphs" in name)

@@ -1,4 +1,4 @@
-"""The nsys parser streams the runtime calls and the GPU activity out of DuckDB in record batches (nsys._BATCH_ROWS
+"""The nsys parser streams the runtime calls and the GPU activity out of DuckDB in record batches (nsys_activity._BATCH_ROWS
 rows each) and attributes each batch on arrival; the real exports fit in one batch at the shipped size. Here the
 batches are cut tiny, so every export streams in dozens to hundreds of them (a process's calls and activities
 spread over many), and every output must still equal the pinned one (tests/data/gpu/nsys_expected.json)."""
@@ -10,12 +10,12 @@ import json
 import pytest
 from test_nsys_expected import EXPECTED, _parse
 
-from receipts.ingest import nsys
+from receipts.ingest import nsys_activity
 
 
 @pytest.mark.parametrize("name", sorted(json.loads(EXPECTED.read_text())))
 def test_tiny_batches_give_the_pinned_numbers(name, tmp_path, monkeypatch):
-    monkeypatch.setattr(nsys, "_BATCH_ROWS", 97)
+    monkeypatch.setattr(nsys_activity, "_BATCH_ROWS", 97)
     got, want = _parse(name, tmp_path), json.loads(EXPECTED.read_text())[name]
     for key in want:
         assert got[key] == want[key], f"{name}: {key} differs"

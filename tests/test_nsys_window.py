@@ -1,4 +1,4 @@
-"""A capture without NVTX steps is one window per rank; ingest/nsys.py reads it in bins of start times so that no
+"""A capture without NVTX steps is one window per rank; ingest/nsys_activity.py reads it in bins of start times so that no
 array holds the whole capture, cutting each activity that runs past its bin's end and carrying the rest into the
 next bins. The integers of the bins, added up, must equal those of the window read whole, bit for bit, and so must
 the per-activity events (continuations are no events): here on random intervals (long ones crossing many bins),
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from receipts.ingest import nsys
+from receipts.ingest import nsys_activity, nsys_anatomy
 from receipts.schema.categories import load_category_rules
 from tests.test_intervals_sorted import CATEGORIES
 
@@ -24,7 +24,7 @@ _NO_STEPS = np.zeros(0, np.int64)
 def _whole_and_binned(cats, starts, ends, bounds):
     code = np.full(len(starts), -1, np.int32)
     columns = (code, np.array(cats, np.uint8), np.array(starts, np.int64), np.array(ends, np.int64))
-    whole = nsys._piece_anatomy(tuple(c.copy() for c in columns), None, None, 0, _NO_STEPS, CATEGORIES)
+    whole = nsys_anatomy.piece_anatomy(tuple(c.copy() for c in columns), None, None, 0, _NO_STEPS, CATEGORIES)
     where = np.searchsorted(bounds, columns[2], side="right")
 
     def bins():
@@ -32,9 +32,9 @@ def _whole_and_binned(cats, starts, ends, bounds):
             rows = np.flatnonzero(where == i)[::-1]  # a bin's rows in any order
             yield tuple(c[rows] for c in columns), int(bounds[i]) if i < bounds.size else None
 
-    pieces = [nsys._piece_anatomy(cols, counted, until, 0, _NO_STEPS, CATEGORIES)
-              for cols, counted, until in nsys._window_pieces(bins())]
-    binned = (nsys._added_up(pl.concat([f for p in pieces for f in p[0]]), pl.concat([f for p in pieces for f in p[1]]))
+    pieces = [nsys_anatomy.piece_anatomy(cols, counted, until, 0, _NO_STEPS, CATEGORIES)
+              for cols, counted, until in nsys_anatomy.window_pieces(bins())]
+    binned = (nsys_anatomy.added_up(pl.concat([f for p in pieces for f in p[0]]), pl.concat([f for p in pieces for f in p[1]]))
               + (pl.concat([p[2] for p in pieces]),))
     return (*whole[0], *whole[1], whole[2]), binned
 
@@ -85,9 +85,9 @@ def test_a_window_with_an_activity_without_a_start_is_read_whole(odd, monkeypatc
     for a warning); one without a start (int64's least, as the arithmetic reads a NULL: not a proper interval)
     counts as the intervals it merges with let it, so only the whole window gives the whole window's numbers: one
     bin then, however long the capture (and no crash: a NULL start once overflowed the packed sort of a window)."""
-    monkeypatch.setattr(nsys, "_GROUP_ACTIVITIES", 10)
-    monkeypatch.setattr(nsys, "_SAMPLE_EVERY", 1)
-    activity = nsys._Activity(np.zeros(0, np.int64), {1: "gemm"}, {}, load_category_rules(), False,
+    monkeypatch.setattr(nsys_activity, "_GROUP_ACTIVITIES", 10)
+    monkeypatch.setattr(nsys_activity, "_SAMPLE_EVERY", 1)
+    activity = nsys_activity.Activity(np.zeros(0, np.int64), {1: "gemm"}, {}, load_category_rules(), False,
                               has_steps=False, group_codes=1)
     starts = list(range(0, 1000, 10))
     ends = [s + 15 for s in starts]
@@ -100,5 +100,5 @@ def test_a_window_with_an_activity_without_a_start_is_read_whole(odd, monkeypatc
     assert len(bins) == (1 if odd == "no start" else 10)
     assert activity.ended_early == (1 if odd in ("ends before it starts", "no end") else 0)
     assert sum(columns[0].size for columns, _ in bins) == 100
-    for columns, counted, until in nsys._window_pieces(iter(bins)):
-        nsys._piece_anatomy(columns, counted, until, 0, _NO_STEPS, CATEGORIES)
+    for columns, counted, until in nsys_anatomy.window_pieces(iter(bins)):
+        nsys_anatomy.piece_anatomy(columns, counted, until, 0, _NO_STEPS, CATEGORIES)
