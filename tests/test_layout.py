@@ -46,3 +46,13 @@ def test_no_source_file_is_over_700_lines():
     long = {p.relative_to(REPO).as_posix(): n for p in paths if p.exists()
             and (n := len(p.read_text(errors="replace").splitlines())) > 700}
     assert not long, long
+
+
+def test_every_test_the_slow_tier_names_exists():
+    """A renamed test would leave the slow list naming nothing and quietly move into the fast tier."""
+    from conftest import SLOW_TESTS
+
+    for module, names in SLOW_TESTS.items():
+        text = (REPO / "tests" / module).read_text()
+        for name in names:
+            assert f"def {name}(" in text, f"tests/{module} has no {name}"
