@@ -7,7 +7,6 @@ Screenshots of each view land in the test's temp folder; with RECEIPTS_UPDATE_SC
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import socket
 import subprocess
@@ -19,6 +18,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+import dashboard_store  # the AppTests' real-data store (tests/ is on the path)
+
 REPO = Path(__file__).resolve().parents[1]
 DOC_SHOTS = REPO / "docs" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
@@ -27,14 +28,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 CHARTS = ".vega-embed canvas, .vega-embed svg.marks"
 
 pytestmark = pytest.mark.browser
-
-
-def _apptest_module():
-    """The store builder lives beside the AppTest tests; load it by path (tests are not a package)."""
-    spec = importlib.util.spec_from_file_location("dash_apptest", REPO / "tests" / "test_dashboard_apptest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def free_port() -> int:
@@ -107,14 +100,14 @@ def dashboard(tmp_path_factory):
         pytest.skip("Debian chromium not installed (.ci/browser_setup.sh)")
     root = tmp_path_factory.mktemp("browser")
     db = root / "receipts.duckdb"
-    ids = _apptest_module().build_store(db, root / "logs")
+    ids = dashboard_store.build_store(db, root / "logs")
     with serve_dashboard(str(db), free_port()) as base:
         yield base, ids, root
 
 
 def test_every_view_renders_charts_in_chromium(dashboard):
     base, ids, root = dashboard
-    mod = _apptest_module()
+    mod = dashboard_store
     shots = DOC_SHOTS if os.environ.get("RECEIPTS_UPDATE_SCREENSHOTS") == "1" else root / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     views = [
@@ -154,7 +147,7 @@ def test_links_filters_and_sources_in_chromium(dashboard):
     is a link; a stale link says so; compare overlays the two runs; the anatomy names its source export and
     its top kernels; a receipt compared with itself is called out; no deploy menu."""
     base, ids, root = dashboard
-    mod = _apptest_module()
+    mod = dashboard_store
     with chromium_page(root / "profile-links") as page:
         page.goto(f"{base}/?{urlencode({'view': 'lanes', 'host': mod.OTHER_HOST})}")
         wait_for_view(page, 1)
