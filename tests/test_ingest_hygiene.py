@@ -44,9 +44,14 @@ def _one_line(stderr: str) -> str:
 
 
 def _cut_log(src: Path, dst: Path, marker: bytes) -> Path:
-    """A real log cut in the middle of a line, as a crash leaves it."""
+    """A real log cut in the middle of a line, as a crash leaves it: another run of the same job, so its first
+    line's clock is a second later (a byte prefix of the stored log would be an earlier view of that run, and
+    stored superseded by it)."""
     data = src.read_bytes()
-    dst.write_bytes(data[:data.index(marker) + 30])
+    first = data.index(b"\n")
+    head = data[:first].replace(b":30,775", b":31,775", 1)
+    assert head != data[:first]
+    dst.write_bytes(head + data[first:data.index(marker) + 30])
     return dst
 
 
