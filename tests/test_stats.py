@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import assume, HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import REALDATA
@@ -252,7 +252,21 @@ def test_the_support_window_finds_the_ends_the_block_length_window_finds(n, phi,
     if period:
         x = np.resize(x[:period], n)
     x = np.round(x, digits)
-    assert median_interval(x) == _interval_with_block_length_window(x, monkeypatch)
+    got = median_interval(x)
+    # A pattern whose period divides the block length puts the same counts in every block: the bootstrap median
+    # is then one value, and the block-length window (the reference here) can move an end by one value (see the
+    # test below, checked against the resampled truth). Such inputs are held to the truth there, not here.
+    assume(not (period and got.block_length % period == 0))
+    assert got == _interval_with_block_length_window(x, monkeypatch)
+
+
+def test_a_pattern_that_fills_every_block_alike_has_the_resampled_ends():
+    """442 steps alternating 100.1 / 99.9, blocks of 48: every resample holds 221 of each, so every bootstrap
+    median is 100.0 (20,000 resamples drawn by hand: all 100.0). The support window gives that lower end; the
+    block-length window gave 99.9."""
+    x = np.resize(np.array([100.1, 99.9]), 442)
+    got = median_interval(x)
+    assert got.block_length == 48 and got.median == 100.0 and got.ci_low == 100.0
 
 
 def test_the_support_window_finds_the_same_ends_on_every_real_log(monkeypatch):
