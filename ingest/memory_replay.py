@@ -131,22 +131,22 @@ class Layout:
         self.blocks[rest.addr] = rest
         return block
 
+    def _absorb(self, left: _Block, right: _Block) -> None:
+        """`left` takes in its right neighbour `right`, which leaves the segment."""
+        left.size += right.size
+        left.next = right.next
+        if right.next is not None:
+            right.next.prev = left
+        del self.blocks[right.addr]
+
     def merge_free(self, block: _Block) -> _Block:
         """free_block's coalescing: a free block absorbs its free neighbours."""
         nxt = block.next
         if nxt is not None and nxt.state == "free":
-            block.size += nxt.size
-            block.next = nxt.next
-            if nxt.next is not None:
-                nxt.next.prev = block
-            del self.blocks[nxt.addr]
+            self._absorb(block, nxt)
         prev = block.prev
         if prev is not None and prev.state == "free":
-            prev.size += block.size
-            prev.next = block.next
-            if block.next is not None:
-                block.next.prev = prev
-            del self.blocks[block.addr]
+            self._absorb(prev, block)
             return prev
         return block
 
