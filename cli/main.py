@@ -16,7 +16,7 @@ import importlib
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, get_args
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -104,7 +104,7 @@ class LazyGroup(TyperGroup):
         sub = typer.Typer()
         importlib.import_module(f"receipts.cli.{module}").register(sub)
         for name, command in typer.main.get_group(sub).commands.items():
-            _plain_flags(command)
+            _plain_placeholders(command)
             self.commands.setdefault(name, command)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
@@ -135,15 +135,32 @@ class LazyGroup(TyperGroup):
             self._listing = False
 
 
-def _plain_flags(command: Any) -> None:
+_TYPE_WORDS = {"integer": "int"}
+
+
+def _plain_placeholders(command: Any) -> None:
     """Flags in a command's help read `--json`, not typer's `--json <bool>`: a flag takes no value, so its
-    metavar is empty (typer shows a set metavar instead of the type). Also for --help and subcommands."""
+    metavar is empty (typer shows a set metavar instead of the type). A repeatable option reads `--tag <str>`,
+    not `<list[str]>`, and a bounded number `<int>` (its bounds are printed beside it). Also for --help and
+    subcommands."""
     command.get_help_option(typer.Context(command))  # created once and cached: its metavar sticks
     for param in [*command.params, getattr(command, "_help_option", None)]:
-        if param is not None and getattr(param, "is_flag", False) and param.metavar is None:
+        if param is None or (param.metavar is not None and param.param_type_name == "option"):
+            continue
+        if getattr(param, "is_flag", False):
             param.metavar = ""
+        elif (desc := getattr(param, "type_descriptor", None)) is None:
+            continue
+        elif desc.is_list and not desc.is_choice:
+            label = f"<{param._bare_type(get_args(desc.annotation)[0]).lower()}>"
+            if param.param_type_name == "option":
+                param.metavar = label
+            else:  # an argument's name is its metavar ("paths..."): only its type column changes
+                param.display_type_rich = lambda ctx, label=label: label
+        elif desc.is_ranged and param.param_type_name == "option":
+            param.metavar = f"<{_TYPE_WORDS.get(desc.ranged_type_name, desc.ranged_type_name)}>"
     for sub in getattr(command, "commands", {}).values():
-        _plain_flags(sub)
+        _plain_placeholders(sub)
 
 
 def _summary(module: str, attr: str) -> str:

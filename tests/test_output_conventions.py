@@ -167,7 +167,9 @@ def test_an_error_under_json_is_a_json_object_on_stdout(store, command):
         assert done.stderr.count("\n") == 1  # the one line for a person stays on stderr
 
 
-def test_help_shows_no_bool_placeholder():
+def test_help_shows_no_type_placeholders():
+    """A flag takes no value (`--json`, not `--json <bool>`); a repeatable option reads `--tag <str>`, a bounded
+    number `<int>` with its bounds beside it (not `<list[str]>`, `<int range>`)."""
     import click
     import typer.main
 
@@ -177,8 +179,12 @@ def test_help_shows_no_bool_placeholder():
     ctx = click.Context(group)
     for name in group.list_commands(ctx):
         helped = run(":memory:", name, "--help")
-        assert helped.returncode == 0 and "<bool>" not in helped.stdout, (name, helped.stdout)
+        assert helped.returncode == 0, (name, helped.stdout)
+        for placeholder in ("<bool>", "<list[", " range>"):
+            assert placeholder not in helped.stdout, (name, placeholder, helped.stdout)
     assert "--json" in run(":memory:", "list", "--help").stdout
+    explain = " ".join(run(":memory:", "explain", "--help").stdout.split())
+    assert "--level <str>" in explain and "--last <int> [x>=1]" in explain
 
 
 def test_shell_completion_answers_commands_and_options():
