@@ -8,8 +8,10 @@ the workflows' RECEIPTS_SPEC and every message in the source that tells a user w
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -81,17 +83,32 @@ def test_no_install_line_names_the_stranger_package():
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
 def test_the_workflows_install_a_pinned_gpu_receipts(path):
     """Until gpu-receipts is on PyPI a workflow installs a commit pinned by its full SHA, or a wheel; never a
-    branch, and never a bare name another project could own."""
+    branch, and never a bare name another project could own. The spec is the team's repository variable, and
+    the workflow's own guard step, run here on good and bad specs, refuses anything else before pip runs."""
     doc = yaml.safe_load(path.read_text())
-    spec = doc["env"]["RECEIPTS_SPEC"]
-    req = Requirement(spec)
-    assert canonicalize_name(req.name) == DIST, spec
-    if req.url:
-        pinned = re.fullmatch(r"git\+https://\S+@[0-9a-f]{40}", req.url) or req.url.endswith(".whl")
-        assert pinned, f"{path.name}: RECEIPTS_SPEC {spec!r} must pin a commit (40-hex SHA) or name a wheel"
-    else:
-        assert str(req.specifier).startswith("=="), f"{path.name}: pin a released version: {spec!r}"
-    scripts = "\n".join(step.get("run", "") for job in doc["jobs"].values() for step in job["steps"])
+    assert doc["env"]["RECEIPTS_SPEC"] == "${{ vars.RECEIPTS_SPEC }}"
+    steps = [step for job in doc["jobs"].values() for step in job["steps"]]
+    names = [step.get("name", "") for step in steps]
+    guard = steps[names.index("Check RECEIPTS_SPEC pins gpu-receipts")]
+    assert names.index("Check RECEIPTS_SPEC pins gpu-receipts") < next(
+        i for i, n in enumerate(names) if n.startswith("Install receipts"))
+
+    def guarded(spec: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-e", "-c", guard["run"]], env={**os.environ, "RECEIPTS_SPEC": spec},
+                              capture_output=True, text=True, timeout=30)
+
+    sha = "6410bb85a59f89dad8be517e2cb37bfd0165449d"
+    for good in ("gpu-receipts==0.9.0", f"gpu-receipts @ git+https://github.com/acme/receipts@{sha}",
+                 "gpu-receipts @ https://wheels.example/gpu_receipts-0.9.0-py3-none-any.whl"):
+        assert canonicalize_name(Requirement(good).name) == DIST
+        assert guarded(good).returncode == 0, good
+    for bad in ("", "receipts", "receipts==0.2.10", "gpu-receipts", "gpu-receipts>=0.9",
+                "gpu-receipts @ git+https://github.com/acme/receipts@main",
+                f"gpu-receipts @ git+https://github.com/OWNER/receipts@{sha[:12]}",
+                f"receipts @ git+https://github.com/acme/receipts@{sha}"):
+        done = guarded(bad)
+        assert done.returncode == 1 and "::error::" in done.stdout and "RECEIPTS_SPEC" in done.stdout, bad
+    scripts = "\n".join(step.get("run", "") for step in steps)
     installs = [m.group(0) for m in PIP_INSTALL.finditer(scripts)]
     assert installs and all('"$RECEIPTS_SPEC"' in line for line in installs), installs
 
