@@ -243,9 +243,13 @@ def ratio_ci(value: float, low: float, high: float, confidence: float) -> alt.La
     return alt.layer(rule, bar, point).properties(width=WIDE, height=alt.Step(40), title="step time ratio with its CI")
 
 
-def _named_sides(series: pl.DataFrame, a_name: str, b_name: str) -> pl.DataFrame:
+def _named_sides(series: pl.DataFrame, a_name: str, b_name: str, more: dict[str, str] | None = None) -> pl.DataFrame:
+    """Each row's run as a legend names it: "A name", "B name", or an overlaid run's own name."""
+    more = more or {}
     return series.with_columns(pl.when(pl.col("side") == "A").then(pl.lit(f"A {a_name}"))
-                               .otherwise(pl.lit(f"B {b_name}")).alias("run"))
+                               .when(pl.col("side") == "B").then(pl.lit(f"B {b_name}"))
+                               .otherwise(pl.col("receipt_id").replace_strict(more, default=pl.col("receipt_id")))
+                               .alias("run"))
 
 
 def _bulk_range(values: pl.Series) -> tuple[float, float]:
@@ -255,29 +259,54 @@ def _bulk_range(values: pl.Series) -> tuple[float, float]:
     return max(lo - pad, 0.0), hi + pad
 
 
-_SIDE_COLORS = alt.Scale(range=["#4c78a8", "#f58518"])
+# A and B keep their colours whatever else is overlaid; more runs take the rest of tableau10.
+_A_B_COLORS = ["#4c78a8", "#f58518"]
+_MORE_COLORS = ["#54a24b", "#b279a2", "#9d755d", "#e45756", "#72b7b2", "#eeca3b", "#ff9da6", "#bab0ac"]
+MAX_OVERLAID = len(_MORE_COLORS)
+
+
+def _run_colors(named: pl.DataFrame) -> alt.Scale:
+    runs = named.sort(pl.col("side").replace_strict({"A": 0, "B": 1}, default=2), "receipt_id")["run"].unique(
+        maintain_order=True).to_list()
+    return alt.Scale(domain=runs, range=(_A_B_COLORS + _MORE_COLORS)[:len(runs)])
+
+
+def _dot_size(points: int) -> float:
+    """Dots big enough to see at a glance where there are few, small enough not to merge into a band where
+    there are thousands (area in square pixels, as Vega-Lite sizes points)."""
+    return max(8.0, min(48.0, 6000.0 / max(points, 1)))
 
 
 @_fit_width
-def compare_series(series: pl.DataFrame, a_name: str, b_name: str) -> alt.LayerChart | alt.FacetChart:
-    """A's and B's steady step times as points, aligned by position in the steady window (points, not lines:
-    a run alternating between two step times, e.g. an eval every 10th step, reads as two bands, not a smear).
-    The y axis spans the bulk of both runs (1st-99th percentile); spikes sit on its edge."""
-    named = _named_sides(series, a_name, b_name)
+def compare_series(series: pl.DataFrame, a_name: str, b_name: str,
+                   more: dict[str, str] | None = None) -> alt.LayerChart:
+    """A's and B's steady step times as points (with any more runs of the lane overlaid: `more` maps their ids
+    to names), aligned by position in the steady window (points, not lines: a run alternating between two step
+    times, e.g. an eval every 10th step, reads as two bands, not a smear), each run's median a dashed line of
+    its colour. The y axis spans the bulk of the runs (1st-99th percentile); spikes sit on its edge."""
+    named = _named_sides(series, a_name, b_name, more)
     lo, hi = _bulk_range(named["step_ms"])
-    points = alt.Chart(named).mark_circle(size=6, opacity=0.45, clip=True).encode(
-        x=alt.X("steady_index:Q", title="steady step (0 = first step after warm-up)"),
-        y=alt.Y("step_ms:Q", title="step time (ms)", scale=alt.Scale(domain=[lo, hi], clamp=True)),
-        color=alt.Color("run:N", title=None, scale=_SIDE_COLORS, legend=alt.Legend(orient="top")),
+    colors = _run_colors(named)
+    color = alt.Color("run:N", title=None, scale=colors, legend=alt.Legend(orient="top", columns=3, labelLimit=260))
+    y = alt.Y("step_ms:Q", title="step time (ms)", scale=alt.Scale(domain=[lo, hi], clamp=True))
+    points = alt.Chart(named).mark_circle(size=_dot_size(named.height), opacity=0.8, clip=True).encode(
+        x=alt.X("steady_index:Q", title="steady step (0 = first step after warm-up)"), y=y, color=color,
         tooltip=["run", "step", alt.Tooltip("step_ms:Q", format=".3f")])
-    return alt.layer(points).properties(width=WIDE, height=220, title="steady step time, A and B")
+    medians = named.group_by("run").agg(pl.col("step_ms").median().alias("median_ms"))
+    rules = alt.Chart(medians).mark_rule(strokeDash=[6, 3], strokeWidth=1.5, clip=True).encode(
+        y=alt.Y("median_ms:Q", scale=alt.Scale(domain=[lo, hi], clamp=True)), color=color,
+        tooltip=["run", alt.Tooltip("median_ms:Q", title="median (ms)", format=".3f")])
+    runs = medians.height
+    title = "steady step time, A and B" if runs <= 2 else f"steady step time, A, B and {runs - 2} more of the lane"
+    return alt.layer(points, rules).properties(width=WIDE, height=240, title=title)
 
 
 @_fit_width
-def compare_distributions(series: pl.DataFrame, a_name: str, b_name: str, bins: int = 60) -> alt.Chart:
+def compare_distributions(series: pl.DataFrame, a_name: str, b_name: str, bins: int = 60,
+                          more: dict[str, str] | None = None) -> alt.Chart:
     """Each run's steady step times as a histogram of the share of its steps (runs of different lengths
-    compare), over the bulk of both runs; steps beyond it are counted in the edge bins."""
-    named = _named_sides(series, a_name, b_name)
+    compare), over the bulk of the runs; steps beyond it are counted in the edge bins."""
+    named = _named_sides(series, a_name, b_name, more)
     lo, hi = _bulk_range(named["step_ms"])
     width = (hi - lo) / bins or 1.0
     shares = (named.with_columns(((pl.col("step_ms").clip(lo, hi) - lo) / width).floor().clip(0, bins - 1)
@@ -288,7 +317,8 @@ def compare_distributions(series: pl.DataFrame, a_name: str, b_name: str, bins: 
     return alt.Chart(shares).mark_bar(opacity=0.6).encode(
         x=alt.X("from_ms:Q", title="steady step time (ms)", scale=alt.Scale(domain=[lo, hi])), x2="to_ms:Q",
         y=alt.Y("share:Q", stack=None, title="share of the run's steps", axis=alt.Axis(format="%")), y2=alt.datum(0),
-        color=alt.Color("run:N", title=None, scale=_SIDE_COLORS, legend=alt.Legend(orient="top")),
+        color=alt.Color("run:N", title=None, scale=_run_colors(named), legend=alt.Legend(orient="top", columns=3,
+                                                                                          labelLimit=260)),
         tooltip=["run", alt.Tooltip("from_ms:Q", format=".1f"), alt.Tooltip("to_ms:Q", format=".1f"),
                  alt.Tooltip("share:Q", format=".1%")]).properties(
         width=WIDE, height=180, title="distribution of steady step times (share of each run's steps)")

@@ -105,8 +105,9 @@ def test_compare_overlay_aligns_both_runs_by_steady_position(store_ids):
     db, ids = store_ids
     store = open_store(db, read_only=True)
     try:
-        series = store.query("dash_compare_series", {"a_id": ids["a"], "b_id": ids["b"]})
+        series = store.query("dash_compare_series", {"a_id": ids["a"], "b_id": ids["b"], "more": []})
         steady = store.query("steady_steps_many", {"ids": [ids["a"], ids["b"]]})
+        with_more = store.query("dash_compare_series", {"a_id": ids["a"], "b_id": ids["b"], "more": [ids["rumor"]]})
     finally:
         store.close()
     for side, rid in (("A", ids["a"]), ("B", ids["b"])):
@@ -114,6 +115,8 @@ def test_compare_overlay_aligns_both_runs_by_steady_position(store_ids):
         assert own["receipt_id"].unique().to_list() == [rid]
         assert own["steady_index"].to_list() == list(range(own.height))
         assert own["step_ms"].to_list() == steady.filter(steady["receipt_id"] == rid)["step_ms"].to_list()
+    assert with_more.filter(with_more["side"] != "more").equals(series)  # an overlaid run leaves A and B as they were
+    assert with_more.filter(with_more["side"] == "more")["receipt_id"].unique().to_list() == [ids["rumor"]]
 
 
 def test_compare_view_refusal_is_the_page(store_ids, monkeypatch):

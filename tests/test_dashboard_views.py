@@ -3,6 +3,7 @@ unknown values drawn as unknown, charts scaled to the steady steps, exports name
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 import pytest
 
@@ -130,3 +131,32 @@ def test_the_anatomy_per_step_chart_is_scaled_to_the_steady_steps():
     steady_max = per_step.filter(~pl.col("warmup"))["time_ms"].max()
     assert top == pytest.approx(steady_max * 1.15)
     assert per_step.filter(pl.col("warmup"))["time_ms"].max() > 10 * top  # the compile step is the clipped one
+
+
+@pytest.mark.slow
+def test_compare_view_overlays_more_runs_of_the_lane(explain_lane, monkeypatch):
+    """A and B with three more runs of their lane (the real explain lane, ?more= in the URL): every run's steady
+    steps, A and B keeping their colours first, each run's median a line; a linked id from outside the lane, or
+    A itself, is not overlaid."""
+    a, b, *more = _explain_ids(explain_lane, "base_1", "base_2", "base_3", "aa_1", "attn_1")
+    at = _app(explain_lane, monkeypatch, view="compare", a=a, b=b, more=",".join([*more, a, "0" * 64]))
+    _no_exception(at)
+    picker = next(m for m in at.multiselect if m.key == "compare_more")
+    assert sorted(picker.value) == sorted(more) and a not in picker.options and b not in picker.options
+    assert len(picker.options) == 12  # the lane's 14 runs less A and B
+    spec = next(json.loads(c.proto.spec) for c in _charts(at) if "more of the lane" in c.proto.spec)
+    assert spec["title"] == "steady step time, A, B and 3 more of the lane"
+    points, rules = spec["layer"]
+    domain = points["encoding"]["color"]["scale"]["domain"]
+    assert domain[:2] == ["A base_1", "B base_2"] and sorted(domain[2:]) == ["aa_1", "attn_1", "base_3"]
+    assert points["mark"]["opacity"] >= 0.75 and points["mark"]["size"] >= 8  # dots one can see
+    assert rules["mark"]["strokeDash"]  # each run's median, dashed
+    assert sorted(at.query_params["more"].split(",")) == sorted(more)  # the choice stays in the URL: linkable
+
+
+def test_step_dots_stay_visible_however_many_steps():
+    """The overlay's dots: large where a run has few steps, never below 8 px² where it has thousands."""
+    from receipts.dashboards import charts
+
+    assert charts._dot_size(40) == 48.0 and charts._dot_size(1000) == 8.0 and charts._dot_size(0) == 48.0
+    assert charts._dot_size(300) == 20.0

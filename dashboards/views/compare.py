@@ -63,6 +63,40 @@ def _drift(c: "Comparison") -> None:
             col.caption("none")
 
 
+def _more_of_the_lane(data: Data, a: str, b: str) -> dict[str, str]:
+    """More runs of A's lane to overlay on A and B (their ids to names), the choice kept in the URL (?more=id,id)
+    so the page links; at most charts.MAX_OVERLAID, each its own colour."""
+    rows = data.lanes().select("id", "run_name", "lane")
+    lane = rows.filter(pl.col("id") == a)["lane"]
+    rows = data.lanes().select("id", "run_name", "lane", "rumor").filter(~pl.col("rumor"))
+    others = rows.filter((pl.col("lane") == lane[0]) & ~pl.col("id").is_in([a, b])) if lane.len() else rows.clear()
+    if others.height == 0:
+        return {}
+    names = dict(zip(others["id"].to_list(), others["run_name"].to_list()))
+    linked = [i for i in st.query_params.get("more", "").split(",") if i in names]
+    if "compare_more" not in st.session_state:
+        st.session_state["compare_more"] = linked[:charts.MAX_OVERLAID]
+    chosen = st.multiselect(f"overlay more runs of this lane ({others.height} more)", list(names),
+                            format_func=lambda i: f"{names[i]} · {i[:12]}", key="compare_more",
+                            max_selections=charts.MAX_OVERLAID)
+    st.query_params["more"] = ",".join(chosen)
+    return {i: names[i] for i in chosen}
+
+
+def _overlay(data: Data, a: str, b: str, c: "Comparison") -> None:
+    st.markdown("#### Step times, overlaid")
+    more = _more_of_the_lane(data, a, b)
+    series = data.query("dash_compare_series", a_id=a, b_id=b, more=list(more))
+    if series.height == 0:
+        st.caption("Neither receipt has steady steps stored: nothing to overlay.")
+        return
+    st.altair_chart(charts.compare_series(series, c.a.run_name, c.b.run_name, more))
+    st.altair_chart(charts.compare_distributions(series, c.a.run_name, c.b.run_name, more=more))
+    st.caption("The verdict is about runs, not steps: these show each run's own noise (the dashed line is its "
+               "median); the interval above adds the lane's run-to-run noise. More runs of the lane show that "
+               "noise directly: where their medians scatter.")
+
+
 def render(data: Data) -> None:
     st.header("Compare")
     left, right = st.columns(2)
@@ -102,13 +136,7 @@ def render(data: Data) -> None:
     if c.tokens_ratio is not None:
         st.caption(f"tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
     st.dataframe(_summary_table(c), hide_index=True)
-    series = data.query("dash_compare_series", a_id=a, b_id=b)
-    if series.height:
-        st.markdown("#### Step times, overlaid")
-        st.altair_chart(charts.compare_series(series, c.a.run_name, c.b.run_name))
-        st.altair_chart(charts.compare_distributions(series, c.a.run_name, c.b.run_name))
-        st.caption("The verdict is about runs, not steps: these show each run's own noise; the interval above "
-                   "adds the lane's run-to-run noise.")
+    _overlay(data, a, b, c)
     st.markdown("#### Anatomy, side by side")
     diff = data.query("dash_anatomy_diff", a_id=a, b_id=b)
     if diff.height == 0:
