@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from receipts.errors import Remedy, UsageError
-from receipts.schema.model import ANATOMY_KERNEL_SCHEMA
+from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_STEP_KERNEL_SCHEMA, STEP_KERNELS_KEPT,
+                                     STEP_KERNELS_REST)
 
 if TYPE_CHECKING:
     from receipts.store import Store
@@ -136,6 +137,26 @@ def steady_kernel_totals(kernel_steps: pl.DataFrame, steps: pl.DataFrame) -> pl.
             .join(n_steps, on="rank")
             .select([pl.col(c).cast(t) for c, t in ANATOMY_KERNEL_SCHEMA.items()])
             .sort("rank", "total_ms", "name", descending=[False, True, False]))
+
+
+def step_kernel_rows(kernel_steps: pl.DataFrame, kept: int = STEP_KERNELS_KEPT) -> pl.DataFrame:
+    """Per rank and step (warm-up steps too), the `kept` longest kernel names with their calls and time, and the
+    rest of the step's kernels summed in one STEP_KERNELS_REST row (category null): ANATOMY_STEP_KERNEL_SCHEMA.
+    A step's rows sum to its kernel time, so a drill-down can say what the step spent beyond its kept names."""
+    if kernel_steps.height == 0:
+        return pl.DataFrame(schema=ANATOMY_STEP_KERNEL_SCHEMA)
+    ranked = (kernel_steps.with_columns(pl.col("category").cast(pl.Utf8), pl.col("name").cast(pl.Utf8),
+                                        # whole nanoseconds, as the steady totals: sums that do not drift in the last bit
+                                        (pl.col("time_ms") * 1e6).round().cast(pl.Int64).alias("ns"))
+              .with_columns(pl.col("ns").rank("ordinal", descending=True).over("rank", "step").alias("place")))
+    kept_rows = ranked.filter(pl.col("place") <= kept)
+    rest = (ranked.filter(pl.col("place") > kept).group_by("rank", "step")
+            .agg(pl.lit(None, dtype=pl.Utf8).alias("category"), pl.lit(STEP_KERNELS_REST).alias("name"),
+                 pl.col("calls").sum(), pl.col("ns").sum()))
+    return (pl.concat([kept_rows.select("rank", "step", "category", "name", "calls", "ns"), rest], how="vertical_relaxed")
+            .with_columns((pl.col("ns") / 1e6).alias("time_ms"))
+            .select([pl.col(c).cast(t) for c, t in ANATOMY_STEP_KERNEL_SCHEMA.items()])
+            .sort("rank", "step", "time_ms", descending=[False, False, True], nulls_last=True))
 
 
 def mean_over_ranks(rows: pl.DataFrame) -> pl.DataFrame:

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from receipts.analysis import stragglers
-from receipts.analysis.anatomy import steady_kernel_totals
+from receipts.analysis.anatomy import steady_kernel_totals, step_kernel_rows
 from receipts.analysis.components import components
 from receipts.analysis.window import cut_short_tail, in_window
 from receipts.ingest import profiler
@@ -51,7 +51,8 @@ def in_receipt_window(anatomy: Anatomy, window: StepWindow) -> Anatomy:
     steady steps: the straggler report, the kernel totals by name and the per-run component summaries."""
     anatomy = with_stragglers(replace(anatomy, steps=in_window(anatomy.steps, window)))
     if anatomy.kernel_steps is not None:
-        anatomy = replace(anatomy, kernels=steady_kernel_totals(anatomy.kernel_steps, anatomy.steps))
+        anatomy = replace(anatomy, kernels=steady_kernel_totals(anatomy.kernel_steps, anatomy.steps),
+                          step_kernels=step_kernel_rows(anatomy.kernel_steps))
     return replace(anatomy, components=components(anatomy.rows, anatomy.steps, anatomy.kernels, anatomy.nvtx))
 
 

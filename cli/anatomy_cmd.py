@@ -8,7 +8,9 @@ import typer
 from rich.markup import escape
 
 from receipts.analysis.anatomy import MANY_RANKS, anatomy_report
+from receipts.analysis.drilldown import SLOWEST, step_drilldown
 from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.cli.kernel_names import short_kernel_name
 from receipts.cli.output import Column, chosen_format, emit, format_option
 from receipts.errors import UsageError
 
@@ -25,8 +27,14 @@ def anatomy(
         None, "--by", show_default=False,
         help=f"category | rank | step | nvtx | kernel (default: rank, or category past {MANY_RANKS} ranks: the spread "
              "of each category over the ranks)"),
-    top: int = typer.Option(10, "--top", min=1, help="With --by kernel (and in --json): kernels kept per category."),
+    top: int = typer.Option(10, "--top", min=1, help="With --by kernel (and in --json): kernels kept per category; with --step: kernels shown."),
     source: Optional[str] = typer.Option(None, "--source", help="sha256 prefix of the export (default: newest)."),
+    step: Optional[str] = typer.Option(
+        None, "--step", show_default=False,
+        help="Open one step: its parts, kernel categories and kernels beside the rank's typical steady step "
+             "(the mean of its other steady steps), largest excess first. A step number, or `slowest`."),
+    rank: Optional[int] = typer.Option(None, "--rank", show_default=False,
+                                       help="With --step: the rank to open (default: the step's slowest)."),
     as_json: bool = typer.Option(False, "--json",
                                  help="The whole report as JSON: step_rows (per step) and window_totals (the steady "
                                       "window) apart, steps, window, nvtx, kernels, across_ranks."),
@@ -34,13 +42,25 @@ def anatomy(
 ) -> None:
     """Step-time anatomy by category (GEMM, attention, MoE, NCCL, memcpy, idle, exposed comm).
 
-    Example: receipts anatomy run_b --by step --format csv
+    Example: receipts anatomy run_b --by step --format csv; receipts anatomy run_b --step slowest
     """
     if by not in (None, "category", "step", "rank", "nvtx", "kernel"):
         raise UsageError(f"--by must be category, rank, step, nvtx or kernel (got {by!r})")
+    if step is not None and step != SLOWEST and not step.lstrip("-").isdigit():
+        raise UsageError(f"--step takes a step number or `slowest` (got {step!r})")
+    if rank is not None and step is None:
+        raise UsageError("--rank opens one rank of a step: give --step too")
     fmt = chosen_format(fmt, as_json=as_json)
     with settings(ctx).read_store() as store:
         report = anatomy_report(store, store.resolve(ref), source_sha256=source, top_kernels=top)
+        if step is not None:
+            from receipts.cli import drilldown_render
+
+            drill = step_drilldown(store, report.receipt_id, report.source.sha256,
+                                   SLOWEST if step == SLOWEST else int(step), rank)
+            run_name = store.query("receipt", {"receipt_id": report.receipt_id})["run_name"][0]
+            drilldown_render.render(drill, run_name, fmt, top=top)
+            return
     if by is None:
         by = "category" if report.many_ranks else "rank"
     if fmt == "json":
@@ -89,20 +109,6 @@ BY_KERNEL = [Column("category"), Column("calls", drop=1, show=lambda r: f"{r['ca
              Column("name", "kernel", fold=28, show=lambda r: short_kernel_name(r["name"]))]
 
 
-def short_kernel_name(name: str) -> str:
-    """A kernel's name on a terminal: template arguments and the parameter list folded to `<…>` and `(…)`
-    (`ncclDevKernel_AllGather_RING_LL(…)`), so one name takes a line or two, not twenty. TSV and JSON keep it whole."""
-    out, depth = [], 0
-    for ch in name.removeprefix("void "):
-        if ch in "<(":
-            if depth == 0:
-                out.append(ch + "…" + (">" if ch == "<" else ")"))
-            depth += 1
-        elif ch in ">)" and depth:
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out)
 BY_CATEGORY = [Column("phase", only="data"), Column("category"), Column("ranks"), Column("median_ms", "median", show=_ms("median_ms")),
                Column("min_ms", "min (rank)", show=lambda r: f"{r['min_ms']:,.3f} ({r['min_rank']})"),
                Column("min_rank", only="data"),

@@ -279,7 +279,7 @@ def _dot_size(points: int) -> float:
 
 @_fit_width
 def compare_series(series: pl.DataFrame, a_name: str, b_name: str,
-                   more: dict[str, str] | None = None) -> alt.LayerChart:
+                   more: dict[str, str] | None = None) -> alt.LayerChart | alt.FacetChart:
     """A's and B's steady step times as points (with any more runs of the lane overlaid: `more` maps their ids
     to names), aligned by position in the steady window (points, not lines: a run alternating between two step
     times, e.g. an eval every 10th step, reads as two bands, not a smear), each run's median a dashed line of
@@ -418,3 +418,21 @@ def training_metrics(steps: pl.DataFrame) -> alt.VConcatChart | None:
         tooltip=["step", alt.Tooltip(f"{c}:Q", title=TRAINING_METRICS[c], format=",.4g")])
         .properties(width=WIDE, height=140) for c in present]
     return alt.vconcat(*charts)
+
+
+@_fit_width
+def step_vs_typical(categories: list[dict[str, Any]], step: int) -> alt.Chart:
+    """One step's parts (they sum to its GPU span) beside the rank's typical steady step: two stacked bars of the
+    same decomposition as the per-step chart, so the part that grew is the one whose band is longer."""
+    rows = [{"which": f"step {step}", "category": c["category"], "ms": c["ms"]} for c in categories if c["part"]]
+    rows += [{"which": "typical steady step", "category": c["category"], "ms": c["typical_ms"]}
+             for c in categories if c["part"] and c["typical_ms"] is not None]
+    frame = pl.DataFrame(rows, schema={"which": pl.Utf8, "category": pl.Utf8, "ms": pl.Float64})
+    return alt.Chart(frame).mark_bar().encode(
+        y=alt.Y("which:N", title=None, sort=[f"step {step}", "typical steady step"]),
+        x=alt.X("ms:Q", title="ms (the step's GPU span, by part)", stack="zero"),
+        color=alt.Color("category:N", title=None, scale=DECOMPOSITION_SCALE, legend=alt.Legend(orient="top")),
+        order=alt.Order("order:Q"),
+        tooltip=["which", "category", alt.Tooltip("ms:Q", format=",.3f")],
+    ).transform_calculate(order=_DECOMPOSITION_ORDER).properties(width=WIDE, height=alt.Step(28),
+                                                                title="this step against the typical steady step")

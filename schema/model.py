@@ -328,6 +328,20 @@ ANATOMY_KERNEL_SCHEMA: dict[str, pl.DataType] = {
     "steps": pl.Int64(),     # the rank's steady steps the totals are over
 }
 
+# Kernels by name in each step of each rank, warm-up steps too: what a drill-down from one slow step reads. The
+# longest STEP_KERNELS_KEPT names of each rank-step, and the rest summed in one row named STEP_KERNELS_REST, so a
+# step's rows still sum to its kernel time (a 1,000-step profile of 8 ranks stays ~170k rows, not millions).
+ANATOMY_STEP_KERNEL_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int64(),
+    "category": pl.Utf8(),   # null on the STEP_KERNELS_REST row
+    "name": pl.Utf8(),
+    "calls": pl.Int64(),
+    "time_ms": pl.Float64(),  # sum of the kernel's durations in the step (not a union)
+}
+STEP_KERNELS_KEPT = 24
+STEP_KERNELS_REST = "(other kernels)"
+
 ANATOMY_NVTX_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "range_name": pl.Utf8(),   # NVTX text / user annotation, e.g. 'ablock', 'step 12'
@@ -387,6 +401,7 @@ class Anatomy:
     # of the receipt's window (`kernels`, stored in anatomy_kernels, text).
     kernel_steps: "pl.DataFrame | None" = None
     kernels: "pl.DataFrame | None" = None           # ANATOMY_KERNEL_SCHEMA
+    step_kernels: "pl.DataFrame | None" = None      # ANATOMY_STEP_KERNEL_SCHEMA, every step of the profile
     # Filled by the pipeline from analysis/stragglers.py, stored with the anatomy (straggler_* tables).
     straggler_steps: "pl.DataFrame | None" = None   # rank, step, wait_ms, imposed_ms, last_arrivals, collectives
     straggler_summary: "dict | None" = None          # report_json without per_step

@@ -195,6 +195,19 @@ anatomy_kernels = Table(
     Column("steps", BigInteger, nullable=False),          # the rank's steady steps the totals are over
 )
 
+# v12: the longest kernels of each step of each rank (warm-up too), the rest in one row: a slow step's drill-down.
+anatomy_step_kernels = Table(
+    "anatomy_step_kernels", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rank", Integer),
+    Column("step", BigInteger),
+    Column("category", Text),                             # null on the '(other kernels)' row
+    Column("name", Text, nullable=False),
+    Column("calls", BigInteger, nullable=False),
+    Column("time_ms", Double, nullable=False),            # ms, sum of the kernel's durations in the step
+)
+
 anatomy_sources = Table(
     "anatomy_sources", metadata,
     Column("receipt_id", Text, nullable=False),
@@ -271,6 +284,7 @@ Index("ix_anatomy_rows_receipt", anatomy_rows.c.receipt_id)
 Index("ix_anatomy_steps_receipt", anatomy_steps.c.receipt_id)
 Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)
 Index("ix_anatomy_kernels_receipt", anatomy_kernels.c.receipt_id)
+Index("ix_anatomy_step_kernels_receipt", anatomy_step_kernels.c.receipt_id)
 Index("ix_receipt_components_receipt", receipt_components.c.receipt_id)
 Index("ix_memory_ranks_receipt", memory_ranks.c.receipt_id)
 Index("ix_memory_categories_receipt", memory_categories.c.receipt_id)
@@ -281,7 +295,8 @@ Index("ix_receipts_run_key", receipts.c.run_key)
 Index("ix_receipts_ingest_seq", receipts.c.ingest_seq)
 Index("ix_receipts_log_head", receipts.c.log_head_sha256)
 
-BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels")
+BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels",
+               "anatomy_step_kernels")
 
 
 def ddl_statements(backend: str) -> list[str]:

@@ -104,7 +104,7 @@ SLOW_TESTS = {
     "test_nsys_window.py": ("test_bins_add_up_to_the_window",),
     "test_output_conventions.py": ("test_a_kernel_name_takes_a_line_or_two_on_a_terminal_and_stays_whole_in_tsv",
                                    "test_colour_follows_no_color_and_clicolor_force",
-                                   "test_every_reading_command_takes_every_format", "test_help_shows_no_bool_placeholder"),
+                                   "test_every_reading_command_takes_every_format", "test_help_shows_no_type_placeholders"),
     "test_stats.py": ("test_the_support_window_finds_the_ends_the_block_length_window_finds",),
 }
 

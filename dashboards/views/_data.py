@@ -17,6 +17,7 @@ from receipts.store import Store, open_store
 if TYPE_CHECKING:
     from receipts.analysis.anatomy import AnatomyReport
     from receipts.analysis.compare import Comparison
+    from receipts.analysis.drilldown import StepDrilldown
     from receipts.analysis.explain_run import ExplainResult
     from receipts.analysis.noise import NoiseFloor
 
@@ -62,6 +63,14 @@ class Data:
     def anatomy(self, receipt_id: str, source_sha256: str | None = None) -> "AnatomyReport":
         return _anatomy(self.url, self.version, receipt_id, source_sha256, self)
 
+    def drilldown(self, receipt_id: str, source_sha256: str, step: int, rank: int | None) -> "StepDrilldown":
+        return _drilldown(self.url, self.version, receipt_id, source_sha256, step, rank, self)
+
+    def slowest_steps(self, receipt_id: str, source_sha256: str, n: int = 10) -> list[dict[str, Any]]:
+        from receipts.analysis.drilldown import slowest_steps
+
+        return slowest_steps(self.store, receipt_id, source_sha256, n)
+
     def compare(self, a_id: str, b_id: str) -> "Comparison":
         return _compare(self.url, self.version, a_id, b_id, self)
 
@@ -97,6 +106,14 @@ def _anatomy(url: str, version: str, receipt_id: str, source_sha256: str | None,
     from receipts.analysis.anatomy import anatomy_report
 
     return anatomy_report(_data.store, receipt_id, source_sha256=source_sha256)
+
+
+@st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
+def _drilldown(url: str, version: str, receipt_id: str, source_sha256: str, step: int, rank: int | None,
+               _data: Data) -> "StepDrilldown":
+    from receipts.analysis.drilldown import step_drilldown
+
+    return step_drilldown(_data.store, receipt_id, source_sha256, step, rank)
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=128, show_spinner=False)

@@ -11,6 +11,7 @@ import streamlit as st
 from receipts.analysis.anatomy import mean_over_ranks
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
+from receipts.dashboards.views import step_drill
 from receipts.dashboards.views._names import readable
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ def render(data: Data) -> None:
     else:
         st.markdown("#### Per step and rank")
         st.altair_chart(charts.anatomy_by_step(rows))
+    step_drill.render(data, receipt_id, src.sha256)
     st.markdown("#### Per rank, steady state")
     steady = window.filter(pl.col("phase").is_in(["steady", "window"]))
     st.altair_chart(charts.anatomy_by_rank(steady))

@@ -143,10 +143,24 @@ def _steps(data: Data, rep: dict) -> None:
                    f"(rule: {ss['window_rule']}).")
     if steps.filter(pl.col("step_ms").is_not_null()).height:
         st.altair_chart(charts.step_series(steps, ss["warmup_last_step"]))
+    _slowest_profiled(data, rep["id"])
     metrics = charts.training_metrics(steps)
     if metrics is not None:
         st.markdown("**Training metrics the log printed** (loss, tokens/s, MFU; mean over ranks)")
         st.altair_chart(metrics)
+
+
+def _slowest_profiled(data: Data, receipt_id: str) -> None:
+    """Where the receipt has a profile: its slowest steady steps, each a link to its kernels in the anatomy view."""
+    sources = data.query("anatomy_sources", receipt_id=receipt_id)
+    if sources.height == 0:
+        return
+    sha = sources["source_sha256"][0]
+    slow = [r for r in data.slowest_steps(receipt_id, sha, n=20) if not r["warmup"]][:3]
+    if slow:
+        links = " · ".join(f"[step {r['step']} ({r['wall_ms']:,.1f} ms)](?view=anatomy&id={receipt_id}&step={r['step']})"
+                           for r in slow)
+        st.markdown(f"Slowest steady steps in the profile, each opened to its kernels: {links}")
 
 
 def _memory(data: Data, rep: dict) -> None:

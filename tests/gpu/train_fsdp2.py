@@ -112,6 +112,13 @@ def main() -> None:
     ap.add_argument("--watch-memory", action="store_true")
     ap.add_argument("--memory-snapshot", default=None, help="folder for one rank<N>.pickle per rank")
     ap.add_argument("--snapshot-steps", type=int, default=2)
+    # Planted slow steps for the drill-down (tests/gpu/slow_step_runs.sh): K extra matmuls in one step only
+    # (more GPU work in that step: a kernel with K more calls), and a host stall in another step only (the GPU
+    # idle inside it, no kernel different).
+    ap.add_argument("--slow-step", type=int, default=-1)
+    ap.add_argument("--slow-step-matmuls", type=int, default=0)
+    ap.add_argument("--stall-step", type=int, default=-1)
+    ap.add_argument("--stall-step-ms", type=float, default=0.0)
     args = ap.parse_args()
 
     dist.init_process_group(args.backend)
@@ -193,7 +200,7 @@ def main() -> None:
         attention = functools.partial(sdpa_kernel, backend)  # the forward picks the kernel; its backward follows
 
     extra = None
-    if args.extra_matmuls or (args.straggler_matmuls and rank == args.straggler_rank):
+    if args.extra_matmuls or args.slow_step_matmuls or (args.straggler_matmuls and rank == args.straggler_rank):
         extra = torch.randn(args.extra_matmul_size, args.extra_matmul_size, device="cuda", dtype=torch.bfloat16)
 
     prof = None
@@ -216,11 +223,12 @@ def main() -> None:
             with autocast(), attention():
                 logits = model(data[:, :-1], rec)
             loss = loss_fn(logits.float().view(-1, args.vocab), data[:, 1:].reshape(-1))
-            if args.host_stall_ms > 0:
+            stall_ms = args.host_stall_ms + (args.stall_step_ms if n == args.stall_step else 0.0)
+            if stall_ms > 0:
                 torch.cuda.synchronize()
-                time.sleep(args.host_stall_ms / 1000.0)
+                time.sleep(stall_ms / 1000.0)
             loss.backward()
-            for _ in range(args.extra_matmuls):
+            for _ in range(args.extra_matmuls + (args.slow_step_matmuls if n == args.slow_step else 0)):
                 torch.mm(extra, extra)
             opt.step()
             torch_memory(n)
