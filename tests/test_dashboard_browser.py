@@ -172,3 +172,54 @@ def test_links_filters_and_sources_in_chromium(dashboard):
         assert page.get_by_text("Top kernels per category, steady state").count() == 1
         assert page.locator('[data-testid="stMainMenu"]').count() == 0 or \
             "Deploy" not in page.inner_text('[data-testid="stToolbar"]')
+
+
+@pytest.fixture(scope="module")
+def lane_dashboard(tmp_path_factory):
+    """Four real profiled runs of one lane (tests/data/explain) and the run with two planted slow steps
+    (tests/data/slow_step), served as a user serves them."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("Debian chromium missing: run .ci/browser_setup.sh")
+        pytest.skip("Debian chromium not installed (.ci/browser_setup.sh)")
+    from cli_helpers import cli
+    from receipts.store import open_store
+
+    root = tmp_path_factory.mktemp("browser_lane")
+    db = str(root / "lane.duckdb")
+    data = REPO / "tests" / "data"
+    runs = [data / "explain" / n for n in ("base_1", "base_2", "base_3", "aa_1")] + [data / "slow_step" / "slowstep_1"]
+    assert cli(db, "ingest", *map(str, runs)).exit_code == 0
+    with open_store(db, read_only=True) as store:
+        ids = {n: store.resolve(n) for n in ("base_1", "base_2", "base_3", "aa_1", "slowstep_1")}
+    with serve_dashboard(db, free_port()) as base:
+        yield base, ids, root
+
+
+def test_overlay_of_a_lane_and_drill_down_to_a_steps_kernels_in_chromium(lane_dashboard):
+    """Compare with two more runs of the lane overlaid (each in the legend, dots drawn); then the anatomy of the
+    run with planted slow steps, opened at its GEMM step from a link, its extra kernel in the table."""
+    base, ids, root = lane_dashboard
+    shots = DOC_SHOTS if os.environ.get("RECEIPTS_UPDATE_SCREENSHOTS") == "1" else root / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    with chromium_page(root / "profile-lane") as page:
+        more = f"{ids['base_3']},{ids['aa_1']}"
+        page.goto(f"{base}/?{urlencode({'view': 'compare', 'a': ids['base_1'], 'b': ids['base_2'], 'more': more})}")
+        wait_for_view(page, 4)
+        page.get_by_text("2 more of the lane").first.wait_for(timeout=30_000)
+        body = page.inner_text("body")
+        assert "aa_1" in body and "base_3" in body
+        page.screenshot(path=str(shots / "compare_overlay.png"), full_page=True)
+
+        page.goto(f"{base}/?{urlencode({'view': 'receipt', 'id': ids['slowstep_1']})}")
+        page.get_by_text("Slowest steady steps in the profile").wait_for(timeout=30_000)
+        href = page.get_by_role("link", name="step 12", exact=False).first.get_attribute("href")
+        assert href is not None and "view=anatomy" in href and "step=12" in href, href
+        page.goto(base + "/" + href.split("/")[-1])  # Streamlit opens a markdown link in a new tab: follow it here
+        page.get_by_text("Kernels of step 12 on rank").wait_for(timeout=30_000)
+        wait_for_view(page, 5)
+        assert "view=anatomy" in page.url and "step=12" in page.url
+        # the kernel table is a canvas grid (its cells are not page text): the AppTests read its rows
+        assert page.locator('[data-testid="stDataFrame"]').count() >= 2
+        page.get_by_text("Drill into a step").scroll_into_view_if_needed()
+        page.screenshot(path=str(shots / "anatomy_drilldown.png"), full_page=True)
