@@ -164,30 +164,30 @@ _STYLE = {"slower": "bold red", "faster": "bold green", "no change": "bold", "in
 def _render(result: CheckResult) -> None:
     for c in result.candidates:
         state = _state(c)
-        console.print(f"[{_STYLE.get(state, 'bold red')}]{escape(state.upper())}[/] "
+        console.prose(f"[{_STYLE.get(state, 'bold red')}]{escape(state.upper())}[/] "
                       + escape(f"{c.run_name} ({c.receipt_id[:12]}), lane {c.lane or '-'}"))
         if c.verdict:
-            console.print("  " + escape(f"step time {c.median_step_ms:.3f} ms vs baseline: {ratio_text(c)}"))
-        console.print("  " + escape(c.message))
+            console.prose("  " + escape(f"step time {c.median_step_ms:.3f} ms vs baseline: {ratio_text(c)}"))
+        console.prose("  " + escape(c.message))
         if c.baseline:
-            console.print("  baseline: " + escape(baseline_text(c)))
+            console.prose("  baseline: " + escape(baseline_text(c)))
             for r in c.baseline.excluded:
-                console.print("    excluded " + escape(f"{r.run_name}: {r.excluded}"))
-            console.print("  noise floor: " + escape(c.baseline.floor.note))
+                console.prose("    excluded " + escape(f"{r.run_name}: {r.excluded}"))
+            console.prose("  noise floor: " + escape(c.baseline.floor.note))
         if c.outcome == "judged":
-            console.print("  drift vs the newest baseline run: " + escape(drift_text(c)))
+            console.prose("  drift vs the newest baseline run: " + escape(drift_text(c)))
         if c.ended_early:
-            console.print("  [yellow]ended early:[/] " + escape(c.ended_early))
+            console.prose("  [yellow]ended early:[/] " + escape(c.ended_early))
     for p in result.pooled:
         state = p.verdict_name
-        console.print(f"[{_STYLE.get(state, 'bold red')}]POOLED {escape(state.upper())}[/] "
+        console.prose(f"[{_STYLE.get(state, 'bold red')}]POOLED {escape(state.upper())}[/] "
                       + escape(f"{len(p.run_ids)} run(s) of lane {p.lane} as one group: median "
                                f"{p.median_step_ms:.3f} ms vs baseline {p.baseline.median_step_ms:.3f} ms, "
                                f"{p.verdict.ratio:.4f}x [{p.verdict.ci_low:.4f}, {p.verdict.ci_high:.4f}]"))
-        console.print("  " + escape(p.verdict.why))
+        console.prose("  " + escape(p.verdict.why))
     if not result.each and result.pooled:
-        console.print("(the exit code follows the pooled verdict; --each judges the runs one by one)")
-    console.print(escape(headline(result)))
+        console.prose("(the exit code follows the pooled verdict; --each judges the runs one by one)")
+    console.prose(escape(headline(result)))
 
 
 SUMMARY_COLUMNS = [Column(k, kind="id" if k == "id" else "text") for k in (

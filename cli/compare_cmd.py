@@ -63,43 +63,43 @@ def _render(c) -> None:
 def _render_speed(c) -> None:
     for label, s in (("A", c.a), ("B", c.b)):
         if s.ended_early:
-            console.print(f"{label}: " + ended_early_line(s.run_name, s.ended_early))
+            console.prose(f"{label}: " + ended_early_line(s.run_name, s.ended_early))
     for warning in c.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+        console.prose(f"[yellow]warning:[/] {escape(warning)}")
     if not c.comparable:
-        console.print(f"[bold red]REFUSED[/] {escape(c.a.run_name)} ({c.a.id[:12]}) vs {escape(c.b.run_name)} ({c.b.id[:12]})")
-        console.print(escape(c.reason))
+        console.prose(f"[bold red]REFUSED[/] {escape(c.a.run_name)} ({c.a.id[:12]}) vs {escape(c.b.run_name)} ({c.b.id[:12]})")
+        console.prose(escape(c.reason))
         for d in c.differences:
-            console.print(escape(f"  {d.field}: A={d.a!r}  B={d.b!r}  ({d.note})"))
+            console.prose(escape(f"  {d.field}: A={d.a!r}  B={d.b!r}  ({d.note})"))
         for note in c.resolution:
-            console.print(f"  · {escape(note)}")
+            console.prose(f"  · {escape(note)}")
         return
-    console.print(f"[bold]{escape(c.b.run_name)}[/] vs baseline [bold]{escape(c.a.run_name)}[/]: same lane")
+    console.prose(f"[bold]{escape(c.b.run_name)}[/] vs baseline [bold]{escape(c.a.run_name)}[/]: same lane")
     for label, s in (("A", c.a), ("B", c.b)):
         st = s.step_ms
         if st:
-            console.print(escape(f"  {label} {s.run_name}: median {fmt_ms(st.median)} (p10 {fmt_ms(st.p10)}, "
+            console.prose(escape(f"  {label} {s.run_name}: median {fmt_ms(st.median)} (p10 {fmt_ms(st.p10)}, "
                                  f"p90 {fmt_ms(st.p90)}, CV {st.cv:.1%}, n={st.n}) {s.series_unit}s {s.first_step}..{s.last_step}, "
                                  f"{s.warmup_steps} warm-up excluded [{s.window_rule}]; "
                                  f"peak alloc {fmt_bytes(s.peak_allocated_bytes)}, "
                                  f"reserved {fmt_bytes(s.peak_reserved_bytes)}"))
         else:
-            console.print(escape(f"  {label} {s.run_name}: no steady-state steps"))
+            console.prose(escape(f"  {label} {s.run_name}: no steady-state steps"))
         if s.interval:
-            console.print(f"    median {s.interval.median:,.3f} ms [{s.interval.ci_low:,.3f}, {s.interval.ci_high:,.3f}] "
+            console.prose(f"    median {s.interval.median:,.3f} ms [{s.interval.ci_low:,.3f}, {s.interval.ci_high:,.3f}] "
                           f"({s.interval.confidence:.0%}, moving blocks of {s.interval.block_length} steps)")
     _render_verdict(c)
     if c.straggler:
-        console.print(f"  stragglers: {escape(c.straggler['note'])}")
+        console.prose(f"  stragglers: {escape(c.straggler['note'])}")
     if c.tokens_ratio:
-        console.print(f"  tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
+        console.prose(f"  tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
     for kind, diffs in (c.drift or {}).items():
         if diffs:
-            console.print(f"  {kind} drift:")
+            console.prose(f"  {kind} drift:")
             for d in diffs:
-                console.print(escape(f"    {d.field}: {d.a!r} -> {d.b!r}"))
+                console.prose(escape(f"    {d.field}: {d.a!r} -> {d.b!r}"))
         else:
-            console.print(f"  {kind} drift: none")
+            console.prose(f"  {kind} drift: none")
 
 
 _VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "no change": "bold", "inconclusive": "bold yellow"}
@@ -107,12 +107,12 @@ _VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "no change": "bo
 
 def _render_verdict(c) -> None:
     if c.noise_floor is not None:
-        console.print(f"  noise floor: {escape(c.noise_floor.note)}")
+        console.prose(f"  noise floor: {escape(c.noise_floor.note)}")
     d = c.detail
     if d is None:
-        console.print(f"  verdict: [{_VERDICT_STYLE['inconclusive']}]inconclusive[/]: {escape(c.reason)}")
+        console.prose(f"  verdict: [{_VERDICT_STYLE['inconclusive']}]inconclusive[/]: {escape(c.reason)}")
         return
-    console.print(f"  B/A median {c.a.series_unit} time {d.ratio:.4f} [{d.ci_low:.4f}, {d.ci_high:.4f}] "
+    console.prose(f"  B/A median {c.a.series_unit} time {d.ratio:.4f} [{d.ci_low:.4f}, {d.ci_high:.4f}] "
                   f"({d.confidence:.0%}, run-to-run noise included)")
-    console.print(f"  verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]: {escape(d.why)}")
-    console.print(f"  ({escape(d.method)})")
+    console.prose(f"  verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]: {escape(d.why)}")
+    console.prose(f"  ({escape(d.method)})")

@@ -38,6 +38,23 @@ class _Console(Console):
         self.quiet = True
         quiet_broken_pipe()
 
+    def prose(self, markup: str) -> None:
+        """A line of a report's prose, wrapped at the width (a pipe's 80 columns included), its continuation lines
+        indented two more than its first (`  noise floor: ...` stays under its heading); words break only when
+        longer than a line. Not for errors (one line each, whatever the width) nor for lines a script reads
+        (`ingested X -> receipt ID`): those print whole."""
+        from rich.text import Text
+
+        text = Text.from_markup(markup)
+        if text.cell_len <= self.width or self.width < 40:
+            self.print(text)
+            return
+        indent = len(text.plain) - len(text.plain.lstrip(" "))
+        lines = text[indent:].wrap(self, self.width - indent - 2, overflow="fold")
+        for n, line in enumerate(lines):
+            line.rstrip()
+            self.print(Text(" " * (indent + (2 if n else 0))) + line)
+
 
 def colour_settings(environ: Any = os.environ) -> dict[str, Any]:
     """Console settings from the colour conventions: NO_COLOR (any value) turns colour off (https://no-color.org),

@@ -91,43 +91,43 @@ def list_columns(rows: list[dict[str, Any]], *, show_all: bool) -> list[Column]:
 def render_report(r: dict[str, Any]) -> None:
     ident = r["identity"]
     status = "[green]complete[/]" if ident["complete"] else "[yellow]INCOMPLETE (a rumor: comparisons are refused)[/]"
-    console.print(f"[bold]{escape(r['run_name'])}[/]  {r['id']}  ({escape(r['source_format'] or '-')})")
+    console.prose(f"[bold]{escape(r['run_name'])}[/]  {r['id']}  ({escape(r['source_format'] or '-')})")
     if r["ended_early"]:
-        console.print(ended_early_line(r["run_name"], r["ended_early"]))
-    console.print(f"identity: {status}")
+        console.prose(ended_early_line(r["run_name"], r["ended_early"]))
+    console.prose(f"identity: {status}")
     for key, raw_key in (("host_lineage", "host_lineage"), ("preset_family", "preset"), ("launch_regime", "regime")):
         raw = ident["raw"][raw_key]
-        console.print(escape(f"  {key:14} {ident[key] or '-'}" + (f"   (given: {raw})" if raw and raw != ident[key] else "")))
+        console.prose(escape(f"  {key:14} {ident[key] or '-'}" + (f"   (given: {raw})" if raw and raw != ident[key] else "")))
     for note in ident["resolution"]:
-        console.print(f"    · {escape(note)}")
+        console.prose(f"    · {escape(note)}")
     if r.get("superseded_by"):
-        console.print(f"[yellow]superseded by {r['superseded_by']}[/] (a later ingest of the same run; "
+        console.prose(f"[yellow]superseded by {r['superseded_by']}[/] (a later ingest of the same run; "
                       "kept for audit, hidden from list, lanes, compare defaults and the gate)")
     for h in r.get("identity_history", []):
         changed = [f"{k} {h['old'][k]!r} -> {h['new'][k]!r}" for k in h["old"] if h["old"][k] != h["new"][k]]
-        console.print(f"  retag #{h['seq']} {h['changed_at']} by {escape(h['changed_by'])}: "
+        console.prose(f"  retag #{h['seq']} {h['changed_at']} by {escape(h['changed_by'])}: "
                       f"{escape('; '.join(changed) or 'no identity field changed')}  (why: {escape(h['why'])})")
     m = r["machine"]
-    console.print(escape(f"machine: {m['machine_class'] or '-'}  world size {m['world_size'] or '-'}  "
+    console.prose(escape(f"machine: {m['machine_class'] or '-'}  world size {m['world_size'] or '-'}  "
                          f"GPUs on host {m.get('gpus_on_host') or '-'}  ranks traced {m.get('ranks_traced') or '-'}  "
                          f"host {ident['hostname'] or '-'}{_machine_origins(r.get('provenance') or {})}"))
     if r.get("time_to_train_s") is not None:
-        console.print(f"[bold]time to train: {fmt_duration(r['time_to_train_s'])}[/] (MLPerf run_start -> run_stop; "
+        console.prose(f"[bold]time to train: {fmt_duration(r['time_to_train_s'])}[/] (MLPerf run_start -> run_stop; "
                       f"the series below is per {r['series_unit']})")
     s = r["steady_state"]
     unit = r.get("series_unit") or "step"
-    console.print(escape(f"window: {unit}s {s['first_step']}..{s['last_step']} steady ({s['n_steps']} {unit}s), "
+    console.prose(escape(f"window: {unit}s {s['first_step']}..{s['last_step']} steady ({s['n_steps']} {unit}s), "
                          f"{s['warmup_steps']} {unit}(s) outside it excluded (warm-up, a cut-short tail), rule {s['window_rule']}"))
     cv = "-" if s["cv"] is None else f"{s['cv']:.1%}"
-    console.print(f"{unit} time: median {fmt_ms(s['median_step_ms'])}  p10 {fmt_ms(s['p10_step_ms'])}  "
+    console.prose(f"{unit} time: median {fmt_ms(s['median_step_ms'])}  p10 {fmt_ms(s['p10_step_ms'])}  "
                   f"p90 {fmt_ms(s['p90_step_ms'])}  CV {cv}")
     if s["median_tokens_per_s"]:
-        console.print(f"throughput: median {s['median_tokens_per_s']:,.0f} tokens/s")
+        console.prose(f"throughput: median {s['median_tokens_per_s']:,.0f} tokens/s")
     floor = r.get("noise_floor")
     if floor:
-        console.print(f"lane noise floor: {floor['floor_pct']:.2f}% ({floor['source']}): {escape(floor['note'])}")
+        console.prose(f"lane noise floor: {floor['floor_pct']:.2f}% ({floor['source']}): {escape(floor['note'])}")
     mem = r["memory"]
-    console.print(f"memory: peak allocated {fmt_bytes(mem['peak_allocated_bytes'])}, "
+    console.prose(f"memory: peak allocated {fmt_bytes(mem['peak_allocated_bytes'])}, "
                   f"peak reserved {fmt_bytes(mem['peak_reserved_bytes'])}")
     if r.get("memory_geometry"):
         from receipts.cli.memory_render import render_geometry
@@ -144,9 +144,9 @@ def render_report(r: dict[str, Any]) -> None:
         console.print(table)
     for src in r["sources"]:
         forced = f"  [yellow](attached with --force despite: {escape(src['forced'])})[/]" if src.get("forced") else ""
-        console.print(escape(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}") + forced)
+        console.prose(escape(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}") + forced)
     for w in r["warnings"]:
-        console.print(f"[yellow]warning:[/] {escape(w)}")
+        console.prose(f"[yellow]warning:[/] {escape(w)}")
 
 
 def _machine_origins(provenance: dict) -> str:

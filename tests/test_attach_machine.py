@@ -56,7 +56,7 @@ def test_an_attached_export_gives_a_log_that_knows_no_machine_its_machine(db, he
     assert set(origins.values()) == {"nsys export fsdp2_2gpu_nsys.sqlite.gz"}  # the first file to state them
     shown = cli(db, "show", "train").stdout
     assert "machine: H200:2  world size 2  GPUs on host 2  ranks traced 2  host vm" in shown
-    assert "from nsys export fsdp2_2gpu_nsys.sqlite.gz" in shown
+    assert "from nsys export fsdp2_2gpu_nsys.sqlite.gz" in " ".join(shown.split())  # prose wraps at 80 columns
 
 
 def test_a_file_contradicting_an_earlier_attachment_is_refused_naming_both_sides(db, headerless, tmp_path):

@@ -196,8 +196,10 @@ def test_shell_completion_answers_commands_and_options():
     env.update(COMP_WORDS="receipts list --fo", COMP_CWORD="2")
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, **env}, timeout=60)
     assert done.stdout.split() == ["--format"], done.stdout + done.stderr
-    script = subprocess.run([*command, "--show-completion", "bash"], capture_output=True, text=True, cwd=REPO,
-                            timeout=60)
+    # The script for a named shell, as docs/cli.md gives it (`--show-completion` detects the shell it runs in
+    # from the process tree, which a test run under another process need not have)
+    script = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60,
+                            env={**os.environ, "_RECEIPTS_COMPLETE": "source_bash"})
     assert "_RECEIPTS_COMPLETE=complete_bash" in script.stdout, script.stdout + script.stderr
 
 
@@ -220,3 +222,24 @@ def test_rfc3339_keeps_a_zone_it_knows_and_never_invents_one():
     assert rfc3339("2026-11-23T19:47:36+01:00") == "2026-11-23T18:47:36Z"
     assert rfc3339("2026-11-20 10:00:01.123") == "2026-11-20T10:00:01.123000"  # a log clock without a zone
     assert machine_text("a\tb\nc") == "a b c" and machine_text(None) == "" and machine_text(0.1 + 0.2) == "0.30000000000000004"
+
+
+def test_reports_read_at_80_columns_in_a_pipe_and_errors_stay_one_line(tmp_path):
+    """`check`, `compare` and `show` piped into `cat`: every line fits 80 columns, a wrapped line continues
+    indented under its own; an error is still one line, however long."""
+    db = str(tmp_path / "noise.duckdb")
+    noise = REPO / "tests" / "data" / "noise"
+    lane = ["--host-lineage", "h100-device-x1", "--preset", "toy_fsdp2_v1", "--regime", "fsdp2/no-compile"]
+    assert run(db, "ingest", *sorted(str(p / "run.log") for p in noise.glob("aa_0[1-5]")), "--tag", "main",
+               *lane).returncode == 0
+    assert run(db, "ingest", str(noise / "slow_1" / "run.log"), *lane).returncode == 0
+    for args in (("check", "slow_1", "--against", "tag:main"), ("compare", "aa_01", "slow_1"), ("show", "slow_1")):
+        done = run(db, *args)
+        assert done.returncode in (0, 1), done.stderr
+        lines = done.stdout.splitlines()
+        assert lines and max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
+        if args[0] == "check":  # its `  +2.59% (slower), beyond the noise: ...` wraps, continued under its own
+            assert any(line.startswith("    ") and not line.startswith("     ") for line in lines), lines
+    long_name = "x" * 200
+    done = run(db, "show", long_name)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and long_name in done.stderr
