@@ -3,7 +3,7 @@
 # H200 machines, tests/data/gpu/), show a receipt, compare a same-lane pair, watch a cross-lane pair
 # get refused, print the step-time anatomy from the attached Nsight Systems export, show verdicts
 # that know the run-to-run noise on repeated H100 runs (lane history, compare, check against tag:main),
-# explain why a run is slower, and show a run's memory geometry.
+# explain why a run is slower, open a slow step to its kernels, and show a run's memory geometry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,6 +58,10 @@ step $R anatomy per_rank_gloo --by rank
 E=tests/data/explain
 step $R ingest $E/base_1 $E/base_2 $E/base_3 $E/base_4 $E/base_5 $E/attn_1
 step $R explain attn_1 --against tag:main --level category --level kernel
+# From a slow step to its kernels (tests/data/slow_step/): one 2 x H100 run with 48 extra GEMMs planted in step 12
+# and a 25 ms host stall in step 17; the drill-down sets each against the run's typical steady step.
+step $R ingest tests/data/slow_step/slowstep_1
+step $R anatomy slowstep_1 --step 12 --top 5
 # Memory geometry (tests/data/memory/): the same FSDP2 model with AdamW and with SGD, captured with their
 # snapshots; the optimizer bucket halves, and compare names it.
 M=tests/data/memory
