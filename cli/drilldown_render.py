@@ -59,8 +59,8 @@ def render(d: StepDrilldown, run_name: str, fmt: str, top: int) -> None:
     if fmt == "json":
         print_json(d)
         return
-    if fmt != "table":
-        emit(d.kernels, KERNEL_COLUMNS, fmt)
+    if fmt != "table":  # the kernel table as data: the --top kernels with the largest excess, names whole
+        emit(d.kernels[:top], KERNEL_COLUMNS, fmt)
         return
     for line in textwrap.wrap(headline(d, run_name), min(console.width, 100), subsequent_indent="  "):
         console.print(escape(line))

@@ -145,6 +145,8 @@ def test_cli_opens_a_step_at_80_columns_and_as_data(db):
     header, first = tsv.output.splitlines()[:2]
     assert header.split("\t") == ["delta_ms", "ms", "typical_ms", "calls", "typical_calls", "category", "name"]
     assert first.split("\t")[3:6] == ["61", "13.0", "gemm"]
+    top3 = cli(db, "anatomy", "slowstep_1", "--step", str(SLOW_STEP), "--top", "3", "--format", "csv")
+    assert len(top3.output.splitlines()) == 1 + 3  # --top: the kernels shown, in every format but --json
     code, report = cli_json(db, "anatomy", "slowstep_1", "--step", "slowest")
     assert code == 0 and report["step"] in (SLOW_STEP, STALL_STEP) and report["kernels_stored"] is True
     assert {"categories", "kernels", "typical_wall_ms", "ranks"} <= set(report)
