@@ -10,6 +10,7 @@ Arguments are those of `streamlit run`.
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 
 # What app.py imports, and what its cached functions import lazily (the receipt, anatomy, compare and
@@ -26,12 +27,19 @@ PRELOAD = (
     "receipts.analysis.anatomy",
     "receipts.analysis.compare",
     "receipts.analysis.record",
+    "receipts.analysis.drilldown",
+    "receipts.dashboards.views.step_drill",
     "receipts.analysis.lanes",
     "receipts.store.duckdb_store",
 )
 
 
 def main(argv: list[str]) -> None:
+    # Each @st.cache_data defined before the server runs says "No runtime found" (a dozen lines at every start);
+    # the runtime is there by the time any is called. (Streamlit sets its loggers' level as it creates them:
+    # the module first, then the level.)
+    importlib.import_module("streamlit.runtime.caching.cache_data_api")
+    logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
     for name in PRELOAD:
         importlib.import_module(name)
     from streamlit.web import cli
