@@ -160,3 +160,32 @@ def test_step_dots_stay_visible_however_many_steps():
 
     assert charts._dot_size(40) == 48.0 and charts._dot_size(1000) == 8.0 and charts._dot_size(0) == 48.0
     assert charts._dot_size(300) == 20.0
+
+
+def test_a_link_to_a_superseded_receipt_names_the_receipt_that_replaced_it(tmp_path, monkeypatch):
+    """A real nanochat log ingested at step 100, then again once the run went on: the first receipt is an older
+    copy of the run. A link to it (say from an old PR comment) says so and links its successor; it never shows
+    another run in its place, and an unknown id is still 'no receipt'."""
+    from cli_helpers import cli, cli_json
+    from conftest import realdata
+
+    db = str(tmp_path / "r.duckdb")
+    lane = ("--host-lineage", "gtx1660-desk", "--preset", "nanochat_d2_sft", "--regime", "single/no-compile")
+    lines = realdata("logs", "sft_run_gtx1660.log").read_text().splitlines(keepends=True)
+    cut = [i for i, line in enumerate(lines) if line.startswith("step ")][99]
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    log.write_text("".join(lines[:cut + 1]))
+    assert cli(db, "ingest", str(log), *lane).exit_code == 0
+    first = cli_json(db, "show", "train")[1]["id"]
+    log.write_text("".join(lines))
+    assert cli(db, "ingest", str(log), *lane).exit_code == 0
+    current = cli_json(db, "show", "train")[1]["id"]
+    assert current != first
+    at = _app(db, monkeypatch, view="receipt", id=first)
+    _no_exception(at)
+    (warning,) = [w.value for w in at.warning if "superseded" in w.value]
+    assert f"Receipt {first} (train) is an older copy of its run, superseded by [{current}]" in warning
+    assert f"(?view=receipt&id={current})" in warning
+    unknown = _app(db, monkeypatch, view="receipt", id="f" * 16)
+    assert any(f"No receipt {'f' * 16} in this store" in e.value for e in unknown.error)

@@ -34,9 +34,18 @@ def pick_receipt(data: Data, label: str, param: str, default_index: int = 0, *, 
     labels = {r["id"]: receipt_label(r) for r in rows.iter_rows(named=True)}
     stale = seed_from_url(f"pick_{param}", param, ids, default_index)
     if stale is not None:
-        # A link to a receipt this store does not hold never shows someone else's run in its place.
-        st.error(f"No receipt {stale} in this store (the link is stale, or points at another store). "
-                 "Pick one below to go on.")
+        # A link to a receipt this store does not hold never shows someone else's run in its place; a link to
+        # an older copy of a run (superseded: a later ingest of the same run replaced it) names its successor.
+        older = data.query("receipt", receipt_id=stale)
+        successor = older["superseded_by"][0] if older.height and "superseded_by" in older.columns else None
+        if successor:
+            view = st.query_params.get("view", "receipt")
+            st.warning(f"Receipt {stale} ({older['run_name'][0]}) is an older copy of its run, superseded by "
+                       f"[{successor}](?view={view}&{param}={successor}) (a later ingest of the same run). "
+                       "Open that one, or pick one below.")
+        else:
+            st.error(f"No receipt {stale} in this store (the link is stale, or points at another store). "
+                     "Pick one below to go on.")
     chosen = st.selectbox(label, ids, format_func=labels.__getitem__, key=f"pick_{param}")
     if stale is not None:
         return None  # until the user picks: the URL keeps the id it asked for
