@@ -67,9 +67,7 @@ class Data:
         return _drilldown(self.url, self.version, receipt_id, source_sha256, step, rank, self)
 
     def slowest_steps(self, receipt_id: str, source_sha256: str, n: int = 10) -> list[dict[str, Any]]:
-        from receipts.analysis.drilldown import slowest_steps
-
-        return slowest_steps(self.store, receipt_id, source_sha256, n)
+        return _slowest_steps(self.url, self.version, receipt_id, source_sha256, n, self)
 
     def compare(self, a_id: str, b_id: str) -> "Comparison":
         return _compare(self.url, self.version, a_id, b_id, self)
@@ -114,6 +112,14 @@ def _drilldown(url: str, version: str, receipt_id: str, source_sha256: str, step
     from receipts.analysis.drilldown import step_drilldown
 
     return step_drilldown(_data.store, receipt_id, source_sha256, step, rank)
+
+
+@st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
+def _slowest_steps(url: str, version: str, receipt_id: str, source_sha256: str, n: int,
+                   _data: Data) -> list[dict[str, Any]]:
+    from receipts.analysis.drilldown import slowest_steps
+
+    return slowest_steps(_data.store, receipt_id, source_sha256, n)
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=128, show_spinner=False)
