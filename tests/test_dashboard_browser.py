@@ -190,8 +190,17 @@ def lane_dashboard(tmp_path_factory):
     data = REPO / "tests" / "data"
     runs = [data / "explain" / n for n in ("base_1", "base_2", "base_3", "aa_1")] + [data / "slow_step" / "slowstep_1"]
     assert cli(db, "ingest", *map(str, runs)).exit_code == 0
+    # and the two pages whose numbers read wrong before: an MLPerf result, a planted straggler's what-if impact
+    mlperf = data / "mlperf" / "v5.1__Dell_1xXE9680x8H200-SXM-141GB_retinanet_result_0.txt"
+    assert cli(db, "ingest", str(mlperf), "--run-name", "retinanet", "--host-lineage", "dell-xe9680-h200",
+               "--preset", "mlperf_retinanet", "--regime", "ddp/unknown-compile").exit_code == 0
+    straggler = data / "gpu" / "straggler"
+    assert cli(db, "ingest", str(straggler / "straggler_plant_nsys" / "run.log")).exit_code == 0
+    assert cli(db, "ingest", str(straggler / "straggler_plant_nsys.sqlite.gz"), "--attach",
+               "straggler_plant_nsys").exit_code == 0
     with open_store(db, read_only=True) as store:
-        ids = {n: store.resolve(n) for n in ("base_1", "base_2", "base_3", "aa_1", "slowstep_1")}
+        ids = {n: store.resolve(n) for n in ("base_1", "base_2", "base_3", "aa_1", "slowstep_1", "retinanet",
+                                             "straggler_plant_nsys")}
     with serve_dashboard(db, free_port()) as base:
         yield base, ids, root
 
@@ -223,3 +232,20 @@ def test_overlay_of_a_lane_and_drill_down_to_a_steps_kernels_in_chromium(lane_da
         assert page.locator('[data-testid="stDataFrame"]').count() >= 2
         page.get_by_text("Drill into a step").scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "anatomy_drilldown.png"), full_page=True)
+
+
+def test_an_mlperf_result_and_a_stragglers_impact_read_right_in_chromium(lane_dashboard):
+    """An MLPerf result's page in words, never 'None'; a straggler's what-if impact with no arrow (a metric's
+    delta arrow pointing up read as good news for time lost)."""
+    base, ids, root = lane_dashboard
+    with chromium_page(root / "profile-pages") as page:
+        page.goto(f"{base}/?{urlencode({'view': 'receipt', 'id': ids['retinanet']})}")
+        page.get_by_text("time to train").first.wait_for(timeout=30_000)
+        wait_for_view(page, 1)
+        body = page.inner_text("body")
+        assert "None" not in body, [line for line in body.splitlines() if "None" in line]
+        page.goto(f"{base}/?{urlencode({'view': 'stragglers', 'id': ids['straggler_plant_nsys']})}")
+        page.get_by_text("what-if impact").wait_for(timeout=30_000)
+        wait_for_view(page, 1)
+        assert page.locator('[data-testid="stMetricDelta"]').count() == 0
+        assert "rank 1" in page.inner_text("body")
