@@ -18,19 +18,17 @@ visitor; the "returning browser" row restarts the server on the same port and re
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlencode
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the browser helpers the browser test uses (pytest-free)
+from live_dashboard import CHARTS, chromium_page, free_port, serve_dashboard  # noqa: E402
 REALDATA = REPO.parent / "shared" / "realdata"
 SOAP = REALDATA / "logs" / "track_1_short_2024-10-09_SOAP__5bdc3988-496c-4232-b4ef-53764cb81c92.txt"
 YARN = REALDATA / "logs" / "track_1_short_2025-09-10_Yarn__ef66c943-e262-400f-822f-068d397a1dc9.txt"
@@ -39,10 +37,6 @@ NSYS_BEFORE = REALDATA / "nsys" / "mfu_2gpu_before.sqlite"
 NSYS_AFTER = REALDATA / "nsys" / "mfu_2gpu_after.sqlite"
 HOST, OTHER_HOST, PRESET, REGIME = "modded-nanogpt-h100x8", "gtx1660-desk", "gpt2-124m-speedrun", "ddp/full-compile"
 TARGET_S = 2.0
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-CHARTS = ".vega-embed canvas, .vega-embed svg.marks"
 
 GROW_SQL = """
 INSERT INTO receipts
@@ -110,51 +104,6 @@ def build_store(db: Path) -> None:
         # views have real anatomy to draw.
         ingest_paths(store, [NSYS_BEFORE], registry=registry, attach=soap, force=True)
         ingest_paths(store, [NSYS_AFTER], registry=registry, attach=yarn, force=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve_dashboard(db: str, port: int, timeout_s: float = 60.0):
-    """`receipts dashboard` as a user starts it; yields the base URL once /_stcore/health answers."""
-    exe = Path(sys.executable).with_name("receipts")
-    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "receipts.cli.main"]),
-           "dashboard", "--db", db, "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"dashboard exited {proc.returncode}: {proc.stdout.read().decode()[-2000:]}")
-            with contextlib.suppress(OSError):
-                if urllib.request.urlopen(base + "/_stcore/health", timeout=1).read() == b"ok":
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError("dashboard did not answer /_stcore/health")
-            time.sleep(0.2)
-        yield base
-    finally:
-        os.killpg(proc.pid, 15)  # the streamlit child too: it runs in our own new session
-        proc.wait(timeout=20)
-
-
-@contextlib.contextmanager
-def chromium_page(profile_dir: Path, width: int = 1500, height: int = 2600):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(profile_dir), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": width, "height": height})
-        try:
-            yield context.new_page()
-        finally:
-            context.close()
 
 
 def grow(db: Path, n_receipts: int, steps: int) -> int:

@@ -6,73 +6,19 @@ Screenshots of each view land in the test's temp folder; with RECEIPTS_UPDATE_SC
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
 
 import dashboard_store  # the AppTests' real-data store (tests/ is on the path)
+from live_dashboard import CHARTS, CHROMIUM, chromium_page, free_port, serve_dashboard
 
 REPO = Path(__file__).resolve().parents[1]
 DOC_SHOTS = REPO / "docs" / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-CHARTS = ".vega-embed canvas, .vega-embed svg.marks"
 
 pytestmark = pytest.mark.browser
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve_dashboard(db: str, port: int, timeout_s: float = 60.0):
-    """`receipts dashboard` as a user starts it; yields the base URL once /_stcore/health answers."""
-    exe = Path(sys.executable).with_name("receipts")
-    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "receipts.cli.main"]),
-           "dashboard", "--db", db, "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"dashboard exited {proc.returncode}: {proc.stdout.read().decode()[-2000:]}")
-            with contextlib.suppress(OSError):
-                if urllib.request.urlopen(base + "/_stcore/health", timeout=1).read() == b"ok":
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError("dashboard did not answer /_stcore/health")
-            time.sleep(0.2)
-        yield base
-    finally:
-        os.killpg(proc.pid, 15)  # the streamlit child too: it runs in our own new session
-        proc.wait(timeout=20)
-
-
-@contextlib.contextmanager
-def chromium_page(profile_dir: Path, width: int = 1500, height: int = 2600):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(profile_dir), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": width, "height": height})
-        try:
-            yield context.new_page()
-        finally:
-            context.close()
 
 
 def wait_for_view(page, n_charts: int, timeout_ms: int = 30_000) -> None:
