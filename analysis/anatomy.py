@@ -59,20 +59,26 @@ class AnatomyReport:
         return self.ranks > MANY_RANKS
 
 
-def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None = None,
-                   top_kernels: int = 10) -> AnatomyReport:
+def attached_sources(store: "Store", receipt_id: str, source_sha256: str | None = None) -> pl.DataFrame:
+    """The receipt's attached exports (sql/anatomy_sources.sql), newest first; the one whose sha256 starts with
+    `source_sha256` when given. Raises UsageError when there is none, or the prefix does not name one."""
     sources = store.query("anatomy_sources", {"receipt_id": receipt_id})
     if sources.height == 0:
         raise UsageError(f"receipt {receipt_id} has no profiler export attached",
                          remedy=Remedy("attach", receipt=receipt_id))
     if source_sha256 is None:
-        source = sources.row(0, named=True)
-    else:
-        match = sources.filter(sources["source_sha256"].str.starts_with(source_sha256))
-        if match.height != 1:
-            raise UsageError(f"{source_sha256!r} matches {match.height} of the exports attached to {receipt_id}",
-                             option="source")
-        source = match.row(0, named=True)
+        return sources
+    match = sources.filter(sources["source_sha256"].str.starts_with(source_sha256))
+    if match.height != 1:
+        raise UsageError(f"{source_sha256!r} matches {match.height} of the exports attached to {receipt_id}",
+                         option="source")
+    return match
+
+
+def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None = None,
+                   top_kernels: int = 10) -> AnatomyReport:
+    sources = attached_sources(store, receipt_id, source_sha256)
+    source = sources.row(0, named=True)
     params = {"receipt_id": receipt_id, "source_sha256": source["source_sha256"]}
     rows = store.query("anatomy_rows", params)
     window = store.query("anatomy_window", params)

@@ -141,14 +141,12 @@ def _kernels(rows: pl.DataFrame, step: int, typical_steps: pl.Series) -> list[di
         return []
     names = this.select("category", "name")
     with_rest = rows.filter(pl.col("name") == STEP_KERNELS_REST)["step"].unique()
+    known = (pl.col("calls").is_not_null() | (pl.col("name") == STEP_KERNELS_REST)
+             | ~pl.col("step").is_in(with_rest.implode()))
     grid = (pl.DataFrame({"step": typical_steps}).join(names, how="cross")
             .join(rows, on=["step", "category", "name"], how="left", nulls_equal=True)
-            .with_columns(pl.when(pl.col("calls").is_not_null() | (pl.col("name") == STEP_KERNELS_REST)
-                                  | ~pl.col("step").is_in(with_rest.implode()))
-                          .then(pl.col("calls").fill_null(0)).alias("calls"),
-                          pl.when(pl.col("time_ms").is_not_null() | (pl.col("name") == STEP_KERNELS_REST)
-                                  | ~pl.col("step").is_in(with_rest.implode()))
-                          .then(pl.col("time_ms").fill_null(0.0)).alias("time_ms")))
+            .with_columns(pl.when(known).then(pl.col("calls").fill_null(0)).alias("calls"),
+                          pl.when(known).then(pl.col("time_ms").fill_null(0.0)).alias("time_ms")))
     typical = grid.group_by("category", "name").agg(pl.col("calls").median().alias("typical_calls"),
                                                     pl.col("time_ms").median().alias("typical_ms"))
     frame = (this.join(typical, on=["category", "name"], how="left", nulls_equal=True).rename({"time_ms": "ms"})

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from receipts.analysis.anatomy import MANY_RANKS, anatomy_report
+from receipts.analysis.anatomy import MANY_RANKS, anatomy_report, attached_sources
 from receipts.analysis.drilldown import SLOWEST, step_drilldown
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.cli.kernel_names import short_kernel_name
@@ -32,7 +32,7 @@ def anatomy(
     step: Optional[str] = typer.Option(
         None, "--step", show_default=False,
         help="Open one step: its parts, kernel categories and kernels beside the rank's typical steady step "
-             "(the mean of its other steady steps), largest excess first. A step number, or `slowest`."),
+             "(the median of its other steady steps), largest excess first. A step number, or `slowest`."),
     rank: Optional[int] = typer.Option(None, "--rank", show_default=False,
                                        help="With --step: the rank to open (default: the step's slowest)."),
     as_json: bool = typer.Option(False, "--json",
@@ -52,15 +52,16 @@ def anatomy(
         raise UsageError("--rank opens one rank of a step: give --step too")
     fmt = chosen_format(fmt, as_json=as_json)
     with settings(ctx).read_store() as store:
-        report = anatomy_report(store, store.resolve(ref), source_sha256=source, top_kernels=top)
-        if step is not None:
+        receipt_id = store.resolve(ref)
+        if step is not None:  # one step: its rows only, not the whole report
             from receipts.cli import drilldown_render
 
-            drill = step_drilldown(store, report.receipt_id, report.source.sha256,
-                                   SLOWEST if step == SLOWEST else int(step), rank)
-            run_name = store.query("receipt", {"receipt_id": report.receipt_id})["run_name"][0]
+            sha256 = attached_sources(store, receipt_id, source)["source_sha256"][0]
+            drill = step_drilldown(store, receipt_id, sha256, SLOWEST if step == SLOWEST else int(step), rank)
+            run_name = store.query("receipt", {"receipt_id": receipt_id})["run_name"][0]
             drilldown_render.render(drill, run_name, fmt, top=top)
             return
+        report = anatomy_report(store, receipt_id, source_sha256=source, top_kernels=top)
     if by is None:
         by = "category" if report.many_ranks else "rank"
     if fmt == "json":

@@ -3,7 +3,6 @@ kernel table (TSV/CSV) or JSON. The numbers are analysis/drilldown.py's; this mo
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 from rich.markup import escape
@@ -14,7 +13,7 @@ from receipts.cli.context import console, print_json
 from receipts.cli.output import Column, emit
 from receipts.schema.model import STEP_KERNELS_KEPT
 
-# The kernel table as TSV/CSV print it: every kept kernel, full names.
+# The kernel table as TSV/CSV print it: full names, every column.
 KERNEL_COLUMNS = [Column("delta_ms"), Column("ms"), Column("typical_ms"), Column("calls"), Column("typical_calls"),
                   Column("category"), Column("name")]
 
@@ -62,14 +61,13 @@ def render(d: StepDrilldown, run_name: str, fmt: str, top: int) -> None:
     if fmt != "table":  # the kernel table as data: the --top kernels with the largest excess, names whole
         emit(d.kernels[:top], KERNEL_COLUMNS, fmt)
         return
-    for line in textwrap.wrap(headline(d, run_name), min(console.width, 100), subsequent_indent="  "):
-        console.print(escape(line))
+    console.prose(escape(headline(d, run_name)))
     parts = [c for c in d.categories if c["part"]]
     busy = [c for c in d.categories if not c["part"]]
     emit(parts, PART_COLUMNS, fmt, title="where the step's GPU span went (parts that sum to it), ms")
     emit(busy, BUSY_COLUMNS, fmt, title="busy time by kernel category (overlapping, not additive), ms")
     if not d.kernels_stored:
-        console.print("no per-step kernels stored for this export (attached before schema 12): attach it again "
+        console.prose("no per-step kernels stored for this export (attached before schema 12): attach it again "
                       "to see this step's kernels")
         return
     shown = d.kernels[:top]

@@ -265,10 +265,12 @@ _MORE_COLORS = ["#54a24b", "#b279a2", "#9d755d", "#e45756", "#72b7b2", "#eeca3b"
 MAX_OVERLAID = len(_MORE_COLORS)
 
 
-def _run_colors(named: pl.DataFrame) -> alt.Scale:
+def _run_color(named: pl.DataFrame) -> alt.Color:
+    """Each run's colour, A's and B's first, in a legend on top."""
     runs = named.sort(pl.col("side").replace_strict({"A": 0, "B": 1}, default=2), "receipt_id")["run"].unique(
         maintain_order=True).to_list()
-    return alt.Scale(domain=runs, range=(_A_B_COLORS + _MORE_COLORS)[:len(runs)])
+    return alt.Color("run:N", title=None, scale=alt.Scale(domain=runs, range=(_A_B_COLORS + _MORE_COLORS)[:len(runs)]),
+                     legend=alt.Legend(orient="top", columns=3, labelLimit=260))
 
 
 def _dot_size(points: int) -> float:
@@ -286,15 +288,15 @@ def compare_series(series: pl.DataFrame, a_name: str, b_name: str,
     its colour. The y axis spans the bulk of the runs (1st-99th percentile); spikes sit on its edge."""
     named = _named_sides(series, a_name, b_name, more)
     lo, hi = _bulk_range(named["step_ms"])
-    colors = _run_colors(named)
-    color = alt.Color("run:N", title=None, scale=colors, legend=alt.Legend(orient="top", columns=3, labelLimit=260))
-    y = alt.Y("step_ms:Q", title="step time (ms)", scale=alt.Scale(domain=[lo, hi], clamp=True))
+    color = _run_color(named)
+    scale = alt.Scale(domain=[lo, hi], clamp=True)
+    y = alt.Y("step_ms:Q", title="step time (ms)", scale=scale)
     points = alt.Chart(named).mark_circle(size=_dot_size(named.height), opacity=0.8, clip=True).encode(
         x=alt.X("steady_index:Q", title="steady step (0 = first step after warm-up)"), y=y, color=color,
         tooltip=["run", "step", alt.Tooltip("step_ms:Q", format=".3f")])
     medians = named.group_by("run").agg(pl.col("step_ms").median().alias("median_ms"))
     rules = alt.Chart(medians).mark_rule(strokeDash=[6, 3], strokeWidth=1.5, clip=True).encode(
-        y=alt.Y("median_ms:Q", scale=alt.Scale(domain=[lo, hi], clamp=True)), color=color,
+        y=alt.Y("median_ms:Q", scale=scale), color=color,
         tooltip=["run", alt.Tooltip("median_ms:Q", title="median (ms)", format=".3f")])
     runs = medians.height
     title = "steady step time, A and B" if runs <= 2 else f"steady step time, A, B and {runs - 2} more of the lane"
@@ -317,8 +319,7 @@ def compare_distributions(series: pl.DataFrame, a_name: str, b_name: str, bins: 
     return alt.Chart(shares).mark_bar(opacity=0.6).encode(
         x=alt.X("from_ms:Q", title="steady step time (ms)", scale=alt.Scale(domain=[lo, hi])), x2="to_ms:Q",
         y=alt.Y("share:Q", stack=None, title="share of the run's steps", axis=alt.Axis(format="%")), y2=alt.datum(0),
-        color=alt.Color("run:N", title=None, scale=_run_colors(named), legend=alt.Legend(orient="top", columns=3,
-                                                                                          labelLimit=260)),
+        color=_run_color(named),
         tooltip=["run", alt.Tooltip("from_ms:Q", format=".1f"), alt.Tooltip("to_ms:Q", format=".1f"),
                  alt.Tooltip("share:Q", format=".1%")]).properties(
         width=WIDE, height=180, title="distribution of steady step times (share of each run's steps)")

@@ -66,9 +66,9 @@ def _drift(c: "Comparison") -> None:
 def _more_of_the_lane(data: Data, a: str, b: str) -> dict[str, str]:
     """More runs of A's lane to overlay on A and B (their ids to names), the choice kept in the URL (?more=id,id)
     so the page links; at most charts.MAX_OVERLAID, each its own colour."""
-    rows = data.lanes().select("id", "run_name", "lane")
+    rows = data.lanes().select("id", "run_name", "lane", "rumor")
     lane = rows.filter(pl.col("id") == a)["lane"]
-    rows = data.lanes().select("id", "run_name", "lane", "rumor").filter(~pl.col("rumor"))
+    rows = rows.filter(~pl.col("rumor"))
     others = rows.filter((pl.col("lane") == lane[0]) & ~pl.col("id").is_in([a, b])) if lane.len() else rows.clear()
     if others.height == 0:
         return {}

@@ -165,7 +165,7 @@ def _slowest_profiled(data: Data, receipt_id: str) -> None:
     if sources.height == 0:
         return
     sha = sources["source_sha256"][0]
-    slow = [r for r in data.slowest_steps(receipt_id, sha, n=20) if not r["warmup"]][:3]
+    slow = [r for r in data.slowest_steps(receipt_id, sha, n=3) if not r["warmup"]]  # steady steps come first
     if slow:
         links = " · ".join(f"[step {r['step']} ({r['wall_ms']:,.1f} ms)](?view=anatomy&id={receipt_id}&step={r['step']})"
                            for r in slow)
