@@ -45,14 +45,15 @@ class Block(nn.Module):
 
 
 class Toy(nn.Module):
-    def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int, checkpointing: bool = False) -> None:
+    def __init__(self, vocab: int, d_model: int, n_heads: int, n_layers: int, checkpointing: int = 0) -> None:
+        """`checkpointing`: how many blocks, from the first, recompute their activations in the backward."""
         super().__init__()
         self.embed = nn.Embedding(vocab, d_model)
-        blocks = (Block(d_model, n_heads) for _ in range(n_layers))
-        if checkpointing:  # full activation checkpointing, wrapped before fully_shard as torchtitan does
+        blocks: list[nn.Module] = [Block(d_model, n_heads) for _ in range(n_layers)]
+        if checkpointing:  # activation checkpointing, wrapped before fully_shard as torchtitan does
             from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-            blocks = (checkpoint_wrapper(b) for b in blocks)
+            blocks = [checkpoint_wrapper(b) if i < checkpointing else b for i, b in enumerate(blocks)]
         self.layers = nn.ModuleList(blocks)
         self.head = nn.Linear(d_model, vocab)
 
@@ -119,6 +120,30 @@ def main() -> None:
     ap.add_argument("--slow-step-matmuls", type=int, default=0)
     ap.add_argument("--stall-step", type=int, default=-1)
     ap.add_argument("--stall-step-ms", type=float, default=0.0)
+    # The explain corpus (tests/gpu/explain_corpus.sh): planted changes of known size and place on one GPU.
+    # --loss-item reads the loss with .item() at the end of every step, inside it, as a loop that logs its loss
+    # each step does: the host waits for the GPU there, so the next step starts with an empty queue and a host
+    # stall costs GPU time (without it the host runs steps ahead and a sleep is absorbed).
+    ap.add_argument("--loss-item", action="store_true")
+    # Where --host-stall-ms sleeps: 'backward' between the forward and the backward (the queue drained first:
+    # the GPU idle inside the step's GPU span), 'start' first thing inside the `step N` range, before the step's
+    # first launch (outside its GPU span: only the step range holds it).
+    ap.add_argument("--host-stall-at", choices=("backward", "start"), default="backward")
+    # A dataloader-style stall: the host sleeps between steps, outside every `step N` range (the queue empty
+    # with --loss-item, so the GPU idles for it; a Kineto ProfilerStep, which runs from one prof.step() to the
+    # next, holds it before its first launch).
+    ap.add_argument("--loader-stall-ms", type=float, default=0.0)
+    # An extra device-to-host copy per step: this many MiB of the forward's output (bf16) copied into a pinned
+    # host buffer (non_blocking: a memcpy on the stream, no host sync), after the forward.
+    ap.add_argument("--extra-d2h-mib", type=float, default=0.0)
+    # Activation recompute of the first N blocks only (--activation-checkpointing: all of them).
+    ap.add_argument("--checkpoint-layers", type=int, default=0)
+    # A dtype change: the output projection (the head) kept in fp32 by its own FSDP2 unit (param_dtype fp32) and
+    # run with TF32 matmuls: its GEMMs change kernel, the rest of the model stays bf16.
+    ap.add_argument("--head-fp32", action="store_true")
+    # Kineto over every step but the first (the profiler's own warm-up step): the run's warm-up steps recorded
+    # and marked as the receipt marks them, ProfilerStep#N numbered as the recorder's `step N`.
+    ap.add_argument("--profile-all", action="store_true")
     args = ap.parse_args()
 
     dist.init_process_group(args.backend)
@@ -127,13 +152,18 @@ def main() -> None:
     torch.cuda.set_device(local_rank % torch.cuda.device_count())
     torch.manual_seed(0)
 
-    model = Toy(args.vocab, args.d_model, 16, args.layers, args.activation_checkpointing).cuda()
+    checkpointed = args.layers if args.activation_checkpointing else args.checkpoint_layers
+    model = Toy(args.vocab, args.d_model, 16, args.layers, checkpointed).cuda()
     param_count = sum(p.numel() for p in model.parameters())
     if args.backend == "nccl":
         reduce_dtype = torch.bfloat16 if args.reduce_dtype == "bf16" else torch.float32
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
         for layer in model.layers:
             fully_shard(layer, mp_policy=mp)
+        if args.head_fp32:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            fully_shard(model.head, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32,
+                                                                   reduce_dtype=torch.float32))
         fully_shard(model, mp_policy=mp)
         autocast = contextlib.nullcontext
     else:
@@ -203,12 +233,18 @@ def main() -> None:
     if args.extra_matmuls or args.slow_step_matmuls or (args.straggler_matmuls and rank == args.straggler_rank):
         extra = torch.randn(args.extra_matmul_size, args.extra_matmul_size, device="cuda", dtype=torch.bfloat16)
 
+    d2h = None
+    if args.extra_d2h_mib:
+        d2h = torch.empty(int(args.extra_d2h_mib * 2**20) // 2, dtype=torch.bfloat16, pin_memory=True)
+
     prof = None
     if args.profile_dir:
+        schedule = (torch.profiler.schedule(wait=0, warmup=1, active=args.steps - 1, repeat=1) if args.profile_all
+                    else torch.profiler.schedule(wait=args.steps - 3 - args.profile_active, warmup=2,
+                                                 active=args.profile_active, repeat=1))
         prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-            schedule=torch.profiler.schedule(wait=args.steps - 3 - args.profile_active, warmup=2,
-                                             active=args.profile_active, repeat=1),
+            schedule=schedule,
             on_trace_ready=torch.profiler.tensorboard_trace_handler(args.profile_dir, worker_name=f"rank{rank}",
                                                                     use_gzip=True),
         )
@@ -216,24 +252,36 @@ def main() -> None:
 
     def train_step(n: int) -> None:
         snapshot_begin(n)
+        if args.loader_stall_ms > 0:
+            torch.cuda.synchronize()
+            time.sleep(args.loader_stall_ms / 1000.0)
         with rec.step(n) as s:
+            if args.host_stall_ms > 0 and args.host_stall_at == "start":
+                torch.cuda.synchronize()
+                time.sleep(args.host_stall_ms / 1000.0)
             if rank == args.straggler_rank:
                 for _ in range(args.straggler_matmuls):
                     torch.mm(extra, extra)
             with autocast(), attention():
                 logits = model(data[:, :-1], rec)
+            if d2h is not None:
+                d2h.copy_(logits.detach().reshape(-1)[:d2h.numel()], non_blocking=True)
             loss = loss_fn(logits.float().view(-1, args.vocab), data[:, 1:].reshape(-1))
-            stall_ms = args.host_stall_ms + (args.stall_step_ms if n == args.stall_step else 0.0)
+            stall_ms = (args.host_stall_ms if args.host_stall_at == "backward" else 0.0) + \
+                (args.stall_step_ms if n == args.stall_step else 0.0)
             if stall_ms > 0:
                 torch.cuda.synchronize()
                 time.sleep(stall_ms / 1000.0)
-            loss.backward()
+            # A checkpointed block recomputes its forward inside the backward: under the same SDPA kernel, or the
+            # recomputed attention saves other tensors (the RNG state's dtype differs between kernels)
+            with attention() if checkpointed else contextlib.nullcontext():
+                loss.backward()
             for _ in range(args.extra_matmuls + (args.slow_step_matmuls if n == args.slow_step else 0)):
                 torch.mm(extra, extra)
             opt.step()
             torch_memory(n)
             opt.zero_grad(set_to_none=True)
-            s.loss = loss  # a CUDA tensor: the recorder copies it without a sync
+            s.loss = loss.item() if args.loss_item else loss  # a CUDA tensor: the recorder copies it without a sync
         snapshot_end(n)
         if prof is not None:
             prof.step()
