@@ -1,0 +1,209 @@
+"""The planted one-GPU explain corpus (tests/data/explain_corpus, README there): the facts each plant must hold in
+the shipped runs, read straight from the exports (sqlite3 and json, standard library), and through receipts' own
+parsers; and the shipped store export (what benchmarks/bench_explain_power.py reads) holding these very runs."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import pytest
+
+CORPUS = Path(__file__).resolve().parent / "data" / "explain_corpus"
+RUNS = CORPUS / "runs"
+WARMUP = 4          # tests/gpu/explain_corpus.sh's WARMUP: steps 0-3 are the warm-up
+STEPS = 20
+EXTRA = 4           # gemm4: --extra-matmuls 4
+START_STALL_MS = 1.0  # stall1start: --host-stall-ms 1 --host-stall-at start
+LOADER_MS = 2.0     # loader: --loader-stall-ms 2
+
+
+# ---------------------------------------------------------------------------------------- nsys, by sqlite3
+class NsysRun:
+    """Per `step N` NVTX range: its bounds, the kernels launched inside it (their launch and run times, names)."""
+
+    def __init__(self, path: Path, tmp: Path) -> None:
+        db = tmp / (path.parent.name + ".sqlite")
+        with gzip.open(path) as src, open(db, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        con = sqlite3.connect(db)
+        self.steps = {int(text.split()[1]): (start, end) for start, end, text in con.execute(
+            "SELECT start, end, text FROM NVTX_EVENTS WHERE text LIKE 'step %' AND eventType = 59")}
+        (self.warmup,) = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text = 'warmup'").fetchall()
+        self.kernels = con.execute(
+            "SELECT r.start, k.start, k.end, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r USING (correlationId) JOIN StringIds s ON s.id = k.demangledName "
+            "ORDER BY r.start").fetchall()
+        con.close()
+
+    def launched(self, step: int) -> list[tuple[int, int, int, str]]:
+        lo, hi = self.steps[step]
+        return [k for k in self.kernels if lo <= k[0] <= hi]
+
+    def calls(self, step: int) -> Counter:
+        return Counter(k[3] for k in self.launched(step))
+
+
+@pytest.fixture(scope="session")
+def nsys(tmp_path_factory) -> dict[str, NsysRun]:
+    tmp = tmp_path_factory.mktemp("nsys_corpus")
+    return {d.name.split("_", 1)[1]: NsysRun(d / "profile.sqlite.gz", tmp) for d in sorted(RUNS.glob("nsys_*"))}
+
+
+STEADY = range(WARMUP, STEPS)
+
+
+def test_every_step_is_an_nvtx_range_and_the_warmup_is_marked(nsys):
+    for run in nsys.values():
+        assert sorted(run.steps) == list(range(STEPS))
+        lo, hi = run.warmup
+        assert all(lo <= run.steps[n][0] and run.steps[n][1] <= hi for n in range(WARMUP))
+        assert run.steps[WARMUP][0] > hi
+
+
+def _extra_calls(plant: Counter, base: Counter) -> Counter:
+    return Counter({k: plant[k] - base[k] for k in plant.keys() | base.keys() if plant[k] != base[k]})
+
+
+def test_nsys_gemm4_launches_four_more_gemm_calls_in_every_steady_step(nsys):
+    base, plant = nsys["base_1"], nsys["gemm4"]
+    extras = [_extra_calls(plant.calls(n), base.calls(n)) for n in STEADY]
+    (kernel, added), = extras[0].items()
+    assert added == EXTRA and "gemm" in kernel.lower() or "nvjet" in kernel
+    assert all(e == Counter({kernel: EXTRA}) for e in extras)
+
+
+def test_nsys_start_stall_lies_inside_the_step_range_and_outside_its_gpu_span(nsys):
+    for n in STEADY:
+        lo, hi = nsys["stall1start"].steps[n]
+        launches = nsys["stall1start"].launched(n)
+        first_launch, gpu_start, gpu_end = launches[0][0], min(k[1] for k in launches), max(k[2] for k in launches)
+        assert lo < first_launch < hi and gpu_start < gpu_end <= hi  # the loss read waits for the GPU: span in range
+        assert (first_launch - lo) / 1e6 >= START_STALL_MS         # the sleep: before the first launch
+        assert (gpu_start - lo) / 1e6 >= START_STALL_MS             # so outside the GPU span
+        b_lo, _ = nsys["base_1"].steps[n]
+        assert (nsys["base_1"].launched(n)[0][0] - b_lo) / 1e6 < START_STALL_MS  # the baseline's own prologue
+
+
+def test_nsys_loader_stall_lies_between_step_ranges_with_the_gpu_idle(nsys):
+    for run, least in (("loader", LOADER_MS), ("base_1", 0.0)):
+        r = nsys[run]
+        for n in STEADY[:-1]:
+            end, nxt = r.steps[n][1], r.steps[n + 1][0]
+            gap = (nxt - end) / 1e6
+            if run == "base_1":
+                assert gap < LOADER_MS / 2
+                continue
+            assert gap >= least
+            gpu_end = max(k[2] for k in r.launched(n))
+            gpu_next = min(k[1] for k in r.launched(n + 1))
+            assert (gpu_next - gpu_end) / 1e6 >= least  # nothing ran on the GPU through the stall
+
+
+# ---------------------------------------------------------------------------------------- Kineto, by json
+class KinetoRun:
+    """Per ProfilerStep#N: its window, and the GPU activities whose launch falls inside it."""
+
+    def __init__(self, folder: Path) -> None:
+        (path,) = folder.glob("*.pt.trace.json.gz")
+        with gzip.open(path, "rt") as f:
+            events = json.load(f)["traceEvents"]
+        self.steps = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
+                      if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"}
+        launches = {e["args"]["correlation"]: e["ts"] for e in events  # cuBLASLt launches through the driver
+                    if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+        self.kernels = sorted((launches[e["args"]["correlation"]], e["ts"], e["ts"] + e["dur"], e["name"])
+                              for e in events if e.get("cat") == "kernel" and e["args"]["correlation"] in launches)
+
+    def launched(self, step: int) -> list:
+        lo, hi = self.steps[step]
+        return [k for k in self.kernels if lo <= k[0] <= hi]
+
+    def calls(self, step: int) -> Counter:
+        return Counter(k[3] for k in self.launched(step))
+
+
+@pytest.fixture(scope="session")
+def kineto() -> dict[str, KinetoRun]:
+    return {d.name.split("_", 1)[1]: KinetoRun(d) for d in sorted(RUNS.glob("kineto_*"))}
+
+
+def test_kineto_records_every_step_but_the_first_numbered_as_the_recorder(kineto):
+    for run in kineto.values():
+        assert sorted(run.steps) == list(range(1, STEPS))  # warm-up steps 1-3 included, marked by the receipt
+
+
+def test_kineto_gemm4_launches_four_more_gemm_calls_in_every_steady_step(kineto):
+    extras = [_extra_calls(kineto["gemm4"].calls(n), kineto["base_1"].calls(n)) for n in STEADY]
+    (kernel, added), = extras[0].items()
+    assert added == EXTRA and "nvjet" in kernel
+    assert all(e == Counter({kernel: EXTRA}) for e in extras)
+
+
+def _prologues_ms(run: KinetoRun) -> list[float]:
+    """Per steady step, ms from the ProfilerStep's start to its first launch."""
+    return [(run.launched(n)[0][0] - run.steps[n][0]) / 1e3 for n in STEADY]
+
+
+def test_kineto_start_stall_comes_before_the_steps_first_launch(kineto):
+    """Under Kineto the step starts at prof.step(), before the recorder's range: the baseline's prologue to its first
+    launch is already ~1 ms (the profiler's own bookkeeping), and the stall adds its 1 ms to every step's."""
+    stalled, base = _prologues_ms(kineto["stall1start"]), _prologues_ms(kineto["base_1"])
+    assert min(stalled) >= START_STALL_MS
+    assert sorted(stalled)[len(stalled) // 2] - sorted(base)[len(base) // 2] >= 0.75 * START_STALL_MS
+
+
+# ---------------------------------------------------------------------------------------- the shipped store
+@pytest.fixture(scope="session")
+def export() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute(f"IMPORT DATABASE '{CORPUS / 'store'}'")
+    return con
+
+
+def test_the_store_export_holds_every_run_of_the_corpus_tagged_by_profiler(export):
+    rows = export.execute("SELECT run_name, tags_json FROM receipts WHERE superseded_by IS NULL").fetchall()
+    tags = {name: set(json.loads(t)) for name, t in rows}
+    for prof, bases in (("nsys", 7), ("kineto", 6)):
+        assert sum(f"aa-{prof}" in t for t in tags.values()) == bases
+        assert sum(f"plant-{prof}" in t for t in tags.values()) == 12
+    with_components = export.execute("SELECT count(DISTINCT receipt_id) FROM receipt_components").fetchone()[0]
+    assert len(tags) == 37 and with_components == 37
+
+
+def test_the_shipped_runs_are_the_export_s_runs(export):
+    """Each shipped run's receipt is its run.log (the id is the log's sha256 prefix), and an nsys run's attached
+    export is the same file."""
+    for folder in sorted(RUNS.iterdir()):
+        log_sha = hashlib.sha256((folder / "run.log").read_bytes()).hexdigest()
+        (rid,) = export.execute("SELECT id FROM receipts WHERE run_name = ?", [folder.name]).fetchone()
+        assert log_sha.startswith(rid)
+        sources = {r[0] for r in export.execute("SELECT sha256 FROM receipt_sources WHERE receipt_id = ?",
+                                                [rid]).fetchall()}
+        assert log_sha in sources and len(sources) == 2
+        if folder.name.startswith("nsys_"):
+            assert hashlib.sha256((folder / "profile.sqlite.gz").read_bytes()).hexdigest() in sources
+
+
+@pytest.mark.parametrize("prof", ["nsys", "kineto"])
+def test_the_export_s_anatomy_holds_four_more_gemm_calls_in_every_steady_step(export, prof):
+    """What receipts' own parsers stored (anatomy_step_kernels) holds the plant: one GEMM kernel with 4 more calls
+    in each steady step of gemm4 than of the first baseline run, every other kernel's calls the same."""
+    def calls(run: str) -> dict[int, Counter]:
+        out: dict[int, Counter] = {}
+        for step, name, n in export.execute(
+                "SELECT k.step, k.name, k.calls FROM anatomy_step_kernels k JOIN receipts r ON r.id = k.receipt_id "
+                "JOIN anatomy_steps s USING (receipt_id, step, rank) WHERE r.run_name = ? AND NOT s.warmup",
+                [f"{prof}_{run}"]).fetchall():
+            out.setdefault(step, Counter())[name] += n
+        return out
+    base, plant = calls("base_1"), calls("gemm4")
+    assert sorted(plant) == sorted(base) == list(range(WARMUP, STEPS))
+    extras = {n: _extra_calls(plant[n], base[n]) for n in plant}
+    assert all(len(e) == 1 and list(e.values()) == [EXTRA] and "nvjet" in next(iter(e)) for e in extras.values())
