@@ -174,9 +174,9 @@ def _print(plant_rows: list, aa_rows: list) -> None:
         print(f"{prof:<8} {key:<12} {step:>7} {str(verdict)[:12]:<12} {'yes' if hit else 'NO':<4} {first}")
     for prof in PROFILERS:
         mine = [r for r in plant_rows if r[0] == prof]
-        big = [r for r in mine if r[2] is not None and abs(r[2]) >= 0.5]
-        print(f"{prof}: {sum(r[4] for r in mine)}/{len(mine)} plants named first at the planted component; "
-              f"of those moving the step >= 0.5 %: {sum(r[4] for r in big)}/{len(big)}")
+        print(f"{prof}: {sum(r[4] for r in mine)}/{len(mine)} plants named first at the planted component")
+    print("(step: the measured change of the steady median, check's; every plant is >= 0.5 % of the step as planted,\n"
+          " the smallest +2 GEMMs = 0.34 ms = 0.8 %, but the loader stall lies outside the step the recorder times)")
     print()
     print("A/A: components named between runs of the same configuration")
     print(f"{'profiler':<8} {'mode':<9} {'comparisons':>11} {'component tests':>15} {'named':>6}  most named")
