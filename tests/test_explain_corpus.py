@@ -15,6 +15,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from cli_helpers import cli
+
 CORPUS = Path(__file__).resolve().parent / "data" / "explain_corpus"
 RUNS = CORPUS / "runs"
 WARMUP = 4          # tests/gpu/explain_corpus.sh's WARMUP: steps 0-3 are the warm-up
@@ -207,3 +209,26 @@ def test_the_export_s_anatomy_holds_four_more_gemm_calls_in_every_steady_step(ex
     assert sorted(plant) == sorted(base) == list(range(WARMUP, STEPS))
     extras = {n: _extra_calls(plant[n], base[n]) for n in plant}
     assert all(len(e) == 1 and list(e.values()) == [EXTRA] and "nvjet" in next(iter(e)) for e in extras.values())
+
+
+@pytest.fixture(scope="session")
+def subset_store(tmp_path_factory) -> duckdb.DuckDBPyConnection:
+    """The 7 shipped runs ingested by this build, as benchmarks/bench_explain_power.py --raw ingests them."""
+    db = str(tmp_path_factory.mktemp("corpus_subset") / "subset.duckdb")
+    for prof in ("nsys", "kineto"):
+        for kind, tag in (("base", f"aa-{prof}"), ("plant", f"plant-{prof}")):
+            dirs = [str(d) for d in sorted(RUNS.glob(f"{prof}_*")) if d.name.startswith(f"{prof}_base") == (kind == "base")]
+            assert cli(db, "ingest", "--tag", tag, *dirs).exit_code == 0
+    return duckdb.connect(db, read_only=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table", ["anatomy_steps", "anatomy_rows", "anatomy_step_kernels", "anatomy_kernels"])
+def test_the_export_is_what_this_build_makes_of_the_shipped_runs(export, subset_store, table):
+    """The export's anatomy of each shipped run equals this build's ingest of the same files: when the parsers change
+    what they store, this says the export must be made again (README: --raw ... --write-export)."""
+    cols = [r[0] for r in subset_store.execute(f"DESCRIBE {table}").fetchall() if r[0] not in ("source_sha256",)]
+    query = f"SELECT {', '.join(cols)} FROM {table} WHERE receipt_id = ? ORDER BY ALL"
+    for (rid,) in subset_store.execute("SELECT id FROM receipts").fetchall():
+        mine, shipped = (con.execute(query, [rid]).fetchall() for con in (subset_store, export))
+        assert mine and mine == shipped
