@@ -12,6 +12,7 @@ over a DuckDB store holding every run of the corpus:
               `receipts explain --level L` puts first) is the planted one (PLANTS: the level and the component
               each plant is of). Across levels one change is named several times with one delta (a kernel, its
               category, the decomposition part holding it), so the level is part of the plant's definition.
+              `pairs`: the same, pairwise (`explain PLANT --against BASE`), against each baseline run alone
   A/A lane    each baseline run held out against the other baseline runs of its profiler, lane mode
   A/A pairs   each ordered pair of baseline runs of one profiler (`explain B --against A`, pairwise mode)
 A false alarm is a component named ('changed') in an A/A comparison; a component test is one component judged
@@ -131,8 +132,8 @@ def _first(r: ExplainResult, level: str) -> ComponentDelta | None:
 
 def _describe(c: ComponentDelta | None) -> str:
     if c is None:
-        return "nothing named at that level"
-    return f"{c.level} {c.short_name[:38]} {c.delta_ms_per_step:+.2f} ms"
+        return "nothing named"
+    return f"{c.short_name[:22]} {c.delta_ms_per_step:+.2f}"
 
 
 def measure(db: str) -> None:
@@ -148,7 +149,10 @@ def measure(db: str) -> None:
                 step_pct = (100.0 * e.step.delta_ms / e.step.baseline_ms
                             if e is not None and e.step.delta_ms is not None and e.step.baseline_ms else None)
                 hit = first is not None and PLANTS[key].named(first)
-                plant_rows.append((prof, key, step_pct, e.step.verdict if e else r.refusal, hit, _describe(first)))
+                pairs = [_first(explain_in_store(store, name, against=b, last=LAST), PLANTS[key].level) for b in base]
+                paired = sum(c is not None and PLANTS[key].named(c) for c in pairs)
+                plant_rows.append((prof, key, step_pct, e.step.verdict if e else r.refusal, hit, _describe(first),
+                                   f"{paired}/{len(pairs)}"))
             for mode, pairs in (("lane", [(b, f"tag:aa-{prof}") for b in base]),
                                 ("pairwise", [(b, a) for a in base for b in base if a != b])):
                 tests = alarms = comparisons = 0
@@ -167,22 +171,28 @@ def measure(db: str) -> None:
 
 
 def _print(plant_rows: list, aa_rows: list) -> None:
-    print("Plants, each against its profiler's baseline runs (lane mode): named first at the planted component?")
-    print(f"{'profiler':<8} {'plant':<12} {'step':>7} {'verdict':<12} {'hit':<4} first named")
-    for prof, key, pct, verdict, hit, first in plant_rows:
+    print("Plants against their profiler's baseline runs: named first at the planted component?")
+    print("(hit: lane mode; pairs: against each baseline run alone; first: what lane mode\n"
+          " names first at the plant's level, ms per step)")
+    print(f"{'prof':<6} {'plant':<11} {'step':>6} {'verdict':<12} {'hit':<3} {'pairs':>5} first")
+    for prof, key, pct, verdict, hit, first, paired in plant_rows:
         step = f"{pct:+.1f}%" if pct is not None else "-"
-        print(f"{prof:<8} {key:<12} {step:>7} {str(verdict)[:12]:<12} {'yes' if hit else 'NO':<4} {first}")
+        print(f"{prof:<6} {key:<11} {step:>6} {str(verdict)[:12]:<12} {'yes' if hit else 'NO':<3} {paired:>5} {first}")
     for prof in PROFILERS:
         mine = [r for r in plant_rows if r[0] == prof]
-        print(f"{prof}: {sum(r[4] for r in mine)}/{len(mine)} plants named first at the planted component")
-    print("(step: the measured change of the steady median, check's; every plant is >= 0.5 % of the step as planted,\n"
-          " the smallest +2 GEMMs = 0.34 ms = 0.8 %, but the loader stall lies outside the step the recorder times)")
+        pairs = [tuple(map(int, r[6].split("/"))) for r in mine]
+        print(f"{prof}: {sum(r[4] for r in mine)}/{len(mine)} plants named first (lane); "
+              f"pairwise {sum(p[0] for p in pairs)}/{sum(p[1] for p in pairs)}")
+    print("(step: the steady median's measured change, check's. Every plant is >= 0.5 % of\n"
+          " the step as planted, the smallest +2 GEMMs = 0.34 ms = 0.8 %; the loader stall\n"
+          " lies outside the step the recorder times)")
     print()
-    print("A/A: components named between runs of the same configuration")
-    print(f"{'profiler':<8} {'mode':<9} {'comparisons':>11} {'component tests':>15} {'named':>6}  most named")
+    print("A/A: components named between runs of one configuration")
+    print("(tests: components judged, over every comparison)")
+    print(f"{'prof':<6} {'mode':<9} {'comparisons':>11} {'tests':>6} {'named':>6}  most named")
     for prof, mode, n, tests, alarms, named in aa_rows:
-        top = ", ".join(f"{k[:30]} x{v}" for k, v in sorted(named.items(), key=lambda kv: -kv[1])[:2])
-        print(f"{prof:<8} {mode:<9} {n:>11} {tests:>15} {alarms:>6}  {top}")
+        top = ", ".join(f"{k[:16]} x{v}" for k, v in sorted(named.items(), key=lambda kv: -kv[1])[:2])
+        print(f"{prof:<6} {mode:<9} {n:>11} {tests:>6} {alarms:>6}  {top}")
     total = sum(r[3] for r in aa_rows)
     print(f"all A/A: {sum(r[4] for r in aa_rows)} components named over {total} component tests")
 
@@ -199,7 +209,7 @@ def main() -> None:
             write_export(db, args.write_export)
         t0 = time.perf_counter()
         measure(db)
-        print(f"store loaded in {load_s:.1f} s ({'ingested ' + str(args.raw) if args.raw else 'shipped export'}); "
+        print(f"store loaded in {load_s:.1f} s ({'ingested --raw' if args.raw else 'shipped export'}); "
               f"explanations in {time.perf_counter() - t0:.1f} s")
     print("command: .venv/bin/python benchmarks/bench_explain_power.py " + " ".join(sys.argv[1:]))
 
