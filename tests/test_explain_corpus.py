@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from cli_helpers import cli
+from cli_helpers import cli, cli_json
 
 CORPUS = Path(__file__).resolve().parent / "data" / "explain_corpus"
 RUNS = CORPUS / "runs"
@@ -232,3 +232,25 @@ def test_the_export_is_what_this_build_makes_of_the_shipped_runs(export, subset_
     for (rid,) in subset_store.execute("SELECT id FROM receipts").fetchall():
         mine, shipped = (con.execute(query, [rid]).fetchall() for con in (subset_store, export))
         assert mine and mine == shipped
+
+
+@pytest.fixture(scope="session")
+def corpus_store(tmp_path_factory) -> str:
+    """The whole corpus as benchmarks/bench_explain_power.py reads it: the export imported, then `db upgrade`."""
+    db = str(tmp_path_factory.mktemp("corpus_store") / "corpus.duckdb")
+    con = duckdb.connect(db)
+    con.execute(f"IMPORT DATABASE '{CORPUS / 'store'}'")
+    con.close()
+    assert cli(db, "db", "upgrade").exit_code == 0
+    return db
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prof", ["nsys", "kineto"])
+def test_explain_names_the_sixteen_added_gemm_calls_first_among_kernels(corpus_store, prof):
+    """`receipts explain` of the +16 GEMM plant against its profiler's baselines: the first kernel named is the GEMM
+    kernel the plant launches, 16 more calls per step."""
+    code, out = cli_json(corpus_store, "explain", f"{prof}_gemm16", "--against", f"tag:aa-{prof}", "--last", "50")
+    assert code == 0 and out["refused"] is None
+    kernels = [c for c in out["components"] if c["level"] == "kernel" and c["verdict"] == "changed"]
+    assert kernels[0]["name"].startswith("nvjet") and kernels[0]["calls_delta_per_step"] == pytest.approx(16.0)
