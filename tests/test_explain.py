@@ -74,12 +74,14 @@ def test_kernel_keys_drop_the_argument_list_where_that_stays_unique():
     assert strip_arguments(flash).endswith("(bool)0, (bool)1>") and strip_arguments(flash).startswith("pytorch_flash")
     assert strip_arguments("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
     overloads = ["void k<int>(float*)", "void k<int>(double*)", "void k<long>(float*)", nccl]
-    keys = kernel_keys(overloads)
-    assert keys["void k<int>(float*)"][0] == "void k<int>(float*)"      # two would share 'k<int>': full names
+    keys = kernel_keys([overloads])
+    assert keys["void k<int>(float*)"][0] == "k<int>(float*)"      # two in one run would share 'k<int>': full names
     assert keys["void k<long>(float*)"][0] == "k<long>"
     assert keys[nccl] == ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",) * 2
-    assert kernel_keys([flash])[flash][1] == "pytorch_flash::flash_fwd_kernel<...>"
+    assert kernel_keys([[flash]])[flash][1] == "pytorch_flash::flash_fwd_kernel<...>"
     assert len({k for k, _ in keys.values()}) == len(overloads)
+    # one in each run: the same kernel, however each profiler spelled its parameters
+    assert kernel_keys([["void k<int>(T1 *)"], ["void k<int>(float*)"]])["void k<int>(T1 *)"][0] == "k<int>"
 
 
 # ---------------------------------------------------------------------------------------- statistics
