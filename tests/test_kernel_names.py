@@ -83,9 +83,14 @@ def _kineto_names(folder: Path) -> set[str]:
             ["traceEvents"] if e.get("cat") == "kernel"}
 
 
-def test_the_same_workload_under_both_profilers_names_the_same_kernels():
-    nsys = _nsys_names(GPU / "fsdp2_2gpu_nsys.sqlite.gz")
-    kineto = _kineto_names(GPU / "fsdp2_2gpu_kineto" / "traces")
+@pytest.fixture(scope="module")
+def fsdp2_names() -> tuple[set[str], set[str]]:
+    """The kernel names of the FSDP2 2-GPU runs: (nsys, Kineto)."""
+    return _nsys_names(GPU / "fsdp2_2gpu_nsys.sqlite.gz"), _kineto_names(GPU / "fsdp2_2gpu_kineto" / "traces")
+
+
+def test_the_same_workload_under_both_profilers_names_the_same_kernels(fsdp2_names):
+    nsys, kineto = fsdp2_names
     assert len(nsys & kineto) < 10  # as written, most names differ
     keys = kernel_keys([nsys, kineto])
     on_nsys, on_kineto = {keys[n][0] for n in nsys}, {keys[n][0] for n in kineto}
@@ -94,6 +99,18 @@ def test_the_same_workload_under_both_profilers_names_the_same_kernels():
     # before the profiler's schedule starts; nsys records the whole process
     (only,) = on_nsys - on_kineto
     assert "distribution_elementwise_grid_stride_kernel" in only and "random_from_to" in only
+
+
+def test_both_spellings_of_each_kernel_fall_in_one_category(fsdp2_names):
+    from receipts.schema.categories import load_category_rules
+
+    rules = load_category_rules()
+    runs = list(fsdp2_names)
+    keys = kernel_keys(runs)
+    by_key: dict[str, set[str]] = {}
+    for n in runs[0] | runs[1]:
+        by_key.setdefault(keys[n][0], set()).add(rules.classify(n))
+    assert len(by_key) == 51 and all(len(c) == 1 for c in by_key.values())
 
 
 @pytest.mark.slow
