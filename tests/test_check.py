@@ -232,8 +232,12 @@ def test_the_headline_says_which_way_an_inconclusive_result_is_unsettled(tmp_pat
     assert "within the noise" not in comment.read_text() and f"### receipts check: {said}" in comment.read_text()
     assert "| **3 run(s) pooled** (decides) | :grey_question: **inconclusive** (beyond the noise, under the 1% minimum effect)" \
         in comment.read_text()
-    # one run, judged alone, cannot exclude no change: within the noise, and the each-mode tally says so
-    code, out = check(lane, "small_0", "--against", "tag:main", "--last", "3", "--each")
+    # a lane of two runs (the default 1.5% floor): +0.5% is within the noise; the each-mode tally says so
+    other = {"regime": "ddp/full-compile"}
+    ingest(lane, run_log(tmp_path, "m1", 100.0, 31, **other), run_log(tmp_path, "m2", 100.1, 32, **other),
+           flags=("--tag", "main"))
+    ingest(lane, run_log(tmp_path, "half", 100.5, 33, **other))
+    code, out = check(lane, "half", "--against", "tag:main", "--each")
     assert out["results"][0]["reading"] == "within the noise" and out["results"][0]["ratio"]["ci_low"] < 1.0
     assert out["headline"] == "no run slower than tag:main (1 checked: 1 inconclusive (within the noise))"
 
