@@ -1,4 +1,4 @@
-"""Change points in a lane's series of run medians: E-divisive means with a Student t-test confirmation.
+"""Change points in a lane's series of run medians: E-divisive means with Student t-test confirmation.
 
 The method of Apache Otava (formerly Hunter, Fleming et al., "Hunter: Using Change Point Detection to
 Hunt for Performance Regressions", ICPE 2023) and of MongoDB's signal-processing-algorithms, written
