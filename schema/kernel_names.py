@@ -28,27 +28,33 @@ from __future__ import annotations
 import re
 
 _INT_TYPES = r"(?:unsigned |signed )?(?:char|short|int|long long|long)|unsigned"
-_CAST_LITERAL = re.compile(rf"\((?:{_INT_TYPES})\)(-?\d+)\b")
-_SUFFIX_LITERAL = re.compile(r"(?<![\w.])(-?\d+)(?:ull|ul|ll|lu|llu|u|l)\b", re.IGNORECASE)
-_BOOL = re.compile(r"\(bool\)([01])\b")
+_CAST = re.compile(rf"\((?:{_INT_TYPES})\)(?=-?\d)")                       # `(int)128` -> `128`
+_SUFFIX_LITERAL = re.compile(r"(?<![\w.])(-?\d+)(?:ull|ul|ll|lu|llu|u|l)\b", re.IGNORECASE)  # `4096ul` -> `4096`
 _LAMBDA = re.compile(r"\[lambda\(([^()\[\]]*)\) \(instance (\d+)\)\]")
-_SPACE_AROUND = re.compile(r"\s*([*&<>()\[\]{},])\s*")
-_WORD_AFTER = re.compile(r"([>)])(?=[A-Za-z_])")  # `> const&`, `() const`: a word after a bracket keeps its space
+_SPACE_BEFORE = re.compile(r"\s+(?=[*&<>()\[\]{},])")
+_SPACE_AFTER = re.compile(r"(?<=[*&<>()\[\]{},])\s+")
+_WORD_AFTER = re.compile(r"(?<=[>)])(?=[A-Za-z_])")  # `> const&`, `() const`: a word after a bracket keeps its space
 _CONST_PREFIX = re.compile(r"(?:^|(?<=[<(])|(?<=, ))const ")
+_SIGNATURE_TOKENS = re.compile(r"[<>]|(?<=<)void |(?<=, )void ")
+_PARENS = re.compile(r"[()]")
 
 
 def canonical_kernel_name(name: str) -> str:
     """The profiler-independent spelling of a demangled kernel name (see the module docstring)."""
     text = " ".join(name.split()).removeprefix("void ")
-    text = text.replace("<unnamed>", "(anonymous namespace)")
-    text = _BOOL.sub(lambda m: "true" if m.group(1) == "1" else "false", text)
-    text = _CAST_LITERAL.sub(r"\1", text)
-    text = _SUFFIX_LITERAL.sub(r"\1", text)
-    text = _LAMBDA.sub(r"{lambda(\1)#\2}", text)
-    text = text.replace("operator ()", "operator()")
-    text = _WORD_AFTER.sub(r"\1 ", _SPACE_AROUND.sub(r"\1", text).replace(",", ", "))
-    text = _const_after(text)
+    text = text.replace("<unnamed>", "(anonymous namespace)").replace("(bool)0", "false").replace("(bool)1", "true")
+    text = _SUFFIX_LITERAL.sub(_first_group, _CAST.sub("", text))
+    if "[lambda(" in text:
+        text = _LAMBDA.sub(lambda m: f"{{lambda({m[1]})#{m[2]}}}", text)
+    text = _SPACE_AFTER.sub("", _SPACE_BEFORE.sub("", text.replace("operator ()", "operator()")))
+    text = _WORD_AFTER.sub(" ", text.replace(",", ", "))
+    if "const " in text:
+        text = _const_after(text)
     return _drop_signatures(text)
+
+
+def _first_group(m: re.Match[str]) -> str:
+    return m[1]
 
 
 def _const_after(text: str) -> str:
@@ -74,34 +80,43 @@ def _const_after(text: str) -> str:
 def _drop_signatures(text: str) -> str:
     """Inside template arguments: a function template's parameter list (`f<X>(params)::...` -> `f<X>::...`) and
     the return type `void ` EDG writes before its name."""
+    if "<void " not in text and ", void " not in text and not _nested_call(text):
+        return text  # most names: nothing to leave out (str.count runs in C; the token loop below does not)
     out: list[str] = []
-    depth, i, n = 0, 0, len(text)
-    while i < n:
-        ch = text[i]
-        if depth and text.startswith("void ", i) and (text[i - 1] == "<" or text[i - 2:i] == ", "):
-            i += len("void ")
-            continue
-        if ch == "<":
+    depth = last = 0
+    for m in _SIGNATURE_TOKENS.finditer(text):
+        if m.start() < last:
+            continue  # inside a parameter list left out
+        token = m.group()
+        if token == "<":
             depth += 1
-        elif ch == ">" and depth:
-            depth -= 1
-            if depth and text[i + 1:i + 2] == "(":
-                out.append(ch)
-                i = _skip_parens(text, i + 1)
-                continue
-        out.append(ch)
-        i += 1
+        elif token == ">":
+            depth = max(depth - 1, 0)
+            if depth and text.startswith("(", m.end()):
+                out.append(text[last:m.end()])
+                last = _skip_parens(text, m.end())
+        elif depth:  # `void ` opening a template argument
+            out.append(text[last:m.start()])
+            last = m.end()
+    out.append(text[last:])
     return "".join(out)
+
+
+def _nested_call(text: str) -> bool:
+    """Whether some `>(` closes a template-id inside template arguments."""
+    i = text.find(">(")
+    while i != -1:
+        if text.count("<", 0, i) > text.count(">", 0, i + 1):
+            return True
+        i = text.find(">(", i + 2)
+    return False
 
 
 def _skip_parens(text: str, i: int) -> int:
     """Index just past the balanced (...) group starting at text[i]."""
     depth = 0
-    for j in range(i, len(text)):
-        if text[j] == "(":
-            depth += 1
-        elif text[j] == ")":
-            depth -= 1
-            if depth == 0:
-                return j + 1
+    for m in _PARENS.finditer(text, i):
+        depth += 1 if m.group() == "(" else -1
+        if depth == 0:
+            return m.end()
     return len(text)

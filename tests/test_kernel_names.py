@@ -113,6 +113,18 @@ def test_both_spellings_of_each_kernel_fall_in_one_category(fsdp2_names):
     assert len(by_key) == 51 and all(len(c) == 1 for c in by_key.values())
 
 
+def test_a_category_rule_written_from_one_profiler_matches_the_other(tmp_path):
+    from receipts.schema.categories import load_category_rules
+
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text('[[rules]]\ncategory = "attention"\n'
+                          'pattern = "vectorized_layer_norm_kernel<c10::BFloat16, float, false>"\n')
+    rules = load_category_rules(rules_file, cwd=tmp_path)
+    nsys, kineto = PAIRS[1]
+    assert rules.classify(nsys) == rules.classify(kineto) == "attention"
+    assert load_category_rules(rules_file, cwd=tmp_path).classify_many([nsys, kineto]) == ["attention"] * 2
+
+
 @pytest.mark.slow
 def test_compare_of_an_nsys_run_and_a_kineto_run_names_no_kernel_twice(tmp_path):
     db = str(tmp_path / "r.duckdb")
