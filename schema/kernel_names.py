@@ -58,10 +58,11 @@ def _first_group(m: re.Match[str]) -> str:
 
 
 def _const_after(text: str) -> str:
-    """`const T*` -> `T const*` (GNU puts the qualifier after the type it qualifies)."""
-    while (m := _CONST_PREFIX.search(text)) is not None:
-        start = m.end()
-        depth, i = 0, start
+    """`const T*` -> `T const*` (GNU puts the qualifier after the type it qualifies), left to right."""
+    pos = 0
+    while (m := _CONST_PREFIX.search(text, pos)) is not None:
+        start = i = m.end()
+        depth = 0
         while i < len(text):
             ch = text[i]
             if ch == "<":
@@ -73,7 +74,9 @@ def _const_after(text: str) -> str:
             elif depth == 0 and ch in ",()*&":
                 break
             i += 1
-        text = text[:m.start()] + text[start:i] + " const" + text[i:]
+        moved = text[start:i] + " const"
+        text = text[:m.start()] + moved + text[i:]
+        pos = m.start() + len(moved)
     return text
 
 

@@ -10,6 +10,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli_helpers import cli, cli_json
 from receipts.analysis.explain import kernel_keys
@@ -67,6 +69,19 @@ def test_the_form_is_stable_and_keeps_different_kernels_apart():
     assert canonical_kernel_name("k<(at::native::ADAM_MODE)1>") == "k<(at::native::ADAM_MODE)1>"  # enums stay
     # different template arguments stay different kernels
     assert canonical_kernel_name("k<(int)4>") != canonical_kernel_name("k<8>")
+
+
+_PIECES = st.sampled_from(["<", ">", "(", ")", "const ", "void ", ", ", "(int)", "(bool)1", "<unnamed>", "T1", " ",
+                           "*", "&", "4096ul", "operator ()", "::", "[lambda(int) (instance 1)]", "k", "\t"])
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(_PIECES, max_size=40).map("".join))
+def test_any_name_gets_an_answer(name):
+    # a name is user data (any profiler, any demangler): a spelling comes back, never an error or a hang, even for
+    # `const const , <void &x`, where moving each `const` after its type gives the same text again
+    assert isinstance(canonical_kernel_name(name), str)
+    assert canonical_kernel_name("const const , <void &x") == "const const, <void&x"
 
 
 def _nsys_names(path: Path) -> set[str]:
