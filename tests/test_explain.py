@@ -319,18 +319,32 @@ def test_against_a_tag_takes_the_most_recent_profiled_runs(explain_lane, tmp_pat
     runs base_1 ... base_5, passing over the unprofiled ones, and the step verdict judges the same runs."""
     db = str(tmp_path / "copy.duckdb")
     shutil.copy(explain_lane, db)
-    for i, source in ((6, "base_4"), (7, "base_5")):
-        text = (EXPLAIN_DATA / source / "run.log").read_text()
-        text = text.replace(f'"run_name":"{source}"', f'"run_name":"base_{i}"').replace(
-            '"started_at":"2026-11-27T', '"started_at":"2026-11-28T').replace('"run_id":"', f'"run_id":"{i}')
-        (tmp_path / f"base_{i}.log").write_text(text)
-        assert cli(db, "ingest", str(tmp_path / f"base_{i}.log")).exit_code == 0
+    _unprofiled_copies(tmp_path, db)
     code, newest = cli_json(db, "check", "gemm_1", "--against", "tag:main", "--last", "5")
     assert newest["results"][0]["baseline"]["run_names"][-2:] == ["base_6", "base_7"]  # check: the newest five
     out = _explain(db, "gemm_1", "--last", "5")
     # base_1 .. base_5 (base_1 may leave as an outlier: the copies, equal to base_4 and base_5, narrow the floor)
     assert out["baseline_runs"][-4:] == [f"base_{i}" for i in range(2, 6)] and out["baseline_runs_without_profile"] == []
     assert out["verdict"] == "slower" and _named(out, "kernel")[0]["calls_delta_per_step"] == EXTRA_K
+
+
+def _unprofiled_copies(tmp_path: Path, db: str) -> None:
+    """base_6 and base_7: base_4's and base_5's logs as newer main runs (a day later), ingested without profiles."""
+    for i, source in ((6, "base_4"), (7, "base_5")):
+        text = (EXPLAIN_DATA / source / "run.log").read_text()
+        text = text.replace(f'"run_name":"{source}"', f'"run_name":"base_{i}"').replace(
+            '"started_at":"2026-11-27T', '"started_at":"2026-11-28T').replace('"run_id":"', f'"run_id":"{i}')
+        (tmp_path / f"base_{i}.log").write_text(text)
+        assert cli(db, "ingest", str(tmp_path / f"base_{i}.log")).exit_code == 0
+
+
+@pytest.mark.slow
+def test_against_a_tag_without_profiled_runs_says_to_attach_profiles(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    assert cli(db, "ingest", str(EXPLAIN_DATA / "gemm_1")).exit_code == 0
+    _unprofiled_copies(tmp_path, db)
+    code, out = cli_json(db, "explain", "gemm_1", "--against", "tag:main")
+    assert code == 3 and "none of its 2 baseline run(s) (base_6, base_7) has a profile attached" in out["refused"]
 
 
 @pytest.mark.slow
