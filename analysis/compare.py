@@ -107,9 +107,9 @@ def recipe_facts(r: StoredReceipt) -> dict[str, Any]:
     features), a nested mapping flattened (`optimizer: {name: AdamW}` -> `features.optimizer.name`). None is no
     fact. A new source of recipe facts (the optimizer a recorder sees) joins by landing in this mapping.
 
-    `program`: the third-party training program whose log it is (megatron, nanochat, torchtitan, mlperf, ...;
-    none for a run that only the capture library logged, or a log read by a declared step line): two programs name their recipes in different words,
-    so their facts share no name, yet they are different recipes."""
+    `program`: the third-party training program whose log it is (megatron, nanochat, torchtitan, mllog, ...;
+    none for a run only the capture library logged, or a log read by a declared step line): two programs name
+    their recipes in different words, so their facts share no name, yet they are different recipes."""
     out: dict[str, Any] = {}
     program = (r.source_format or "").split("+")[-1]
     if program and program not in ("receipt", "declared"):  # the capture library's own log, a declared step line

@@ -158,7 +158,7 @@ def headline(result: CheckResult) -> str:
     return f"{said} ({detail}){tail}"
 
 
-def _tally(candidates) -> str:
+def _tally(candidates: tuple[CandidateCheck, ...]) -> str:
     """'2 no change, 1 inconclusive (beyond the noise, under the 1% minimum effect)': the judged runs by verdict,
     an inconclusive one by its reading."""
     counts: dict[str, int] = {}
