@@ -164,9 +164,8 @@ def _tally(candidates: tuple[CandidateCheck, ...]) -> str:
     counts: dict[str, int] = {}
     for c in candidates:
         if c.verdict is not None:
-            key = c.verdict.verdict
-            if key == "inconclusive":
-                key += f" ({c.verdict.reading})"
+            v = c.verdict
+            key = f"inconclusive ({v.reading})" if v.verdict == "inconclusive" else v.verdict
             counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{k_n} {k}" for k, k_n in counts.items())
 
