@@ -93,6 +93,7 @@ def test_the_dump_is_read_whole_but_paths_ranks_and_garbled_values_are_not_facts
     assert "features.lazy_mpu_init" not in facts  # None: no fact
 
 
+@pytest.mark.slow
 def test_the_dashboard_compare_view_shows_the_same_drift(two_dumps, monkeypatch):
     from dashboard_store import _app, _no_exception
 
