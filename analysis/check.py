@@ -203,15 +203,27 @@ class LaneReads:
     tag_hint: str | None = None      # no current receipt carries the tag, and some tag is spelled like it
 
 
-def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: str, last: int) -> LaneReads:
-    """The tagged runs of every candidate's lane in one query, and the baseline receipts in one load."""
+def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: str, last: int,
+               profiled_only: bool = False) -> LaneReads:
+    """The tagged runs of every candidate's lane in one query, and the baseline receipts in one load.
+    `profiled_only`: the baseline is the `last` most recent tagged runs with a profile that has steady steps
+    (explain's components need one), however far back they are; the floor still reads every tagged run."""
     lanes = sorted({lane for r in candidates.values() if (lane := lane_of(r)) is not None}, key=str)
     rows: dict[Lane, list[dict]] = {lane: [] for lane in lanes}
     if lanes:
-        frame = lane_runs(store, lanes, tag=tag, last=max(last, FLOOR_WINDOW) + len(candidates))
+        frame = lane_runs(store, lanes, tag=tag,
+                          last=None if profiled_only else max(last, FLOOR_WINDOW) + len(candidates))
         for r in frame.iter_rows(named=True):
             rows[Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])].append(r)
-    picked = {lane: pick_baseline(lane_rows, candidates.keys(), last) for lane, lane_rows in rows.items()}
+    eligible = rows
+    if profiled_only:
+        from receipts.analysis.components import profiled
+
+        found = profiled(store, [r["receipt_id"] for lane_rows in rows.values() for r in lane_rows])
+        eligible = {lane: [r for r in lane_rows if found.get(r["receipt_id"], {}).get("has_steps")]
+                    for lane, lane_rows in rows.items()}
+        rows = {lane: lane_rows[-(FLOOR_WINDOW + len(candidates)):] for lane, lane_rows in rows.items()}
+    picked = {lane: pick_baseline(lane_rows, candidates.keys(), last) for lane, lane_rows in eligible.items()}
     ids = [r["receipt_id"] for chosen in picked.values() for r in chosen]
     own = {lane: sum(r["receipt_id"] in candidates for r in lane_rows) for lane, lane_rows in rows.items()}
     return LaneReads(picked, {lane: _floor_rows(lane_rows, candidates.keys()) for lane, lane_rows in rows.items()},
@@ -220,15 +232,16 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
 
 
 def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = DEFAULT_LAST,
-              each: bool = False) -> CheckResult:
+              each: bool = False, profiled_only: bool = False) -> CheckResult:
     """Resolve the candidates, read each lane's tagged runs and the baseline receipts, then judge each run and
-    each lane's runs pooled. `each`: the exit code follows the runs one by one instead of the pool."""
+    each lane's runs pooled. `each`: the exit code follows the runs one by one instead of the pool.
+    `profiled_only`: the baseline is the most recent profiled tagged runs (read_lanes)."""
     tag = parse_against(against)
     if last < 1:
         raise UsageError(f"{last}: the baseline needs at least 1 run", option="last")
     pairs = resolve_candidates(store, refs)
     candidates = load_many(store, [rid for _, rid in pairs])
-    reads = read_lanes(store, candidates, tag=tag, last=last)
+    reads = read_lanes(store, candidates, tag=tag, last=last, profiled_only=profiled_only)
     checks = tuple(judge(ref, candidates[rid], tag=tag, last=last, reads=reads) for ref, rid in pairs)
     return CheckResult(against, last, checks, pool(checks, candidates), each)
 

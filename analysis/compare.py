@@ -101,8 +101,41 @@ def _dict_diff(prefix: str, a: dict, b: dict) -> list[Difference]:
     return out
 
 
+def recipe_facts(r: StoredReceipt) -> dict[str, Any]:
+    """Every recipe fact a receipt holds, by name: its features (the preset's feature bundle, and what the log
+    said of the recipe: a Megatron argument dump, nanochat's config, MLPerf's hyperparameters, a RECEIPT header's
+    features), a nested mapping flattened (`optimizer: {name: AdamW}` -> `features.optimizer.name`). None is no
+    fact. A new source of recipe facts (the optimizer a recorder sees) joins by landing in this mapping.
+
+    `program`: the third-party training program whose log it is (megatron, nanochat, torchtitan, mllog, ...;
+    none for a run only the capture library logged, or a log read by a declared step line): two programs name
+    their recipes in different words, so their facts share no name, yet they are different recipes."""
+    out: dict[str, Any] = {}
+    program = (r.source_format or "").split("+")[-1]
+    if program and program not in ("receipt", "declared"):  # the capture library's own log, a declared step line
+        out["program"] = program
+
+    def put(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                put(f"{prefix}.{key}", inner)
+        elif value is not None:
+            out[prefix] = value
+
+    put("features", r.features)
+    return out
+
+
+def recipe_drift(a: StoredReceipt, b: StoredReceipt) -> tuple[Difference, ...]:
+    """The recipe facts both receipts know and that differ, field by field. A fact one side does not hold is
+    unknown there, not drift: a log without an argument dump says nothing about the learning rate."""
+    fa, fb = recipe_facts(a), recipe_facts(b)
+    return tuple(Difference(k, fa[k], fb[k]) for k in sorted(fa.keys() & fb.keys()) if fa[k] != fb[k])
+
+
 def drift(a: StoredReceipt, b: StoredReceipt) -> dict[str, tuple[Difference, ...]]:
-    """recipe (feature bundle, model shape) / runtime (software, env overlay) / infrastructure."""
+    """recipe (recipe_drift: feature bundle, model shape, argument dumps) / runtime (software, env overlay) /
+    infrastructure."""
     # A receipt that names no profiler ran under none (ingest/profiler.py): nsys against none is drift too.
     soft_a = {"profiler": "none", **{k: v for k, v in a.software.items() if k not in INFRA_SOFTWARE}}
     soft_b = {"profiler": "none", **{k: v for k, v in b.software.items() if k not in INFRA_SOFTWARE}}
@@ -114,7 +147,7 @@ def drift(a: StoredReceipt, b: StoredReceipt) -> dict[str, tuple[Difference, ...
                         {k: b.software[k] for k in b.software if k in INFRA_SOFTWARE})
     infra += _dict_diff("topology", a.topology, b.topology)
     return {
-        "recipe": tuple(_dict_diff("features", a.features, b.features)),
+        "recipe": recipe_drift(a, b),
         "runtime": tuple(_dict_diff("software", soft_a, soft_b) + _dict_diff("env", a.env, b.env)),
         "infrastructure": tuple(infra),
     }

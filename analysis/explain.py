@@ -38,22 +38,24 @@ component counts 0):
              the other components overlap them and one another): what the named components do not explain,
              including time outside the GPU span (launch gaps between steps).
 
-Kernel keys: the demangled name without its argument list where that stays unique among the runs compared
-(kernel_keys); the full name where two kernels would share it.
+Kernel keys: the demangled name in one spelling for every profiler (schema/kernel_names.py), without its argument
+list where no run compared holds two kernels under that (kernel_keys); the full name where one would.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence
+from typing import Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
 from receipts.analysis.noise import MIN_RUNS
 from receipts.analysis.stats import CONFIDENCE
 from receipts.schema.categories import DECOMPOSITION
+from receipts.schema.kernel_names import canonical_kernel_name
 
 Level = Literal["category", "kernel", "nvtx", "rank"]
 LEVELS: tuple[Level, ...] = ("category", "kernel", "nvtx", "rank")
@@ -205,20 +207,21 @@ def _elide_templates(key: str) -> str:
     return "".join(out)
 
 
-def kernel_keys(names: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """(key, short name) of each kernel name: the name without its argument list where no other name of the set
-    shares that, else the full name; the short name elides template arguments where that too stays unique."""
-    names = sorted(set(names))
-    stripped = {n: strip_arguments(n) for n in names}
-    users: dict[str, int] = {}
-    for s in stripped.values():
-        users[s] = users.get(s, 0) + 1
-    keys = {n: stripped[n] if users[stripped[n]] == 1 else n for n in names}
-    short = {n: _elide_templates(k) for n, k in keys.items()}
-    shared: dict[str, int] = {}
-    for s in short.values():
-        shared[s] = shared.get(s, 0) + 1
-    return {n: (keys[n], short[n] if shared[short[n]] == 1 else keys[n]) for n in names}
+def kernel_keys(runs: Sequence[Iterable[str]]) -> dict[str, tuple[str, str]]:
+    """(key, short name) of each kernel name of each run. The key is the name's profiler-independent spelling
+    (schema/kernel_names.py), without its argument list where no run holds two kernels under that (so one kernel
+    matches across an nsys and a Kineto run even where EDG spells its parameters `T2 **` and GNU
+    `c10::BFloat16**`), else in full; the short name elides template arguments where that too stays unique."""
+    canon = {n: canonical_kernel_name(n) for names in runs for n in names}
+    stripped = {f: strip_arguments(f) for f in set(canon.values())}
+    most: Counter[str] = Counter()
+    for names in runs:
+        for s, k in Counter(stripped[f] for f in {canon[n] for n in names}).items():
+            most[s] = max(most[s], k)
+    keys = {f: stripped[f] if most[stripped[f]] == 1 else f for f in stripped}
+    short = {k: _elide_templates(k) for k in set(keys.values())}
+    shared = Counter(short.values())
+    return {n: (keys[f], short[keys[f]] if shared[short[keys[f]]] == 1 else keys[f]) for n, f in canon.items()}
 
 
 # ---------------------------------------------------------------------------------------- statistics
@@ -303,7 +306,7 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     runs = [*baseline, *candidate]
     step_ms = step.baseline_ms or float(np.mean([_span(r) for r in baseline]))
     min_effect = min_effect_step * step_ms
-    keys = kernel_keys([n for r in runs for (lv, n) in r.values if lv == "kernel"])
+    keys = kernel_keys([[n for (lv, n) in r.values if lv == "kernel"] for r in runs])
     table = _by_component(runs, keys, levels)
     n_a, n_b = len(baseline), len(candidate)
     spread = _spread(n_a, n_b)

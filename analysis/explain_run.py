@@ -3,9 +3,10 @@ that explain it, read from the per-run component summaries stored at ingest (ana
 analysis/explain.py. Also what `compare`, `check --markdown` and the dashboard's compare view show when both
 sides have a profile.
 
-Baseline of `--against tag:T`: check's (analysis/check.py): the lane's `last` most recent runs carrying T, outliers
-and runs without a steady state left out; the components' baseline is the profiled runs among them. Against one
-run: compare's verdict, and a pairwise explanation (one run each side: analysis/explain.py's fixed floor).
+Baseline of `--against tag:T`: check's (analysis/check.py) over the runs that can explain: the lane's `last` most
+recent runs carrying T that have a profile with steady steps (newer runs without one are passed over), outliers
+and runs without a steady state left out; the step verdict and the components judge against the same runs. Against
+one run: compare's verdict, and a pairwise explanation (one run each side: analysis/explain.py's fixed floor).
 
 A refusal is a result with one line saying why, like a refused comparison: a candidate without a profile (saying
 which profile to attach), one whose profile has no steady steps, a baseline without any profiled run, or check's
@@ -66,7 +67,9 @@ def explain_in_store(store: "Store", ref: str, *, against: str, last: int, level
     rid = store.resolve(ref)
     if against.startswith(TAG_PREFIX):
         parse_against(against)
-        check = run_check(store, [rid], against=against, last=last)
+        check = run_check(store, [rid], against=against, last=last, profiled_only=True)
+        if check.candidates[0].outcome == "no_baseline":  # tagged runs without a profile: say to attach one
+            check = run_check(store, [rid], against=against, last=last)
         return for_check(store, check.candidates[0], against=against, levels=levels)
     comparison = compare_in_store(store, store.resolve(against), rid)
     result = for_comparison(store, comparison, against=against, levels=levels, refuse_unprofiled=True)

@@ -8,7 +8,7 @@ them through sql/lane_runs.sql and the stored summaries (the step series only fo
 Run order: the run's own start time from its log or RECEIPT header (receipts.started_at) when it has
 one, else the time it was ingested (to the microsecond), ties in the store's write order (ingest_seq); each run
 says which (run_date_source 'header' | 'ingest') and the history says which for all (LaneHistory.order).
-Change points: analysis.changepoint (E-divisive means with a t-test confirmation, as Apache Otava)
+Change points: analysis.changepoint (E-divisive means with t-test confirmation, after Apache Otava)
 over the series of run medians. z = log(median / lane center) / noise floor, the lane center being the
 median of the run medians the floor was measured from: |z| > 2 is a run outside the lane's usual noise.
 """
@@ -47,7 +47,7 @@ class HistoryRun:
     block_length: int | None        # steps per bootstrap block
     z: float | None                 # log(median / lane center) / noise floor
     change_point: bool              # a change point starts at this run
-    change_pvalue: float | None     # its t-test p-value (change points only)
+    change_pvalue: float | None     # its p-value (analysis/changepoint.py; change points only)
     change_pct: float | None        # mean after / mean before - 1, percent (change points only)
     git_rev: str | None
     tags: tuple[str, ...]
@@ -100,8 +100,9 @@ def history(lane: Lane, rows: pl.DataFrame, intervals: Mapping[str, RunInterval 
             interval.block_length if interval else None, z, cp is not None,
             cp.pvalue if cp else None, 100.0 * cp.rel_change if cp else None,
             r["git_rev"], tuple(r["tags"] or ()), *_straggler_fields(stragglers.get(rid))))
-    method = (f"change points: E-divisive means split, Student t-test confirmation p < {max_pvalue:g} and a change "
-              f"of at least {100 * min_magnitude:g}% (Apache Otava's method) over the run medians; intervals: "
+    method = (f"change points: E-divisive means split, t-test confirmation (pooled, and against the runs before the "
+              f"cut; the smaller p doubled) p < {max_pvalue:g} and a change of at least {100 * min_magnitude:g}% "
+              f"(Apache Otava's method) over the run medians; intervals: "
               f"moving-block bootstrap of each run's median; z against the noise floor ({floor.note})")
     return LaneHistory(lane, tag, floor, tuple(out), points, method)
 

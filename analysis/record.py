@@ -61,6 +61,7 @@ class StoredReceipt:
     warnings: tuple[str, ...] = ()
     phases: tuple[tuple[str, int | None, int | None], ...] = ()  # (phase, first_step, last_step)
     superseded_by: str | None = None     # a later ingest of the same run replaced this receipt
+    source_format: str | None = None     # the log's format ('megatron', 'receipt+nanochat', 'receipt', ...)
 
 
 def load(store: "Store", receipt_id: str) -> StoredReceipt:
@@ -117,5 +118,5 @@ def _from_row(row: dict, env: dict, step_ms: np.ndarray, tokens: np.ndarray) -> 
         steady_step_ms=step_ms, steady_tokens_per_s=tokens,
         warnings=tuple(json.loads(row["warnings_json"])),
         phases=tuple((str(p[0]), p[1], p[2]) for p in json.loads(row["phases_json"] or "[]")),
-        superseded_by=row.get("superseded_by"),
+        superseded_by=row.get("superseded_by"), source_format=row.get("source_format"),
     )

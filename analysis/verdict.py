@@ -70,6 +70,21 @@ class VerdictResult:
     runs_needed: int | None   # inconclusive only: more runs of each side that would settle it
     method: str
 
+    @property
+    def reading(self) -> str:
+        """Where the change stands against the noise and the minimum effect, in words a headline carries. An
+        inconclusive result is one of two different things: an interval that holds no change (within the noise),
+        or one that excludes it around a change smaller than min_effect (beyond the noise, under the minimum
+        effect); a reviewer acts differently on each."""
+        effect = f"{100 * self.min_effect:g}% minimum effect"
+        if self.verdict in ("faster", "slower"):
+            return f"beyond the noise and the {effect}"
+        if self.verdict == "no change":
+            return f"inside the +-{self.margin_pct:.2f}% no-change band"
+        if self.ci_low <= 1.0 <= self.ci_high:
+            return "within the noise"
+        return f"beyond the noise, under the {effect}"
+
 
 def _efficiency(n: int) -> float:
     return 1.0 if n <= 2 else math.pi / 2.0

@@ -133,6 +133,8 @@ def pooled_text(p: PooledCheck) -> str:
 
 
 def headline(result: CheckResult) -> str:
+    """One line: the verdict that decides, and for an unsettled one which way it is unsettled (within the noise,
+    or beyond it but under the minimum effect: `VerdictResult.reading`)."""
     n = len(result.candidates)
     unjudged = sum(c.outcome != "judged" for c in result.candidates)
     if result.each or not result.pooled:
@@ -141,16 +143,31 @@ def headline(result: CheckResult) -> str:
             return f"{slower} of {n} run(s) slower than {result.against} beyond the noise"
         if unjudged:
             return f"{unjudged} of {n} run(s) without a comparable baseline in {result.against}"
-        return f"no run slower than {result.against} ({n} checked)"
-    verdict = result.pooled_verdict
-    said = {"slower": f"slower than {result.against} beyond the noise", "faster": f"faster than {result.against}",
+        return f"no run slower than {result.against} ({n} checked: {_tally(result.candidates)})"
+    verdict = result.pooled_verdict or "inconclusive"
+    deciding = [p for p in result.pooled if p.verdict_name == verdict]
+    readings = "; ".join(dict.fromkeys(p.verdict.reading for p in deciding))
+    said = {"slower": f"slower than {result.against} beyond the noise",
+            "faster": f"faster than {result.against} beyond the noise",
             "no change": f"no change against {result.against}",
-            "inconclusive": f"inconclusive against {result.against} (within the noise)"}[verdict or "inconclusive"]
+            "inconclusive": f"inconclusive against {result.against}: {readings}"}[verdict]
     pooled = result.pooled[0]
     detail = (f"{len(pooled.run_ids)} run(s) pooled, {change_pct(pooled.verdict)} {interval_pct(pooled.verdict)}"
               if len(result.pooled) == 1 else f"{len(result.pooled)} lanes, each pooled")
     tail = f"; {unjudged} of {n} run(s) without a comparable baseline" if unjudged else ""
     return f"{said} ({detail}){tail}"
+
+
+def _tally(candidates: tuple[CandidateCheck, ...]) -> str:
+    """'2 no change, 1 inconclusive (beyond the noise, under the 1% minimum effect)': the judged runs by verdict,
+    an inconclusive one by its reading."""
+    counts: dict[str, int] = {}
+    for c in candidates:
+        if c.verdict is not None:
+            v = c.verdict
+            key = f"inconclusive ({v.reading})" if v.verdict == "inconclusive" else v.verdict
+            counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{k_n} {k}" for k, k_n in counts.items())
 
 
 def _state(c: CandidateCheck) -> str:
@@ -219,7 +236,7 @@ def to_json(result: CheckResult) -> dict[str, Any]:
         v, b = c.verdict, c.baseline
         return {
             "run": c.run_name, "id": c.receipt_id, "ref": c.ref, "lane": c.lane.as_dict() if c.lane else None,
-            "outcome": c.outcome, "verdict": c.verdict_name, "why": c.message,
+            "outcome": c.outcome, "verdict": c.verdict_name, "reading": v.reading if v else None, "why": c.message,
             "runs_needed": v.runs_needed if v else None, "median_step_ms": c.median_step_ms,
             "ratio": {"value": v.ratio, "ci_low": v.ci_low, "ci_high": v.ci_high, "confidence": v.confidence}
             if v else None,
@@ -236,13 +253,14 @@ def to_json(result: CheckResult) -> dict[str, Any]:
         }
     def pooled(p: PooledCheck) -> dict[str, Any]:
         v = p.verdict
-        return {"lane": p.lane.as_dict(), "verdict": v.verdict, "runs": list(p.run_ids), "run_names": list(p.run_names),
+        return {"lane": p.lane.as_dict(), "verdict": v.verdict, "reading": v.reading, "runs": list(p.run_ids),
+                "run_names": list(p.run_names),
                 "median_step_ms": p.median_step_ms, "why": v.why, "runs_needed": v.runs_needed,
                 "ratio": {"value": v.ratio, "ci_low": v.ci_low, "ci_high": v.ci_high, "confidence": v.confidence},
                 "baseline": {"tag": p.baseline.tag, "runs": [r.id for r in p.baseline.used],
                              "median_step_ms": p.baseline.median_step_ms, "noise_floor_pct": p.baseline.floor.floor_pct}}
     return {"passed": result.passed, "exit_code": result.exit_code, "against": result.against, "last": result.last,
-            "judged": "each" if result.each else "pooled",
+            "judged": "each" if result.each else "pooled", "headline": headline(result),
             "pooled": {"verdict": result.pooled_verdict, "runs": [rid for p in result.pooled for rid in p.run_ids],
                        "lanes": [pooled(p) for p in result.pooled]},
             "results": [one(c) for c in result.candidates]}
@@ -260,6 +278,8 @@ _ICON = {"slower": ":x:", "faster": ":rocket:", "no change": ":white_check_mark:
 
 def _row(name: str, state: str, v: VerdictResult | None, bold: bool = False) -> str:
     verdict = f"{_ICON.get(state, ':warning:')} " + (f"**{_md(state)}**" if bold else _md(state))
+    if v is not None and v.verdict == "inconclusive":
+        verdict += f" ({_md(v.reading)})"
     return (f"| {name} | {verdict} | {change_pct(v) if v else '-'} | {interval_pct(v) if v else '-'} |")
 
 

@@ -29,9 +29,11 @@ def register(app: typer.Typer) -> None:
 def explain(
     ctx: typer.Context,
     run: str = typer.Argument(..., help="Candidate receipt (id, id prefix or run name); it needs a profile attached."),
-    against: str = typer.Option(..., "--against", help="Baseline: tag:NAME (the lane's most recent runs carrying the "
-                                                       "tag, as `check` picks them) or one receipt (pairwise)."),
-    last: int = typer.Option(DEFAULT_LAST, "--last", min=1, help="Baseline runs (the most recent) for tag:NAME."),
+    against: str = typer.Option(..., "--against", help="Baseline: tag:NAME (the lane's most recent profiled runs "
+                                                       "carrying the tag, as `check` picks them) or one receipt "
+                                                       "(pairwise)."),
+    last: int = typer.Option(DEFAULT_LAST, "--last", min=1, help="Baseline runs for tag:NAME: the most recent with a "
+                                                                 "profile attached."),
     level: Optional[List[str]] = typer.Option(None, "--level", help=f"Levels to explain, repeatable: "
                                                                     f"{', '.join(LEVELS)} (default: all)."),
     show_all: bool = typer.Option(False, "--all", help="List every component, not only the changed ones."),

@@ -81,7 +81,9 @@ def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
     lines += _wrap(f"noise: {e.noise_note}; Benjamini-Hochberg at {e.fdr:g}; a component is named from "
                    f"{e.min_effect_ms:.2f} ms per step")
     if len(r.formats) > 1:
-        lines += _wrap(f"profiles of different formats ({', '.join(r.formats)}): kernel names may differ")
+        lines += _wrap(f"profiles of different formats ({', '.join(r.formats)}): kernels are matched in one spelling, "
+                       "but the CPU-side ranges are not the same ranges (nsys: NVTX; the PyTorch profiler: its "
+                       "own annotations)")
     header = f"    {'component':<{_NAME}} {'baseline':>8} {'candidate':>9} {'delta':>8} {'share':>5} verdict"
     for level in (lv for lv in LEVELS if lv in e.levels):
         mine = [c for c in e.components if c.level == level]

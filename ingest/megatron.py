@@ -12,7 +12,8 @@ Evidence read (everything else in the log is left alone):
   arguments   `------------------------ arguments ------------------------` then `  name ..... value` lines
               until `-------------------- end of arguments ---------------------`. Other processes' output is
               interleaved into the dump in real logs (a value can carry a stray suffix), so only values that
-              parse cleanly become features.
+              parse cleanly become features: every recipe argument (model shape, batch, precision, optimizer,
+              learning-rate schedule, data, ...), not the paths, ranks and logging switches (NOT_RECIPE).
 """
 
 from __future__ import annotations
@@ -42,14 +43,31 @@ _MB = 1024 * 1024
 _LOSS = r"\| lm loss: ([-+0-9.eE]+|nan|inf)"
 _TOKENS_PER_S = r"tokens per (?:sec|second): ([0-9.,]+)"
 
-# Arguments that shape the model or the batch: the recipe side of a receipt's feature bundle.
-FEATURE_ARGS = (
-    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
-    "seq_length", "max_position_embeddings", "padded_vocab_size", "num_experts", "moe_router_topk",
-    "moe_ffn_hidden_size", "micro_batch_size", "global_batch_size", "train_iters", "log_interval",
-    "bf16", "fp16", "fp8", "sequence_parallel", "recompute_granularity", "recompute_method",
-    "use_flash_attn", "transformer_impl", "zero_stage", "params_dtype", "swiglu", "position_embedding_type",
-)
+# Arguments of the dump that are not the recipe: where a run writes (paths that carry its name), which process
+# printed the dump, resumption state, and logging switches. Every other argument is a recipe fact (a feature):
+# two runs whose dumps differ there ran different recipes. log_interval stays: it sets what one row's step_ms
+# averages over.
+NOT_RECIPE = frozenset((
+    "save", "load", "tensorboard_dir", "wandb_project", "wandb_exp_name", "wandb_save_dir", "log_dir",
+    "rank", "local_rank", "world_size", "distributed_backend",
+    "consumed_train_samples", "consumed_valid_samples", "consumed_train_tokens", "consumed_token_layers",
+    "exit_duration_in_mins", "exit_interval", "exit_signal_handler", "tensorboard_log_interval",
+    "tensorboard_queue_size", "timing_log_level", "timing_log_option",
+))
+_NOT_RECIPE_PREFIXES = ("log_", "wandb_")
+# A value with another process's output glued on (`0.1Emitting ninja build file ...`) is not a fact
+_GARBLED = re.compile(r"\s|^[-+]?[0-9][0-9.eE+-]*[A-Za-z]{2}")
+
+
+def recipe_arguments(args: dict) -> dict:
+    """The dump's recipe facts: every argument with a clean value (None, an unset argument, is no fact) except
+    NOT_RECIPE and the log_* switches other than log_interval."""
+    return {k: v for k, v in args.items()
+            if v is not None and k not in NOT_RECIPE
+            and (k == "log_interval" or not k.startswith(_NOT_RECIPE_PREFIXES))
+            and not (isinstance(v, str) and _GARBLED.search(v))}
+
+
 # Parallel degrees in the order the regime hint prints them; first name found wins.
 DEGREES = (
     ("tp", ("tensor_model_parallel_size",)),
@@ -269,7 +287,7 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
                                                             "allocated_bytes", "reserved_bytes", "line"))),
         claim=IdentityClaim(regime=_regime(args, deepspeed)),
         memory=memory,
-        features={k: args[k] for k in FEATURE_ARGS if k in args and args[k] is not None},
+        features=recipe_arguments(args),
         world_size=world,
         ended_early=cut_short_note(end, last_line_parsed) or _crash_after(reading),
         started_at=_iso([reading.started_at] if reading.started_at else []),

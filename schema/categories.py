@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from receipts.errors import InputError, UnsupportedVersion
+from receipts.schema.kernel_names import canonical_kernel_name
 from receipts.schema.toml_file import read_toml
 
 # The anatomy --json contract: every category a row may carry.
@@ -47,9 +48,14 @@ class CategoryRules:
     _seen: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def classify(self, kernel_name: str) -> str:
+        """The first rule that matches the name as the profiler wrote it or in its canonical spelling
+        (schema/kernel_names.py): a rule written from a Kineto trace (`elementwise_kernel<128`) matches the same
+        kernel in an nsys export (`elementwise_kernel<(int)128`), and the other way round."""
         category = self._seen.get(kernel_name)
         if category is None:
-            category = next((c for c, pattern in self.rules if pattern.search(kernel_name)), "other")
+            canon = canonical_kernel_name(kernel_name)
+            category = next((c for c, pattern in self.rules if pattern.search(kernel_name) or pattern.search(canon)),
+                            "other")
             self._seen[kernel_name] = category
         return category
 
@@ -64,19 +70,22 @@ class CategoryRules:
         todo = [i for i, n in enumerate(names) if out[i] is None and n.isascii() and n.isprintable()]
         if todo:
             names_left = [names[i] for i in todo]
+            canon_left = [canonical_kernel_name(n) for n in names_left]
             vectorised = {i: "(?i)" + pattern.pattern for i, (_, pattern) in enumerate(self.rules)  # re.IGNORECASE
                           if _NOT_PORTABLE.search(pattern.pattern) is None and _polars_reads("(?i)" + pattern.pattern)}
             hits: dict[int, np.ndarray] = {}
             if vectorised:
-                found = pl.DataFrame({"name": names_left}).select(
-                    pl.col("name").str.contains(p).alias(str(i)) for i, p in vectorised.items())
+                found = pl.DataFrame({"name": names_left, "canon": canon_left}).select(
+                    (pl.col("name").str.contains(p) | pl.col("canon").str.contains(p)).alias(str(i))
+                    for i, p in vectorised.items())
                 hits = {int(c): found[c].to_numpy() for c in found.columns}
             left = np.ones(len(todo), bool)
             for i, (category, pattern) in enumerate(self.rules):
                 if i in hits:
                     hit = hits[i] & left
                 else:
-                    hit = np.array([bool(ok and pattern.search(n)) for n, ok in zip(names_left, left)], bool)
+                    hit = np.array([bool(ok and (pattern.search(n) or pattern.search(cn)))
+                                    for n, cn, ok in zip(names_left, canon_left, left)], bool)
                 for j in np.flatnonzero(hit):
                     out[todo[j]] = category
                 left &= ~hit

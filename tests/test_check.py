@@ -215,6 +215,35 @@ def test_the_baseline_is_the_most_recent_n_of_the_tag_in_the_candidates_lane(tmp
                          "launch_regime": LANE["regime"]}
 
 
+@pytest.mark.slow
+def test_the_headline_says_which_way_an_inconclusive_result_is_unsettled(tmp_path, db):
+    """+0.8% whose interval excludes no change is beyond the noise but under the 1% minimum effect; a change whose
+    interval holds no change is within the noise. The headline, the comment's table and --json say which."""
+    lane = db  # a quiet lane: ten main runs within +-0.15%
+    ingest(lane, *(run_log(tmp_path, f"main_{i}", 100.0 + off, i)
+                   for i, off in enumerate((0.0, 0.1, -0.1, 0.05, -0.05, 0.15, -0.15, 0.0, 0.1, -0.1))),
+           flags=("--tag", "main"))
+    ingest(lane, *(run_log(tmp_path, f"small_{i}", 100.0 + off, 20 + i) for i, off in enumerate((0.8, 0.75, 0.85))),
+           flags=("--tag", "pr-small"))
+    comment = tmp_path / "pr.md"
+    code, out = check(lane, "tag:pr-small", "--against", "tag:main", "--last", "10", "--markdown", str(comment))
+    pool = out["pooled"]["lanes"][0]
+    assert code == 0 and pool["verdict"] == "inconclusive" and 1.0 < pool["ratio"]["ci_low"] < pool["ratio"]["value"] < 1.01
+    said = "inconclusive against tag:main: beyond the noise, under the 1% minimum effect (3 run(s) pooled, +0."
+    assert pool["reading"] == "beyond the noise, under the 1% minimum effect" and out["headline"].startswith(said)
+    assert "within the noise" not in comment.read_text() and f"### receipts check: {said}" in comment.read_text()
+    assert "| **3 run(s) pooled** (decides) | :grey_question: **inconclusive** (beyond the noise, under the 1% minimum effect)" \
+        in comment.read_text()
+    # a lane of two runs (the default 1.5% floor): +0.5% is within the noise; the each-mode tally says so
+    other = {"regime": "ddp/full-compile"}
+    ingest(lane, run_log(tmp_path, "m1", 100.0, 31, **other), run_log(tmp_path, "m2", 100.1, 32, **other),
+           flags=("--tag", "main"))
+    ingest(lane, run_log(tmp_path, "half", 100.5, 33, **other))
+    code, out = check(lane, "half", "--against", "tag:main", "--each")
+    assert out["results"][0]["reading"] == "within the noise" and out["results"][0]["ratio"]["ci_low"] < 1.0
+    assert out["headline"] == "no run slower than tag:main (1 checked: 1 inconclusive (within the noise))"
+
+
 def test_a_lane_without_the_tag_exits_3_naming_the_lane_and_the_fix(tmp_path, db):
     ingest(db, run_log(tmp_path, "lonely", 100.0, 1), flags=("--tag", "pr-2"))
     code, out = check(db, "lonely", "--against", "tag:main")

@@ -74,12 +74,14 @@ def test_kernel_keys_drop_the_argument_list_where_that_stays_unique():
     assert strip_arguments(flash).endswith("(bool)0, (bool)1>") and strip_arguments(flash).startswith("pytorch_flash")
     assert strip_arguments("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
     overloads = ["void k<int>(float*)", "void k<int>(double*)", "void k<long>(float*)", nccl]
-    keys = kernel_keys(overloads)
-    assert keys["void k<int>(float*)"][0] == "void k<int>(float*)"      # two would share 'k<int>': full names
+    keys = kernel_keys([overloads])
+    assert keys["void k<int>(float*)"][0] == "k<int>(float*)"      # two in one run would share 'k<int>': full names
     assert keys["void k<long>(float*)"][0] == "k<long>"
     assert keys[nccl] == ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",) * 2
-    assert kernel_keys([flash])[flash][1] == "pytorch_flash::flash_fwd_kernel<...>"
+    assert kernel_keys([[flash]])[flash][1] == "pytorch_flash::flash_fwd_kernel<...>"
     assert len({k for k, _ in keys.values()}) == len(overloads)
+    # one in each run: the same kernel, however each profiler spelled its parameters
+    assert kernel_keys([["void k<int>(T1 *)"], ["void k<int>(float*)"]])["void k<int>(T1 *)"][0] == "k<int>"
 
 
 # ---------------------------------------------------------------------------------------- statistics
@@ -309,6 +311,40 @@ def test_a_log_only_receipt_gets_one_line_saying_which_profile_to_attach(tmp_pat
     assert "log-only" in line and "Nsight Systems export" in line and "--attach aa_1" in line
     code, out = cli_json(db, "explain", "aa_1", "--against", "tag:main")
     assert code == 3 and out["verdict"] is None and out["refused"] == line.removeprefix("REFUSED: ")
+
+
+@pytest.mark.slow
+def test_against_a_tag_takes_the_most_recent_profiled_runs(explain_lane, tmp_path):
+    """Two newer main runs ingested without their profiles: `--last 5` still explains against the five profiled
+    runs base_1 ... base_5, passing over the unprofiled ones, and the step verdict judges the same runs."""
+    db = str(tmp_path / "copy.duckdb")
+    shutil.copy(explain_lane, db)
+    _unprofiled_copies(tmp_path, db)
+    code, newest = cli_json(db, "check", "gemm_1", "--against", "tag:main", "--last", "5")
+    assert newest["results"][0]["baseline"]["run_names"][-2:] == ["base_6", "base_7"]  # check: the newest five
+    out = _explain(db, "gemm_1", "--last", "5")
+    # base_1 .. base_5 (base_1 may leave as an outlier: the copies, equal to base_4 and base_5, narrow the floor)
+    assert out["baseline_runs"][-4:] == [f"base_{i}" for i in range(2, 6)] and out["baseline_runs_without_profile"] == []
+    assert out["verdict"] == "slower" and _named(out, "kernel")[0]["calls_delta_per_step"] == EXTRA_K
+
+
+def _unprofiled_copies(tmp_path: Path, db: str) -> None:
+    """base_6 and base_7: base_4's and base_5's logs as newer main runs (a day later), ingested without profiles."""
+    for i, source in ((6, "base_4"), (7, "base_5")):
+        text = (EXPLAIN_DATA / source / "run.log").read_text()
+        text = text.replace(f'"run_name":"{source}"', f'"run_name":"base_{i}"').replace(
+            '"started_at":"2026-11-27T', '"started_at":"2026-11-28T').replace('"run_id":"', f'"run_id":"{i}')
+        (tmp_path / f"base_{i}.log").write_text(text)
+        assert cli(db, "ingest", str(tmp_path / f"base_{i}.log")).exit_code == 0
+
+
+@pytest.mark.slow
+def test_against_a_tag_without_profiled_runs_says_to_attach_profiles(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    assert cli(db, "ingest", str(EXPLAIN_DATA / "gemm_1")).exit_code == 0
+    _unprofiled_copies(tmp_path, db)
+    code, out = cli_json(db, "explain", "gemm_1", "--against", "tag:main")
+    assert code == 3 and "none of its 2 baseline run(s) (base_6, base_7) has a profile attached" in out["refused"]
 
 
 @pytest.mark.slow

@@ -67,6 +67,47 @@ def test_small_or_sub_threshold_changes_are_not_change_points():
     assert change_points(x) == () and change_points(x, min_magnitude=0.001)[0].index == 10
 
 
+# 8 base runs, 4 at +2.9%, 2 back at +0.7% (run medians, ms): 8 vs the 4 slowed runs p 1e-5, but 8 vs the 6 after
+# the cut (slowed and recovered mixed) p 0.00101 under the pooled t-test, just over the 0.001 a change point needs
+SLOWED_THEN_RECOVERED = [99.61, 100.02, 100.58, 98.99, 99.94, 100.79, 100.3, 99.46,
+                         102.41, 102.93, 103.76, 102.63, 101.3, 100.09]
+
+
+def _pooled_only(monkeypatch):
+    """The change-point rule with Otava's pooled t-test alone (the comparison the before-side test must beat)."""
+    from receipts.analysis import changepoint
+
+    monkeypatch.setattr(changepoint, "_test", changepoint._ttest)
+
+
+def test_a_clear_change_followed_by_a_weaker_one_is_found_at_its_first_run(monkeypatch):
+    x = np.array(SLOWED_THEN_RECOVERED)
+    from receipts.analysis.changepoint import _ttest
+
+    assert _ttest(x[:8], x[8:12]) < 1e-4 and 0.001 < _ttest(x[:8], x[8:]) < 0.0011
+    (cp,) = change_points(x)
+    assert cp.index == 8 and cp.pvalue < 0.001 and 0.02 < cp.rel_change < 0.03
+    # the same shape over 100 noise draws (0.5% run-to-run): the first change point is the first slowed run
+    rng = np.random.default_rng(7)
+    series = [np.r_[100 * (1 + rng.normal(0, 0.005, 8)), 103 * (1 + rng.normal(0, 0.005, 4)),
+                    100.7 * (1 + rng.normal(0, 0.005, 2))] for _ in range(100)]
+    found = sum([c.index for c in change_points(x)][:1] == [8] for x in series)
+    _pooled_only(monkeypatch)
+    assert change_points(SLOWED_THEN_RECOVERED) == ()
+    pooled_found = sum([c.index for c in change_points(x)][:1] == [8] for x in series)
+    assert found >= 95 and pooled_found < 85, (found, pooled_found)
+
+
+def test_the_before_side_test_adds_no_false_alarms_on_flat_series(monkeypatch):
+    # the same 1,200 flat series (8-40 runs, 0.7% Gaussian noise) under both rules: no more false alarms
+    rng = np.random.default_rng(11)
+    series = [55 * (1 + rng.normal(0, 0.007, n)) for n in (8, 15, 25, 40) for _ in range(300)]
+    flagged = {i for i, x in enumerate(series) if change_points(x)}
+    _pooled_only(monkeypatch)
+    pooled = {i for i, x in enumerate(series) if change_points(x)}
+    assert len(flagged) <= len(pooled) and len(flagged) / len(series) < 0.02, (len(flagged), len(pooled))
+
+
 # ------------------------------------------------------------------------------ the CLI on real runs
 @pytest.fixture(scope="module")
 def noise_db(tmp_path_factory) -> str:

@@ -95,6 +95,18 @@ def test_significant_but_below_min_effect_is_not_a_speedup():
     assert decide(many(100.0), many(99.5), lane(0.2, 60), min_effect=0.003).verdict == "faster"
 
 
+def test_the_reading_tells_the_two_kinds_of_inconclusive_apart():
+    many = lambda m: [run(m) for _ in range(10)]  # noqa: E731
+    beyond = decide(many(100.0), many(100.8), lane(0.3, 30))   # +0.8%: the interval excludes 1, under min_effect
+    assert beyond.verdict == "inconclusive" and beyond.ci_low > 1.0
+    assert beyond.reading == "beyond the noise, under the 1% minimum effect"
+    within = decide([run(100.0)], [run(100.5)], lane(1.5, 2))   # one run each, default floor: holds 1
+    assert within.verdict == "inconclusive" and within.ci_low < 1.0 < within.ci_high
+    assert within.reading == "within the noise"
+    assert decide(many(100.0), many(103.0), lane(0.3, 30)).reading == "beyond the noise and the 1% minimum effect"
+    assert decide(many(100.0), many(100.0), lane(0.3, 30)).reading.startswith("inside the +-")
+
+
 def test_tokens_per_second_higher_is_faster():
     v = decide([run(1000.0)], [run(1100.0)], lane(0.7, 10), lower_is_better=False)
     assert v.verdict == "faster" and v.ratio == pytest.approx(1.1) and v.ci_low > 1.0
