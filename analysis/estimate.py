@@ -46,6 +46,7 @@ SHARDING = {"none": (False, False, False), "zero1": (False, False, True), "zero2
             "zero3": (True, True, True), "fsdp": (True, True, True)}
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "eager")
+MAX_BYTES = 2**63       # byte counts are 64-bit integers in `--json` and in the store
 STEP_SCALAR_BYTES = 4   # a fused optimizer's per-tensor `step` on the device (float32)
 
 
@@ -176,7 +177,19 @@ def estimate(cfg: EstimateConfig) -> Estimate:
                                            dtype_bytes=DTYPE_BYTES[cfg.activation_dtype])
     out["runtime_reserve"] = cfg.runtime_reserve_bytes
     out["overhead"] = cfg.overhead_bytes
+    _in_range(out)
     return Estimate(out, tuple(notes), cfg)
+
+
+def _in_range(categories: dict[str, int]) -> None:
+    """Every byte count, and their sum, inside 64 bits (what `--json` and the store hold): past it, an input
+    is a typo (no device holds 8 EiB)."""
+    from receipts.errors import UsageError
+
+    for name, value in [*categories.items(), ("total", sum(categories.values()))]:
+        if not 0 <= value < MAX_BYTES:
+            raise UsageError(f"the estimate's {name} comes to {value:.3e} bytes per rank, past 2**63 (8 EiB, more "
+                             "than any device): check the parameter counts, shapes and sizes given")
 
 
 def activation_bytes(a: Activations, *, tp: int = 1, sequence_parallel: bool = False, dtype_bytes: int = 2) -> int:

@@ -15,12 +15,13 @@ def register(app: typer.Typer) -> None:
     app.command("estimate")(estimate)
 
 
+MAX_PARAMS = 2**53   # 9e15 parameters: beyond any model, and every byte count stays inside 64 bits
 _SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 
 
 def parameter_count(text: str) -> int:
     """A parameter count as people write it: 67170304, 67_170_304, 8e9, 8B, 1.5M (powers of 1000)."""
-    from decimal import Decimal, InvalidOperation
+    from decimal import Decimal
 
     from receipts.errors import UsageError
 
@@ -28,10 +29,12 @@ def parameter_count(text: str) -> int:
     suffix = body[-1:].upper() if body[-1:].isalpha() and body[-1:].upper() in _SCALE else ""
     try:
         value = Decimal(body[:len(body) - len(suffix)]) * _SCALE[suffix]
-    except InvalidOperation:
+    except ArithmeticError:   # InvalidOperation, and Overflow past the context's exponent (1e999999999B)
         value = Decimal(-1)
-    if value < 1 or value != value.to_integral_value():
-        raise UsageError(f"--params {text!r} is not a whole, positive parameter count (e.g. 67170304, 8e9, 8B)")
+    # NaN and infinity are Decimals too; a finite one past 2**63 would build a huge int or overflow the store
+    if not value.is_finite() or not 1 <= value <= MAX_PARAMS or value != value.to_integral_value():
+        raise UsageError(f"--params {text!r} is not a whole, positive parameter count up to 2**53 "
+                         "(e.g. 67170304, 8e9, 8B)")
     return int(value)
 
 

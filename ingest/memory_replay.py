@@ -30,6 +30,18 @@ K_SMALL_SIZE = 1 << 20          # kSmallSize: requests up to 1 MiB use the small
 _DIVISION_INTERVALS = 16        # kRoundUpPowerOfTwoIntervals: 1 MiB .. 64 GiB, one setting per power of two
 
 
+class SettingsError(ValueError):
+    """A value of the snapshot's `allocator_settings` of the wrong shape: the key, the value, what was expected."""
+
+    def __init__(self, key: str, value: Any, expected: str) -> None:
+        super().__init__(f"{key}: {expected}")
+        self.key, self.value, self.expected = key, value, expected
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class AllocatorSettings:
     """What changes block sizes, from the snapshot's `allocator_settings` (absent in older snapshots)."""
@@ -43,9 +55,16 @@ class AllocatorSettings:
         if not settings:
             return cls()
         table = settings.get("roundup_power2_divisions") or {}
-        ordered = [int(v) for _, v in sorted(((int(k), v) for k, v in table.items()), key=lambda kv: kv[0])]
+        expected = "a dict of power-of-two interval (an integer) to divisions (an integer >= 0), as torch writes it"
+        if not isinstance(table, dict) or not all(_whole(k) or (isinstance(k, str) and k.isdigit())
+                                                  for k in table) or not all(_whole(v) and v >= 0
+                                                                             for v in table.values()):
+            raise SettingsError("roundup_power2_divisions", table, expected)
+        ordered = [v for _, v in sorted(((int(k), v) for k, v in table.items()), key=lambda kv: kv[0])]
         divisions = tuple((ordered + [0] * _DIVISION_INTERVALS)[:_DIVISION_INTERVALS])
         split = settings.get("max_split_size")
+        if split is not None and not _whole(split):
+            raise SettingsError("max_split_size", split, "an integer (bytes; negative: unlimited)")
         return cls(divisions, None if split is None or split < 0 else int(split),
                    bool(settings.get("expandable_segments")))
 

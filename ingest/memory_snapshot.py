@@ -34,13 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from receipts.errors import InputError
-from receipts.ingest.memory_replay import AllocatorSettings, layout_at_dump, layout_at_start, replay
+from receipts.ingest.memory_replay import AllocatorSettings, SettingsError, layout_at_dump, layout_at_start, replay
 from receipts.schema.memory import MemoryGeometry
 
 FORMAT = "memory-snapshot"
 PICKLE_PROTOCOLS = range(2, 6)    # b'\x80' + protocol: what pickle.dump writes since Python 3
 _ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
             "segment_unmap", "snapshot", "oom", "user_defined")
+MAX_BYTES = 1 << 50               # a size beyond any device (1 PiB): a corrupt field, not memory
+MAX_DEVICE = (1 << 31) - 1        # the store's device column is a 32-bit integer
 _BLOCK_STATES = ("active_allocated", "active_awaiting_free", "active_pending_free", "inactive")
 
 
@@ -100,10 +102,12 @@ def parse(path: Path) -> tuple[MemoryGeometry, ...]:
         for i, entry in enumerate(trace):
             _entry(path, device, i, entry)
     settings_raw = data.get("allocator_settings")
+    if settings_raw is not None and not isinstance(settings_raw, dict):
+        raise InputError(path, f"'allocator_settings' is a {type(settings_raw).__name__}; expected a dict")
     try:
-        settings = AllocatorSettings.of(settings_raw if isinstance(settings_raw, dict) else None)
-    except (TypeError, ValueError) as exc:
-        raise InputError(path, f"'allocator_settings' holds a value of the wrong type ({exc})") from None
+        settings = AllocatorSettings.of(settings_raw)
+    except SettingsError as exc:
+        raise InputError(path, f"allocator_settings.{exc.key} is {exc.value!r}; expected {exc.expected}") from None
     devices = sorted({int(s.get("device", 0)) for s in segments} | {d for d, t in enumerate(traces) if t})
     return tuple(_device(path, d, [s for s in segments if int(s.get("device", 0)) == d],
                          traces[d] if d < len(traces) else [], settings, settings_raw is not None)
@@ -227,6 +231,11 @@ def _segment(path: Path, i: int, seg: Any) -> dict[str, Any]:
     for key in ("address", "total_size"):
         if not _int(seg.get(key)):
             raise InputError(path, f"{where} has no integer {key!r}")
+    if not 0 <= seg["total_size"] <= MAX_BYTES:
+        raise InputError(path, f"{where}.total_size is {seg['total_size']}; expected bytes from 0 to 2**50")
+    if "device" in seg and not (_int(seg["device"]) and 0 <= seg["device"] <= MAX_DEVICE):
+        raise InputError(path, f"{where}.device is {seg['device']!r}; expected a CUDA device index, an integer "
+                               f"from 0 to {MAX_DEVICE}")
     if not isinstance(seg.get("blocks"), list):
         raise InputError(path, f"{where} has no 'blocks' list")
     total = 0
@@ -249,8 +258,8 @@ def _entry(path: Path, device: int, i: int, e: Any) -> None:
         raise InputError(path, f"{where} has action {action!r}; expected one of {', '.join(_ACTIONS)}")
     if e["action"] in ("snapshot", "user_defined", "oom"):
         return
-    if not _int(e.get("addr")) or not _int(e.get("size")) or e["size"] < 0:
-        raise InputError(path, f"{where} ({e['action']}) needs integer 'addr' and 'size'")
+    if not _int(e.get("addr")) or not _int(e.get("size")) or not 0 <= e["size"] <= MAX_BYTES:
+        raise InputError(path, f"{where} ({e['action']}) needs integer 'addr' and 'size' (bytes from 0 to 2**50)")
     frames = e.get("frames")
     if frames is not None and not (isinstance(frames, list) and all(isinstance(f, dict) for f in frames)):
         raise InputError(path, f"{where} has 'frames' that are not a list of frame dicts")

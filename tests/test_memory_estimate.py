@@ -121,7 +121,7 @@ def test_fused_adamw_counts_the_device_step_when_tensors_are_given():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[parallel]\ntp = 0\n[[families]]\nparams = 1\n", "key parallel.tp must be a whole number >= 1, found 0"),
+    ("[parallel]\ntp = 0\n[[families]]\nparams = 1\n", "key parallel.tp must be a whole number from 1 to 2\\*\\*53, found 0"),
     ("[[families]]\nparams = 1\nownership = \"pp\"\n", "key families\\[0\\].ownership must be one of replicated, tp, ep"),
     ("[[families]]\nparams = 1\noptimiser = \"adamw\"\n", "unknown key families\\[0\\].optimiser"),
     ("[[families]]\nname = \"x\"\n", "key families\\[0\\].params is missing"),
