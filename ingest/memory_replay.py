@@ -212,13 +212,13 @@ def layout_at_start(segments: list[dict[str, Any]], trace: list[dict[str, Any]],
     """The block layout when recording began: the dump's layout with the trace undone, last event first."""
     layout, undo = layout_at_dump(segments), Undo()
     live: set[int] = set()
-    recorded: set[int] = set()   # completed frees of blocks the trace allocated: a guess there is undone with them
+    recorded = bytearray(len(trace))   # completed frees of blocks the trace allocated: a guess there is undone with them
     for i, e in enumerate(trace):
         if e["action"] == "alloc":
             live.add(int(e["addr"]))
         elif e["action"] == "free_completed" and int(e["addr"]) in live:
             live.discard(int(e["addr"]))
-            recorded.add(i)
+            recorded[i] = 1
     for i in range(len(trace) - 1, -1, -1):
         e = trace[i]
         action, addr = e["action"], int(e.get("addr", 0))
@@ -235,7 +235,7 @@ def layout_at_start(segments: list[dict[str, Any]], trace: list[dict[str, Any]],
             else:
                 undo.misses += 1
         elif action == "free_completed":
-            if _unfree(layout, addr, int(e["size"]), settings, undo) and i not in recorded:
+            if _unfree(layout, addr, int(e["size"]), settings, undo) and not recorded[i]:
                 undo.guessed_frees += 1
         elif action in ("segment_alloc", "segment_map"):
             if not layout.drop_segment(addr):

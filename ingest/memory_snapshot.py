@@ -28,12 +28,12 @@ the blocks' frames.
 from __future__ import annotations
 
 import gzip
-import io
-import pickle
+import zlib
 from pathlib import Path
 from typing import Any
 
 from receipts.errors import InputError
+from receipts.ingest import snapshot_stream
 from receipts.ingest.memory_replay import AllocatorSettings, SettingsError, layout_at_dump, layout_at_start, replay
 from receipts.schema.memory import MemoryGeometry
 
@@ -51,35 +51,26 @@ def detect(head: bytes) -> bool:
     return len(head) >= 2 and head[0] == 0x80 and head[1] in PICKLE_PROTOCOLS
 
 
-class _Refused(pickle.UnpicklingError):
-    pass
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Builds dicts, lists, tuples, strings and numbers only: any class or function the pickle names is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise _Refused(f"it names {module}.{name}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise _Refused("it holds a persistent reference")
-
-
 def load(path: Path) -> Any:
-    """The pickle's plain content; InputError for anything else (or a file that is not a whole pickle)."""
+    """The pickle's plain content, its traces as snapshot_stream.Trace columns; InputError for anything else (or a
+    file that is not a whole pickle). Read as a stream: memory follows the distinct call stacks, not the file."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError) as exc:
-        raise InputError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
-    try:
-        return _PlainUnpickler(io.BytesIO(raw)).load()
-    except _Refused as exc:
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            return snapshot_stream.load(f, phase_of_pairs)
+    except snapshot_stream.Refused as exc:
         raise InputError(path, f"refused: not a plain PyTorch memory snapshot ({exc}); a snapshot holds only "
                                "dicts, lists, strings and numbers, and nothing else is unpickled") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, MemoryError,
+    except snapshot_stream.Shape as exc:
+        raise InputError(path, str(exc)) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        if isinstance(exc, gzip.BadGzipFile) or isinstance(exc, (EOFError, zlib.error)):
+            raise InputError(path, f"not a whole pickle ({type(exc).__name__}: {exc}); expected a PyTorch memory "
+                                   "snapshot from torch.cuda.memory._dump_snapshot") from None
+        raise InputError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
+    except (snapshot_stream.Broken, ValueError, TypeError, IndexError, KeyError, MemoryError,
             RecursionError) as exc:
         raise InputError(path, f"not a whole pickle ({type(exc).__name__}: {exc}); expected a PyTorch memory "
                                "snapshot from torch.cuda.memory._dump_snapshot") from None
@@ -96,11 +87,12 @@ def parse(path: Path) -> tuple[MemoryGeometry, ...]:
                                "(torch.cuda.memory._dump_snapshot)")
     segments = [_segment(path, i, s) for i, s in enumerate(data["segments"])]
     traces = data.get("device_traces") or []
-    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
+    if not isinstance(traces, list) or not all(isinstance(t, (list, snapshot_stream.Trace)) for t in traces):
         raise InputError(path, "'device_traces' must be a list of lists of trace entries, one per device")
     for device, trace in enumerate(traces):
-        for i, entry in enumerate(trace):
-            _entry(path, device, i, entry)
+        if isinstance(trace, list):   # a Trace was checked as it was read; a list here holds no entry dicts
+            for i, entry in enumerate(trace):
+                _entry(path, device, i, entry)
     settings_raw = data.get("allocator_settings")
     if settings_raw is not None and not isinstance(settings_raw, dict):
         raise InputError(path, f"'allocator_settings' is a {type(settings_raw).__name__}; expected a dict")
@@ -162,11 +154,19 @@ def _ordered(categories: dict[str, int]) -> tuple[tuple[str, int], ...]:
 
 
 # ---- categories from frames ----------------------------------------------------------------------------
-def phase_of(frames: list[dict[str, Any]]) -> str | None:
-    """'optimizer' | 'backward' | 'forward' | 'recompute' from an allocation's frames (innermost first); None
-    when none of them says (no frames, or only the script's own code)."""
-    files = [str(f.get("filename", "")).replace("\\", "/") for f in frames]
-    names = [str(f.get("name", "")) for f in frames]
+def phase_of(frames: Any) -> str | None:
+    """'optimizer' | 'backward' | 'forward' | 'recompute' from an allocation's frames (innermost first, dicts, or a
+    snapshot_stream.Frames token that holds the answer); None when none of them says (no frames, or only the
+    script's own code)."""
+    if isinstance(frames, snapshot_stream.Frames):
+        return frames.phase
+    return phase_of_pairs([(str(f.get("filename", "")), str(f.get("name", ""))) for f in frames])
+
+
+def phase_of_pairs(frames: list[tuple[str, str]]) -> str | None:
+    """phase_of over (filename, name) pairs."""
+    files = [f.replace("\\", "/") for f, _ in frames]
+    names = [n for _, n in frames]
     if any("/torch/optim/" in f for f in files):
         return "optimizer"
     if any("/torch/utils/checkpoint.py" in f for f in files) and "forward" in names:
