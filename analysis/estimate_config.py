@@ -161,7 +161,7 @@ def with_flags(cfg: EstimateConfig | None, *, params: int | None = None, shard_d
                optimizer: str | None = None, master_dtype: str | None = None, micro_batch: int | None = None,
                sequence: int | None = None, hidden: int | None = None, layers: int | None = None,
                vocab: int | None = None, recompute: str | None = None,
-               device_total_bytes: int | None = None) -> EstimateConfig:
+               device_total_bytes: int | None = None, runtime_reserve_bytes: int | None = None) -> EstimateConfig:
     """Flags over a config (or over nothing: `params` then makes the one family). `params` replaces the
     families with one replicated family of that many parameters; `optimizer` applies to every family;
     `master_dtype` sets the parameters', gradients' and optimizer state's dtype."""
@@ -178,6 +178,8 @@ def with_flags(cfg: EstimateConfig | None, *, params: int | None = None, shard_d
         cfg = replace(cfg, param_dtype=master_dtype, grad_dtype=master_dtype, master_dtype=master_dtype)
     if device_total_bytes is not None:
         cfg = replace(cfg, device_total_bytes=device_total_bytes)
+    if runtime_reserve_bytes is not None:
+        cfg = replace(cfg, runtime_reserve_bytes=runtime_reserve_bytes)
     shape: dict[str, Any] = {k: v for k, v in (("micro_batch", micro_batch), ("sequence", sequence), ("hidden", hidden),
                                ("layers", layers), ("vocab", vocab), ("recompute", recompute)) if v is not None}
     if shape:

@@ -85,18 +85,49 @@ def render_drift(drifts: list[dict[str, Any]] | None, moved: str | None) -> None
 
 
 def render_estimate(e: dict[str, Any]) -> None:
-    table = Table(title="memory estimate, bytes per rank")
-    for col in ("field", "bucket", "estimated"):
-        table.add_column(col, justify="right" if col == "estimated" else "left")
+    """The estimate on a terminal: each field with its bucket, the peak and the phase that holds it, and whether
+    it fits the device with the reserve."""
     from receipts.schema.memory import ESTIMATE_FIELDS
 
+    table = Table(title=f"memory estimate, bytes per rank ({escape(e['method'])})")
+    for col in ("field", "bucket", "estimated"):
+        table.add_column(col, justify="right" if col == "estimated" else "left")
     for name, value in e["categories"].items():
-        table.add_row(name.replace("_", " "), ESTIMATE_FIELDS[name] or "(outside allocated)", gib(value))
-    table.add_row("allocated", "", gib(e["allocated_bytes"]))
-    table.add_row("total", "", gib(e["total_bytes"]))
-    if e["device_total_bytes"] is not None:
-        table.add_row("device", "", gib(e["device_total_bytes"]))
-        table.add_row("headroom", "", gib(e["headroom_bytes"], signed=True))
+        if value:
+            table.add_row(name.replace("_", " "), ESTIMATE_FIELDS.get(name) or "(outside allocated)", gib(value))
+    peak_at = max(e["phases"], key=e["phases"].get) if e["phases"] else None
+    table.add_row("peak allocated", f"at {peak_at.replace('_', ' ')}" if peak_at else "(the tracker's peak)",
+                  gib(e["peak_allocated_bytes"]))
+    table.add_row("peak + reserve + overhead", "", gib(e["total_bytes"]))
     console.print(table)
+    if e["phases"]:
+        console.print("  the peak is the largest of: " + ", ".join(
+            f"{k.replace('_', ' ')} {gib(v)}" for k, v in e["phases"].items()) + " (not the sum of the fields)")
+    console.print("  " + fit_line(e))
     for note in e["notes"]:
         console.print(f"[yellow]note:[/] {escape(note)}")
+
+
+def fit_line(e: dict[str, Any]) -> str:
+    reserve = e["categories"].get("runtime_reserve", 0) + e["categories"].get("overhead", 0)
+    if e["device_total_bytes"] is None:
+        return (f"needs {gib(e['total_bytes'])} per rank (peak {gib(e['peak_allocated_bytes'])} + reserve "
+                f"{gib(reserve)}); give --device-total (e.g. 141GB) to check the fit")
+    verdict = "fits" if e["fits"] else "does NOT fit"
+    return (f"{verdict}: peak {gib(e['peak_allocated_bytes'])} + reserve {gib(reserve)} = {gib(e['total_bytes'])} "
+            f"of the device's {gib(e['device_total_bytes'])}, headroom {gib(e['headroom_bytes'], signed=True)}")
+
+
+def estimate_rows(e: dict[str, Any]) -> list[dict[str, Any]]:
+    """The estimate as field/bucket/bytes rows (TSV, CSV): the fields, the phases, the peak and the fit."""
+    from receipts.schema.memory import ESTIMATE_FIELDS
+
+    rows = [{"field": k, "bucket": ESTIMATE_FIELDS.get(k) or "reserve", "bytes": v}
+            for k, v in e["categories"].items() if v]
+    rows += [{"field": f"phase.{k}", "bucket": "peak", "bytes": v} for k, v in e["phases"].items()]
+    rows += [{"field": "peak_allocated", "bucket": "peak", "bytes": e["peak_allocated_bytes"]},
+             {"field": "total", "bucket": "peak", "bytes": e["total_bytes"]}]
+    if e["device_total_bytes"] is not None:
+        rows += [{"field": "device_total", "bucket": "device", "bytes": e["device_total_bytes"]},
+                 {"field": "headroom", "bucket": "device", "bytes": e["headroom_bytes"]}]
+    return rows
