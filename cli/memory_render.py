@@ -36,6 +36,8 @@ def render_geometry(g: dict[str, Any]) -> None:
     for col in ("bucket", "measured", *labels, "estimate error"):
         table.add_column(escape(col), justify="left" if col == "bucket" else "right")
     for row in g["buckets"]:
+        if row["bucket"] in ("runtime_reserve", "overhead") and not row["estimated_bytes"]:
+            continue
         error = "-" if row["error_bytes"] is None else (
             gib(row["error_bytes"], signed=True) + (f" ({row['error_pct']:+.1f}%)" if row["error_pct"] is not None else ""))
         per = (row.get("estimated") or {labels[-1]: row["estimated_bytes"]}) if labels else {}
@@ -50,9 +52,9 @@ def render_geometry(g: dict[str, Any]) -> None:
     table.add_row("device", gib(g["device_total_bytes"]), *("-" for _ in estimates), "-")
     console.print(table)
     if est:
-        console.print("  (an estimate's peak allocated is its largest phase, not the sum of its rows; its reserved "
+        console.prose("  (an estimate's peak allocated is its largest phase, not the sum of its rows; its reserved "
                       "adds the runtime reserve and overhead)")
-    console.print(f"  estimate -> allocated: {gib(gaps['estimate_to_allocated_bytes'], signed=True)}   "
+    console.prose(f"  estimate -> allocated: {gib(gaps['estimate_to_allocated_bytes'], signed=True)}   "
                   f"allocated -> reserved (fragmentation): {gib(gaps['fragmentation_bytes'])}"
                   + (f" [{gaps['fragmentation_rule']}]" if gaps["fragmentation_rule"] else "")
                   + f"   reserved -> device (headroom): {gib(gaps['headroom_bytes'])}")
@@ -107,9 +109,9 @@ def render_estimate(e: dict[str, Any]) -> None:
     table.add_row("peak + reserve + overhead", "", gib(e["total_bytes"]))
     console.print(table)
     if e["phases"]:
-        console.print("  the peak is the largest of: " + ", ".join(
+        console.prose("  the peak is the largest of: " + ", ".join(
             f"{k.replace('_', ' ')} {gib(v)}" for k, v in e["phases"].items()) + " (not the sum of the fields)")
-    console.print("  " + fit_line(e))
+    console.prose("  " + fit_line(e))
     for note in e["notes"]:
         console.print(f"[yellow]note:[/] {escape(note)}")
 
