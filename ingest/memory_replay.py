@@ -23,7 +23,7 @@ allocated bytes, `free_requested` takes it off (the block may still wait on othe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 K_MIN_BLOCK = 512               # kMinBlockSize: every block is a multiple of it
 K_SMALL_SIZE = 1 << 20          # kSmallSize: requests up to 1 MiB use the small pool
@@ -284,7 +284,7 @@ class Replay:
     unplaced: int = 0                               # allocations the layout could not place: sized by rounding
 
 
-def replay(start: Layout, trace: list[dict[str, Any]], categories: list[str | None],
+def replay(start: Layout, trace: list[dict[str, Any]], categories: Sequence[str | None],
            settings: AllocatorSettings) -> Replay:
     """Play `trace` forwards from `start` (modified). `categories[i]`: the category of trace entry i when it is
     an allocation. Blocks of the start layout count as `resident`."""

@@ -179,9 +179,38 @@ def phase_of_pairs(frames: list[tuple[str, str]]) -> str | None:
     return None
 
 
-def _categories(trace: list[dict[str, Any]]) -> list[str | None]:
+class Categories:
+    """Each trace entry's category (None for entries that are not allocations), a byte each: a trace of millions of
+    entries keeps its categories in megabytes, not in a list of pointers."""
+
+    def __init__(self) -> None:
+        self.codes = bytearray()
+        self.names: list[str | None] = [None]
+
+    def append(self, name: str | None) -> None:
+        try:
+            code = self.names.index(name)
+        except ValueError:
+            self.names.append(name)
+            code = len(self.names) - 1
+        self.codes.append(code)
+
+    def __getitem__(self, i: int) -> str | None:
+        return self.names[self.codes[i]]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __iter__(self):
+        return (self.names[c] for c in self.codes)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (Categories, list)) else NotImplemented
+
+
+def _categories(trace: Any) -> Categories:
     """Each allocation's category (None for other entries), following the phase through frameless ones."""
-    out: list[str | None] = []
+    out = Categories()
     phase = None
     for e in trace:
         if e["action"] != "alloc":

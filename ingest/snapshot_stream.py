@@ -73,7 +73,7 @@ class Trace:
         self.addr = array("q")
         self.size = array("q")
         self.time = array("q")
-        self.frames: list[Frames | None] = []     # shared tokens: one pointer per entry
+        self.frames = bytearray()                  # each entry's Frames token, as its index in _TOKEN_LIST
         self.categories: dict[int, str] = {}       # entries that carry their own `category` (rare)
         self.has_time = True
 
@@ -84,7 +84,7 @@ class Trace:
         if i < 0:
             i += len(self.action)
         e: dict[str, Any] = {"action": ACTIONS[self.action[i]], "addr": self.addr[i], "size": self.size[i],
-                             "frames": self.frames[i]}
+                             "frames": _TOKEN_LIST[self.frames[i]]}
         if self.has_time:
             e["time_us"] = self.time[i]
         if i in self.categories:
@@ -111,7 +111,8 @@ class Trace:
         timed = _whole(time_us) and -2**63 <= time_us < 2**63
         self.time.append(time_us if timed else 0)
         self.has_time = self.has_time and timed
-        self.frames.append(frames if isinstance(frames, Frames) else _token(frames or []))
+        token = frames if isinstance(frames, Frames) else _token(frames or [])
+        self.frames.append(_TOKEN_LIST.index(token))
         if isinstance(category, str):
             self.categories[len(self.action) - 1] = category
 
@@ -120,7 +121,8 @@ def _whole(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-_TOKENS: dict[tuple[str | None, bool], Frames] = {}
+_TOKENS: dict[tuple[str | None, bool], Frames] = {}   # one token per (phase, framed): a handful in all
+_TOKEN_LIST: list[Frames] = []
 _phase_fn: Callable[[list[tuple[str, str]]], str | None] | None = None
 
 
@@ -132,6 +134,7 @@ def _token(frames: list) -> Frames:
     token = _TOKENS.get(key)
     if token is None:
         token = _TOKENS[key] = Frames(*key)
+        _TOKEN_LIST.append(token)
     return token
 
 
@@ -154,9 +157,15 @@ class _Reader:
         self.f = f
         self.buf = b""
         self.pos = 0
-        self.memo: dict[int, Any] = {}               # what a later reference may need: strings, frames, containers
+        # The memo, a slot per MEMOIZE: a container still referenced as itself in `memo`; every other slot one int
+        # in `refs`: > 0 a value of `values` (numbers, strings, frames: each distinct value once, however many
+        # slots hold it: torch writes a new 'N/A' string per trace entry), -1 a trace entry (read once), <= -2 a
+        # Frames token. 4 bytes a slot, whatever the slot holds.
+        self.memo: dict[int, Any] = {}
         self.memo_open: dict[int, int] = {}          # id of a container being built -> its memo index
-        self.codes = bytearray()                     # per memo slot not in memo: 255 a trace entry, k a Frames token
+        self.refs = array("i")
+        self.values: list[Any] = []
+        self.value_ids: dict[tuple[type, Any], int] = {}
         self.tokens: list[Frames] = []
         self.slots = 0                               # MEMOIZE's next index
         self.stack_cache: dict[bytes, Frames] = {}   # the bytes of a frames list's references -> its token
@@ -372,7 +381,7 @@ class _Reader:
                     index, at = refs[at + 1], at + 2
                 else:
                     index, at = int.from_bytes(refs[at + 1:at + 5], "little"), at + 5
-                frame = self.memo.get(index)
+                frame = self.slot(index)
                 if not (isinstance(frame, tuple) and len(frame) == 2):
                     return None
                 frames.append(frame)
@@ -381,11 +390,7 @@ class _Reader:
         index = (self.slots if put == b"\x94" else put[1] if put[0] == 0x71
                  else int.from_bytes(put[1:5], "little"))
         self.slots = max(self.slots, index + 1)
-        if index >= len(self.codes):
-            self.codes.extend(bytes(index + 1 - len(self.codes)))
-        if token not in self.tokens:
-            self.tokens.append(token)
-        self.codes[index] = self.tokens.index(token) + 1
+        self.set_ref(index, self.token_ref(token))
         return token
 
     def refusal(self, op: int, stack: list[Any]) -> str:
@@ -405,20 +410,63 @@ class _Reader:
 
     def put(self, index: int, value: Any) -> None:
         self.slots = max(self.slots, index + 1)
-        if isinstance(value, (dict, list)):
+        if isinstance(value, (dict, list, set)):
             self.memo_open[id(value)] = index
-        self.memo[index] = value
+            self.memo[index] = value
+        elif isinstance(value, Frames):
+            self.set_ref(index, self.token_ref(value))
+        else:
+            self.set_ref(index, self.value_ref(value))
+
+    def value_ref(self, value: Any) -> int:
+        key = (type(value), value)   # the type too: 1, 1.0 and True are equal keys
+        try:
+            vid = self.value_ids.get(key)
+        except TypeError:            # a tuple holding a list: kept whole, once per slot
+            vid = None
+            key = None
+        if vid is None:
+            self.values.append(value)
+            vid = len(self.values)
+            if key is not None:
+                self.value_ids[key] = vid
+        return vid
+
+    def token_ref(self, token: Frames) -> int:
+        if token not in self.tokens:
+            self.tokens.append(token)
+        return -2 - self.tokens.index(token)
+
+    def set_ref(self, index: int, ref: int) -> None:
+        refs = self.refs
+        if index >= len(refs):
+            refs.frombytes(bytes(4 * max(index + 1 - len(refs), len(refs) // 4 + 1024)))   # zeros: empty
+        refs[index] = ref
+        self.memo.pop(index, None)
+
+    def slot(self, index: int) -> Any:
+        value = self.memo.get(index, _DROPPED)
+        if value is not _DROPPED:
+            return value
+        ref = self.refs[index] if index < len(self.refs) else 0
+        if ref > 0:
+            return self.values[ref - 1]
+        if ref <= -2:
+            return self.tokens[-2 - ref]
+        return _DROPPED if ref == -1 else None
 
     def get(self, index: int) -> Any:
         value = self.memo.get(index, _DROPPED)
         if value is not _DROPPED:
             return value
-        code = self.codes[index] if index < len(self.codes) else 0
-        if code == 255:
+        ref = self.refs[index] if index < len(self.refs) else 0
+        if ref > 0:
+            return self.values[ref - 1]
+        if ref <= -2:
+            return self.tokens[-2 - ref]
+        if ref == -1:
             raise Broken("a trace entry is referenced twice; expected each entry once in its trace")
-        if code == 0:
-            raise Broken(f"a reference to memo slot {index}, which holds nothing")
-        return self.tokens[code - 1]
+        raise Broken(f"a reference to memo slot {index}, which holds nothing")
 
     def finish_dict(self, d: dict) -> Any:
         """A dict whose items are all set: a frame becomes its (filename, name), a trace entry an _Entry."""
@@ -466,18 +514,14 @@ class _Reader:
         index = self.memo_open.pop(id(container), None)
         if index is None:
             return
-        if value is _DROPPED or isinstance(value, Frames):
-            del self.memo[index]
-            if index >= len(self.codes):
-                self.codes.extend(bytes(index + 1 - len(self.codes)))
-            if value is _DROPPED:
-                self.codes[index] = 255
-            else:
-                if value not in self.tokens:
-                    self.tokens.append(value)
-                self.codes[index] = self.tokens.index(value) + 1
-        else:
+        if value is _DROPPED:
+            self.set_ref(index, -1)
+        elif isinstance(value, Frames):
+            self.set_ref(index, self.token_ref(value))
+        elif isinstance(value, (dict, list)):
             self.memo[index] = value
+        else:
+            self.set_ref(index, self.value_ref(value))
 
     def result(self, top: Any) -> Any:
         """The content, each trace list swapped for its columns (an empty list for a device without entries)."""
@@ -485,6 +529,8 @@ class _Reader:
             top["device_traces"] = [self.traces.get(id(t), t) if isinstance(t, list) else t
                                     for t in top["device_traces"]]
         self.memo.clear()
+        self.values.clear()
+        self.value_ids.clear()
         return top
 
 
