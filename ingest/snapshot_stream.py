@@ -92,27 +92,41 @@ class Trace:
         return e
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self[i] for i in range(len(self.action)))
+        tokens, categories, timed = _TOKEN_LIST, self.categories, self.has_time
+        for i, (a, addr, size, t, f) in enumerate(zip(self.action, self.addr, self.size, self.time, self.frames)):
+            e = {"action": ACTIONS[a], "addr": addr, "size": size, "frames": tokens[f]}
+            if timed:
+                e["time_us"] = t
+            if categories and i in categories:
+                e["category"] = categories[i]
+            yield e
 
     def add(self, e: _Entry, where: Callable[[], str]) -> None:
         action, addr, size, time_us, frames, category, _ = e
-        if action not in _ACTION_CODE:
+        code = _ACTION_CODE.get(action) if type(action) is str else None
+        if code is None:
             raise Shape(f"{where()} has action {action!r}; expected one of {', '.join(ACTIONS)}")
-        needs = action not in ("snapshot", "user_defined", "oom")
-        if needs and (not _whole(addr) or not _whole(size)):
-            raise Shape(f"{where()} ({action}) needs integer 'addr' and 'size'")
-        if _whole(size) and not 0 <= size <= 1 << 50 and needs:
-            raise Shape(f"{where()} ({action}) needs integer 'addr' and 'size' (bytes from 0 to 2**50)")
-        if frames is not None and not isinstance(frames, (Frames, list)):
-            raise Shape(f"{where()} has 'frames' that are not a list of frame dicts")
-        self.action.append(_ACTION_CODE[action])
-        self.addr.append(addr if _whole(addr) and -2**63 <= addr < 2**63 else 0)
-        self.size.append(size if _whole(size) and needs else 0)
-        timed = _whole(time_us) and -2**63 <= time_us < 2**63
-        self.time.append(time_us if timed else 0)
-        self.has_time = self.has_time and timed
-        token = frames if isinstance(frames, Frames) else _token(frames or [])
-        self.frames.append(_TOKEN_LIST.index(token))
+        if code < 7:   # an event on a block or segment: its address and size
+            if type(addr) is not int or type(size) is not int or not -2**63 <= addr < 2**63:
+                raise Shape(f"{where()} ({action}) needs integer 'addr' and 'size'")
+            if not 0 <= size <= 1 << 50:
+                raise Shape(f"{where()} ({action}) needs integer 'addr' and 'size' (bytes from 0 to 2**50)")
+        else:
+            addr = addr if type(addr) is int and -2**63 <= addr < 2**63 else 0
+            size = 0
+        if type(frames) is not Frames:
+            if frames is not None and not isinstance(frames, list):
+                raise Shape(f"{where()} has 'frames' that are not a list of frame dicts")
+            frames = _token(frames or [])
+        self.action.append(code)
+        self.addr.append(addr)
+        self.size.append(size)
+        if type(time_us) is int and -2**63 <= time_us < 2**63:
+            self.time.append(time_us)
+        else:
+            self.time.append(0)
+            self.has_time = False
+        self.frames.append(_TOKEN_LIST.index(frames))
         if isinstance(category, str):
             self.categories[len(self.action) - 1] = category
 
@@ -206,6 +220,7 @@ class _Reader:
         buf, pos, blen = self.buf, 0, len(self.buf)
         get, put, finish, extend = self.get, self.put, self.finish_dict, self.extend
         from_bytes = int.from_bytes
+        refs, values = self.refs, self.values   # grown in place: the same objects throughout
         while True:
             if pos + 512 > blen:   # the hot opcodes below read at most 260 bytes straight from the buffer
                 self.pos = pos
@@ -213,12 +228,15 @@ class _Reader:
                 buf, pos, blen = self.buf, 0, len(self.buf)
             op = buf[pos]
             pos += 1
-            if op == 0x6A:                                   # LONG_BINGET
-                stack.append(get(from_bytes(buf[pos:pos + 4], "little")))
-                pos += 4
-            elif op == 0x68:                                 # BINGET
-                stack.append(get(buf[pos]))
-                pos += 1
+            if op == 0x6A or op == 0x68:                     # LONG_BINGET, BINGET
+                if op == 0x68:
+                    index = buf[pos]
+                    pos += 1
+                else:
+                    index = from_bytes(buf[pos:pos + 4], "little")
+                    pos += 4
+                ref = refs[index] if index < len(refs) else 0
+                stack.append(values[ref - 1] if ref > 0 else get(index))   # a value (most), else the slow path
             elif op == 0x94:                                 # MEMOIZE
                 put(self.slots, stack[-1])
             elif op == 0x28:                                 # MARK
@@ -243,8 +261,10 @@ class _Reader:
                 d = stack[-1]
                 if not isinstance(d, dict):
                     raise Broken("SETITEMS on something that is not a dict")
-                for k in range(0, len(items) - 1, 2):
-                    d[_key(items[k])] = items[k + 1]
+                try:
+                    d.update(zip(items[::2], items[1::2]))
+                except TypeError:
+                    raise Broken("a dict key that is not a string or a number") from None
                 stack[-1] = finish(d)
             elif op == 0x5D:                                 # EMPTY_LIST
                 m = _FRAMES_LIST.match(buf, pos - 1)
