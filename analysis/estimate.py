@@ -329,7 +329,7 @@ TRACKER_FIELDS = {"Sharded Param": "replicated_params", "Parameter": "replicated
                   "Optstate": "other_optimizer", "Activation": "activations", "Inputs": "inputs",
                   "Unsharded Param": "unsharded_params", "Unsharded Grad": "unsharded_grads",
                   "All Gather": "collective_buffers", "Reduce Scatter": "collective_buffers",
-                  "Temp": "temporaries", "Other": "temporaries"}
+                  "Temp": "temporaries", "Other": "inputs"}   # MemTracker's Other: the batch, all it is handed
 
 
 def from_tracker(tracked: dict[str, Any], *, runtime_reserve_bytes: int = 0, overhead_bytes: int = 0,

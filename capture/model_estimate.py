@@ -127,13 +127,13 @@ def _run(spec: str, model: Any, optimizer: Any, batch: Any, loss_fn: Any) -> dic
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.distributed.fsdp import FSDPModule
 
+    inputs = tuple(t for t in (batch if isinstance(batch, (tuple, list)) else (batch,)) if isinstance(t, torch.Tensor))
     if isinstance(model, FSDPModule):
         tracker: Any = FSDPMemTracker(model, optimizer)
-    else:
+        tracker.track_inputs(inputs)
+    else:   # MemTracker counts the batch it is handed as `Other`
         tracker = MemTracker()
-        tracker.track_external(model, optimizer)
-    inputs = batch if isinstance(batch, (tuple, list)) else (batch,)
-    tracker.track_inputs(tuple(inputs))
+        tracker.track_external(model, optimizer, *inputs)
     params = sum(int(p.numel()) for p in model.parameters())
     with tracker:
         for step in range(2):

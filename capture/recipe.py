@@ -66,16 +66,21 @@ def model_facts(model: Any) -> dict[str, Any]:
         names = getattr(mesh, "mesh_dim_names", None)
         if names:
             out["parallel.mesh_dims"] = ",".join(str(n) for n in names)
-    wrapped = [m for m in _modules(model) if type(m).__name__ == "CheckpointWrapper"]
+    # by the classes' names along the MRO: fully_shard makes each module an instance of an `FSDP<Class>` subclass
+    wrapped = [m for m in _modules(model) if _is(m, "CheckpointWrapper")]
     inner = sorted({type(getattr(m, "_checkpoint_wrapped_module", m)).__name__ for m in wrapped})
     out["checkpoint.modules"] = len(wrapped)
     if inner:
         out["checkpoint.classes"] = ",".join(inner)
-    compiled = [m for m in _modules(model) if type(m).__name__ == "OptimizedModule"
+    compiled = [m for m in _modules(model) if _is(m, "OptimizedModule")
                 or getattr(m, "_compiled_call_impl", None) is not None]
     out["compile"] = "model" if compiled and compiled[0] is model else (f"{len(compiled)} modules" if compiled
                                                                         else "none")
     return out
+
+
+def _is(obj: Any, class_name: str) -> bool:
+    return any(c.__name__ == class_name for c in type(obj).__mro__)
 
 
 def _modules(model: Any) -> list[Any]:
