@@ -70,3 +70,18 @@ def test_adamw_to_sgd_is_recipe_drift_named_field_by_field(store):
         d["field"]: (d["a"], d["b"]) for d in (ckpt.get("drift") or {}).get("recipe", [])}
     assert fields["features.checkpoint.modules"] == (0, 2)
     assert fields["features.checkpoint.classes"] == ("<absent>", "Linear")
+
+
+def test_checkpointed_modules_are_found_under_fully_shards_class_names():
+    """fully_shard turns a CheckpointWrapper into an instance of `FSDPCheckpointWrapper`, a subclass made for it:
+    the recorder finds it by the class names along the MRO, as it finds torch.compile's OptimizedModule."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper, checkpoint_wrapper
+
+    from receipts.capture.recipe import model_facts
+
+    blocks = [checkpoint_wrapper(torch.nn.Linear(4, 4)) for _ in range(3)]
+    for b in blocks:   # what fully_shard does to each module's class
+        b.__class__ = type("FSDPCheckpointWrapper", (type(b),), {})
+    facts = model_facts(torch.nn.Sequential(*blocks))
+    assert isinstance(blocks[0], CheckpointWrapper)
+    assert (facts["checkpoint.modules"], facts["checkpoint.classes"]) == (3, "Linear")
