@@ -52,7 +52,7 @@ def model_facts(model: Any) -> dict[str, Any]:
     modules and compile state of a torch module."""
     out: dict[str, Any] = {}
     params = list(model.parameters()) if hasattr(model, "parameters") else []
-    dtypes = sorted({_dtype(p.dtype) for p in params if hasattr(p, "dtype")} - {None})
+    dtypes = sorted(d for d in {_dtype(p.dtype) for p in params if hasattr(p, "dtype")} if d is not None)
     if dtypes:
         out["dtype.param"] = ",".join(d for d in dtypes if d)
     policy = _mp_policy(model)

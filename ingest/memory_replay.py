@@ -284,7 +284,7 @@ class Replay:
     unplaced: int = 0                               # allocations the layout could not place: sized by rounding
 
 
-def replay(start: Layout, trace: list[dict[str, Any]], categories: Sequence[str | None],
+def replay(start: Layout, trace: Iterable[dict[str, Any]], categories: Sequence[str | None],
            settings: AllocatorSettings) -> Replay:
     """Play `trace` forwards from `start` (modified). `categories[i]`: the category of trace entry i when it is
     an allocation. Blocks of the start layout count as `resident`."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,7 @@ def phase_of_pairs(frames: list[tuple[str, str]]) -> str | None:
     return None
 
 
-class Categories:
+class Categories(Sequence):
     """Each trace entry's category (None for entries that are not allocations), a byte each: a trace of millions of
     entries keeps its categories in megabytes, not in a list of pointers."""
 
@@ -195,7 +196,7 @@ class Categories:
             code = len(self.names) - 1
         self.codes.append(code)
 
-    def __getitem__(self, i: int) -> str | None:
+    def __getitem__(self, i):
         return self.names[self.codes[i]]
 
     def __len__(self) -> int:
@@ -206,6 +207,8 @@ class Categories:
 
     def __eq__(self, other: object) -> bool:
         return list(self) == list(other) if isinstance(other, (Categories, list)) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _categories(trace: Any) -> Categories:

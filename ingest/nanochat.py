@@ -160,7 +160,7 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
         column = steps.lazy().select(pl.col("allocated_bytes").max()).collect()
         printed = column.item() if column.height else None
         if printed is not None:
-            facts["memory"] = (MemoryPeak(None, int(printed), None),)  # type: ignore[arg-type]
+            facts["memory"] = (MemoryPeak(None, int(printed), None),)
     world = facts.get("world_size")
     warnings = (f"{len(too_big)} step line(s) left out, their step number too large for a 64-bit integer "
                 f"(line {too_big[0]}{' and more' if len(too_big) > 1 else ''})",) if too_big else ()

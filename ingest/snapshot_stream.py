@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import struct
 from array import array
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 MAX_STRING = 1 << 24      # one string of the pickle: a frame's file name, never this long
 MAX_LONG = 64             # bytes of one integer: addresses and sizes fit in 8
@@ -158,7 +158,7 @@ _FRAME_KEYS = {"filename", "line", "name"}
 _FRAMES_LIST = re.compile(rb"\](\x94|q.|r.{4})\(((?:h.|j.{4})+)e(?!\()", re.S)
 
 
-def load(f: BinaryIO, phase_of_pairs: Callable[[list[tuple[str, str]]], str | None]) -> Any:
+def load(f: Any, phase_of_pairs: Callable[[list[tuple[str, str]]], str | None]) -> Any:
     """The snapshot's content, its trace entries as Trace columns and its frames as Frames tokens (module
     docstring). Raises Refused or Broken, never runs anything the pickle names."""
     global _phase_fn
@@ -167,7 +167,7 @@ def load(f: BinaryIO, phase_of_pairs: Callable[[list[tuple[str, str]]], str | No
 
 
 class _Reader:
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: Any) -> None:   # a binary file: open() or gzip.open()
         self.f = f
         self.buf = b""
         self.pos = 0
@@ -270,7 +270,7 @@ class _Reader:
                 m = _FRAMES_LIST.match(buf, pos - 1)
                 self.pos = pos
                 token = self.frames_list(m) if m is not None else None
-                if token is None:
+                if token is None or m is None:
                     stack.append([])
                 else:
                     stack.append(token)
@@ -358,14 +358,14 @@ class _Reader:
             stack.append(set())
         elif op == 0x90:                                 # ADDITEMS
             base = marks.pop()
-            items = stack[base:]
+            added = stack[base:]
             del stack[base:]
-            stack[-1].update(items)
+            stack[-1].update(added)
         elif op == 0x91:                                 # FROZENSET
             base = marks.pop()
-            items = stack[base:]
+            members = stack[base:]
             del stack[base:]
-            stack.append(frozenset(items))
+            stack.append(frozenset(members))
         elif op == 0x30:                                 # POP
             if marks and marks[-1] == len(stack):
                 marks.pop()
@@ -442,13 +442,13 @@ class _Reader:
         key = (type(value), value)   # the type too: 1, 1.0 and True are equal keys
         try:
             vid = self.value_ids.get(key)
+            hashable = True
         except TypeError:            # a tuple holding a list: kept whole, once per slot
-            vid = None
-            key = None
+            vid, hashable = None, False
         if vid is None:
             self.values.append(value)
             vid = len(self.values)
-            if key is not None:
+            if hashable:
                 self.value_ids[key] = vid
         return vid
 
