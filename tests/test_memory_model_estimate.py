@@ -43,3 +43,19 @@ def test_a_factory_that_raises_is_one_line(tmp_path):
                           "importing no_such_module raised ModuleNotFoundError"), ("build", "expected module:function")):
         result = cli(str(tmp_path / "s.duckdb"), "estimate", "--model", spec)
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_a_model_based_estimate_attaches_beside_the_closed_form(tmp_path):
+    db = str(tmp_path / "s.duckdb")
+    data = Path(__file__).parent / "data" / "memory" / "fit" / "adamw" / "run.log"
+    assert cli_json(db, "ingest", str(data), "--run-name", "fit_adamw")[0] == 0
+    code, out = cli_json(db, "estimate", "--model", f"{MODEL}:tiny", "--attach", "fit_adamw")
+    assert code == 0 and out["attached"]["created"], out
+    assert cli_json(db, "estimate", "--params", "132992", "--attach", "fit_adamw")[1]["attached"]["created"]
+    g = cli_json(db, "show", "fit_adamw")[1]["memory_geometry"]
+    assert [e["label"] for e in g["estimates"]] == ["FSDPMemTracker", "closed form"]
+    tracker = g["estimates"][0]
+    assert tracker["allocated_bytes"] == out["peak_allocated_bytes"]
+    rows = {r["bucket"]: r for r in g["buckets"]}
+    assert rows["parameters"]["estimated"]["FSDPMemTracker"] == out["buckets"]["parameters"]
+    assert rows["parameters"]["estimated"]["closed form"] == 132992 * 4
