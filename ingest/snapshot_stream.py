@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 MAX_STRING = 1 << 24      # one string of the pickle: a frame's file name, never this long
 MAX_LONG = 64             # bytes of one integer: addresses and sizes fit in 8
+MAX_MEMO_JUMP = 1 << 20   # a memo slot this far past the last: picklers number their slots one by one
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
            "segment_unmap", "snapshot", "oom", "user_defined")
@@ -460,6 +461,8 @@ class _Reader:
     def set_ref(self, index: int, ref: int) -> None:
         refs = self.refs
         if index >= len(refs):
+            if index > len(refs) + MAX_MEMO_JUMP:   # a slot no pickler numbers so: 4 bytes a slot up to it
+                raise Broken(f"memo slot {index}, far beyond the {len(refs)} before it")
             refs.frombytes(bytes(4 * max(index + 1 - len(refs), len(refs) // 4 + 1024)))   # zeros: empty
         refs[index] = ref
         self.memo.pop(index, None)

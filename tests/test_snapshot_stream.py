@@ -88,3 +88,18 @@ def test_a_persistent_reference_is_refused(tmp_path):
 
     with pytest.raises(InputError, match="refused.*persistent reference"):
         memory_snapshot.parse(path)
+
+
+@pytest.mark.parametrize("payload, message", [
+    (b"\x80\x04K\x01r\xff\xff\xff\x7f.", "memo slot 2147483647, far beyond"),   # LONG_BINPUT to a huge slot
+    (b"\x80\x04X\xff\xff\xff\x7f", "a string of 2147483647 bytes"),              # BINUNICODE claiming 2 GiB
+    (b"\x80\x04\x8b\xff\xff\xff\x7f", "an integer of 2147483647 bytes"),         # LONG4 claiming 2 GiB
+    (b"\x80\x04j\x05\x00\x00\x00.", "memo slot 5, which holds nothing"),
+])
+def test_a_pickle_that_claims_huge_sizes_is_refused_before_allocating(tmp_path, payload, message):
+    path = tmp_path / "bomb.pickle"
+    path.write_bytes(payload)
+    from receipts.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        memory_snapshot.parse(path)
