@@ -59,6 +59,10 @@ class Frames:
         return int(self.framed)
 
 
+class _Pair(tuple):
+    """A frame, as read: (filename, name); its own type, so no other pair of the pickle passes for a frame."""
+
+
 class _Entry(tuple):
     """A trace entry, as read: (action, addr, size, time_us, frames, category, keys)."""
 
@@ -403,7 +407,7 @@ class _Reader:
                 else:
                     index, at = int.from_bytes(refs[at + 1:at + 5], "little"), at + 5
                 frame = self.slot(index)
-                if not (isinstance(frame, tuple) and len(frame) == 2):
+                if type(frame) is not _Pair:
                     return None
                 frames.append(frame)
             token = self.stack_cache[refs] = _token(frames)
@@ -504,7 +508,7 @@ class _Reader:
             self.replace(d, _DROPPED)
             return entry
         if d and d.keys() <= _FRAME_KEYS:
-            pair = (str(d.get("filename", "")), str(d.get("name", "")))
+            pair = _Pair((str(d.get("filename", "")), str(d.get("name", ""))))
             self.replace(d, pair)
             return pair
         return d
@@ -525,7 +529,7 @@ class _Reader:
                     raise Shape(f"device_traces[{device}][{len(trace)}] is not a trace entry dict")
                 trace.add(item, lambda: f"device_traces[{device}][{len(trace)}]")
             return target
-        if items and not target and all(isinstance(i, tuple) and len(i) == 2 for i in items):
+        if items and not target and all(type(i) is _Pair for i in items):
             token = _token(items)
             self.replace(target, token)
             return token
