@@ -46,6 +46,7 @@ SHARDING = {"none": (False, False, False), "zero1": (False, False, True), "zero2
             "zero3": (True, True, True), "fsdp": (True, True, True)}
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "eager")
+MAX_BYTES = 2**63       # byte counts are 64-bit integers in `--json` and in the store
 STEP_SCALAR_BYTES = 4   # a fused optimizer's per-tensor `step` on the device (float32)
 
 
@@ -110,15 +111,23 @@ class Estimate:
     categories: dict[str, int]
     notes: tuple[str, ...] = ()
     config: EstimateConfig | None = field(default=None, repr=False)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(self.categories.values())
+    peak_bytes: int | None = None          # the peak of allocated memory; None: the sum of the allocated fields
+    phases: dict[str, int] = field(default_factory=dict)   # allocated bytes at each phase the peak is the max of
+    method: str = "closed form"            # or "FSDPMemTracker" / "MemTracker": PyTorch's tracker on the model
+    detail: dict[str, Any] = field(default_factory=dict)   # what the tracker ran (model-based estimates)
 
     @property
     def allocated_bytes(self) -> int:
-        """What the estimate puts in allocated memory: every field but the runtime reserve and the overhead."""
+        """The peak of allocated memory: the largest phase, not the sum of every field (transient terms live
+        in part of the step only)."""
+        if self.peak_bytes is not None:
+            return self.peak_bytes
         return sum(v for k, v in self.categories.items() if ESTIMATE_FIELDS[k] is not None)
+
+    @property
+    def total_bytes(self) -> int:
+        """What the device must hold: the peak plus the runtime reserve and the allocator overhead."""
+        return self.allocated_bytes + sum(v for k, v in self.categories.items() if ESTIMATE_FIELDS[k] is None)
 
     def buckets(self) -> dict[str, int]:
         """The fields summed into the measured buckets (parameters, gradients, ...)."""
@@ -174,9 +183,86 @@ def estimate(cfg: EstimateConfig) -> Estimate:
         else:
             out["routing"] = routing_bytes(cfg.routing, tokens=tokens, hidden=a.hidden,
                                            dtype_bytes=DTYPE_BYTES[cfg.activation_dtype])
+    out.update(transients(cfg, out, notes))
     out["runtime_reserve"] = cfg.runtime_reserve_bytes
     out["overhead"] = cfg.overhead_bytes
-    return Estimate(out, tuple(notes), cfg)
+    _in_range(out)
+    phases = peak_phases(cfg, out)
+    _in_range(phases)
+    return Estimate(out, tuple(notes), cfg, peak_bytes=max(phases.values()) + out["allocator_rounding"],
+                    phases=phases)
+
+
+def transients(cfg: EstimateConfig, out: dict[str, int], notes: list[str]) -> dict[str, int]:
+    """The terms that live in part of a step only (module docstring), per rank."""
+    a = cfg.activations
+    compute = DTYPE_BYTES[cfg.activation_dtype]
+    shard_params = SHARDING[cfg.sharding][0]
+    t = {"logits_upcast": 0, "unsharded_params": 0, "collective_buffers": 0, "recompute_working_set": 0,
+         "optimizer_temporaries": 0, "allocator_rounding": 0}
+    if a is not None:
+        layer = 12 * a.hidden * a.hidden // cfg.tp       # a transformer layer: attention 4h², MLP 8h²
+        root = 2 * a.vocab * a.hidden // cfg.tp if a.vocab else 0   # embedding and output head, untied
+        if a.vocab:
+            # cross-entropy over the logits upcast to fp32 keeps the fp32 log-probabilities; backward's start
+            # holds them with the gradient of the loss and the gradient of the upcast: three fp32 copies
+            t["logits_upcast"] = 3 * a.sequence * a.micro_batch * a.vocab * 4 // cfg.tp
+        if shard_params:
+            # FSDP keeps the root unit (embedding, head) gathered from forward to the end of backward, and
+            # gathers one layer at a time besides; its all-gather output and reduce-scatter input are one layer's
+            t["unsharded_params"] = max(root, layer) * compute
+            if cfg.shard_degree > 1:
+                t["collective_buffers"] = layer * compute + layer * DTYPE_BYTES[cfg.grad_dtype]
+        if a.recompute != "none":
+            one = Activations(a.micro_batch, a.sequence, a.hidden, 1, a.heads, None, "none", a.attention)
+            t["recompute_working_set"] = activation_bytes(one, tp=cfg.tp, sequence_parallel=cfg.sequence_parallel,
+                                                          dtype_bytes=compute)
+    foreach = [f for f in cfg.families if f.optimizer in ("adamw", "adam")]
+    if foreach:
+        # torch's foreach AdamW computes the second moment's square root for the whole group at once: one
+        # master-dtype tensor per parameter, freed after the step (the fused kernel needs none)
+        shard = SHARDING[cfg.sharding][2]
+        t["optimizer_temporaries"] = sum(
+            _per_rank(f.params, {"replicated": 1, "tp": cfg.tp, "ep": cfg.ep}[f.ownership],
+                      cfg.pp if f.pipelined else 1, cfg.shard_degree if shard else 1)
+            for f in foreach) * DTYPE_BYTES[cfg.master_dtype]
+    tensors = sum(f.tensors or 0 for f in cfg.families)
+    if tensors:
+        # each live tensor's block is rounded up to 512 bytes: half a block each on average, for the
+        # parameters, gradients and each state buffer
+        states = max((OPTIMIZER_STATES[f.optimizer] for f in cfg.families), default=0)
+        t["allocator_rounding"] = tensors * (2 + states) * 256   # without `tensors`: not counted (under 0.1 %)
+    return t
+
+
+def peak_phases(cfg: EstimateConfig, c: dict[str, int]) -> dict[str, int]:
+    """Allocated bytes at the three moments that can hold a step's peak; the peak is the largest.
+
+    - backward_start: what stays (parameters, optimizer state) with every activation saved for backward, the
+      routing scratch, the logits' fp32 copies and the gathered root unit;
+    - backward_layer: deeper in backward, gradients accumulating as activations are freed (the larger of the
+      two), one layer's recomputed activations, the gathered units and the collective buffers;
+    - optimizer_step: parameters, gradients, optimizer state and the optimizer's temporaries."""
+    params = c["replicated_params"] + c["tensor_parallel_params"] + c["expert_parallel_params"]
+    optimizer = c["matrix_optimizer"] + c["other_optimizer"]
+    static = params + optimizer
+    return {
+        "backward_start": static + c["activations"] + c["routing"] + c["logits_upcast"] + c["unsharded_params"],
+        "backward_layer": static + max(c["gradients"], c["activations"]) + c["recompute_working_set"]
+        + c["unsharded_params"] + c["collective_buffers"],
+        "optimizer_step": static + c["gradients"] + c["optimizer_temporaries"],
+    }
+
+
+def _in_range(categories: dict[str, int]) -> None:
+    """Every byte count, and their sum, inside 64 bits (what `--json` and the store hold): past it, an input
+    is a typo (no device holds 8 EiB)."""
+    from receipts.errors import UsageError
+
+    for name, value in [*categories.items(), ("total", sum(categories.values()))]:
+        if not 0 <= value < MAX_BYTES:
+            raise UsageError(f"the estimate's {name} comes to {value:.3e} bytes per rank, past 2**63 (8 EiB, more "
+                             "than any device): check the parameter counts, shapes and sizes given")
 
 
 def activation_bytes(a: Activations, *, tp: int = 1, sequence_parallel: bool = False, dtype_bytes: int = 2) -> int:
@@ -205,7 +291,9 @@ def as_geometry(e: Estimate) -> MemoryGeometry:
     """An estimate as the geometry stored on a receipt (kind `estimate`, any rank)."""
     return MemoryGeometry("estimate", None, peak_allocated_bytes=e.allocated_bytes,
                           device_total_bytes=e.config.device_total_bytes if e.config else None,
-                          categories=tuple(e.categories.items()), detail={"inputs": config_json(e.config)},
+                          categories=tuple((k, v) for k, v in e.categories.items() if v),
+                          detail={"inputs": config_json(e.config), "method": e.method, "phases": e.phases,
+                                  **e.detail},
                           warnings=e.notes)
 
 
@@ -222,13 +310,47 @@ def config_json(cfg: EstimateConfig | None) -> dict[str, Any] | None:
 
 def to_json(e: Estimate) -> dict[str, Any]:
     """The `estimate --json` contract: categories (bytes per rank), their sum into buckets, totals, inputs."""
-    out: dict[str, Any] = {"categories": dict(e.categories), "buckets": e.buckets(),
+    out: dict[str, Any] = {"method": e.method, "categories": dict(e.categories), "buckets": e.buckets(),
+                           "phases": dict(e.phases), "peak_allocated_bytes": e.allocated_bytes,
                            "allocated_bytes": e.allocated_bytes, "total_bytes": e.total_bytes,
-                           "notes": list(e.notes), "inputs": config_json(e.config)}
+                           "notes": list(e.notes), "inputs": config_json(e.config), **e.detail}
     device = e.config.device_total_bytes if e.config else None
     out["device_total_bytes"] = device
     out["headroom_bytes"] = device - e.total_bytes if device is not None else None
+    out["fits"] = out["headroom_bytes"] >= 0 if device is not None else None
     return out
+
+
+# PyTorch's trackers' categories (torch.distributed._tools: _FSDPRefType, _MemRefType) as the estimate's fields.
+TRACKER_FIELDS = {"Sharded Param": "replicated_params", "Parameter": "replicated_params", "Buffer": "buffers",
+                  "Sharded Grad": "gradients", "Gradient": "gradients", "OptState": "other_optimizer",
+                  "Optstate": "other_optimizer", "Activation": "activations", "Inputs": "inputs",
+                  "Unsharded Param": "unsharded_params", "Unsharded Grad": "unsharded_grads",
+                  "All Gather": "collective_buffers", "Reduce Scatter": "collective_buffers",
+                  "Temp": "temporaries", "Other": "inputs"}   # MemTracker's Other: the batch, all it is handed
+
+
+def from_tracker(tracked: dict[str, Any], *, runtime_reserve_bytes: int = 0, overhead_bytes: int = 0,
+                 device_total_bytes: int | None = None) -> Estimate:
+    """A model-based estimate (capture/model_estimate.track: PyTorch's tracker at its peak) as an Estimate: its
+    categories mapped onto the estimate's fields, its peak the estimate's peak."""
+    out = {name: 0 for name in ESTIMATE_FIELDS}
+    notes: list[str] = []
+    for name, value in tracked["categories"].items():
+        target = TRACKER_FIELDS.get(name)
+        if target is None:
+            target = "temporaries"
+            notes.append(f"the tracker's category {name!r} is counted as temporaries")
+        out[target] += int(value)
+    out["runtime_reserve"], out["overhead"] = runtime_reserve_bytes, overhead_bytes
+    _in_range(out)
+    cfg = EstimateConfig(families=(Family("model", max(1, int(tracked.get("model_params") or 1))),),
+                         shard_degree=int(tracked.get("world_size") or 1), runtime_reserve_bytes=runtime_reserve_bytes,
+                         overhead_bytes=overhead_bytes, device_total_bytes=device_total_bytes)
+    detail = {"tracker": {k: tracked.get(k) for k in ("factory", "world_size", "mesh_shape", "device", "torch",
+                                                       "model_params", "categories")}}
+    return Estimate(out, tuple(notes), cfg, peak_bytes=int(tracked["peak_bytes"]), method=str(tracked["tracker"]),
+                    detail=detail)
 
 
 def attach(store: "Store", ref: str, e: Estimate, *, described_as: str) -> tuple[str, bool]:

@@ -60,6 +60,7 @@ from receipts.analysis.estimate import (ATTENTION, DTYPE_BYTES, OPTIMIZER_STATES
 from receipts.errors import InputError, UsageError
 from receipts.schema.toml_file import read_toml
 
+MAX_COUNT = 2**53   # counts and sizes past this are typos, and their products would leave 64 bits
 _SECTIONS = ("parallel", "precision", "families", "activations", "routing", "budget")
 _PARALLEL = {"shard_degree": "count", "sharding": SHARDING, "tp": "count", "pp": "count", "ep": "count",
              "sequence_parallel": "flag"}
@@ -91,12 +92,12 @@ class _Reader:
 
     def value(self, v: Any, key: str, kind: Any) -> Any:
         if isinstance(kind, (tuple, dict)):
-            if v not in kind:
+            if not isinstance(v, str) or v not in kind:
                 raise InputError(self.path, f"key {key} must be one of {', '.join(kind)}, found {v!r}")
             return v
         if kind == "count":
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(self.path, f"key {key} must be a whole number >= 1, found {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_COUNT:
+                raise InputError(self.path, f"key {key} must be a whole number from 1 to 2**53, found {v!r}")
             return v
         if kind == "number":
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
@@ -107,14 +108,15 @@ class _Reader:
                 raise InputError(self.path, f"key {key} must be true or false, found {v!r}")
             return v
         if kind == "size":
-            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT:
                 return v
             try:
                 size = parse_size(v) if isinstance(v, str) else None
-            except ValueError as exc:
+            except (ValueError, OverflowError) as exc:
                 raise InputError(self.path, f"key {key}: {exc}") from None
-            if size is None or size < 0:
+            if size is None or not 0 <= size <= MAX_COUNT:
                 raise InputError(self.path, f"key {key} must be a size in bytes or with a unit (e.g. 4GiB), "
+                                            "up to 2**53 bytes, "
                                             f"found {v!r}")
             return size
         if not isinstance(v, str) or not v.strip():
@@ -159,7 +161,7 @@ def with_flags(cfg: EstimateConfig | None, *, params: int | None = None, shard_d
                optimizer: str | None = None, master_dtype: str | None = None, micro_batch: int | None = None,
                sequence: int | None = None, hidden: int | None = None, layers: int | None = None,
                vocab: int | None = None, recompute: str | None = None,
-               device_total_bytes: int | None = None) -> EstimateConfig:
+               device_total_bytes: int | None = None, runtime_reserve_bytes: int | None = None) -> EstimateConfig:
     """Flags over a config (or over nothing: `params` then makes the one family). `params` replaces the
     families with one replicated family of that many parameters; `optimizer` applies to every family;
     `master_dtype` sets the parameters', gradients' and optimizer state's dtype."""
@@ -176,6 +178,8 @@ def with_flags(cfg: EstimateConfig | None, *, params: int | None = None, shard_d
         cfg = replace(cfg, param_dtype=master_dtype, grad_dtype=master_dtype, master_dtype=master_dtype)
     if device_total_bytes is not None:
         cfg = replace(cfg, device_total_bytes=device_total_bytes)
+    if runtime_reserve_bytes is not None:
+        cfg = replace(cfg, runtime_reserve_bytes=runtime_reserve_bytes)
     shape: dict[str, Any] = {k: v for k, v in (("micro_batch", micro_batch), ("sequence", sequence), ("hidden", hidden),
                                ("layers", layers), ("vocab", vocab), ("recompute", recompute)) if v is not None}
     if shape:

@@ -94,8 +94,9 @@ def geometry(sources: list[Source], *, peak_allocated_bytes: int | None = None,
     if out["device_total_bytes"] is None and estimate is not None and estimate.device_total_bytes is not None:
         out["device_total_bytes"], filled["device_total_bytes"] = estimate.device_total_bytes, "estimate"
     out["filled_from"] = filled
-    out["estimate"] = _estimate(estimates[-1]) if estimates else None
-    out["buckets"] = _buckets(out["categories"] if out["source"] == "capture" else {}, out["estimate"])
+    out["estimates"] = _labelled([_estimate(s) for s in estimates])
+    out["estimate"] = out["estimates"][-1] if estimates else None
+    out["buckets"] = _buckets(_measured(out["source"], out["categories"]), out["source"], out["estimates"])
     out["gaps"] = _gaps(out)
     out["sources"] = [{"kind": s.kind, "source_sha256": s.source_sha256, "path": s.path,
                        "ranks": [_rank_json(g) for g in s.ranks]} for s in sources]
@@ -115,27 +116,76 @@ def _estimate(s: Source) -> dict[str, Any]:
         bucket = ESTIMATE_FIELDS.get(name)
         if bucket is not None:
             buckets[bucket] = buckets.get(bucket, 0) + value
-    return {"categories": fields, "buckets": buckets, "allocated_bytes": g.peak_allocated_bytes,
-            "total_bytes": sum(fields.values()), "source_sha256": s.source_sha256, "path": s.path,
+    reserve = sum(v for k, v in fields.items() if k in ESTIMATE_FIELDS and ESTIMATE_FIELDS[k] is None)
+    allocated = g.peak_allocated_bytes if g.peak_allocated_bytes is not None else sum(buckets.values())
+    return {"categories": fields, "buckets": buckets, "allocated_bytes": allocated,
+            "total_bytes": allocated + reserve, "method": g.detail.get("method", "closed form"),
+            "phases": g.detail.get("phases") or {}, "source_sha256": s.source_sha256, "path": s.path,
             "notes": list(g.warnings)}
 
 
-def _buckets(measured: dict[str, int], estimate: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Each bucket measured beside estimated, with the estimate's error (estimated - measured)."""
-    est = estimate["buckets"] if estimate else {}
+def _labelled(estimates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each estimate named by its method, numbered when two share one ('closed form', 'FSDPMemTracker #2')."""
+    seen: dict[str, int] = {}
+    for e in estimates:
+        seen[e["method"]] = seen.get(e["method"], 0) + 1
+        e["label"] = e["method"] if seen[e["method"]] == 1 else f"{e['method']} #{seen[e['method']]}"
+    return estimates
+
+
+# A snapshot's categories at its peak that are one of the estimate's buckets: what a module's forward allocated
+# (recomputation included) is activations, what an optimizer's step allocated is optimizer state. `resident`
+# (allocated before recording began) is the parameters and the optimizer state created in earlier steps, the
+# estimate's two buckets together; `backward` mixes gradients with backward's temporaries and stays its own row.
+SNAPSHOT_BUCKETS = {"forward": "activations", "optimizer": "optimizer_state"}
+RESIDENT = "resident"
+RESIDENT_BUCKETS = ("parameters", "optimizer_state")
+
+
+def _measured(source: str | None, categories: dict[str, int]) -> dict[str, int]:
+    if source == "capture":
+        return dict(categories)
+    if source != "snapshot":
+        return {}
+    out: dict[str, int] = {}
+    for name, value in categories.items():
+        bucket = SNAPSHOT_BUCKETS.get(name, name)
+        out[bucket] = out.get(bucket, 0) + value
+    return out
+
+
+def _buckets(measured: dict[str, int], source: str | None, estimates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per bucket: measured (by the lead source) beside every attached estimate, with the last estimate's
+    error (estimated - measured). A snapshot's `resident` row is set beside the estimate's parameters and
+    optimizer state together."""
+    last = estimates[-1] if estimates else None
+    names = [b for b in BUCKETS if b in measured or any(b in e["buckets"] for e in estimates)]
+    names += [n for n in measured if n not in names]
     rows = []
-    for bucket in BUCKETS:
-        m, e = measured.get(bucket), est.get(bucket)
+    for bucket in names:
+        m = measured.get(bucket)
+        by_estimate = {e["label"]: _estimated(e, bucket) for e in estimates}
+        e = _estimated(last, bucket) if last else None
         if m is None and e is None:
             continue
         error = e - m if m is not None and e is not None else None
-        rows.append({"bucket": bucket, "measured_bytes": m, "estimated_bytes": e, "error_bytes": error,
+        rows.append({"bucket": bucket, "measured_bytes": m, "measured_by": source if m is not None else None,
+                     "estimated_bytes": e, "estimated": by_estimate, "error_bytes": error,
                      "error_pct": 100.0 * error / m if error is not None and m else None})
-    if estimate:
+    if last:
         for name in ("runtime_reserve", "overhead"):
-            rows.append({"bucket": name, "measured_bytes": None, "estimated_bytes": estimate["categories"].get(name),
+            rows.append({"bucket": name, "measured_bytes": None, "measured_by": None,
+                         "estimated_bytes": last["categories"].get(name, 0),
+                         "estimated": {e["label"]: e["categories"].get(name, 0) for e in estimates},
                          "error_bytes": None, "error_pct": None})
     return rows
+
+
+def _estimated(e: dict[str, Any], bucket: str) -> int | None:
+    if bucket == RESIDENT:
+        parts = [e["buckets"].get(b) for b in RESIDENT_BUCKETS]
+        return sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+    return e["buckets"].get(bucket)
 
 
 def _gaps(g: dict[str, Any]) -> dict[str, Any]:
@@ -167,19 +217,32 @@ DRIFT_TOTALS = ("peak_allocated_bytes", "peak_reserved_bytes", "resident_bytes",
 
 
 def drift(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """`memory_drift` of `compare --json`: per bucket (or category, when both measured sides are snapshots), then
-    per total, A's bytes, B's and B - A, each group largest move first: the first entry names the bucket that
-    moved most. A category one side lacks counts 0 there when the two sides come from the same kind of source;
-    totals either side lacks are left out."""
+    """`memory_drift` of `compare --json`: one row per bucket, then per total, A's bytes, B's and B - A, each group
+    largest move first: the first entry names the bucket that moved most. A bucket's bytes are the measured ones
+    when both sides were measured by the same kind of source (capture, or snapshot categories mapped onto the
+    buckets), else the last attached estimates' when both have one (`kind`: estimate); a bucket one side lacks
+    counts 0 there when the two sides come from the same kind of source. Totals either side lacks are left out;
+    the lowest level between steps is `resident_between_steps` (a snapshot's `resident` bucket is another thing:
+    what was allocated before recording)."""
     out = []
-    if a["source"] == b["source"] and a["source"] in ("capture", "snapshot"):
-        for name in dict.fromkeys([*a["categories"], *b["categories"]]):
-            ab, bb = a["categories"].get(name, 0), b["categories"].get(name, 0)
-            out.append({"category": name, "kind": a["source"], "a_bytes": ab, "b_bytes": bb, "delta_bytes": bb - ab})
+    rows_a = {r["bucket"]: r for r in a.get("buckets", []) if r["bucket"] not in ("runtime_reserve", "overhead")}
+    rows_b = {r["bucket"]: r for r in b.get("buckets", []) if r["bucket"] not in ("runtime_reserve", "overhead")}
+    measured = a["source"] == b["source"] and a["source"] in ("capture", "snapshot")
+    for name in dict.fromkeys([*rows_a, *rows_b]):
+        ra, rb = rows_a.get(name, {}), rows_b.get(name, {})
+        ma, mb = ra.get("measured_bytes"), rb.get("measured_bytes")
+        if measured and (ma is not None or mb is not None):
+            ab, bb, kind = ma or 0, mb or 0, a["source"]
+        elif ra.get("estimated_bytes") is not None and rb.get("estimated_bytes") is not None:
+            ab, bb, kind = ra["estimated_bytes"], rb["estimated_bytes"], "estimate"
+        else:
+            continue
+        out.append({"category": name, "kind": kind, "a_bytes": ab, "b_bytes": bb, "delta_bytes": bb - ab})
     for name in DRIFT_TOTALS:
         if a[name] is not None and b[name] is not None:
-            out.append({"category": name.removesuffix("_bytes"), "kind": "total", "a_bytes": a[name],
-                        "b_bytes": b[name], "delta_bytes": b[name] - a[name]})
+            label = "resident_between_steps" if name == "resident_bytes" else name.removesuffix("_bytes")
+            out.append({"category": label, "kind": "total", "a_bytes": a[name], "b_bytes": b[name],
+                        "delta_bytes": b[name] - a[name]})
     return sorted(out, key=lambda d: (d["kind"] == "total", -abs(d["delta_bytes"])))
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from receipts.capture import memory as _memory
+from receipts.capture import recipe as _recipe
 from receipts.schema.receipt_format import RECORD_VERSION, WARMUP_PHASES, encode  # the format has one owner
 
 # Step lines are written in batches: one os.write() of whole lines, kept under PIPE_BUF (4096 on
@@ -122,6 +123,7 @@ class Recorder:
         self._watch_handles: list = []
         self._run_peaks: tuple[int, int] | None = None  # the peaks before the steady reset (the footer's are the run's)
         self._resident_bytes: int | None = None         # the least allocated at a steady step's end
+        self._recipe: dict[str, Any] = {}                # record_recipe: the footer's `recipe`
         self._write_header(header_facts or {})
         atexit.register(self._close_at_exit)
 
@@ -312,6 +314,7 @@ class Recorder:
         allocator's host counters around the call, no sync), the largest of the next `activation_steps`
         forwards (the hooks idle after them). At close: the allocator's retries and OOMs and the
         device's HBM."""
+        self.record_recipe(optimizer, model)
         if not self.use_cuda or self._geometry is not None:
             return
         geometry: dict[str, Any] = {}
@@ -333,7 +336,24 @@ class Recorder:
                     geometry["activations_bytes"] = max(held, geometry.get("activations_bytes", 0))
                     geometry["activation_forwards"] = geometry.get("activation_forwards", 0) + 1
 
-            self._watch_handles += [model.register_forward_pre_hook(pre), model.register_forward_hook(post)]
+            # Around FSDP's own hooks: fully_shard prepends its pre-forward hook (the all-gather of the unsharded
+            # parameters) and appends its post-forward one (their reshard). Ours go outside both, so the
+            # measure is the allocator's delta across the whole forward call; inside them "before" would
+            # already hold unsharded parameters that are freed before "after". Call this after fully_shard.
+            self._watch_handles += [model.register_forward_pre_hook(pre, prepend=True),
+                                    model.register_forward_hook(post)]
+
+    def record_recipe(self, optimizer: Any = None, model: Any = None, **facts: Any) -> None:
+        """The recipe the footer carries (`recipe`: flat name -> scalar, capture/recipe.py): the optimizer's
+        class and settings, the model's dtypes, mesh, checkpointed modules and compile state, and any `facts`
+        given (names as written, e.g. `data.seq_len=4096`). Compared field by field as recipe drift."""
+        found: dict[str, Any] = {}
+        if optimizer is not None:
+            found.update(_recipe.optimizer_facts(optimizer))
+        if model is not None:
+            found.update(_recipe.model_facts(model))
+        found.update({k: _recipe._scalar(v) for k, v in facts.items()})
+        self._recipe.update(found)
 
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         geometry = self._geometry
@@ -380,6 +400,8 @@ class Recorder:
                 rec["memory"] = memory
         else:
             rec["gpu_count"] = 0
+        if self._recipe:
+            rec["recipe"] = dict(self._recipe)
         if exit_code is not None:
             rec["exit_code"] = exit_code
         self._emit(rec)

@@ -40,3 +40,18 @@ def leave_pandas_out() -> bool:
 def pandas_left_out() -> bool:
     """Whether this process leaves pandas out (a worker process it starts should too)."""
     return any(isinstance(finder, _LeavePandasOut) for finder in sys.meta_path)
+
+
+class pandas_allowed:
+    """`with pandas_allowed():` lets pandas be found for a while: torch._dynamo asks importlib whether pandas is
+    installed (find_spec, which expects None rather than an error) when `receipts estimate --model` imports
+    PyTorch's memory tracker."""
+
+    def __enter__(self) -> None:
+        self.removed = [f for f in sys.meta_path if isinstance(f, _LeavePandasOut)]
+        for finder in self.removed:
+            sys.meta_path.remove(finder)
+
+    def __exit__(self, *exc: object) -> None:
+        if "pandas" not in sys.modules:
+            sys.meta_path[:0] = self.removed

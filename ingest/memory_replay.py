@@ -23,11 +23,23 @@ allocated bytes, `free_requested` takes it off (the block may still wait on othe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 K_MIN_BLOCK = 512               # kMinBlockSize: every block is a multiple of it
 K_SMALL_SIZE = 1 << 20          # kSmallSize: requests up to 1 MiB use the small pool
 _DIVISION_INTERVALS = 16        # kRoundUpPowerOfTwoIntervals: 1 MiB .. 64 GiB, one setting per power of two
+
+
+class SettingsError(ValueError):
+    """A value of the snapshot's `allocator_settings` of the wrong shape: the key, the value, what was expected."""
+
+    def __init__(self, key: str, value: Any, expected: str) -> None:
+        super().__init__(f"{key}: {expected}")
+        self.key, self.value, self.expected = key, value, expected
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -43,9 +55,16 @@ class AllocatorSettings:
         if not settings:
             return cls()
         table = settings.get("roundup_power2_divisions") or {}
-        ordered = [int(v) for _, v in sorted(((int(k), v) for k, v in table.items()), key=lambda kv: kv[0])]
+        expected = "a dict of power-of-two interval (an integer) to divisions (an integer >= 0), as torch writes it"
+        if not isinstance(table, dict) or not all(_whole(k) or (isinstance(k, str) and k.isdigit())
+                                                  for k in table) or not all(_whole(v) and v >= 0
+                                                                             for v in table.values()):
+            raise SettingsError("roundup_power2_divisions", table, expected)
+        ordered = [v for _, v in sorted(((int(k), v) for k, v in table.items()), key=lambda kv: kv[0])]
         divisions = tuple((ordered + [0] * _DIVISION_INTERVALS)[:_DIVISION_INTERVALS])
         split = settings.get("max_split_size")
+        if split is not None and not _whole(split):
+            raise SettingsError("max_split_size", split, "an integer (bytes; negative: unlimited)")
         return cls(divisions, None if split is None or split < 0 else int(split),
                    bool(settings.get("expandable_segments")))
 
@@ -193,13 +212,13 @@ def layout_at_start(segments: list[dict[str, Any]], trace: list[dict[str, Any]],
     """The block layout when recording began: the dump's layout with the trace undone, last event first."""
     layout, undo = layout_at_dump(segments), Undo()
     live: set[int] = set()
-    recorded: set[int] = set()   # completed frees of blocks the trace allocated: a guess there is undone with them
+    recorded = bytearray(len(trace))   # completed frees of blocks the trace allocated: a guess there is undone with them
     for i, e in enumerate(trace):
         if e["action"] == "alloc":
             live.add(int(e["addr"]))
         elif e["action"] == "free_completed" and int(e["addr"]) in live:
             live.discard(int(e["addr"]))
-            recorded.add(i)
+            recorded[i] = 1
     for i in range(len(trace) - 1, -1, -1):
         e = trace[i]
         action, addr = e["action"], int(e.get("addr", 0))
@@ -216,7 +235,7 @@ def layout_at_start(segments: list[dict[str, Any]], trace: list[dict[str, Any]],
             else:
                 undo.misses += 1
         elif action == "free_completed":
-            if _unfree(layout, addr, int(e["size"]), settings, undo) and i not in recorded:
+            if _unfree(layout, addr, int(e["size"]), settings, undo) and not recorded[i]:
                 undo.guessed_frees += 1
         elif action in ("segment_alloc", "segment_map"):
             if not layout.drop_segment(addr):
@@ -265,7 +284,7 @@ class Replay:
     unplaced: int = 0                               # allocations the layout could not place: sized by rounding
 
 
-def replay(start: Layout, trace: list[dict[str, Any]], categories: list[str | None],
+def replay(start: Layout, trace: Iterable[dict[str, Any]], categories: Sequence[str | None],
            settings: AllocatorSettings) -> Replay:
     """Play `trace` forwards from `start` (modified). `categories[i]`: the category of trace entry i when it is
     an allocation. Blocks of the start layout count as `resident`."""

@@ -28,19 +28,22 @@ the blocks' frames.
 from __future__ import annotations
 
 import gzip
-import io
-import pickle
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from receipts.errors import InputError
-from receipts.ingest.memory_replay import AllocatorSettings, layout_at_dump, layout_at_start, replay
+from receipts.ingest import snapshot_stream
+from receipts.ingest.memory_replay import AllocatorSettings, SettingsError, layout_at_dump, layout_at_start, replay
 from receipts.schema.memory import MemoryGeometry
 
 FORMAT = "memory-snapshot"
 PICKLE_PROTOCOLS = range(2, 6)    # b'\x80' + protocol: what pickle.dump writes since Python 3
 _ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
             "segment_unmap", "snapshot", "oom", "user_defined")
+MAX_BYTES = 1 << 50               # a size beyond any device (1 PiB): a corrupt field, not memory
+MAX_DEVICE = (1 << 31) - 1        # the store's device column is a 32-bit integer
 _BLOCK_STATES = ("active_allocated", "active_awaiting_free", "active_pending_free", "inactive")
 
 
@@ -49,35 +52,26 @@ def detect(head: bytes) -> bool:
     return len(head) >= 2 and head[0] == 0x80 and head[1] in PICKLE_PROTOCOLS
 
 
-class _Refused(pickle.UnpicklingError):
-    pass
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Builds dicts, lists, tuples, strings and numbers only: any class or function the pickle names is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise _Refused(f"it names {module}.{name}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise _Refused("it holds a persistent reference")
-
-
 def load(path: Path) -> Any:
-    """The pickle's plain content; InputError for anything else (or a file that is not a whole pickle)."""
+    """The pickle's plain content, its traces as snapshot_stream.Trace columns; InputError for anything else (or a
+    file that is not a whole pickle). Read as a stream: memory follows the distinct call stacks, not the file."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError) as exc:
-        raise InputError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
-    try:
-        return _PlainUnpickler(io.BytesIO(raw)).load()
-    except _Refused as exc:
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            return snapshot_stream.load(f, phase_of_pairs)
+    except snapshot_stream.Refused as exc:
         raise InputError(path, f"refused: not a plain PyTorch memory snapshot ({exc}); a snapshot holds only "
                                "dicts, lists, strings and numbers, and nothing else is unpickled") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, MemoryError,
+    except snapshot_stream.Shape as exc:
+        raise InputError(path, str(exc)) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        if isinstance(exc, gzip.BadGzipFile) or isinstance(exc, (EOFError, zlib.error)):
+            raise InputError(path, f"not a whole pickle ({type(exc).__name__}: {exc}); expected a PyTorch memory "
+                                   "snapshot from torch.cuda.memory._dump_snapshot") from None
+        raise InputError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
+    except (snapshot_stream.Broken, ValueError, TypeError, IndexError, KeyError, MemoryError,
             RecursionError) as exc:
         raise InputError(path, f"not a whole pickle ({type(exc).__name__}: {exc}); expected a PyTorch memory "
                                "snapshot from torch.cuda.memory._dump_snapshot") from None
@@ -94,16 +88,19 @@ def parse(path: Path) -> tuple[MemoryGeometry, ...]:
                                "(torch.cuda.memory._dump_snapshot)")
     segments = [_segment(path, i, s) for i, s in enumerate(data["segments"])]
     traces = data.get("device_traces") or []
-    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
+    if not isinstance(traces, list) or not all(isinstance(t, (list, snapshot_stream.Trace)) for t in traces):
         raise InputError(path, "'device_traces' must be a list of lists of trace entries, one per device")
     for device, trace in enumerate(traces):
-        for i, entry in enumerate(trace):
-            _entry(path, device, i, entry)
+        if isinstance(trace, list):   # a Trace was checked as it was read; a list here holds no entry dicts
+            for i, entry in enumerate(trace):
+                _entry(path, device, i, entry)
     settings_raw = data.get("allocator_settings")
+    if settings_raw is not None and not isinstance(settings_raw, dict):
+        raise InputError(path, f"'allocator_settings' is a {type(settings_raw).__name__}; expected a dict")
     try:
-        settings = AllocatorSettings.of(settings_raw if isinstance(settings_raw, dict) else None)
-    except (TypeError, ValueError) as exc:
-        raise InputError(path, f"'allocator_settings' holds a value of the wrong type ({exc})") from None
+        settings = AllocatorSettings.of(settings_raw)
+    except SettingsError as exc:
+        raise InputError(path, f"allocator_settings.{exc.key} is {exc.value!r}; expected {exc.expected}") from None
     devices = sorted({int(s.get("device", 0)) for s in segments} | {d for d, t in enumerate(traces) if t})
     return tuple(_device(path, d, [s for s in segments if int(s.get("device", 0)) == d],
                          traces[d] if d < len(traces) else [], settings, settings_raw is not None)
@@ -158,11 +155,19 @@ def _ordered(categories: dict[str, int]) -> tuple[tuple[str, int], ...]:
 
 
 # ---- categories from frames ----------------------------------------------------------------------------
-def phase_of(frames: list[dict[str, Any]]) -> str | None:
-    """'optimizer' | 'backward' | 'forward' | 'recompute' from an allocation's frames (innermost first); None
-    when none of them says (no frames, or only the script's own code)."""
-    files = [str(f.get("filename", "")).replace("\\", "/") for f in frames]
-    names = [str(f.get("name", "")) for f in frames]
+def phase_of(frames: Any) -> str | None:
+    """'optimizer' | 'backward' | 'forward' | 'recompute' from an allocation's frames (innermost first, dicts, or a
+    snapshot_stream.Frames token that holds the answer); None when none of them says (no frames, or only the
+    script's own code)."""
+    if isinstance(frames, snapshot_stream.Frames):
+        return frames.phase
+    return phase_of_pairs([(str(f.get("filename", "")), str(f.get("name", ""))) for f in frames])
+
+
+def phase_of_pairs(frames: list[tuple[str, str]]) -> str | None:
+    """phase_of over (filename, name) pairs."""
+    files = [f.replace("\\", "/") for f, _ in frames]
+    names = [n for _, n in frames]
     if any("/torch/optim/" in f for f in files):
         return "optimizer"
     if any("/torch/utils/checkpoint.py" in f for f in files) and "forward" in names:
@@ -175,9 +180,40 @@ def phase_of(frames: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _categories(trace: list[dict[str, Any]]) -> list[str | None]:
+class Categories(Sequence):
+    """Each trace entry's category (None for entries that are not allocations), a byte each: a trace of millions of
+    entries keeps its categories in megabytes, not in a list of pointers."""
+
+    def __init__(self) -> None:
+        self.codes = bytearray()
+        self.names: list[str | None] = [None]
+
+    def append(self, name: str | None) -> None:
+        try:
+            code = self.names.index(name)
+        except ValueError:
+            self.names.append(name)
+            code = len(self.names) - 1
+        self.codes.append(code)
+
+    def __getitem__(self, i):
+        return self.names[self.codes[i]]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __iter__(self):
+        return (self.names[c] for c in self.codes)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (Categories, list)) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _categories(trace: Any) -> Categories:
     """Each allocation's category (None for other entries), following the phase through frameless ones."""
-    out: list[str | None] = []
+    out = Categories()
     phase = None
     for e in trace:
         if e["action"] != "alloc":
@@ -227,6 +263,11 @@ def _segment(path: Path, i: int, seg: Any) -> dict[str, Any]:
     for key in ("address", "total_size"):
         if not _int(seg.get(key)):
             raise InputError(path, f"{where} has no integer {key!r}")
+    if not 0 <= seg["total_size"] <= MAX_BYTES:
+        raise InputError(path, f"{where}.total_size is {seg['total_size']}; expected bytes from 0 to 2**50")
+    if "device" in seg and not (_int(seg["device"]) and 0 <= seg["device"] <= MAX_DEVICE):
+        raise InputError(path, f"{where}.device is {seg['device']!r}; expected a CUDA device index, an integer "
+                               f"from 0 to {MAX_DEVICE}")
     if not isinstance(seg.get("blocks"), list):
         raise InputError(path, f"{where} has no 'blocks' list")
     total = 0
@@ -249,8 +290,8 @@ def _entry(path: Path, device: int, i: int, e: Any) -> None:
         raise InputError(path, f"{where} has action {action!r}; expected one of {', '.join(_ACTIONS)}")
     if e["action"] in ("snapshot", "user_defined", "oom"):
         return
-    if not _int(e.get("addr")) or not _int(e.get("size")) or e["size"] < 0:
-        raise InputError(path, f"{where} ({e['action']}) needs integer 'addr' and 'size'")
+    if not _int(e.get("addr")) or not _int(e.get("size")) or not 0 <= e["size"] <= MAX_BYTES:
+        raise InputError(path, f"{where} ({e['action']}) needs integer 'addr' and 'size' (bytes from 0 to 2**50)")
     frames = e.get("frames")
     if frames is not None and not (isinstance(frames, list) and all(isinstance(f, dict) for f in frames)):
         raise InputError(path, f"{where} has 'frames' that are not a list of frame dicts")

@@ -154,6 +154,13 @@ def parse_chunks(path: Path, chunks: Iterable[LogChunk], spill: Path | None = No
     steps = spool.settle(steps_frame(spool.rows().head(n_steps)))
 
     facts = _header_facts(pl.concat(headers))
+    if "memory" not in facts:
+        # no `Peak memory` summary (a run cut short, or a fork that prints none): the per-step `mem:` is the
+        # allocator's peak so far, so its largest value over the stored steps is the run's peak allocated
+        column = steps.lazy().select(pl.col("allocated_bytes").max()).collect()
+        printed = column.item() if column.height else None
+        if printed is not None:
+            facts["memory"] = (MemoryPeak(None, int(printed), None),)
     world = facts.get("world_size")
     warnings = (f"{len(too_big)} step line(s) left out, their step number too large for a 64-bit integer "
                 f"(line {too_big[0]}{' and more' if len(too_big) > 1 else ''})",) if too_big else ()

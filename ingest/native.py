@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import polars as pl
 
@@ -22,7 +23,7 @@ from receipts.ingest import profiler
 from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
 from receipts.schema.memory import MemoryGeometry
-from receipts.schema.receipt_format import KINDS, LINE_PATTERN, SUPPORTED_VERSIONS, memory_of
+from receipts.schema.receipt_format import KINDS, LINE_PATTERN, SUPPORTED_VERSIONS, memory_of, recipe_of
 
 FORMAT = "receipt"
 LAUNCHER = "receipts run"   # the `writer` of the launcher's header and footer (capture writes "receipts.capture")
@@ -127,6 +128,7 @@ def parse(log: LogText) -> ParsedRun:
     phases: list[tuple[str, int | None, int | None]] = []
     open_phases: dict[tuple[str, object], int | None] = {}
     footers: list[dict] = []
+    recipe: dict[str, Any] = {}
     geometry: list[MemoryGeometry] = []
     for line_no, payload in records.filter(~is_step).iter_rows():
         obj = _loads(log, line_no, payload)
@@ -152,6 +154,10 @@ def parse(log: LogText) -> ParsedRun:
                 raise InputError(log.path, f"RECEIPT footer: {exc}", line=line_no) from None
             if measured is not None:
                 geometry.append(_geometry(obj.get("rank"), measured))
+            try:
+                recipe = {**recipe_of(obj), **recipe}   # ranks agree; of a clash, the first footer wins
+            except ValueError as exc:
+                raise InputError(log.path, f"RECEIPT footer: {exc}", line=line_no) from None
 
     ended_early = _ended_early(log, cut_note=cut_short_note(log, last_line_parsed), headers=headers,
                                footers=footers, step_ranks=set(decoded["rank"].drop_nulls().to_list()))
@@ -178,7 +184,7 @@ def parse(log: LogText) -> ParsedRun:
         topology=dict(header.get("topology") or {}),
         provenance={k: header[k] for k in ("run_name", "run_id", "command", "git_rev", "git_status", "cwd") if k in header}
         | dict(header.get("provenance") or {}),
-        features=dict(header.get("features") or {}),
+        features={**recipe, **dict(header.get("features") or {})},
         tags=tuple(header.get("tags") or ()),
         gpu_model=header.get("gpu_model"),
         gpu_count=header.get("gpu_count"),

@@ -20,7 +20,9 @@ from typing import Any
 KINDS = ("capture", "snapshot", "estimate")
 
 # The buckets a rank's memory is split into, measured (capture) and estimated alike.
-BUCKETS = ("parameters", "gradients", "optimizer_state", "activations", "routing")
+# `transient`: what lives only part of a step (the logits' fp32 copy and its gradients, unsharded parameters,
+# collective buffers, recomputed activations, optimizer temporaries): part of the peak, not of what stays.
+BUCKETS = ("parameters", "gradients", "optimizer_state", "activations", "routing", "transient")
 
 # A snapshot's categories: which phase allocated a block live at the replayed peak (ingest/memory_snapshot.py).
 # `resident`: allocated before recording began (parameters and optimizer state, usually); `unattributed`: a
@@ -38,6 +40,18 @@ ESTIMATE_FIELDS: dict[str, str | None] = {
     "other_optimizer": "optimizer_state",
     "activations": "activations",
     "routing": "routing",
+    # Terms of the peak beyond what stays: each is live in part of the step only, so the peak is the largest sum
+    # over the step's phases (analysis/estimate.py), not the sum of every field.
+    "logits_upcast": "transient",            # the logits' fp32 copy kept for the loss and the two fp32 gradients
+    "unsharded_params": "transient",         # the largest FSDP unit's parameters, gathered in the compute dtype
+    "collective_buffers": "transient",       # all-gather output and reduce-scatter input of one unit
+    "recompute_working_set": "transient",    # one layer's activations rebuilt during backward (recompute)
+    "optimizer_temporaries": "transient",    # a foreach optimizer's intermediate tensors in its step
+    "unsharded_grads": "transient",          # gradients of a unit before they are reduce-scattered (tracker)
+    "temporaries": "transient",              # other short-lived tensors at the peak (tracker: Temp)
+    "allocator_rounding": "transient",       # the caching allocator's 512-byte blocks, over the live tensors
+    "inputs": "activations",                 # the batch (tracker: Inputs)
+    "buffers": "parameters",                 # module buffers (tracker: Buffer)
     "runtime_reserve": None,
     "overhead": None,
 }

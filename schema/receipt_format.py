@@ -52,3 +52,22 @@ def memory_of(footer: dict[str, Any]) -> dict[str, Any] | None:
         raise ValueError(f"memory.peak_window must be one of {', '.join(PEAK_WINDOWS)}, got {window!r}")
     out["peak_window"] = window
     return out
+
+
+# A footer's optional `recipe` object (receipts.capture's Recorder.record_recipe): the training recipe the recorder
+# saw, flat names (`optimizer.class`, `dtype.compute`, `parallel.mesh_shape`, ...) to a string, number, bool or
+# null. Ingest stores them among the receipt's features, where a comparison reads each as recipe drift.
+RECIPE_VALUE_TYPES = (str, int, float, bool, type(None))
+
+
+def recipe_of(footer: dict[str, Any]) -> dict[str, Any]:
+    """A footer's `recipe`, checked: {} when absent; ValueError naming the key whose value is not a scalar."""
+    recipe = footer.get("recipe")
+    if recipe is None:
+        return {}
+    if not isinstance(recipe, dict):
+        raise ValueError("'recipe' must be an object of name -> string, number, bool or null")
+    for key, value in recipe.items():
+        if not isinstance(value, RECIPE_VALUE_TYPES):
+            raise ValueError(f"recipe.{key} must be a string, number, bool or null, got {type(value).__name__}")
+    return dict(recipe)

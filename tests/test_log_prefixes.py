@@ -86,3 +86,25 @@ def test_memory_per_step_and_peak_reserved(tmp_path):
     only_usage.write_text("\n".join([*bare, "Peak memory usage: 24012.50MiB"]) + "\n")
     (peak,) = parse_log(only_usage).memory
     assert peak.peak_reserved_bytes is None  # unknown, never 0
+
+
+def test_per_step_mem_alone_is_the_peak_allocated_in_show_list_and_compare(tmp_path):
+    """No `Peak memory` summary: the per-step `mem:` (the allocator's peak so far) gives the peak allocated that
+    show, list and compare print."""
+    from cli_helpers import cli, cli_json
+
+    bare = realdata("logs", "nanochat_pr147_a100_mfu.txt").read_text().splitlines()
+    with_mem = [line.replace(" | total time:", f" | mem: {11 + i * 0.01:.2f}GiB | total time:")
+                for i, line in enumerate(bare)]
+    path = tmp_path / "mem_only.log"
+    path.write_text("\n".join(with_mem) + "\n")
+    expected = round((11 + (len(bare) - 1) * 0.01) * 2**30)
+    (peak,) = parse_log(path).memory
+    assert (peak.peak_allocated_bytes, peak.peak_reserved_bytes) == (expected, None)
+    db = str(tmp_path / "m.duckdb")
+    assert cli_json(db, "ingest", str(path))[0] == 0
+    shown = cli_json(db, "show", "mem_only")[1]
+    assert shown["memory"]["peak_allocated_bytes"] == expected
+    assert [r["peak_allocated_bytes"] for r in cli_json(db, "list")[1]] == [expected]
+    text = cli(db, "show", "mem_only").output
+    assert "peak allocated -" not in text and f"{expected / 2**30:.2f}" in text

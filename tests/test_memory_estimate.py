@@ -79,7 +79,9 @@ def test_ownership_decides_what_each_degree_divides(tmp_path):
     assert c["activations"] == (10 + 24 // 2) * 4096 * 1 * 4096 * 8
     assert c["routing"] == 4096 * 2 * 4 + 2 * (77 * 4096 * 4 * 2)  # the seeds' worked example, one MoE layer
     assert c["runtime_reserve"] == 4 << 30 and c["overhead"] == 3 << 29
-    assert e.total_bytes == sum(c.values())
+    # the peak is the largest phase (not the sum of the fields); the device must hold it and the reserve
+    assert e.allocated_bytes == max(e.phases.values()) < sum(c.values())
+    assert e.total_bytes == e.allocated_bytes + c["runtime_reserve"] + c["overhead"]
 
 
 def test_routing_scratch_matches_the_seeds_worked_example():
@@ -121,7 +123,7 @@ def test_fused_adamw_counts_the_device_step_when_tensors_are_given():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[parallel]\ntp = 0\n[[families]]\nparams = 1\n", "key parallel.tp must be a whole number >= 1, found 0"),
+    ("[parallel]\ntp = 0\n[[families]]\nparams = 1\n", "key parallel.tp must be a whole number from 1 to 2\\*\\*53, found 0"),
     ("[[families]]\nparams = 1\nownership = \"pp\"\n", "key families\\[0\\].ownership must be one of replicated, tp, ep"),
     ("[[families]]\nparams = 1\noptimiser = \"adamw\"\n", "unknown key families\\[0\\].optimiser"),
     ("[[families]]\nname = \"x\"\n", "key families\\[0\\].params is missing"),
@@ -160,3 +162,52 @@ def test_cli_flags_over_a_config(tmp_path):
     result = cli(str(tmp_path / "s.duckdb"), "estimate", "--optimizer", "lion", "--params", "10")
     assert result.exit_code == 2 and "--optimizer 'lion' is not one of" in result.output
     assert cli(str(tmp_path / "s.duckdb"), "estimate").exit_code == 2
+
+
+GPT_537M = ("--params", "537116672", "--micro-batch", "4", "--sequence", "2048", "--hidden", "2048", "--layers", "8",
+            "--vocab", "32768")
+
+
+def test_the_peak_is_the_largest_phase_not_the_sum_of_the_fields(tmp_path):
+    """The transient terms (the logits' fp32 copies, the gathered root unit, foreach AdamW's temporaries) live in
+    different phases: the peak is the largest phase, below the sum of every field."""
+    code, out = cli_json(str(tmp_path / "s.duckdb"), "estimate", *GPT_537M, "--device-total", "141GB",
+                         "--reserve", "4GiB")
+    assert code == 0
+    c, sbv = out["categories"], 4 * 2048 * 32768
+    assert c["logits_upcast"] == 3 * sbv * 4
+    assert c["unsharded_params"] == 2 * 32768 * 2048 * 2          # embedding and head, gathered in bf16
+    assert c["optimizer_temporaries"] == 537116672 * 4            # foreach AdamW: one fp32 tensor per parameter
+    phases = out["phases"]
+    assert out["peak_allocated_bytes"] == max(phases.values()) == phases["backward_start"]
+    assert phases["backward_start"] == (c["replicated_params"] + c["other_optimizer"] + c["activations"]
+                                        + c["logits_upcast"] + c["unsharded_params"])
+    assert out["peak_allocated_bytes"] < sum(v for k, v in c.items() if k not in ("runtime_reserve", "overhead"))
+    assert out["total_bytes"] == out["peak_allocated_bytes"] + 4 * 2**30
+    assert out["headroom_bytes"] == 141 * 10**9 - out["total_bytes"] and out["fits"] is True
+    fused = cli_json(str(tmp_path / "s.duckdb"), "estimate", *GPT_537M, "--optimizer", "adamw-fused")[1]
+    assert fused["categories"]["optimizer_temporaries"] == 0
+
+
+def test_recompute_adds_its_working_set_and_lowers_the_peak(tmp_path):
+    db = str(tmp_path / "s.duckdb")
+    none = cli_json(db, "estimate", *GPT_537M)[1]
+    full = cli_json(db, "estimate", *GPT_537M, "--recompute", "full")[1]
+    assert none["categories"]["recompute_working_set"] == 0
+    assert full["categories"]["recompute_working_set"] == 34 * 2048 * 4 * 2048   # one layer, rebuilt in backward
+    assert full["peak_allocated_bytes"] < none["peak_allocated_bytes"]
+
+
+def test_estimate_formats_and_the_fit_line(tmp_path):
+    db = str(tmp_path / "s.duckdb")
+    piped = cli(db, "estimate", *GPT_537M, "--device-total", "12GiB")
+    assert piped.exit_code == 0 and "┃" not in piped.output and "│" not in piped.output
+    rows = [line.split("\t") for line in piped.output.splitlines()]
+    assert rows[0] == ["field", "bucket", "bytes"]
+    fields = {r[0]: int(r[2]) for r in rows[1:]}
+    assert fields["headroom"] == 12 * 2**30 - fields["total"] < 0
+    table = cli(db, "estimate", *GPT_537M, "--device-total", "12GiB", "--format", "table")
+    assert "does NOT fit" in table.output and "backward start" in table.output
+    assert cli(db, "estimate", *GPT_537M, "--format", "yaml").exit_code == 2
+    bad = cli(db, "estimate", *GPT_537M, "--reserve", "lots")
+    assert bad.exit_code == 2 and "--reserve" in bad.output and len(bad.output.strip().splitlines()) == 1

@@ -83,7 +83,7 @@ def test_compare_json_memory_drift_names_the_bucket_that_moved(store):
                         "b_bytes": 134_340_608, "delta_bytes": -134_340_608}
     moved = {d["category"]: d["delta_bytes"] for d in drift}
     assert moved["parameters"] == moved["gradients"] == moved["activations"] == 0
-    assert moved["resident"] == -134_340_608  # what stays between steps drops by the state SGD does not keep
+    assert moved["resident_between_steps"] == -134_340_608  # what stays between steps drops by the state SGD does not keep
     code, out = cli_json(store, "compare", "adamw_2gpu", "adamw_2gpu_ckpt")
     assert out["memory_drift"][0]["category"] == "activations" and out["memory_drift"][0]["delta_bytes"] < 0
 

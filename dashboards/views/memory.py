@@ -30,8 +30,10 @@ def render(data: Data) -> None:
                 "(`receipts estimate ... --attach RUN`).")
         return
     where = f"rank {g['rank']}" if g["rank"] is not None else "the run"
+    estimates = g.get("estimates") or []
     st.caption(f"Measured by {g['source']} ({where}: the rank with the highest peak allocated)"
-               + (f"; estimated by {g['estimate']['path']}" if g["estimate"] else "; no estimate attached")
+               + ("; estimated by " + ", ".join(f"{e['label']} ({e['path']})" for e in estimates) if estimates
+                  else "; no estimate attached")
                + (". From other sources: " + ", ".join(f"{k} ({v})" for k, v in g["filled_from"].items())
                   if g["filled_from"] else ""))
     gaps = g["gaps"]
@@ -43,15 +45,22 @@ def render(data: Data) -> None:
     if gaps["fragmentation_rule"]:
         st.caption(f"Fragmentation: {gaps['fragmentation_rule']}.")
     if g["buckets"]:
-        table = pl.DataFrame([{"bucket": r["bucket"], "measured GiB": _gib(r["measured_bytes"]),
+        # the same rows as `show`: each bucket measured (capture, or a snapshot's categories mapped onto the
+        # buckets) beside every attached estimate, the last estimate's error
+        labels = [e["label"] for e in estimates]
+        table = pl.DataFrame([{"bucket": r["bucket"], "measured by": r.get("measured_by"),
+                               "measured GiB": _gib(r["measured_bytes"]),
+                               **{f"{label} GiB": _gib((r.get("estimated") or {}).get(label)) for label in labels},
                                "estimated GiB": _gib(r["estimated_bytes"]), "estimate error %": r["error_pct"]}
                               for r in g["buckets"]],
-                             schema={"bucket": pl.Utf8, "measured GiB": pl.Float64, "estimated GiB": pl.Float64,
-                                     "estimate error %": pl.Float64})
-        st.dataframe(table, hide_index=True)
-        st.altair_chart(_bucket_chart(table), use_container_width=True)
+                             schema={"bucket": pl.Utf8, "measured by": pl.Utf8, "measured GiB": pl.Float64,
+                                     **{f"{label} GiB": pl.Float64 for label in labels},
+                                     "estimated GiB": pl.Float64, "estimate error %": pl.Float64})
+        st.dataframe(table.drop("estimated GiB") if labels else table, hide_index=True)
+        st.altair_chart(_bucket_chart(table.select("bucket", "measured GiB", "estimated GiB")),
+                        use_container_width=True)
     for s in g["sources"]:
-        if s["kind"] != "snapshot":
+        if s["kind"] != "snapshot" or g["source"] == "snapshot":   # a lead snapshot's categories are the rows above
             continue
         for r in s["ranks"]:
             st.markdown(f"**Snapshot** `{s['path'] or s['source_sha256'][:12]}` (device {r['device']}): "
