@@ -126,6 +126,22 @@ class ScratchFull(ReceiptsError):
 
 
 @dataclass
+class RegistryError(ReceiptsError):
+    """A module one of receipts' own registries names (a log format's parser, a command, a schema revision) cannot
+    be imported, or lacks what its registry needs: the installation is broken, not the input. Never taken for
+    "no parser claims this file"."""
+
+    registry: str   # 'log format' | 'command' | 'schema revision'
+    entry: str      # the entry's name in its registry ('megatron', 'gate', '12')
+    module: str     # the module that failed, dotted
+    reason: str     # what went wrong, from the import's exception or the check
+
+    def __str__(self) -> str:
+        return (f"{self.registry} {self.entry!r}: module {self.module} {self.reason} (this installation of "
+                "receipts is broken: reinstall it; --debug shows the traceback)")
+
+
+@dataclass
 class UsageError(ReceiptsError):
     message: str
     option: str | None = None
