@@ -82,6 +82,8 @@ def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
                    f"{e.min_effect_ms:.2f} ms per step")
     if len(r.formats) > 1:
         lines += _wrap(f"profiles of different formats ({', '.join(r.formats)}): kernel names may differ")
+    if r.rules_note:
+        lines += _wrap(f"rules: {r.rules_note}")
     header = f"    {'component':<{_NAME}} {'baseline':>8} {'candidate':>9} {'delta':>8} {'share':>5} verdict"
     for level in (lv for lv in LEVELS if lv in e.levels):
         mine = [c for c in e.components if c.level == level]
@@ -136,6 +138,8 @@ def markdown_lines(r: ExplainResult, *, top: int = 8) -> list[str]:
     changed = list(e.changed)
     lines = [f"<details><summary>why {_md(r.run_name)}: {len(changed)} component(s) beyond their own run-to-run "
              f"noise</summary>", ""]
+    if r.rules_note:
+        lines += [f"_Kernel-category rules: {_md(r.rules_note)}._", ""]
     if changed:
         lines += ["| level | component | baseline ms | candidate ms | delta ms | share | |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
         for c in changed[:top]:

@@ -94,6 +94,10 @@ class CategoryRules:
         """Every category an activity can get under these rules, as one Enum (CATEGORY_ENUM under the shipped ones)."""
         return pl.Enum(sorted(self.kinds))
 
+    @property
+    def version(self) -> int:
+        return RULES_VERSION
+
     @functools.cached_property
     def text(self) -> str:
         """The rules as canonical JSON: what an anatomy keeps of the rules it was made under."""

@@ -220,6 +220,11 @@ anatomy_sources = Table(
     Column("raw_events_path", Text),                      # Parquet beside the store, optional
     Column("warnings_json", Text, nullable=False),
     Column("stragglers_json", Text),                      # analysis/stragglers.py report; null = one rank
+    # v13: the kernel-category rules the anatomy was made under (schema/categories.py CategoryRules: the shipped
+    # kernel_categories.toml with ./receipts.toml's and --categories' rules before it); null: attached before v13
+    Column("category_rules_version", Integer),            # the rules' format version (RULES_VERSION)
+    Column("category_rules_sha256", Text),                # digest of the effective rules: equal digests, equal rules
+    Column("category_rules_json", Text),                  # the rules themselves, [category, kind, pattern] in order
     PrimaryKeyConstraint("receipt_id", "source_sha256"),
 )
 
