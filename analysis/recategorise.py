@@ -42,15 +42,14 @@ class RulesDifference:
     unknown: tuple[str, ...]        # receipt ids whose rules are not recorded (attached before they were kept)
 
     def note(self, names: Mapping[str, str]) -> str:
-        """One line for the reader."""
-        parts = [f"categorised under different kernel-category rules (an extra rule: --categories or a "
-                 f"receipts.toml); compared under the baseline's (rules {self.reference[:12]}), "
+        """One line for the reader, in the library's words (the CLI adds how to keep raw events)."""
+        parts = [f"categorised under different kernel-category rules (an extra rule in one run's category rules "
+                 f"or receipts.toml); compared under the baseline's (rules {self.reference[:12]}), "
                  f"{self.moved_kernels} kernel name(s) sorted differently"]
         if self.moved_runs:
             parts.append(f"re-categorised from raw events: {', '.join(names.get(i, i) for i in self.moved_runs)}")
         if self.left_out:
-            parts.append(f"left out without raw events to re-categorise (ingest --keep-raw): categories "
-                         f"{', '.join(self.left_out)}")
+            parts.append(f"left out, without raw events to re-categorise them: categories {', '.join(self.left_out)}")
         if self.kinds_changed:
             parts.append("a kernel changed kind, so the step's decomposition and exposed communication are left out")
         if self.unknown:

@@ -110,8 +110,9 @@ def test_runs_under_different_rules_are_re_categorised_from_raw_events(two_rules
     busy categories are the ones an ingest under those rules stores, to the nanosecond."""
     code, report = cli_json(two_rules, "explain", "aa_1", "--against", "base_1")
     assert code == 0, report
-    assert "different kernel-category rules" in report["category_rules"]
-    assert "re-categorised from raw events: aa_1" in report["category_rules"]
+    rules = report["category_rules"]
+    assert "different kernel-category rules" in rules["note"] and rules["moved_runs"] == ["aa_1"]
+    assert rules["left_out"] == [] and not rules["kinds_changed"] and rules["moved_kernels"] > 0
     cats = _categories(report)
     assert not [c for c in cats.values() if c["presence"] or c["verdict"] == "changed"], cats
     shipped = parse_profile(EXPLAIN_DATA / "aa_1" / "profile.sqlite.gz", "nsys-gz", load_category_rules(cwd=tmp_path),
@@ -142,8 +143,10 @@ def test_without_raw_events_the_categories_sorted_differently_are_left_out_and_n
     con.close()
     code, report = cli_json(db, "explain", "aa_1", "--against", "base_1")
     assert code == 0
-    assert "left out without raw events to re-categorise (ingest --keep-raw): categories attention, gemm, other" \
-        in report["category_rules"]
+    assert "left out, without raw events to re-categorise them: categories attention, gemm, other" \
+        in report["category_rules"]["note"]
+    assert report["category_rules"]["left_out"] == ["attention", "gemm", "other"]
+    assert "ingest --keep-raw" in " ".join(cli(db, "explain", "aa_1", "--against", "base_1").output.split())
     cats = _categories(report)
     assert not {"gemm", "other", "attention"} & set(cats) and "compute_only" in cats
     assert not [c for c in report["components"] if c["presence"] == "vanished"]
@@ -165,3 +168,18 @@ def test_db_upgrade_adds_the_rules_columns_to_an_older_store(tmp_path):
                                          "WHERE table_name = 'anatomy_sources'").fetchall()}
     con.close()
     assert {"category_rules_version", "category_rules_sha256", "category_rules_json"} <= columns
+
+
+@pytest.mark.slow
+def test_the_dashboard_compare_says_the_rules_differ(two_rules, monkeypatch):
+    from dashboard_store import _app, _no_exception, _texts
+
+    con = duckdb.connect(two_rules, read_only=True)
+    ids = dict(con.execute("SELECT run_name, id FROM receipts").fetchall())
+    con.close()
+    at = _app(two_rules, monkeypatch, view="compare", a=ids["base_1"], b=ids["aa_1"])
+    _no_exception(at)
+    warnings = [str(w.value) for w in at.warning]
+    assert any("A and B were categorised under different kernel-category rules" in w for w in warnings), warnings
+    assert any("Kernel-category rules: categorised under different kernel-category rules" in w
+               and "re-categorised from raw events: aa_1" in w for w in warnings), _texts(at)
