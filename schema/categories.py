@@ -38,6 +38,7 @@ DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "
 BUILT_IN_KINDS: dict[str, str] = {"cuda_graph": "compute", "other": "compute"} | dict.fromkeys(MEMORY_CATEGORIES,
                                                                                              "copy")
 _CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+MAX_CATEGORIES = 255  # an nsys export's activities keep their category code in one byte (ingest/nsys_activity.py)
 
 
 def _shipped_toml() -> dict:
@@ -215,4 +216,7 @@ def load_category_rules(extra: Path | None = None, cwd: Path | None = None) -> C
         if path is not None and (given or Path(path).is_file()):  # a --categories file that is not there is an error
             known = BUILT_IN_KINDS | _SHIPPED_KINDS | {c: k for c, k, _ in user_rules}
             user_rules += _rules_from(read_toml(Path(path), "kernel-category rules"), str(path), known)
+            if len({c for c, _, _ in user_rules} | set(BUILT_IN_KINDS) | set(_SHIPPED_KINDS)) > MAX_CATEGORIES:
+                raise InputError(path, f"more than {MAX_CATEGORIES} categories in all: an activity's category is "
+                                       "kept in one byte")
     return CategoryRules(tuple(user_rules + shipped_rules))
