@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from receipts.schema.lane import FIELDS
+
 if TYPE_CHECKING:
     from receipts.store import Store
 
@@ -41,7 +43,7 @@ def receipt_list(store: Store, *, include_superseded: bool = False, lane: str | 
         r["tags"] = _decoded(r.pop("tags_json"))
         r.update(series_headline(_decoded(r.pop("provenance_json") or "{}")))
     if lane:
-        rows = [r for r in rows if any(lane in (r[k] or "") for k in ("host_lineage", "preset_family", "launch_regime"))]
+        rows = [r for r in rows if any(lane in (r[k] or "") for k in FIELDS)]
     return rows
 
 

@@ -77,9 +77,10 @@ class Data:
         when a side of the pair has no profile."""
         return _explain(self.url, self.version, a_id, b_id, against, self)
 
-    def lane_history(self, host_lineage: str, preset_family: str, launch_regime: str) -> "tuple[pl.DataFrame, NoiseFloor]":
-        """lane_history rows (memory too) joined with analysis.history's intervals, z and change points."""
-        return _history(self.url, self.version, (host_lineage, preset_family, launch_regime), self)
+    def lane_history(self, *lane: str) -> "tuple[pl.DataFrame, NoiseFloor]":
+        """lane_history rows (memory too) joined with analysis.history's intervals, z and change points; `lane`: the
+        lane's values (schema/lane.py FIELDS)."""
+        return _history(self.url, self.version, lane, self)
 
 
 def _key(params: dict[str, Any]) -> tuple:
@@ -141,12 +142,11 @@ def _explain(url: str, version: str, a_id: str, b_id: str, against: str | None, 
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
-def _history(url: str, version: str, lane: tuple[str, str, str], _data: Data) -> "tuple[pl.DataFrame, NoiseFloor]":
+def _history(url: str, version: str, lane: tuple[str, ...], _data: Data) -> "tuple[pl.DataFrame, NoiseFloor]":
     from receipts.analysis.history import read_history
     from receipts.analysis.lanes import Lane
 
-    history = _data.store.query("lane_history", {**dict(zip(("host_lineage", "preset_family", "launch_regime"), lane)),
-                                                 "unsummarised": _data.unsummarised})
+    history = _data.store.query("lane_history", {"lane_key": Lane(*lane).key, "unsummarised": _data.unsummarised})
     h = read_history(_data.store, Lane(*lane))
     marks = pl.DataFrame([{"receipt_id": r.id, "ci_low": r.ci_low, "ci_high": r.ci_high, "z": r.z,
                            "change_point": r.change_point, "change_pct": r.change_pct, "change_pvalue": r.change_pvalue,
