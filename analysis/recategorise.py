@@ -71,7 +71,9 @@ def common_rules(frames: dict[str, pl.DataFrame], rules: Mapping[str, str | None
     voters = [digests[rid] for rid in baseline if rid in digests] or list(digests.values())
     top = Counter(voters).most_common(1)[0][0]
     ref = next(r for r in known.values() if r.sha256 == top)
-    out, moved_runs, left_out, moved, kinds_changed = dict(frames), [], set(), set(), False
+    out, moved_runs, kinds_changed = dict(frames), [], False
+    left_out: set[str] = set()
+    moved: set[str] = set()
     for rid, own in known.items():
         if own.sha256 == ref.sha256:
             continue

@@ -108,6 +108,7 @@ def build_store(db: Path) -> None:
 
 def grow(db: Path, n_receipts: int, steps: int) -> int:
     from receipts.store import open_store
+    from receipts.store.migrations.v0014_lane_key import BACKFILL
 
     with open_store(db) as store:
         n_base = store.sql("SELECT count(*) AS n FROM receipts WHERE identity_complete")["n"][0]
@@ -115,6 +116,7 @@ def grow(db: Path, n_receipts: int, steps: int) -> int:
         con = store.con
         con.execute("BEGIN TRANSACTION")
         con.execute(GROW_SQL, {"n_per": n_per, "n_base": n_base})
+        con.execute(BACKFILL)  # the copies' lane keys, as ingest writes them
         con.execute(STEPS_SQL, {"steps": steps})
         con.execute(SOURCES_SQL)
         con.execute(SUMMARIES_SQL)
@@ -125,15 +127,16 @@ def grow(db: Path, n_receipts: int, steps: int) -> int:
 
 def bare_query_s(db: Path, repeats: int = 5) -> float:
     from receipts.analysis.listing import unsummarised
+    from receipts.schema.lane import FIELDS
     from receipts.store import open_store
 
-    params = dict(hosts=None, presets=None, regimes=None, tag=None, since=None, until=None, search=None)
+    params = dict(lane_filter=None, tag=None, since=None, until=None, search=None)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         with open_store(db, read_only=True) as store:
             store.version()
-            store.query("dash_filter_options")
+            store.query("dash_filter_options", {"fields": list(FIELDS)})
             store.query("dash_lanes", {**params, "unsummarised": unsummarised(store)})
         times.append(time.perf_counter() - t0)
     return statistics.median(times)

@@ -182,7 +182,7 @@ def test_the_t_test_is_scipys_pooled_t_test(left, right, digits):
 def test_the_lane_view_reads_stored_medians_and_recomputes_the_same_without_them(noise_db, tmp_path):
     # sql/dash_lanes.sql takes the receipts without a summary as a value (over a subquery the postgres scanner
     # read every step row of the store): with some summaries deleted, the same medians from the steps.
-    params = {"hosts": None, "presets": None, "regimes": None, "tag": None, "since": None, "until": None,
+    params = {"lane_filter": None, "tag": None, "since": None, "until": None,
               "search": None}
     frames = [f.select("id", "n_steady_steps", "median_step_ms").sort("id") for f in
               _both(noise_db, _without_summaries(noise_db, tmp_path, "slow%"), "dash_lanes", params)]

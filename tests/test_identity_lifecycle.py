@@ -312,7 +312,7 @@ def test_lanes_and_lane_history_leave_superseded_receipts_out(tmp_path, db):
     _grow(log, REV_LOG, None)
     cli(db, "ingest", str(log))
     with open_store(db) as store:
-        lanes = store.query("dash_lanes", {"hosts": None, "presets": None, "regimes": None, "tag": None,
+        lanes = store.query("dash_lanes", {"lane_filter": None, "tag": None,
                                            "since": None, "until": None, "search": None, "unsummarised": []})
         history = store.query("lane_history", {"lane_key": Lane("h200-device-x1", "toy_fsdp2_v1", "fsdp2/no-compile").key,
                                                "unsummarised": []})

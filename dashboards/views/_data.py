@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import streamlit as st
 
+from receipts.schema.lane import FIELDS
 from receipts.store import Store, open_store
 
 if TYPE_CHECKING:
@@ -47,9 +48,17 @@ class Data:
         return _query(self.url, self.version, name, _key(params), self)
 
     def lanes(self, **filters: Any) -> pl.DataFrame:
-        """sql/dash_lanes.sql under `filters` (hosts, presets, regimes, tag, since, until, search; None = any)."""
-        return self.query("dash_lanes", **{"hosts": None, "presets": None, "regimes": None, "tag": None, "since": None,
-                                           "until": None, "search": None, **filters}, unsummarised=self.unsummarised)
+        """sql/dash_lanes.sql under `filters` (lane: the values wanted of each lane field, in FIELDS' order, None =
+        any; tag, since, until, search; None = any), with each lane field and `missing` (the absent ones, by
+        name) for its lane_key."""
+        lane = filters.pop("lane", None)
+        frame = self.query("dash_lanes", **{"lane_filter": lane if lane and any(lane) else None, "tag": None,
+                                            "since": None, "until": None, "search": None, **filters},
+                           unsummarised=self.unsummarised)
+        values = pl.col("lane_key").str.json_decode(pl.List(pl.Utf8))
+        return frame.with_columns(*(values.list.get(i).alias(f) for i, f in enumerate(FIELDS))).with_columns(
+            pl.concat_str([pl.when(pl.col(f).is_null()).then(pl.lit(f)) for f in FIELDS], separator=", ",
+                          ignore_nulls=True).alias("missing"))
 
     @property
     def unsummarised(self) -> list[str]:

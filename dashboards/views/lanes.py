@@ -38,7 +38,7 @@ def _to_url(values: dict[str, str | list[str] | None]) -> None:
 
 
 def _filters(data: Data) -> dict:
-    opts = data.query("dash_filter_options")
+    opts = data.query("dash_filter_options", fields=list(FIELDS))
     hosts_all, presets_all, regimes_all = (_options(opts, k) for k in FIELDS)
     tags_all = _options(opts, "tag")
     cols = st.columns([3, 3, 3, 2])
@@ -67,7 +67,7 @@ def _filters(data: Data) -> dict:
                                 key="lanes_search").strip() or None
     _to_url({"host": hosts, "preset": presets, "regime": regimes, "tag": tag, "since": since, "until": until,
              "q": search})
-    return {"hosts": hosts or None, "presets": presets or None, "regimes": regimes or None, "tag": tag,
+    return {"lane": [hosts or None, presets or None, regimes or None], "tag": tag,
             "since": since, "until": until, "search": search}
 
 

@@ -14,10 +14,14 @@ VERSION = 14
 DESCRIPTION = "one stored lane key: receipts.lane_key"
 
 
+# Also what a benchmark that writes receipts with SQL runs after them (benchmarks/bench_gate.py).
+BACKFILL = ("UPDATE receipts SET lane_key = '[' || coalesce(to_json(host_lineage)::text, 'null') || ',' "
+            "|| coalesce(to_json(preset_family)::text, 'null') || ',' "
+            "|| coalesce(to_json(launch_regime)::text, 'null') || ']'")
+
+
 def upgrade(op) -> None:
     op.add_column("receipts", sa.Column("lane_key", sa.Text()))
     # the index first: DuckDB creates none over a table with updates outstanding in the transaction
     op.create_index("ix_receipts_lane_key", "receipts", ["lane_key"], if_not_exists=True)
-    op.execute("UPDATE receipts SET lane_key = '[' || coalesce(to_json(host_lineage)::text, 'null') || ',' "
-               "|| coalesce(to_json(preset_family)::text, 'null') || ',' "
-               "|| coalesce(to_json(launch_regime)::text, 'null') || ']'")
+    op.execute(BACKFILL)
