@@ -14,8 +14,8 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Remedy:
     """What would get past an error, a refusal or a warning, as facts. `kind`, one of REMEDIES; `receipt`: the
-    receipt it applies to; `values`: (parameter name, value) pairs it needs, in the library's names
-    (host_lineage, preset, regime, run_name, tag)."""
+    receipt it applies to; `values`: (parameter name, value) pairs it needs, in the library's names (the lane's
+    parameters, schema/lane.py OPTION; run_name, tag)."""
 
     kind: str
     receipt: str | None = None
