@@ -116,11 +116,13 @@ def grow(db: Path, n_receipts: int, steps: int) -> int:
         con = store.con
         con.execute("BEGIN TRANSACTION")
         con.execute(GROW_SQL, {"n_per": n_per, "n_base": n_base})
-        con.execute(BACKFILL)  # the copies' lane keys, as ingest writes them
         con.execute(STEPS_SQL, {"steps": steps})
         con.execute(SOURCES_SQL)
         con.execute(SUMMARIES_SQL)
         con.execute("COMMIT")
+        # the copies' lane keys, as ingest writes them: in a transaction of its own (DuckDB refuses an update of an
+        # indexed column of rows inserted in the same transaction as a duplicate key)
+        con.execute(BACKFILL)
         con.execute("CHECKPOINT")  # fold the WAL in: read-only openers would otherwise replay it every time
         return store.sql("SELECT count(*) AS n FROM receipts")["n"][0]
 

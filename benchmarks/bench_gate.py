@@ -44,7 +44,6 @@ def build_store(db: Path, n: int) -> int:
     from receipts.schema.model import IdentityClaim
     from receipts.schema.registry import load_registry
     from receipts.store import open_store
-    from receipts.store.migrations.v0014_lane_key import BACKFILL
 
     logs = sorted((REPO / "examples" / "claims" / "receipts").glob("*.log"))
     real = [REALDATA / "sft_run_gtx1660.log",
@@ -74,12 +73,14 @@ def build_store(db: Path, n: int) -> int:
         override = {"id": "c.id", "content_sha256": "'bench' || c.id", "run_name": "c.run_name",
                     "host_lineage": "c.host", "raw_host_lineage": "c.host", "preset_family": "c.preset",
                     "raw_preset": "c.preset", "launch_regime": "c.regime", "raw_regime": "c.regime",
-                    "identity_complete": "true", "peak_allocated_bytes": "CAST(tpl.peak_allocated_bytes * c.mem AS BIGINT)",
+                    "identity_complete": "true",  # and the lane key, as ingest writes it (schema/lane.py Lane.key)
+                    "lane_key": "'[' || to_json(c.host)::text || ',' || to_json(c.preset)::text || ',' "
+                                "|| to_json(c.regime)::text || ']'",
+                    "peak_allocated_bytes": "CAST(tpl.peak_allocated_bytes * c.mem AS BIGINT)",
                     "peak_reserved_bytes": "CAST(tpl.peak_reserved_bytes * c.mem AS BIGINT)"}
         select = ", ".join(override.get(col, f"tpl.{col}") for col in cols)
         con.execute("BEGIN")
         con.execute(f"INSERT INTO receipts SELECT {select} FROM copies c JOIN tpl USING (t)")
-        con.execute(BACKFILL + " WHERE id IN (SELECT id FROM copies)")  # their lane key, as ingest writes it
         con.execute("""INSERT INTO receipt_steps
             SELECT c.id, s.step, s.rank, s.step_ms * c.speed * (1 + 0.01 * (random() - 0.5)),
                    s.tokens_per_s / c.speed, s.loss, s.mfu_pct, s.allocated_bytes, s.reserved_bytes, s.line, s.warmup

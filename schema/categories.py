@@ -4,7 +4,7 @@ Each rule names a category and the category's kind: communication, compute or co
 category's name, says how the step's GPU span is partitioned (compute_only, comm_hidden, exposed_comm,
 memcpy_only, idle: ingest/intervals.py) and which kernels are collectives to match across ranks
 (analysis/stragglers.py), so a user's category of communication kernels counts as communication whatever it
-is called. An anatomy records the rules it was made under (`CategoryRules.stamp`): their digest tells two
+is called. An anatomy records the rules it was made under (`CategoryRules.text`, `.sha256`): the digest tells two
 runs categorised alike from two that were not, and their text lets explain re-categorise a run's kernels.
 """
 

@@ -14,7 +14,7 @@ VERSION = 14
 DESCRIPTION = "one stored lane key: receipts.lane_key"
 
 
-# Also what a benchmark that writes receipts with SQL runs after them (benchmarks/bench_gate.py).
+# Also what a benchmark that writes receipts with SQL runs after them (benchmarks/bench_dashboard.py).
 BACKFILL = ("UPDATE receipts SET lane_key = '[' || coalesce(to_json(host_lineage)::text, 'null') || ',' "
             "|| coalesce(to_json(preset_family)::text, 'null') || ',' "
             "|| coalesce(to_json(launch_regime)::text, 'null') || ']'")
