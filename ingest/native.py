@@ -171,7 +171,7 @@ def parse(log: LogText) -> ParsedRun:
         source_format=FORMAT,
         format_version="1",
         steps=steps_frame(decoded.drop("v", "kind", "payload")),
-        claim=IdentityClaim(*(identity.get(OPTION[f]) for f in FIELDS), header.get("hostname")),
+        claim=IdentityClaim(**{OPTION[f]: identity.get(OPTION[f]) for f in FIELDS}, hostname=header.get("hostname")),
         phases=tuple(phases),
         memory=memory,
         env=env,

@@ -74,7 +74,7 @@ def read_sidecar(path: Path) -> tuple[IdentityClaim, dict]:
             raise InputError(sidecar, f"key {key} is {len(value):,} characters long; at most {NAME_MAX_CHARS:,}")
     data = {**data, **{k: v for k, v in fields.items() if v is not None},
             "tags": list(toml_file.strings(data.get("tags"), sidecar, "tags"))}
-    claim = IdentityClaim(*(fields[OPTION[f]] for f in FIELDS), fields["hostname"])
+    claim = IdentityClaim(**{OPTION[f]: fields[OPTION[f]] for f in FIELDS}, hostname=fields["hostname"])
     return claim, data
 
 
