@@ -14,8 +14,8 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Remedy:
     """What would get past an error, a refusal or a warning, as facts. `kind`, one of REMEDIES; `receipt`: the
-    receipt it applies to; `values`: (parameter name, value) pairs it needs, in the library's names
-    (host_lineage, preset, regime, run_name, tag)."""
+    receipt it applies to; `values`: (parameter name, value) pairs it needs, in the library's names (the lane's
+    parameters, schema/lane.py OPTION; run_name, tag)."""
 
     kind: str
     receipt: str | None = None
@@ -123,6 +123,22 @@ class ScratchFull(ReceiptsError):
         return (f"no space left on the disk of {self.folder} (the temp dir) for this ingest's scratch files, where "
                 "a long log's step rows and an unpacked export are staged; free space there or point TMPDIR at a "
                 "larger disk")
+
+
+@dataclass
+class RegistryError(ReceiptsError):
+    """A module one of receipts' own registries names (a log format's parser, a command, a schema revision) cannot
+    be imported, or lacks what its registry needs: the installation is broken, not the input. Never taken for
+    "no parser claims this file"."""
+
+    registry: str   # 'log format' | 'command' | 'schema revision'
+    entry: str      # the entry's name in its registry ('megatron', 'gate', '12')
+    module: str     # the module that failed, dotted
+    reason: str     # what went wrong, from the import's exception or the check
+
+    def __str__(self) -> str:
+        return (f"{self.registry} {self.entry!r}: module {self.module} {self.reason} (this installation of "
+                "receipts is broken: reinstall it; --debug shows the traceback)")
 
 
 @dataclass

@@ -15,6 +15,7 @@ from pathlib import Path
 from receipts.errors import Remedy, UsageError
 from receipts.schema.identity import (IdentityChange, identity_columns, resolve_identity, retagged_columns,
                                       unknown_values)
+from receipts.schema.lane import FIELDS, OPTION, RAW, RESOLVED_WITH, Lane
 from receipts.schema.model import NAME_MAX_CHARS, IdentityClaim, Receipt
 from receipts.schema.registry import Registry
 from receipts.store import Store
@@ -37,11 +38,11 @@ def retag(store: Store, ref: str, change: IdentityChange, *, why: str, registry:
         raise UsageError("is needed: the history records why an identity was changed", option="why")
     if change.empty:
         raise UsageError("a retag needs something to change: a host lineage, preset, regime, run name or tag")
-    for option in ("host_lineage", "preset", "regime", "run_name"):
+    for option in (*OPTION.values(), "run_name"):
         value = getattr(change, option)
         if value is not None and len(value) > NAME_MAX_CHARS:
             raise UsageError(f"is {len(value):,} characters long; at most {NAME_MAX_CHARS:,}", option=option)
-    warnings = check_claim(IdentityClaim(change.host_lineage, change.preset, change.regime), registry)
+    warnings = check_claim(IdentityClaim(*(getattr(change, OPTION[f]) for f in FIELDS)), registry)
     receipt_id = store.resolve(ref)
     stored = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
     changes = retagged_columns(stored, change, registry)
@@ -275,11 +276,7 @@ def _byte_prefixes(path: Path, candidates: list[dict]) -> set[str]:
 
 
 # What each part of the identity occupies in the receipts row (carried over together or not at all).
-_PART_COLUMNS = {
-    "host_lineage": ("raw_host_lineage", "host_lineage"),
-    "preset_family": ("raw_preset", "preset_family"),
-    "launch_regime": ("raw_regime", "launch_regime", "engine", "compile_mode", "parallel_json"),
-}
+_PART_COLUMNS = {f: (RAW[f], f, *RESOLVED_WITH.get(f, ())) for f in FIELDS}
 
 
 def _carry_over(store: Store, receipt: Receipt, replaces: tuple[str, ...], *,
@@ -299,10 +296,10 @@ def _carry_over(store: Store, receipt: Receipt, replaces: tuple[str, ...], *,
             notes.append(f"{part.replace('_', ' ')} {previous[part]!r} carried over from superseded receipt "
                          f"{previous['id']}")
         elif previous[part] is not None and new[part] != previous[part]:
-            values.append((_OPTION[part], previous[cols[0]] or previous[part]))
+            values.append((OPTION[part], previous[cols[0]] or previous[part]))
     if out:
-        merged = {**new, **out}
-        out["identity_complete"] = bool(merged["host_lineage"] and merged["preset_family"] and merged["launch_regime"])
+        lane = Lane.of({**new, **out})
+        out["identity_complete"], out["lane_key"] = lane.complete, lane.key
         out["resolution_json"] = R.dumps(notes)
     if not named and previous["run_name"] != receipt.run_name:
         out["run_name"] = previous["run_name"]
@@ -314,9 +311,6 @@ def _carry_over(store: Store, receipt: Receipt, replaces: tuple[str, ...], *,
     said = ", ".join(f"{option.replace('_', ' ')} {value!r}" for option, value in values)
     return out, [f"the superseded receipt {previous['id']} had another identity than this file states ({said}); kept "
                  "what this file says"], Remedy("retag", receipt.id, tuple(values))
-
-
-_OPTION = {"host_lineage": "host_lineage", "preset_family": "preset", "launch_regime": "regime"}
 
 
 def _refuse_shared_run_name(store: Store, receipt: Receipt, replaced: set[str]) -> None:
@@ -335,11 +329,11 @@ def identity_conflict(stored: dict, run_name: str, tags: tuple[str, ...], asked:
     being the retag that would apply them; only the fields that were asked for and differ are listed."""
     ident = resolve_identity(asked, registry)
     stored_part, asked_part, change = {}, {}, []
-    for part, raw in (("host_lineage", asked.host_lineage), ("preset_family", asked.preset),
-                      ("launch_regime", asked.regime)):
+    for part in FIELDS:
+        raw = getattr(asked, OPTION[part])
         if raw and getattr(ident, part) != stored[part]:
             stored_part[part], asked_part[part] = stored[part], getattr(ident, part)
-            change.append([_OPTION[part], raw])
+            change.append([OPTION[part], raw])
     if named and run_name != stored["run_name"]:
         stored_part["run_name"], asked_part["run_name"] = stored["run_name"], run_name
         change.append(["run_name", run_name])

@@ -68,7 +68,9 @@ def with_stragglers(anatomy: Anatomy) -> Anatomy:
               if steady.height else anatomy.events)
     step_ms = (cast("float | None", steady.group_by("step").agg(pl.col("wall_ms").max())["wall_ms"].median())
                if steady.height else None)
-    report = stragglers.analyse(events, step_ms)
+    if anatomy.category_rules is None:
+        raise ValueError("an anatomy without the category rules it was made under (pipeline/parse.parse_profile)")
+    report = stragglers.analyse(events, step_ms, kinds=anatomy.category_rules.kinds)
     if report is None:
         return anatomy
     summary = stragglers.report_json(report)

@@ -42,6 +42,7 @@ from receipts.analysis.record import StoredReceipt, load_many
 from receipts.analysis.stats import RunInterval, median_interval
 from receipts.analysis.verdict import VerdictResult, decide
 from receipts.errors import Remedy, UsageError
+from receipts.schema.lane import OPTION
 
 if TYPE_CHECKING:
     from receipts.store import Store
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 DEFAULT_LAST = DEFAULT_BASELINE_LAST  # 10 baseline runs per candidate (analysis.claims says why)
 OUTLIER_Z = 3.5        # modified z-score above which a baseline run is an outlier (Iglewicz & Hoaglin 1993)
 MIN_RUNS_FOR_OUTLIERS = 3  # with 2 runs nobody can say which one is the outlier
-_RETAG_OPTION = {"host_lineage": "host_lineage", "preset_family": "preset", "launch_regime": "regime"}
 
 Outcome = Literal["judged", "no_baseline", "rumor", "unmeasured"]
 EXIT_OK, EXIT_SLOWER, EXIT_NOT_JUDGED = 0, 1, 3
@@ -214,7 +214,7 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
         frame = lane_runs(store, lanes, tag=tag,
                           last=None if profiled_only else max(last, FLOOR_WINDOW) + len(candidates))
         for r in frame.iter_rows(named=True):
-            rows[Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])].append(r)
+            rows[Lane.from_key(r["lane_key"])].append(r)
     eligible = rows
     if profiled_only:
         from receipts.analysis.components import profiled
@@ -327,7 +327,7 @@ def rumor_message(candidate: StoredReceipt) -> str:
 def rumor_remedy(candidate: StoredReceipt) -> Remedy:
     """The retag that gives a rumor the identity parts it lacks (their values the user's to fill in)."""
     return Remedy("retag", candidate.run_name,
-                  tuple((_RETAG_OPTION[f], "...") for f in IDENTITY_FIELDS if not getattr(candidate, f)))
+                  tuple((OPTION[f], "...") for f in IDENTITY_FIELDS if not getattr(candidate, f)))
 
 
 def no_baseline_remedy(baseline: Baseline) -> Remedy:

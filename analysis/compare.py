@@ -19,11 +19,13 @@ from receipts.analysis.stats import RatioCI, RunInterval, Summary
 from receipts.analysis.stragglers import explains, stored_report
 from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
 
+from receipts.schema.lane import FIELDS, RAW
+
 if TYPE_CHECKING:
     from receipts.store import Store
 
-IDENTITY_FIELDS = ("host_lineage", "preset_family", "launch_regime")
-RAW_FIELD = {"host_lineage": "raw_host_lineage", "preset_family": "raw_preset", "launch_regime": "raw_regime"}
+IDENTITY_FIELDS = FIELDS  # the lane's (schema/lane.py)
+RAW_FIELD = RAW
 # Software facts that belong to the node image rather than the training stack.
 INFRA_SOFTWARE = ("driver", "driver_version", "nvidia_driver", "numa_balancing", "kernel")
 

@@ -36,6 +36,7 @@ import polars as pl
 from receipts.schema.model import COMPONENT_SCHEMA
 
 if TYPE_CHECKING:
+    from receipts.schema.categories import CategoryRules
     from receipts.store import Store
 
 # Bump when a level's definition changes: `receipts db upgrade` recomputes rows stored under another rule.
@@ -158,6 +159,22 @@ def _from_store(store: "Store", receipt_id: str, source_sha256: str) -> pl.DataF
     params = {"receipt_id": receipt_id, "source_sha256": source_sha256}
     return components(store.query("anatomy_rows", params), store.query("anatomy_steps", params),
                       store.query("explain_kernel_totals", params), store.query("anatomy_nvtx", params))
+
+
+def busy_from_raw(store: "Store", receipt_id: str, source_sha256: str, raw_events_path: str | None,
+                  rules: "CategoryRules") -> pl.DataFrame | None:
+    """The busy-category rows (level 'category': gemm, attention, ...) of one export under other category rules,
+    from its raw events (analysis/recategorise.py busy_rows); None when it kept none, or they are gone."""
+    from pathlib import Path
+
+    from receipts.analysis.recategorise import busy_rows
+
+    if raw_events_path is None or not Path(raw_events_path).is_file():
+        return None
+    raw = pl.read_parquet(raw_events_path, columns=["rank", "step", "category", "name", "start_ns", "end_ns"])
+    steps = store.query("anatomy_steps", {"receipt_id": receipt_id, "source_sha256": source_sha256})
+    made = components(busy_rows(raw, rules), steps, None, None)
+    return made.filter(pl.col("level") == "category")
 
 
 def recompute(store: "Store", *, batch: int = 50) -> int:

@@ -30,6 +30,8 @@ from receipts.analysis.stragglers import stored_report
 from receipts.errors import Remedy, UsageError
 
 if TYPE_CHECKING:
+    from receipts.analysis.recategorise import RulesDifference
+    from receipts.schema.categories import CategoryRules
     from receipts.store import Store
 
 EXIT_OK, EXIT_REFUSED = 0, 3
@@ -52,6 +54,7 @@ class ExplainResult:
     stragglers: tuple[int, ...] = ()  # ranks the candidate's own straggler analysis names
     formats: tuple[str, ...] = ()     # profile formats of the runs compared
     remedy: Remedy | None = None      # a refusal's way out: a profile to attach (to `remedy.receipt`, or each run)
+    rules: RulesDifference | None = None  # the runs were categorised under different kernel-category rules
 
     @property
     def exit_code(self) -> int:
@@ -95,12 +98,13 @@ def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequen
                   else None if any(i in profiles for i in used) else Remedy("attach"))
         return ExplainResult(c.receipt_id, c.run_name, against, "lane", None, refusal, names, remedy=remedy)
     base_ids = [i for i in used if i in profiles and profiles[i]["has_steps"]]
-    runs = _runs(store, [c.receipt_id, *base_ids], names)
+    runs, rules = _runs(store, [c.receipt_id, *base_ids], names, profiles, baseline=base_ids)
     step = StepChange(c.verdict.verdict, c.baseline.median_step_ms, c.median_step_ms, c.message)
     result = explain([runs[i] for i in base_ids], [runs[c.receipt_id]], step=step, mode="lane", levels=levels)
     return ExplainResult(c.receipt_id, c.run_name, against, "lane", result, None, names,
                          tuple(names[i] for i in used if i not in base_ids), _stragglers(store, c.receipt_id),
-                         tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]})))
+                         tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]})),
+                         rules=rules)
 
 
 def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Sequence[str] = LEVELS,
@@ -118,13 +122,14 @@ def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Seque
         return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", None, refusal, names,
                              remedy=Remedy("attach", lacking) if lacking else None) if refuse_unprofiled \
             else None
-    runs = _runs(store, [c.a.id, c.b.id], names)
+    runs, rules = _runs(store, [c.a.id, c.b.id], names, profiles, baseline=[c.a.id])
     why = c.detail.why if c.detail else c.reason
     step = StepChange(c.verdict or "inconclusive", c.a.step_ms.median if c.a.step_ms else None,
                       c.b.step_ms.median if c.b.step_ms else None, why)
     result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels)
     return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (),
-                         _stragglers(store, c.b.id), tuple(sorted({profiles[i]["source_format"] for i in names})))
+                         _stragglers(store, c.b.id), tuple(sorted({profiles[i]["source_format"] for i in names})),
+                         rules=rules)
 
 
 def _format(profile: Mapping[str, Any] | None) -> str | None:
@@ -147,14 +152,25 @@ def _own_profile(run_name: str, profile: Mapping[str, Any] | None, like: str | N
     return None
 
 
-def _runs(store: "Store", ids: list[str], names: Mapping[str, str]) -> dict[str, RunComponents]:
+def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Mapping[str, Mapping[str, Any]], *,
+          baseline: Sequence[str]) -> tuple[dict[str, RunComponents], RulesDifference | None]:
     """Each receipt's stored components; a profile stored before they existed is summarised from its anatomy rows
-    on read (what `receipts db upgrade` stores), with the same numbers."""
+    on read (what `receipts db upgrade` stores), with the same numbers. Profiles categorised under different
+    kernel-category rules are brought to the baseline's (analysis/recategorise.py); the note says so."""
+    from receipts.analysis.recategorise import common_rules  # only with profiles on both sides: not at start-up
+
     stored = comp.stored_many(store, ids)
     for rid in ids:
         if rid not in stored:
             stored[rid] = comp.computed(store, rid)
-    return {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid])) for rid in ids}
+    def from_raw(rid: str, rules: CategoryRules) -> pl.DataFrame | None:
+        p = profiles[rid]
+        return comp.busy_from_raw(store, rid, p["source_sha256"], p.get("raw_events_path"), rules)
+
+    stored, difference = common_rules(stored, {rid: profiles[rid].get("category_rules_json") for rid in ids},
+                                      baseline, from_raw)
+    runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid])) for rid in ids}
+    return runs, difference
 
 
 def _values(frame: pl.DataFrame) -> dict[tuple[str, str], Value]:
@@ -186,6 +202,9 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
         "candidate_runs": [r.names.get(i, i) for i in e.candidate_runs],
         "levels": list(e.levels), "profile_formats": list(r.formats), "stragglers": list(r.stragglers),
         "explained_ms_per_step": e.explained_ms, "residual_ms_per_step": e.residual_ms,
+        "category_rules": None if r.rules is None else {
+            **asdict(r.rules), "moved_runs": [r.names.get(i, i) for i in r.rules.moved_runs],
+            "unknown": [r.names.get(i, i) for i in r.rules.unknown], "note": r.rules.note(r.names)},
         "components": [_component_json(c) for c in e.components],
     }
 

@@ -155,6 +155,6 @@ def resolve_lane(store: "Store", ref: str) -> Lane:
     r = load(store, rid)
     lane = lane_of(r)
     if lane is None:
-        missing = ", ".join(f for f in ("host_lineage", "preset_family", "launch_regime") if not getattr(r, f))
+        missing = ", ".join(Lane.of(r).missing)
         raise UsageError(f"{r.run_name} ({rid[:12]}) is a rumor (lacks {missing}): it belongs to no lane")
     return lane

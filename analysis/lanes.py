@@ -7,45 +7,25 @@ tag, optionally the most recent N (sql/lane_runs.sql).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 import polars as pl
 
 from receipts.analysis.listing import unsummarised
 from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor, noise_floor
+from receipts.schema.lane import FIELDS, Lane, lane_of
 
 if TYPE_CHECKING:
     from receipts.store import Store
 
-
-@dataclass(frozen=True)
-class Lane:
-    host_lineage: str
-    preset_family: str
-    launch_regime: str
-
-    def __str__(self) -> str:
-        return f"{self.host_lineage} · {self.preset_family} · {self.launch_regime}"
-
-    def as_dict(self) -> dict[str, str]:
-        return {"host_lineage": self.host_lineage, "preset_family": self.preset_family,
-                "launch_regime": self.launch_regime}
-
-
-def lane_of(receipt) -> Lane | None:
-    """The lane of a receipt (anything with the three canonical identity attributes); None for a rumor."""
-    parts = (receipt.host_lineage, receipt.preset_family, receipt.launch_regime)
-    return Lane(*parts) if all(parts) else None
+__all__ = ["Lane", "lane_of", "lane_runs", "floors_from_runs", "lane_floors", "lane_summary"]
 
 
 def lane_runs(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, last: int | None = None) -> pl.DataFrame:
     """Current runs of the lanes in run order (columns: sql/lane_runs.sql), one query for all of them (and one
     for the receipts without a stored summary, whose medians it takes from their steps)."""
     lanes = list(dict.fromkeys(lanes))
-    return store.query("lane_runs", {"hosts": [ln.host_lineage for ln in lanes],
-                                     "presets": [ln.preset_family for ln in lanes],
-                                     "regimes": [ln.launch_regime for ln in lanes], "tag": tag, "last": last,
+    return store.query("lane_runs", {"lane_keys": [ln.key for ln in lanes], "tag": tag, "last": last,
                                      "unsummarised": unsummarised(store)})
 
 
@@ -53,7 +33,7 @@ def floors_from_runs(runs: pl.DataFrame, lanes: Iterable[Lane]) -> dict[Lane, No
     """The noise floor of each lane from lane_runs rows (a lane without rows gets the default floor)."""
     by_lane: dict[Lane, list[tuple[str, float]]] = {lane: [] for lane in lanes}
     for r in runs.iter_rows(named=True):
-        lane = Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])
+        lane = Lane.from_key(r["lane_key"])
         if lane in by_lane:
             by_lane[lane].append((r["receipt_id"], r["median_step_ms"]))
     return {lane: noise_floor(rows) for lane, rows in by_lane.items()}
@@ -71,17 +51,15 @@ def lane_floors(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None
 def lane_summary(receipts: pl.DataFrame) -> pl.DataFrame:
     """One row per lane (rumors pooled in one 'rumor' lane) from dash_lanes rows.
 
-    Columns: lane, host_lineage, preset_family, launch_regime, rumor (bool), n_receipts, last_run_at,
+    Columns: lane, the lane's fields (schema/lane.py FIELDS), rumor (bool), n_receipts, last_run_at,
              median_step_ms (ms, median over the lane's receipts' steady medians).
     """
     if receipts.height == 0:
-        return pl.DataFrame(schema={"lane": pl.Utf8, "host_lineage": pl.Utf8, "preset_family": pl.Utf8,
-                                    "launch_regime": pl.Utf8, "rumor": pl.Boolean, "n_receipts": pl.UInt32,
-                                    "last_run_at": pl.Datetime("us"), "median_step_ms": pl.Float64})
-    keyed = receipts.with_columns(
-        *(pl.when(pl.col("rumor")).then(None).otherwise(pl.col(c)).alias(c)
-          for c in ("host_lineage", "preset_family", "launch_regime")))
-    return (keyed.group_by("lane", "host_lineage", "preset_family", "launch_regime", "rumor")
+        return pl.DataFrame(schema={"lane": pl.Utf8, **dict.fromkeys(FIELDS, pl.Utf8), "rumor": pl.Boolean,
+                                    "n_receipts": pl.UInt32, "last_run_at": pl.Datetime("us"),
+                                    "median_step_ms": pl.Float64})
+    keyed = receipts.with_columns(*(pl.when(pl.col("rumor")).then(None).otherwise(pl.col(c)).alias(c) for c in FIELDS))
+    return (keyed.group_by("lane", *FIELDS, "rumor")
             .agg(pl.len().alias("n_receipts"), pl.col("run_at").max().alias("last_run_at"),
                  pl.col("median_step_ms").median().alias("median_step_ms"))
             .sort(["rumor", "n_receipts", "lane"], descending=[False, True, False]))

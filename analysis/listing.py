@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from receipts.schema.lane import FIELDS, Lane
+
 if TYPE_CHECKING:
     from receipts.store import Store
 
@@ -32,16 +34,17 @@ def unsummarised(store: Store) -> list[str]:
 
 
 def receipt_list(store: Store, *, include_superseded: bool = False, lane: str | None = None) -> list[dict[str, Any]]:
-    """Newest first: sql/list_receipts.sql's columns, with `tags` (a list) for tags_json and the series
-    headline (series_unit, time_to_train_s) for provenance_json. `include_superseded`: receipts replaced by a
-    later ingest of the same run too; `lane`: only receipts whose host lineage, preset family or launch regime
-    contains this text."""
+    """Newest first: sql/list_receipts.sql's columns, with the lane's fields for lane_key, `tags` (a list) for
+    tags_json and the series headline (series_unit, time_to_train_s) for provenance_json. `include_superseded`:
+    receipts replaced by a later ingest of the same run too; `lane`: only receipts whose host lineage, preset
+    family or launch regime contains this text."""
     rows = store.query_rows("list_receipts", {"all": include_superseded, "unsummarised": unsummarised(store)})
     for r in rows:
+        r.update(Lane.from_key(r.pop("lane_key")).as_dict())
         r["tags"] = _decoded(r.pop("tags_json"))
         r.update(series_headline(_decoded(r.pop("provenance_json") or "{}")))
     if lane:
-        rows = [r for r in rows if any(lane in (r[k] or "") for k in ("host_lineage", "preset_family", "launch_regime"))]
+        rows = [r for r in rows if any(lane in (r[k] or "") for k in FIELDS)]
     return rows
 
 

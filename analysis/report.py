@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from receipts.analysis.listing import series_headline
 from receipts.analysis.memory_geometry import geometry, load_sources
 from receipts.analysis.record import load_many
+from receipts.schema.lane import FIELDS, OPTION, RAW, Lane
+from receipts.schema.version import IDENTITY_FIELDS
 
 if TYPE_CHECKING:
     from receipts.store import Store
@@ -27,9 +29,8 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         "run_name": r.run_name,
         "source_format": row["source_format"],
         "identity": {
-            "host_lineage": r.host_lineage, "preset_family": r.preset_family, "launch_regime": r.launch_regime,
-            "complete": r.complete,
-            "raw": {"host_lineage": r.raw_host_lineage, "preset": r.raw_preset, "regime": r.raw_regime},
+            **Lane.of(r).as_dict(), "complete": r.complete,
+            "raw": {OPTION[f]: getattr(r, RAW[f]) for f in FIELDS},
             "hostname": r.hostname,
             "resolution": list(r.resolution),
             "regime": {"engine": row["engine"], "compile_mode": row["compile_mode"],
@@ -78,8 +79,7 @@ def _lane_floor(store: "Store", r) -> dict[str, Any] | None:
     return floor_json(lane_floors(store, [lane])[lane]) if lane is not None else None
 
 
-_HISTORY_FIELDS = ("run_name", "tags", "raw_host_lineage", "host_lineage", "raw_preset", "preset_family",
-                   "raw_regime", "launch_regime", "identity_complete")
+_HISTORY_FIELDS = tuple("tags" if f == "tags_json" else f for f in IDENTITY_FIELDS)
 
 
 def _history_entry(h: dict[str, Any]) -> dict[str, Any]:

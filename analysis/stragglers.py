@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, cast
+from typing import TYPE_CHECKING, Iterable, Mapping, cast
 
 import numpy as np
 import polars as pl
 
 from receipts.ingest.intervals import intersection_ns, union_ns
-from receipts.schema.categories import COMM_CATEGORIES, KERNEL_CATEGORIES
 
 if TYPE_CHECKING:  # analysis reads through the Store interface
     from receipts.store import Store
@@ -55,7 +54,6 @@ CLOCK_BAR_NS = 100_000       # median end skew above this (and above half the la
 STRAGGLER_SHARE = 0.6        # arrived last at >= 60% of the matched collectives
 IMPACT_BAR = 0.02            # and its what-if impact is >= 2% of the median step time
 CAUSE_SHARE = 0.6            # one group explains >= 60% of the straggler's extra time before its late collectives
-COMPUTE = tuple(c for c in KERNEL_CATEGORIES if c not in COMM_CATEGORIES)
 MATCHING = ("step + collective kind + ordinal within them (no cross-rank collective id in the export); groups "
             "whose counts differ across ranks left unmatched")
 
@@ -97,11 +95,17 @@ def _empty_per_step() -> pl.DataFrame:
                                 "last_arrivals": pl.Int64, "collectives": pl.Int64})
 
 
-def match_collectives(events: pl.DataFrame | pl.LazyFrame) -> tuple[pl.DataFrame, list[str]]:
+def _of_kind(kinds: Mapping[str, str], kind: str) -> list[str]:
+    return [c for c, k in kinds.items() if k == kind]
+
+
+def match_collectives(events: pl.DataFrame | pl.LazyFrame, kinds: Mapping[str, str]) -> tuple[pl.DataFrame, list[str]]:
     """One row per (collective, rank) with its key (step, kind, ordinal within the step and kind). A step
     whose count of some kind differs across ranks (a profiler window that opened mid-step on one rank, a
-    collective one rank launched in the next step) leaves that kind of that step unmatched, named in the notes."""
-    comm = events.lazy().filter(pl.col("category").is_in(COMM_CATEGORIES) & pl.col("rank").is_not_null()).collect()
+    collective one rank launched in the next step) leaves that kind of that step unmatched, named in the notes.
+    Collectives: the activities of the categories `kinds` (CategoryRules.kinds) calls communication."""
+    comm = (events.lazy().filter(pl.col("category").is_in(_of_kind(kinds, "communication"))
+                                 & pl.col("rank").is_not_null()).collect())
     comm = comm.with_columns(pl.col("step").fill_null(-1)).sort("rank", "step", "category", "start_ns").with_columns(
         pl.int_range(pl.len()).over("rank", "step", "category").alias("ordinal"))
     n_ranks = comm["rank"].n_unique()
@@ -113,13 +117,15 @@ def match_collectives(events: pl.DataFrame | pl.LazyFrame) -> tuple[pl.DataFrame
     return comm.join(good, on=["step", "category"]), notes
 
 
-def analyse(events: pl.DataFrame | pl.LazyFrame, step_ms: float | None = None) -> StragglerReport | None:
-    """None when the profile has fewer than two ranks with communication (nothing to compare). `events` may be
+def analyse(events: pl.DataFrame | pl.LazyFrame, step_ms: float | None = None, *, kinds: Mapping[str, str]
+            ) -> StragglerReport | None:
+    """None when the profile has fewer than two ranks with communication (nothing to compare); `kinds`: each
+    category's kind under the rules the profile was categorised by (CategoryRules.kinds). `events` may be
     lazy (a profile's steady steps, pipeline.with_stragglers): only the parts read are collected, the
     communication always, one rank's or the others' compute only for a rank that may be a straggler."""
     ev = events.lazy().select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), "category",
                               pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64))
-    matched, notes = match_collectives(ev)
+    matched, notes = match_collectives(ev, kinds)
     ranks = sorted(matched["rank"].unique().to_list())
     if len(ranks) < 2 or matched.height == 0:
         return None
@@ -169,7 +175,7 @@ def analyse(events: pl.DataFrame | pl.LazyFrame, step_ms: float | None = None) -
         for rs in rank_rows:
             share_ok = rs.last_arrival_share >= STRAGGLER_SHARE and (len(ranks) <= 2 or rs.last_arrival_share >= 2 * fair)
             if share_ok and step_ms:
-                candidate = _straggler(rs.rank, per_rank, ev, step_ms)
+                candidate = _straggler(rs.rank, per_rank, ev, step_ms, kinds)
                 if candidate.impact_ms_per_step >= IMPACT_BAR * step_ms:
                     stragglers.append(candidate)
         note = (f"named when arriving last at >= {STRAGGLER_SHARE:.0%} of {n_coll} matched collectives with a what-if "
@@ -181,7 +187,7 @@ def analyse(events: pl.DataFrame | pl.LazyFrame, step_ms: float | None = None) -
                            tuple(stragglers), per_step if per_step.height else _empty_per_step(), per_kind)
 
 
-def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame) -> float:
+def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame, kinds: Mapping[str, str]) -> float:
     """Median over the other ranks of their median step's wait at `rank`'s late collectives not covered by their
     own compute (steps without such a wait count as 0). The median step, as step times are compared: a few
     slow steps of the whole job do not inflate the what-if."""
@@ -193,7 +199,7 @@ def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame
     steps = sorted(set(per_rank["step"].to_list()))
     if waits.height == 0:
         return 0.0
-    compute = (ev.filter(pl.col("category").is_in(COMPUTE) & (pl.col("rank") != rank))
+    compute = (ev.filter(pl.col("category").is_in(_of_kind(kinds, "compute")) & (pl.col("rank") != rank))
                .select("rank", pl.col("step").fill_null(-1), "category", "start_ns", "end_ns").collect())
     keys = ["rank", "step"]
     wait = union_ns(waits, keys)
@@ -205,13 +211,14 @@ def exposed_wait_ms_per_step(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame
     return float(np.median(per_other))
 
 
-def _straggler(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame, step_ms: float) -> Straggler:
-    impact_ms = exposed_wait_ms_per_step(rank, per_rank, ev)
-    cause, detail = _cause(rank, per_rank, ev)
+def _straggler(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame, step_ms: float, kinds: Mapping[str, str]
+               ) -> Straggler:
+    impact_ms = exposed_wait_ms_per_step(rank, per_rank, ev, kinds)
+    cause, detail = _cause(rank, per_rank, ev, kinds)
     return Straggler(rank, impact_ms, 100.0 * impact_ms / step_ms, cause, detail)
 
 
-def _cause(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame) -> tuple[str, str]:
+def _cause(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame, kinds: Mapping[str, str]) -> tuple[str, str]:
     """Busy time by group in the window before each late collective: the straggler against the median of the
     others, window = previous collective's end on that rank -> this collective's start."""
     spans = (per_rank.sort("rank", "start_ns")
@@ -222,7 +229,7 @@ def _cause(rank: int, per_rank: pl.DataFrame, ev: pl.LazyFrame) -> tuple[str, st
                                                                       "window_start", pl.col("start_ns").alias("window_end"))
     if windows.height == 0:
         return "unclear", "no window before its late collectives"
-    groups = {"compute": COMPUTE, "memcpy": ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p", "memset")}
+    groups = {"compute": _of_kind(kinds, "compute"), "memcpy": _of_kind(kinds, "copy")}
     totals: dict[int, dict[str, float]] = {}
     for r in windows["rank"].unique().to_list():
         w = windows.filter(pl.col("rank") == r)

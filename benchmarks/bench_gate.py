@@ -73,7 +73,10 @@ def build_store(db: Path, n: int) -> int:
         override = {"id": "c.id", "content_sha256": "'bench' || c.id", "run_name": "c.run_name",
                     "host_lineage": "c.host", "raw_host_lineage": "c.host", "preset_family": "c.preset",
                     "raw_preset": "c.preset", "launch_regime": "c.regime", "raw_regime": "c.regime",
-                    "identity_complete": "true", "peak_allocated_bytes": "CAST(tpl.peak_allocated_bytes * c.mem AS BIGINT)",
+                    "identity_complete": "true",  # and the lane key, as ingest writes it (schema/lane.py Lane.key)
+                    "lane_key": "'[' || to_json(c.host)::text || ',' || to_json(c.preset)::text || ',' "
+                                "|| to_json(c.regime)::text || ']'",
+                    "peak_allocated_bytes": "CAST(tpl.peak_allocated_bytes * c.mem AS BIGINT)",
                     "peak_reserved_bytes": "CAST(tpl.peak_reserved_bytes * c.mem AS BIGINT)"}
         select = ", ".join(override.get(col, f"tpl.{col}") for col in cols)
         con.execute("BEGIN")

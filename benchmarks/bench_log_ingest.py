@@ -132,11 +132,11 @@ def ingest(path: Path, spill: bool = True) -> int:
 
 
 def whole(path: Path) -> int:
-    from receipts.ingest import sniff
+    from receipts.ingest import log_formats, sniff
     from receipts.ingest.textlog import read_log
 
     log = read_log(path)
-    return sniff.log_parser(sniff.detect_log_format(log)).parse(log).steps.height
+    return log_formats.parser(sniff.detect_log_format(log)).parse(log).steps.height
 
 
 def peak_in_child(mode: str, path: Path) -> float:

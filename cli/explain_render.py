@@ -64,6 +64,14 @@ def dashboard_link(r: ExplainResult) -> str | None:
     return query + (f"&against={r.against}" if r.mode == "lane" else "")
 
 
+def rules_note(r: ExplainResult) -> str:
+    """The runs were categorised under different kernel-category rules: how they were compared, and how to keep
+    what re-categorises them exactly."""
+    assert r.rules is not None
+    return r.rules.note(r.names) + (" (ingest --keep-raw keeps the raw events that re-categorise them)"
+                                    if r.rules.left_out else "")
+
+
 def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
     """The explanation as lines of at most 80 characters (a refusal: its one line)."""
     e = r.explanation
@@ -84,6 +92,8 @@ def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
         lines += _wrap(f"profiles of different formats ({', '.join(r.formats)}): kernels are matched in one spelling, "
                        "but the CPU-side ranges are not the same ranges (nsys: NVTX; the PyTorch profiler: its "
                        "own annotations)")
+    if r.rules is not None:
+        lines += _wrap(f"rules: {rules_note(r)}")
     header = f"    {'component':<{_NAME}} {'baseline':>8} {'candidate':>9} {'delta':>8} {'share':>5} verdict"
     for level in (lv for lv in LEVELS if lv in e.levels):
         mine = [c for c in e.components if c.level == level]
@@ -138,6 +148,8 @@ def markdown_lines(r: ExplainResult, *, top: int = 8) -> list[str]:
     changed = list(e.changed)
     lines = [f"<details><summary>why {_md(r.run_name)}: {len(changed)} component(s) beyond their own run-to-run "
              f"noise</summary>", ""]
+    if r.rules is not None:
+        lines += [f"_Kernel-category rules: {_md(rules_note(r))}._", ""]
     if changed:
         lines += ["| level | component | baseline ms | candidate ms | delta ms | share | |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
         for c in changed[:top]:

@@ -18,6 +18,7 @@ from receipts.errors import InputError, UsageError
 from receipts.pipeline.execution import RankMap
 from receipts.pipeline import IngestFailure, IngestOutcome, ingest_each, ingest_targets
 from receipts.schema.categories import load_category_rules
+from receipts.schema.lane import OPTION
 from receipts.schema.model import IdentityClaim, as_text
 from receipts.store import is_server_url
 
@@ -33,7 +34,7 @@ def ingest(
                                                  "or folders of them, or `receipts run` directories. A folder of "
                                                  "per-rank traces, or of one job's nsys exports (one per rank or "
                                                  "node), is one profile."),
-    host_lineage: Optional[str] = typer.Option(None, "--host-lineage", help="Host lineage (registry name or alias)."),
+    host: Optional[str] = typer.Option(None, "--host-lineage", help="Host lineage (registry name or alias)."),
     preset: Optional[str] = typer.Option(None, "--preset", help="Preset name or alias."),
     regime: Optional[str] = typer.Option(None, "--regime", help='Launch regime, e.g. "fsdp2/regional-compile".'),
     hostname: Optional[str] = typer.Option(None, "--hostname", help="Hostname, when the log does not say."),
@@ -72,7 +73,7 @@ def ingest(
     Example: receipts ingest run_a.log --host-lineage h200-usw1c-bench-01 --preset nam52_h200_dense_ref_v1 --regime "fsdp2/regional-compile"
     """
     cfg = settings(ctx)
-    claim = IdentityClaim(host_lineage, preset, regime, hostname)
+    claim = IdentityClaim(host, preset, regime, hostname)
     rules = load_category_rules(categories)
     if keep_raw and raw_dir is None and is_server_url(cfg.db):
         raise UsageError("--keep-raw on a PostgreSQL store needs --raw-dir DIR (or RECEIPTS_RAW_DIR): a server "
@@ -169,8 +170,7 @@ def _say(item: IngestOutcome | IngestFailure, *, debug: bool, registry_warnings:
         else:
             err_console.print(f"  warning: {escape(w)}")
     if o.complete is False:
-        flags = " ".join({"host_lineage": "--host-lineage H", "preset_family": "--preset P",
-                          "launch_regime": "--regime R"}[m] for m in o.missing)
+        flags = " ".join(f"--{OPTION[m].replace('_', '-')} {OPTION[m][0].upper()}" for m in o.missing)
         err_console.print(f"  warning: identity incomplete: {o.receipt_id} is stored as a rumor without "
                           f"{', '.join(o.missing)}; every comparison with it will be refused (to complete it: "
                           f"`receipts retag {o.receipt_id} {flags} --why ...`)")

@@ -16,45 +16,50 @@ import importlib
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Optional, get_args
+from typing import Any, NamedTuple, Optional, get_args
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from receipts import __version__
+from receipts.errors import RegistryError
 from receipts.cli.allocator import return_freed_memory_at_once
 from receipts.cli.termination import interrupted_exit_code, stop_like_ctrl_c
 from receipts.cli.lean_imports import leave_pandas_out
 
-# command -> (module under receipts.cli with a register(app) function, the function or Typer app that
-# implements it). Listed here so the layout shows every command, in the order `receipts --help` shows
-# them; the help text itself stays in the command's docstring (read without importing: _summary).
-COMMANDS: dict[str, tuple[str, str]] = {
-    "ingest": ("ingest_cmd", "ingest"),
-    "list": ("read_cmds", "list_receipts"),
-    "show": ("read_cmds", "show"),
-    "retag": ("retag_cmd", "retag"),
-    "compare": ("compare_cmd", "compare"),
-    "explain": ("explain_cmd", "explain"),
-    "history": ("history_cmd", "history"),
-    "anatomy": ("anatomy_cmd", "anatomy"),
-    "stragglers": ("stragglers_cmd", "stragglers"),
-    "gate": ("gate_cmd", "gate"),
-    "check": ("check_cmd", "check"),
-    "export": ("export_cmd", "export"),
-    "run": ("run_cmd", "run"),
-    "preflight": ("preflight_cmd", "preflight"),
-    "estimate": ("estimate_cmd", "estimate"),
-    "dashboard": ("dashboard_cmd", "dashboard"),
-    "push": ("db_cmds", "push"),
-    "db": ("db_cmds", "db_app"),
+class Command(NamedTuple):
+    """One command: the module under receipts.cli whose register(app) adds it, and the function or Typer app
+    that implements it (its docstring, or the app's help=, is the command's summary in `receipts --help`)."""
+
+    module: str
+    attr: str
+
+
+# Every command, in the order `receipts --help` shows them. Listed here so the layout shows every command; the
+# help text itself stays in the command's docstring (read without importing: _summary). A command's module is
+# imported when that command runs; one that cannot be imported, or registers other commands than listed here,
+# is a RegistryError naming it.
+COMMANDS: dict[str, Command] = {
+    "ingest": Command("ingest_cmd", "ingest"),
+    "list": Command("read_cmds", "list_receipts"),
+    "show": Command("read_cmds", "show"),
+    "retag": Command("retag_cmd", "retag"),
+    "compare": Command("compare_cmd", "compare"),
+    "explain": Command("explain_cmd", "explain"),
+    "history": Command("history_cmd", "history"),
+    "anatomy": Command("anatomy_cmd", "anatomy"),
+    "stragglers": Command("stragglers_cmd", "stragglers"),
+    "gate": Command("gate_cmd", "gate"),
+    "check": Command("check_cmd", "check"),
+    "export": Command("export_cmd", "export"),
+    "run": Command("run_cmd", "run"),
+    "preflight": Command("preflight_cmd", "preflight"),
+    "estimate": Command("estimate_cmd", "estimate"),
+    "dashboard": Command("dashboard_cmd", "dashboard"),
+    "push": Command("db_cmds", "push"),
+    "db": Command("db_cmds", "db_app"),
 }
-# Command modules, each with register(app). Listed here so the layout shows every command.
-COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "explain_cmd", "history_cmd", "anatomy_cmd",
-                   "stragglers_cmd", "gate_cmd", "check_cmd", "export_cmd",
-                   "run_cmd", "preflight_cmd", "estimate_cmd", "dashboard_cmd", "db_cmds")
-# A module listed in COMMAND_MODULES without a COMMANDS entry is imported whenever the command list is
-# needed: it works, only start-up pays for it (tests/test_packaging.py fails until the entry is added).
+COMMAND_MODULES = tuple(dict.fromkeys(command.module for command in COMMANDS.values()))
 
 
 class LazyGroup(TyperGroup):
@@ -67,17 +72,14 @@ class LazyGroup(TyperGroup):
     _loaded: frozenset[str] = frozenset()
 
     def list_commands(self, ctx: Any) -> list[str]:
-        self._load_unlisted()
-        return list(dict.fromkeys([*COMMANDS, *self.commands]))
+        return list(COMMANDS)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        if cmd_name not in COMMANDS:
-            self._load_unlisted()
-        elif cmd_name not in self.commands:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
             if self._listing:
                 summary = _summary(*COMMANDS[cmd_name])
                 return TyperCommand(cmd_name, help=summary, short_help=summary, rich_markup_mode=None)
-            self._load(COMMANDS[cmd_name][0])
+            self._load(COMMANDS[cmd_name].module)
         return self.commands.get(cmd_name)
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
@@ -91,21 +93,28 @@ class LazyGroup(TyperGroup):
                 ctx.fail(f"No such command {name!r}; did you mean {' or '.join(repr(c) for c in close)}?")
         return super().resolve_command(ctx, args)
 
-    def _load_unlisted(self) -> None:
-        listed = {module for module, _ in COMMANDS.values()}
-        for module in COMMAND_MODULES:
-            if module not in listed:
-                self._load(module)
-
     def _load(self, module: str) -> None:
         if module in self._loaded:
             return
-        self._loaded = self._loaded | {module}
+        dotted = f"receipts.cli.{module}"
+        listed = {name for name, command in COMMANDS.items() if command.module == module}
+        entry = ", ".join(sorted(listed))
+        try:
+            register = getattr(importlib.import_module(dotted), "register", None)
+        except ImportError as exc:
+            raise RegistryError("command", entry, dotted, f"cannot be imported ({type(exc).__name__}: {exc})") from exc
+        if not callable(register):
+            raise RegistryError("command", entry, dotted, "has no register(app)")
         sub = typer.Typer()
-        importlib.import_module(f"receipts.cli.{module}").register(sub)
-        for name, command in typer.main.get_group(sub).commands.items():
+        register(sub)
+        registered = typer.main.get_group(sub).commands
+        if set(registered) != listed:
+            raise RegistryError("command", entry, dotted, f"registers {', '.join(sorted(registered)) or 'nothing'}, "
+                                                         f"where cli/main.py COMMANDS lists {entry}")
+        for name, command in registered.items():
             _plain_placeholders(command)
             self.commands.setdefault(name, command)
+        self._loaded = self._loaded | {module}
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """As typer's, but a usage error is one line on stderr (click's is a usage box of three or four)."""
@@ -167,7 +176,9 @@ def _summary(module: str, attr: str) -> str:
     """The first paragraph of a command's help, read from its module's source without importing it: the
     docstring of function `attr`, or the help= of the Typer app assigned to `attr` (a command group)."""
     spec = importlib.util.find_spec(f"receipts.cli.{module}")
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8")) if spec and spec.origin else ast.Module([], [])
+    if spec is None or spec.origin is None:
+        raise RegistryError("command", attr, f"receipts.cli.{module}", "is not found")
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
     text = ""
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == attr:

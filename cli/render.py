@@ -8,6 +8,7 @@ from rich.markup import escape
 
 from receipts.cli.context import console
 from receipts.cli.output import Column
+from receipts.schema.lane import FIELDS, OPTION, Lane
 
 
 def fmt_ms(value: float | None) -> str:
@@ -36,8 +37,7 @@ def list_json(r: dict[str, Any]) -> dict[str, Any]:
     """One receipt of `list --json`: the stable contract."""
     return {
         "id": r["id"], "run_name": r["run_name"],
-        "identity": {"host_lineage": r["host_lineage"], "preset_family": r["preset_family"],
-                     "launch_regime": r["launch_regime"], "complete": r["identity_complete"]},
+        "identity": {**Lane.of(r).as_dict(), "complete": r["identity_complete"]},
         "machine_class": r["machine_class"], "source_format": r["source_format"], "tags": r["tags"],
         "n_steady_steps": r["n_steady_steps"], "median_step_ms": r["median_step_ms"],
         "series_unit": r["series_unit"], "time_to_train_s": r["time_to_train_s"],
@@ -67,9 +67,8 @@ def list_columns(rows: list[dict[str, Any]], *, show_all: bool) -> list[Column]:
     return [
         Column("id", "id", kind="id"),
         Column("run_name", "run", show=lambda r: r["run_name"] + ("" if r["identity_complete"] else " (rumor)")),
-        Column("host_lineage", "host lineage", drop=3),
-        Column("preset_family", "preset family", drop=4),
-        Column("launch_regime", "regime", drop=2),
+        *(Column(f, label, drop=drop) for f, label, drop in zip(FIELDS, ("host lineage", "preset family", "regime"),
+                                                                 (3, 4, 2))),
         Column("identity_complete", only="data"),
         Column("machine_class", "machine", drop=6),
         Column("n_steady_steps", "steady n", drop=7,
@@ -95,8 +94,8 @@ def render_report(r: dict[str, Any]) -> None:
     if r["ended_early"]:
         console.prose(ended_early_line(r["run_name"], r["ended_early"]))
     console.prose(f"identity: {status}")
-    for key, raw_key in (("host_lineage", "host_lineage"), ("preset_family", "preset"), ("launch_regime", "regime")):
-        raw = ident["raw"][raw_key]
+    for key in FIELDS:
+        raw = ident["raw"][OPTION[key]]
         console.prose(escape(f"  {key:14} {ident[key] or '-'}" + (f"   (given: {raw})" if raw and raw != ident[key] else "")))
     for note in ident["resolution"]:
         console.prose(f"    · {escape(note)}")

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
 def retag(
     ctx: typer.Context,
     ref: str = typer.Argument(..., help="Receipt id, unique id prefix, or run name."),
-    host_lineage: Optional[str] = typer.Option(None, "--host-lineage", help="New host lineage (registry name or alias)."),
+    host: Optional[str] = typer.Option(None, "--host-lineage", help="New host lineage (registry name or alias)."),
     preset: Optional[str] = typer.Option(None, "--preset", help="New preset name or alias."),
     regime: Optional[str] = typer.Option(None, "--regime", help='New launch regime, e.g. "fsdp2/regional-compile".'),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="New run name."),
@@ -36,7 +36,7 @@ def retag(
     Example: receipts retag run_b --regime "fsdp2/regional-compile" --why "launched with regional compile; the log does not say"
     """
     cfg = settings(ctx)
-    change = IdentityChange(host_lineage, preset, regime, run_name, tuple(tag), tuple(untag))
+    change = IdentityChange(host, preset, regime, run_name, tuple(tag), tuple(untag))
     with cfg.existing_store() as store:
         outcome = retag_receipt(store, ref, change, why=why, registry=cfg.registry(strict=strict))
     if as_json:

@@ -13,7 +13,7 @@ from typing import Any, Callable, cast
 import altair as alt
 import polars as pl
 
-from receipts.schema.categories import DECOMPOSITION, KERNEL_CATEGORIES, MEMORY_CATEGORIES
+from receipts.schema.categories import DECOMPOSITION
 
 GIB = float(1 << 30)
 # One colour per category everywhere, so a reader learns it once; idle grey, exposed comm black.
@@ -171,7 +171,7 @@ def anatomy_by_rank(window: pl.DataFrame) -> alt.Chart:
 def anatomy_categories(window: pl.DataFrame) -> alt.Chart:
     """Steady state busy time per kernel / memory category and rank, side by side, NOT stacked: the categories
     overlap (communication runs under compute), so their sum is no step time."""
-    frame = window.filter(pl.col("category").is_in(list(KERNEL_CATEGORIES + MEMORY_CATEGORIES))).with_columns(
+    frame = window.filter(~pl.col("category").is_in(DECOMPOSITION)).with_columns(  # a user's categories too
         pl.col("rank").cast(pl.Utf8).fill_null("?"))
     return alt.Chart(frame).mark_bar().encode(
         y=alt.Y("category:N", title=None), yOffset=alt.YOffset("rank:N"),
@@ -187,7 +187,7 @@ def anatomy_spread(across: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     least to the most rank, a tick at the median. For a profile of many ranks, where a bar per rank and category
     (anatomy_categories) is a comb nobody can read."""
     frame = across.filter(pl.col("phase").is_in(["steady", "window"])
-                          & pl.col("category").is_in(list(KERNEL_CATEGORIES + MEMORY_CATEGORIES)))
+                          & ~pl.col("category").is_in(DECOMPOSITION))
     y = alt.Y("category:N", title=None, sort=alt.EncodingSortField("median_ms", order="descending"),
               axis=alt.Axis(labelLimit=240))
     tooltip = ["category", "ranks", alt.Tooltip("median_ms:Q", title="median (ms)", format=",.3f"),

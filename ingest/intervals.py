@@ -15,15 +15,13 @@ bincount): millions of kernels merge in about a second, where group-by/over() pi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import cast
 
 import numpy as np
 import polars as pl
 
-from receipts.schema.categories import COMM_CATEGORIES, DECOMPOSITION, KERNEL_CATEGORIES
-
-COMPUTE_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c not in COMM_CATEGORIES)
-KERNEL_ONLY = tuple(c for c in KERNEL_CATEGORIES if c != "cuda_graph")
+from receipts.schema.categories import DECOMPOSITION, NOT_KERNELS
 _KEYS = ["rank", "step"]
 
 
@@ -156,11 +154,12 @@ def intersection_ns(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> pl.Dat
 
 def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end: np.ndarray,
                    categories: pl.Series, spans: tuple[np.ndarray, np.ndarray] | None = None,
-                   counted: np.ndarray | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+                   counted: np.ndarray | None = None, *, kinds: Mapping[str, str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """anatomy_rows' integers for activities sorted by (key, start), one step per key value, its span its own
     work unless `spans` says otherwise: (one row per key: key, span_start_ns and span_end_ns of its own work (first
     start, last end) and STEP_NS; one row per
-    (key, category) present: key, category, union_ns). `category`: codes into `categories`.
+    (key, category) present: key, category, union_ns). `category`: codes into `categories`; `kinds`: each
+    category's kind (CategoryRules.kinds), which decides what is communication and what compute.
 
     Every union is one linear pass over rows already in order (a mask keeps the order), where anatomy_rows sorts
     each interval set again (_masked_unions). When no interval ends before it starts, the overlap of two unions is
@@ -180,11 +179,12 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
     union, proper = _masked_unions(group, start, end, n)
     member = categories.cast(pl.Utf8).to_list()  # a few dozen at most
 
-    def of(names: tuple[str, ...]) -> np.ndarray:
-        return np.array([m in names for m in member], bool)[category]
+    def of(wanted) -> np.ndarray:
+        return np.array([m is not None and wanted(m) for m in member], bool)[category]
 
-    comm, compute = of(COMM_CATEGORIES), of(COMPUTE_CATEGORIES)
+    comm, compute = of(lambda m: kinds.get(m) == "communication"), of(lambda m: kinds.get(m) == "compute")
     work = comm | compute
+    kernel = of(lambda m: m in kinds and m not in NOT_KERNELS)
     comm_ns, compute_ns, kernel_ns, busy = union(comm), union(compute), union(work), union(None)
     both = (_both_swept(group, start, end, comm, compute, n) if not proper and (end[work] < start[work]).any()
             else comm_ns + compute_ns - kernel_ns)
@@ -204,7 +204,7 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
         "key": key[first], "span_start_ns": start[first],
         "span_end_ns": np.maximum.reduceat(end, first) if n else np.zeros(0, np.int64),
         "union_ns": busy, "busy_in_span_ns": busy_in,
-        "kernels": np.bincount(group[of(KERNEL_ONLY) if counted is None else of(KERNEL_ONLY) & counted],
+        "kernels": np.bincount(group[kernel if counted is None else kernel & counted],
                                minlength=n).astype(np.int64),
         "comm_ns": comm_ns, "both_ns": both, "c_ns": c_in, "m_ns": m_in, "cm_ns": cm})
     keys, codes, unions = [], [], []
@@ -268,8 +268,10 @@ def _both_swept(group: np.ndarray, start: np.ndarray, end: np.ndarray, a: np.nda
     return both
 
 
-def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per (rank, step): time by category (union), idle inside the span, exposed comm.
+def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame, *, kinds: Mapping[str, str]
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per (rank, step): time by category (union), idle inside the span, exposed comm; `kinds`: each category's
+    kind (CategoryRules.kinds).
 
     Returns (rows[rank, step, category, time_ms], per_step[rank, step, gpu_ms, kernels, comm_ms, overlap_pct]).
     One sort of the events by (rank, step, start), then sorted_step_ns' passes; the in-span numbers count each
@@ -292,7 +294,7 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
     spanned = bounds["span_start_ns"].is_not_null().to_numpy()
     lo = np.where(spanned, bounds["span_start_ns"].fill_null(0).to_numpy(), 0).astype(np.int64)
     hi = np.where(spanned, bounds["span_end_ns"].fill_null(0).to_numpy(), 0).astype(np.int64)  # lo = hi: nothing inside
-    step_ns, category_ns = sorted_step_ns(key, category, start, end, categories, spans=(lo, hi))
+    step_ns, category_ns = sorted_step_ns(key, category, start, end, categories, spans=(lo, hi), kinds=kinds)
     group_of = np.searchsorted(step_ns["key"].to_numpy(), category_ns["key"].to_numpy())  # keys ascend
     by_cat = key_rows[group_of].with_columns(category_ns["category"], category_ns["union_ns"])
     ints = pl.concat([key_rows, step_ns.select(STEP_NS)], how="horizontal")

@@ -23,7 +23,7 @@ allocations) and, in a kineto schedule, follows straight on the warmup phase.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -35,7 +35,7 @@ from receipts.ingest import sniff
 from receipts.ingest.rank_files import natural_order
 from receipts.ingest.intervals import anatomy_rows, kernel_steps
 from receipts.ingest.kineto_trace import KINETO_KEYS, Trace, stream_trace
-from receipts.schema.categories import CATEGORY_ENUM, CategoryRules
+from receipts.schema.categories import CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, Anatomy,
                                    IdentityClaim, epoch_iso)
 
@@ -68,7 +68,8 @@ def parse_files(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fal
     are joined by combine."""
     if not paths:
         raise InputError(".", "no trace files given; expected one PyTorch profiler trace per rank")
-    return combine([read_rank(Path(p), i, rules=rules, keep_raw=keep_raw) for i, p in enumerate(paths)])
+    return replace(combine([read_rank(Path(p), i, rules=rules, keep_raw=keep_raw) for i, p in enumerate(paths)]),
+                   category_rules=rules)
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,8 @@ def read_rank(path: Path, position: int, *, rules: CategoryRules, keep_raw: bool
     has_steps = steps.height > 0
     events = gpu.filter(pl.col("step").is_not_null() | pl.lit(not has_steps))
     spans = _spans(events, steps)
-    rows, per_step = anatomy_rows(events.select("rank", "step", "category", "start_ns", "end_ns"), spans)
+    rows, per_step = anatomy_rows(events.select("rank", "step", "category", "start_ns", "end_ns"), spans,
+                                  kinds=rules.kinds)
     step_frame = _step_frame(steps, spans, per_step)
     warm = step_frame.select("rank", "step", "warmup")
     rows = rows.join(warm, on=["rank", "step"], how="left", nulls_equal=True).with_columns(pl.col("warmup").fill_null(False))
@@ -298,7 +300,7 @@ def _frames(t: Trace, rank: int) -> tuple[pl.DataFrame, ...]:
 
 
 def _categorise(gpu: pl.DataFrame, rules: CategoryRules) -> pl.DataFrame:
-    """Kernels by the category rules (NCCL kernels land in nccl_*); memcpy by direction; memset."""
+    """Kernels by the category rules (NCCL kernels land in nccl_*, communication); memcpy by direction; memset."""
     pairs = gpu.select("name", "kind").unique().rows()
     kernels = [name for name, kind in pairs if kind == "kernel"]
     mapping = {(name, "kernel"): category for name, category in zip(kernels, rules.classify_many(kernels))}
@@ -312,7 +314,7 @@ def _categorise(gpu: pl.DataFrame, rules: CategoryRules) -> pl.DataFrame:
             mapping[(name, kind)] = _MEMCPY_KIND[m.group(1)] if m else "other"
     lookup = pl.DataFrame({"name": [k[0] for k in mapping], "kind": [k[1] for k in mapping],
                            "category": list(mapping.values())},
-                          schema={"name": pl.Categorical, "kind": pl.Utf8, "category": CATEGORY_ENUM})
+                          schema={"name": pl.Categorical, "kind": pl.Utf8, "category": rules.enum})
     return gpu.join(lookup, on=["name", "kind"], how="left")
 
 

@@ -1,7 +1,8 @@
 """The project's own format: log lines `RECEIPT {json}` written by receipts.capture and `receipts run`.
 
 Version 1 records (field `v` = 1, field `kind`):
-  header  identity {host_lineage, preset, regime}, hostname, run_name, provenance, env {NAME: value|null},
+  header  identity {PARAMETER: value} (the lane's, schema/lane.py OPTION), hostname, run_name, provenance,
+          env {NAME: value|null},
           software, topology, gpu_model, gpu_count, world_size, features, tags, started_at
   step    step, rank, step_ms, tokens_per_s, loss, mfu_pct, allocated_bytes, reserved_bytes
   phase   phase (compile|warmup|checkpoint|eval|...), first_step, last_step, rank, duration_ms
@@ -22,6 +23,7 @@ from receipts.errors import InputError, UnsupportedVersion
 from receipts.ingest import profiler
 from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
+from receipts.schema.lane import FIELDS, OPTION
 from receipts.schema.memory import MemoryGeometry
 from receipts.schema.receipt_format import KINDS, LINE_PATTERN, SUPPORTED_VERSIONS, memory_of, recipe_of
 
@@ -175,8 +177,7 @@ def parse(log: LogText) -> ParsedRun:
         source_format=FORMAT,
         format_version="1",
         steps=steps_frame(decoded.drop("v", "kind", "payload")),
-        claim=IdentityClaim(identity.get("host_lineage"), identity.get("preset"), identity.get("regime"),
-                            header.get("hostname")),
+        claim=IdentityClaim(**{OPTION[f]: identity.get(OPTION[f]) for f in FIELDS}, hostname=header.get("hostname")),
         phases=tuple(phases),
         memory=memory,
         env=env,

@@ -57,6 +57,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         warnings.append("no TARGET_INFO_GPU / TARGET_INFO_CUDA_DEVICE rows: GPU count is the devices that ran work")
     env_rows, meta = facts.env_rows, facts.meta
     return Anatomy(
+        category_rules=rules,
         source_format="nsys",
         schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
         rows=rows, steps=steps, nvtx=nvtx_frame(read.ranges, rank_of),

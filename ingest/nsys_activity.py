@@ -42,7 +42,7 @@ from receipts.ingest.column_bins import ColumnBins, quantile_bounds
 from receipts.ingest.correlation import Launches, StepRanges
 from receipts.ingest.nsys_schema import (ACTIVITY_COLS, GRAPH, KERNEL, MEMCPY, MEMSET, RUNTIME, ExportFacts,
                                          damaged_table, first_line, has_activity_cols, require)
-from receipts.schema.categories import CATEGORY_ENUM, CategoryRules
+from receipts.schema.categories import CategoryRules
 from receipts.sql import load_query
 
 _PID_MASK = 0xFFFFFF  # globalTid = (hw << 48) | (pid << 24) | tid; globalPid has tid = 0
@@ -464,14 +464,12 @@ def step_of_codes(codes: np.ndarray, step_values: np.ndarray) -> pl.Series:
     return numbers if not (codes < 0).any() else pl.select(pl.when(pl.Series(codes >= 0)).then(numbers)).to_series()
 
 
-CATEGORY = CATEGORY_ENUM  # one Enum for all batches: a small integer per activity
-
-
 def _categorise(activity: pl.DataFrame, names: dict[int, str], copy_cat: dict[int, str],
                 rules: CategoryRules) -> pl.DataFrame:
     """Category per activity: kernels by name (kernel_categories.toml, Python re, once per distinct name),
     memcpy by direction, memset, cuda_graph for a graph replay. An Enum (a small integer per activity) until
-    a chunk or an output needs the text."""
+    a chunk or an output needs the text: the rules' one Enum for all batches, a small integer per activity."""
+    CATEGORY = rules.enum
     kind = pl.col("kind")
     kernel_ids = activity.filter(kind == KIND["kernel"])["name_id"].drop_nulls().unique().to_list()
     kernel_cat = {i: rules.classify(names.get(i, "")) for i in kernel_ids}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,7 +21,7 @@ import polars as pl
 
 from receipts.ingest.heap import trim_c_heap
 from receipts.ingest.intervals import STEP_NS, anatomy_from_ns, sort_order, sorted_step_ns
-from receipts.ingest.nsys_activity import CATEGORY, KIND, Activity, step_of_codes
+from receipts.ingest.nsys_activity import KIND, Activity, step_of_codes
 from receipts.schema.model import ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA
 
 _spilled = itertools.count()  # names the events' files apart, in a scratch folder parses may share
@@ -48,7 +48,8 @@ def anatomy_frames(activity: Activity, with_graphs: bool, step_ranges: pl.DataFr
     process (Activity) is sorted once by (step, start); every number is per (rank, step), so the interval arithmetic
     runs over chunks of whole steps of those sorted arrays (its intermediates follow the chunk, not the capture),
     giving integers per step that intervals.anatomy_from_ns turns into milliseconds for all steps at once."""
-    categories = pl.Series(CATEGORY.categories, dtype=CATEGORY)
+    categories = pl.Series(activity.rules.enum.categories, dtype=activity.rules.enum)
+    kinds = activity.rules.kinds
     per_step: list[pl.DataFrame] = []
     per_category: list[pl.DataFrame] = []
     events: list[pl.DataFrame] = []
@@ -63,7 +64,7 @@ def anatomy_frames(activity: Activity, with_graphs: bool, step_ranges: pl.DataFr
                   if has_steps else window_pieces(activity.window(pid, with_graphs)))
         for columns, counted, until in pieces:
             step_parts, category_parts, made = piece_anatomy(columns, counted, until, rank, activity.step_values,
-                                                              categories, spill)
+                                                              categories, spill, kinds=kinds)
             del columns
             per_step += step_parts
             per_category += category_parts
@@ -75,7 +76,7 @@ def anatomy_frames(activity: Activity, with_graphs: bool, step_ranges: pl.DataFr
     if not per_step:  # no ranked activity: the frames' columns, no rows
         none = np.zeros(0, np.int64)
         per_step, per_category = ([_ranked(frame, 0, activity.step_values)] for frame in sorted_step_ns(
-            none.astype(np.int32), none.astype(np.uint8), none, none, categories))
+            none.astype(np.int32), none.astype(np.uint8), none, none, categories, kinds=kinds))
     # One chunk each, as one frame computed for the whole capture would be: polars divides a chunk of one value
     # exactly and a longer one through the reciprocal (1 ulp apart).
     totals, by_category = pl.concat(per_step, rechunk=True), pl.concat(per_category, rechunk=True)
@@ -101,11 +102,9 @@ def anatomy_frames(activity: Activity, with_graphs: bool, step_ranges: pl.DataFr
     return (rows.select([pl.col(c).cast(t) for c, t in ANATOMY_ROW_SCHEMA.items()]).sort("rank", "step", "category"),
             steps.select([pl.col(c).cast(t) for c, t in ANATOMY_STEP_SCHEMA.items()]).sort("rank", "step"),
             _kernel_steps(activity, rank_of, names),
-            pl.scan_parquet(spilled) if spilled else pl.concat(events) if events else _NO_EVENTS)
-
-
-_NO_EVENTS = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "category": CATEGORY, "start_ns": pl.Int64,
-                                  "end_ns": pl.Int64})
+            pl.scan_parquet(spilled) if spilled else pl.concat(events) if events else pl.DataFrame(schema={
+                "rank": pl.Int32, "step": pl.Int64, "category": activity.rules.enum, "start_ns": pl.Int64,
+                "end_ns": pl.Int64}))
 
 
 def window_pieces(bins: Iterator[tuple[tuple[np.ndarray, ...], int | None]]
@@ -137,7 +136,8 @@ def added_up(totals: pl.DataFrame, by_category: pl.DataFrame) -> tuple[pl.DataFr
 
 
 def piece_anatomy(columns: tuple[np.ndarray, ...], counted: np.ndarray | None, until: int | None, rank: int,
-                   step_values: np.ndarray, categories: pl.Series, spill: Path | None = None
+                   step_values: np.ndarray, categories: pl.Series, spill: Path | None = None, *,
+                   kinds: Mapping[str, str]
                    ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame | list[Path]]:
     """One piece of one process's kept activity (a step group, or a bin of a window without steps, window_pieces:
     `counted` the rows that are activities, not continuations, None: all; `until` where its time ends, the
@@ -159,7 +159,7 @@ def piece_anatomy(columns: tuple[np.ndarray, ...], counted: np.ndarray | None, u
     def one(rows: slice) -> tuple[pl.DataFrame, pl.DataFrame]:
         return sorted_step_ns(code[rows], cat[rows], start[rows],
                               end[rows] if until is None else np.minimum(end[rows], until), categories,
-                              counted=None if counted is None else counted[rows])
+                              counted=None if counted is None else counted[rows], kinds=kinds)
 
     def events(rows: slice) -> pl.DataFrame:
         # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new, the

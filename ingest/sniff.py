@@ -2,41 +2,31 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import replace
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import polars as pl
 
 from receipts.errors import InputError, Remedy
 from receipts.ingest import declared, native, wrapped
+from receipts.ingest.log_formats import (CHILD_FORMATS, LOG_FORMATS, LogFormat, parser, resolved,
+                                         streamed_parser)
 from receipts.ingest.logbytes import StreamDamaged, decompressed_head
 from receipts.ingest.textlog import LogText, ReadProgress, log_start_time, read_chunks
 from receipts.schema.model import ParsedRun
 
-# Text-log formats, most specific first. Each module has FORMAT, detect(head_lines) and parse(LogText).
-LOG_FORMATS = ("native", "megatron", "nanochat", "torchtitan", "modded_nanogpt", "mllog")
 STAMP_HEAD_LINES = 10_000  # where a streamed log's run date is looked for (see _head_start_time)
-# Formats whose parser also reads a log chunk by chunk (parse_chunks(path, chunks)): their memory is one
+# Formats whose parser also reads a log chunk by chunk (parse_chunks(path, chunks, spill)): their memory is one
 # chunk plus the numbers kept, whatever the log's length. The others read the log whole.
-STREAMED_FORMATS = ("megatron", "nanochat", "modded_nanogpt")
-# Names users pass to --format, mapped to modules.
-FORMAT_ALIASES = {
-    "receipt": "native", "native": "native", "megatron": "megatron", "nemo": "megatron",
-    "megatron-deepspeed": "megatron", "nanochat": "nanochat", "torchtitan": "torchtitan",
-    "modded-nanogpt": "modded_nanogpt", "modded_nanogpt": "modded_nanogpt", "mllog": "mllog", "mlperf": "mllog",
-    "declared": "declared",  # the user's [logs] step_line (ingest/declared.py)
-}
+STREAMED_FORMATS = tuple(fmt.name for fmt in LOG_FORMATS if fmt.streamed)
+# Names users pass to --format, mapped to format names; 'declared' is the user's [logs] step_line
+# (ingest/declared.py).
+FORMAT_ALIASES = {alias: fmt.name for fmt in LOG_FORMATS for alias in fmt.aliases} | {"declared": "declared"}
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"  # some Windows editors and tools start a JSON document with it
-
-
-def log_parser(name: str) -> ModuleType:
-    return importlib.import_module(f"receipts.ingest.{name}")
 
 
 def sniff_kind(path: Path) -> str:
@@ -125,7 +115,7 @@ def parse_log(log: LogText, name: str | None = None, *, step_line: str | None = 
     if not forced_child and not wrapped.wants_child_steps(parsed):
         return parsed
     child_log = wrapped.child_lines(log)
-    child_format = forced_child or detect_among_lines(child_log, names=LOG_FORMATS[1:])
+    child_format = forced_child or detect_among_lines(child_log, formats=CHILD_FORMATS)
     if child_format is None:
         return parsed  # the launcher's provenance alone: a receipt of what ran where, without steps
     try:
@@ -156,7 +146,7 @@ def parse_streamed(path: Path, name: str | None = None, progress: ReadProgress |
     found = _streamed_format(path, name)
     if found is None:
         return None
-    parsed = log_parser(found).parse_chunks(path, read_chunks(path, progress), spill)
+    parsed = streamed_parser(found).parse_chunks(path, read_chunks(path, progress), spill)
     if parsed.started_at is None:
         parsed = replace(parsed, started_at=_head_start_time(path))
     return parsed
@@ -184,7 +174,7 @@ def _streamed_format(path: Path, name: str | None) -> str | None:
     if name is not None:
         return None if native.detect(head) else name
     for lines in _chain(head, slices):
-        found = _detect_among(lines, names=LOG_FORMATS)
+        found = _detect_among(lines, formats=LOG_FORMATS)
         if found is not None:
             return found if found in STREAMED_FORMATS else None
     return None
@@ -212,39 +202,37 @@ def _parse_dated(name: str, log: LogText) -> ParsedRun:
     """Parse with one format; a run its parser could not date takes its start from the log's own line
     timestamps (a logger prefix, nvidia-smi's banner), so lanes and history order it by when it ran rather
     than by when it was ingested. A RECEIPT header dates its run itself (and names it by that date)."""
-    parsed = log_parser(name).parse(log)
+    parsed = parser(name).parse(log)
     if parsed.started_at is None and name != "native":
         parsed = replace(parsed, started_at=log_start_time(log))
     return parsed
 
 
-def _detect_among(head: list[str], *, names: tuple[str, ...]) -> str | None:
-    for name in names:
-        try:
-            module = log_parser(name)
-        except ModuleNotFoundError:
-            continue
+def _detect_among(head: list[str], *, formats: tuple[LogFormat, ...]) -> str | None:
+    """The first of `formats` that claims these lines. Every format's parser is resolved first: one that
+    cannot be imported is a RegistryError naming it, never a format that claims nothing (ingest/log_formats.py)."""
+    for fmt, module in resolved(formats):
         if module.detect(head):
-            return name
+            return fmt.name
     return None
 
 
 SNIFF_CHUNK = 2000
 
 
-def detect_among_lines(log: LogText, *, names: tuple[str, ...]) -> str | None:
+def detect_among_lines(log: LogText, *, formats: tuple[LogFormat, ...]) -> str | None:
     """The first format whose lines appear anywhere in the log, looked for chunk by chunk from the top:
     the head decides almost every log at once, and a long preamble (modded-nanogpt prints its whole
     source before step 0) costs one linear pass, never more, and stops at the first chunk that decides."""
     for start in range(0, max(log.n_lines, 1), SNIFF_CHUNK):
-        found = _detect_among(log.lines.slice(start, SNIFF_CHUNK).to_list(), names=names)
+        found = _detect_among(log.lines.slice(start, SNIFF_CHUNK).to_list(), formats=formats)
         if found is not None:
             return found
     return None
 
 
 def detect_log_format(log: LogText) -> str:
-    found = detect_among_lines(log, names=LOG_FORMATS)
+    found = detect_among_lines(log, formats=LOG_FORMATS)
     if found is not None:
         return found
     raise InputError(

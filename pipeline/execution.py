@@ -25,7 +25,7 @@ import resource
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, TypeAlias, TypeVar, cast
 
@@ -87,7 +87,7 @@ def parse_kineto(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = Fa
     from receipts.ingest import kineto
 
     parts = _map("kineto", paths, rules=rules, keep_raw=keep_raw, env_rules=None, plan=plan, stats=stats)
-    return kineto.combine(cast("list[kineto.RankTrace]", parts))
+    return replace(kineto.combine(cast("list[kineto.RankTrace]", parts)), category_rules=rules)
 
 
 def parse_nsys_job(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = False,
@@ -99,7 +99,7 @@ def parse_nsys_job(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = 
     from receipts.ingest import nsys_job
 
     parts = _map("nsys", paths, rules=rules, keep_raw=keep_raw, env_rules=env_rules, plan=plan, stats=stats)
-    return nsys_job.combine(cast("list[nsys_job.ExportPart]", parts))
+    return replace(nsys_job.combine(cast("list[nsys_job.ExportPart]", parts)), category_rules=rules)
 
 
 def read_ranks(paths: list[Path], *, rules: CategoryRules, keep_raw: bool = False, plan: RankMap = RankMap(),

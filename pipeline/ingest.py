@@ -32,6 +32,7 @@ from receipts.pipeline.targets import (MULTI_FILE_KINDS, PROFILE_KINDS, SIDECAR_
 from receipts.schema import toml_file
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
+from receipts.schema.lane import FIELDS, OPTION, RAW
 from receipts.schema.model import (FACT_SECTIONS, NAME_MAX_CHARS, IdentityClaim, ParsedRun, Receipt, SourceFile,
                                    StepWindow, as_text)
 from receipts.schema.secrets import redact
@@ -60,21 +61,20 @@ class IngestOutcome:
 
 
 def read_sidecar(path: Path) -> tuple[IdentityClaim, dict]:
-    """`receipt.toml` beside a log: host_lineage, preset, regime, run_name, tags."""
+    """`receipt.toml` beside a log: the lane's parameters (schema/lane.py OPTION), hostname, run_name, tags."""
     sidecar = path.parent / SIDECAR_NAME if path.is_file() else path / SIDECAR_NAME
     if not sidecar.is_file():
         return IdentityClaim(), {}
     data = read_toml(sidecar, SIDECAR_NAME)
     # Every value a sidecar may set, type-checked here: a number or table where a name belongs is one
     # line naming the file and key, not a TypeError later.
-    fields = {k: toml_file.text(data.get(k), sidecar, k) for k in ("host_lineage", "preset", "regime", "hostname",
-                                                                   "run_name")}
+    fields = {k: toml_file.text(data.get(k), sidecar, k) for k in (*OPTION.values(), "hostname", "run_name")}
     for key, value in fields.items():
         if value is not None and len(value) > NAME_MAX_CHARS:
             raise InputError(sidecar, f"key {key} is {len(value):,} characters long; at most {NAME_MAX_CHARS:,}")
     data = {**data, **{k: v for k, v in fields.items() if v is not None},
             "tags": list(toml_file.strings(data.get("tags"), sidecar, "tags"))}
-    claim = IdentityClaim(fields["host_lineage"], fields["preset"], fields["regime"], fields["hostname"])
+    claim = IdentityClaim(**{OPTION[f]: fields[OPTION[f]] for f in FIELDS}, hostname=fields["hostname"])
     return claim, data
 
 
@@ -104,8 +104,8 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
     written by `receipts run`, so nothing redacted its lines before."""
     parsed = redacted_text(parsed, registry)
     identity = resolve_identity(parsed.claim.merged(claim), registry)
-    _check_name_lengths(source, run_name=run_name, host_lineage=identity.raw_host_lineage, preset=identity.raw_preset,
-                        regime=identity.raw_regime, hostname=identity.hostname, run_id=parsed.provenance.get("run_id"))
+    _check_name_lengths(source, run_name=run_name, **{OPTION[f]: getattr(identity, RAW[f]) for f in FIELDS},
+                        hostname=identity.hostname, run_id=parsed.provenance.get("run_id"))
     window = choose_window(parsed.steps, parsed.phases, tail=parsed.tail_step)
     if (few := few_steady_steps(window)) is not None:
         parsed = replace(parsed, warnings=parsed.warnings + (few,))

@@ -63,7 +63,7 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
     pipeline/execution.py). `progress`: for one nsys export, its rows streamed so far, as bytes of the file; for a
     profile of several files, the bytes of those read so far. `spill`: a directory the caller removes once the
     anatomy is used, where one nsys export's runtime calls, kept activity and events go as they are made
-    (nsys.parse)."""
+    (nsys.parse). The anatomy carries `rules` (Anatomy.category_rules): what it was categorised under."""
     if kind in ("nsys-dir", "nsys-files"):  # one job's exports, one per rank or node: one anatomy
         from receipts.ingest import nsys_job
 

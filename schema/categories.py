@@ -1,10 +1,21 @@
-"""Kernel-name -> anatomy category, from rules kept as data (kernel_categories.toml)."""
+"""Kernel-name -> anatomy category, from rules kept as data (kernel_categories.toml).
+
+Each rule names a category and the category's kind: communication, compute or copy. The kind, never the
+category's name, says how the step's GPU span is partitioned (compute_only, comm_hidden, exposed_comm,
+memcpy_only, idle: ingest/intervals.py) and which kernels are collectives to match across ranks
+(analysis/stragglers.py), so a user's category of communication kernels counts as communication whatever it
+is called. An anatomy records the rules it was made under (`CategoryRules.text`, `.sha256`): the digest tells two
+runs categorised alike from two that were not, and their text lets explain re-categorise a run's kernels.
+"""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -16,22 +27,42 @@ from receipts.errors import InputError, UnsupportedVersion
 from receipts.schema.kernel_names import canonical_kernel_name
 from receipts.schema.toml_file import read_toml
 
-# The anatomy --json contract: every category a row may carry.
-KERNEL_CATEGORIES = (
-    "gemm", "attention", "moe",
-    "nccl_all_gather", "nccl_reduce_scatter", "nccl_all_reduce", "nccl_all_to_all", "nccl_send_recv",
-    # A CUDA-graph replay traced as one activity (nsys --cuda-graph-trace=graph): busy time whose
-    # kernels are not visible, so it cannot be split into the categories above.
-    "cuda_graph",
-    "other",
-)
+RULES_VERSION = 2  # kernel_categories.toml's format: 2 gives every rule its category's kind
+KINDS = ("compute", "communication", "copy")
 MEMORY_CATEGORIES = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p", "memset")
 # Derived from the intervals, not from names. compute_only + comm_hidden + exposed_comm + memcpy_only + idle
-# partition the step span (they sum to it); the kernel and memory categories above overlap one another.
+# partition the step span (they sum to it); the kernel and memory categories overlap one another.
 DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle")
-COMM_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c.startswith("nccl_"))
-# Every category an activity can get (a rule's category is one of KERNEL_CATEGORIES), as one Enum: a small
-# integer per activity that the interval arithmetic groups by, where text would be ranked first.
+# Categories no rule gives: a memcpy or memset by its activity, and a CUDA-graph replay traced as one activity
+# (nsys --cuda-graph-trace=graph): busy time whose kernels are not visible, so it cannot be split into the
+# rules' categories. 'other' is where a kernel no rule claims lands.
+BUILT_IN_KINDS: dict[str, str] = {"cuda_graph": "compute", "other": "compute"} | dict.fromkeys(MEMORY_CATEGORIES,
+                                                                                             "copy")
+_CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+MAX_CATEGORIES = 255  # an nsys export's activities keep their category code in one byte (ingest/nsys_activity.py)
+
+
+def _shipped_toml() -> dict:
+    return tomllib.loads(resources.files("receipts.schema").joinpath("kernel_categories.toml").read_text())
+
+
+def _shipped_kinds() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for rule in _shipped_toml().get("rules", []):
+        out.setdefault(rule["category"], rule["kind"])
+    return out
+
+
+# The shipped rules' categories and kinds: what `anatomy --json` rows carry unless a user's rules add a category.
+# An anatomy's own kinds come from the rules it was made under (CategoryRules.kinds), never from these names.
+_SHIPPED_KINDS = _shipped_kinds()
+KERNEL_CATEGORIES = (*_SHIPPED_KINDS, *(c for c in ("cuda_graph", "other") if c not in _SHIPPED_KINDS))
+COMM_CATEGORIES = tuple(c for c, kind in _SHIPPED_KINDS.items() if kind == "communication")
+COMPUTE_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c not in COMM_CATEGORIES)
+# Categories that are not kernels (a kernel count leaves them out): copies, and a graph replay's one activity.
+NOT_KERNELS = (*MEMORY_CATEGORIES, "cuda_graph")
+# Every category an activity can get under the shipped rules, as one Enum: a small integer per activity that the
+# interval arithmetic groups by, where text would be ranked first (CategoryRules.enum: under the rules in use).
 CATEGORY_ENUM = pl.Enum(sorted({*KERNEL_CATEGORIES, *MEMORY_CATEGORIES}))
 
 
@@ -42,10 +73,50 @@ _NOT_PORTABLE = re.compile(r"\[:|&&|--|~~|\{,|\\[pPzZ]|\(\?(?!:)")
 
 @dataclass(frozen=True)
 class CategoryRules:
-    rules: tuple[tuple[str, re.Pattern[str]], ...]
+    """The effective rules, in the order they are tried: (category, kind, pattern) each."""
+
+    rules: tuple[tuple[str, str, re.Pattern[str]], ...]
     # Each distinct name is classified once per loaded rule set: the ranks of a run share their kernel names,
     # and the rules' alternations cost ~0.3 ms on a 300-character templated name.
     _seen: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    @functools.cached_property
+    def kinds(self) -> Mapping[str, str]:
+        """Every category these rules can give an activity -> its kind (the first rule naming it decides)."""
+        out = dict(BUILT_IN_KINDS)
+        for category, kind, _ in reversed(self.rules):
+            out[category] = kind
+        return out
+
+    def of_kind(self, kind: str) -> tuple[str, ...]:
+        return tuple(sorted(c for c, k in self.kinds.items() if k == kind))
+
+    @functools.cached_property
+    def enum(self) -> pl.Enum:
+        """Every category an activity can get under these rules, as one Enum (CATEGORY_ENUM under the shipped ones)."""
+        return pl.Enum(sorted(self.kinds))
+
+    @property
+    def version(self) -> int:
+        return RULES_VERSION
+
+    @functools.cached_property
+    def text(self) -> str:
+        """The rules as canonical JSON: what an anatomy keeps of the rules it was made under."""
+        return json.dumps({"version": RULES_VERSION, "rules": [[c, k, p.pattern] for c, k, p in self.rules]},
+                          separators=(",", ":"))
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    @classmethod
+    def from_text(cls, text: str) -> CategoryRules:
+        """The rules an anatomy was made under, from their kept text (`text`)."""
+        data = json.loads(text)
+        if data.get("version") != RULES_VERSION:
+            raise UnsupportedVersion("kept kernel-category rules", str(data.get("version")), str(RULES_VERSION))
+        return cls(tuple((c, k, re.compile(p, re.IGNORECASE)) for c, k, p in data["rules"]))
 
     def classify(self, kernel_name: str) -> str:
         """The first rule that matches the name as the profiler wrote it or in its canonical spelling
@@ -54,7 +125,7 @@ class CategoryRules:
         category = self._seen.get(kernel_name)
         if category is None:
             canon = canonical_kernel_name(kernel_name)
-            category = next((c for c, pattern in self.rules if pattern.search(kernel_name) or pattern.search(canon)),
+            category = next((c for c, _, pattern in self.rules if pattern.search(kernel_name) or pattern.search(canon)),
                             "other")
             self._seen[kernel_name] = category
         return category
@@ -71,7 +142,7 @@ class CategoryRules:
         if todo:
             names_left = [names[i] for i in todo]
             canon_left = [canonical_kernel_name(n) for n in names_left]
-            vectorised = {i: "(?i)" + pattern.pattern for i, (_, pattern) in enumerate(self.rules)  # re.IGNORECASE
+            vectorised = {i: "(?i)" + pattern.pattern for i, (_, _, pattern) in enumerate(self.rules)  # re.IGNORECASE
                           if _NOT_PORTABLE.search(pattern.pattern) is None and _polars_reads("(?i)" + pattern.pattern)}
             hits: dict[int, np.ndarray] = {}
             if vectorised:
@@ -80,7 +151,7 @@ class CategoryRules:
                     for i, p in vectorised.items())
                 hits = {int(c): found[c].to_numpy() for c in found.columns}
             left = np.ones(len(todo), bool)
-            for i, (category, pattern) in enumerate(self.rules):
+            for i, (category, _, pattern) in enumerate(self.rules):
                 if i in hits:
                     hit = hits[i] & left
                 else:
@@ -108,33 +179,53 @@ def _polars_reads(pattern: str) -> bool:
     return True
 
 
-def _rules_from(data: dict, path: str) -> list[tuple[str, re.Pattern[str]]]:
-    out = []
+def _rules_from(data: dict, path: str, known: Mapping[str, str]) -> list[tuple[str, str, re.Pattern[str]]]:
+    """The [[rules]] of one file. A rule's `kind` may be left out for a category `known` already (the shipped
+    rules', or an earlier rule's of this file); a new category needs one, and a category has one kind."""
+    out: list[tuple[str, str, re.Pattern[str]]] = []
+    kinds = dict(known)
     rules = data.get("rules", [])
     if not isinstance(rules, list):
-        raise InputError(path, "key rules must be an array of tables ([[rules]] with category and pattern)")
+        raise InputError(path, "key rules must be an array of tables ([[rules]] with category, kind and pattern)")
     for i, rule in enumerate(rules, start=1):
         if not isinstance(rule, dict):
-            raise InputError(path, f"rule {i}: must be a table with category and pattern")
+            raise InputError(path, f"rule {i}: must be a table with category, kind and pattern")
         category = rule.get("category")
-        if not isinstance(category, str) or category not in KERNEL_CATEGORIES:
-            raise InputError(path, f"rule {i}: category {str(category)[:40]!r} is not one of {', '.join(KERNEL_CATEGORIES)}")
+        if not isinstance(category, str) or not _CATEGORY_NAME.match(category) \
+                or category in DECOMPOSITION or category in MEMORY_CATEGORIES or category == "cuda_graph":
+            raise InputError(path, f"rule {i}: category {str(category)[:40]!r} must be a lower-case name "
+                                   "([a-z][a-z0-9_]*, at most 48 characters) other than the derived ones "
+                                   f"({', '.join((*DECOMPOSITION, *MEMORY_CATEGORIES, 'cuda_graph'))})")
+        kind = rule.get("kind", kinds.get(category))
+        if kind is None:
+            raise InputError(path, f"rule {i}: category {category!r} is new: give its kind ({', '.join(KINDS)})")
+        if kind not in KINDS:
+            raise InputError(path, f"rule {i}: kind {str(kind)[:40]!r} is not one of {', '.join(KINDS)}")
+        if kinds.get(category, kind) != kind:
+            raise InputError(path, f"rule {i}: category {category!r} is {kinds[category]}, not {kind} "
+                                   "(a category has one kind)")
+        kinds[category] = kind
         pattern = rule.get("pattern")
         if not isinstance(pattern, str):
             raise InputError(path, f"rule {i}: pattern must be a string (a regex over kernel names)")
         try:
-            out.append((category, re.compile(pattern, re.IGNORECASE)))
+            out.append((category, kind, re.compile(pattern, re.IGNORECASE)))
         except (re.error, RecursionError, OverflowError) as exc:
             raise InputError(path, f"rule {i}: pattern is not a valid regex ({exc})") from exc
     return out
 
 
 def load_category_rules(extra: Path | None = None, cwd: Path | None = None) -> CategoryRules:
-    shipped = tomllib.loads(resources.files("receipts.schema").joinpath("kernel_categories.toml").read_text())
-    if shipped.get("version") != 1:
-        raise UnsupportedVersion("kernel_categories.toml", str(shipped.get("version")), "1")
-    user_rules: list[tuple[str, re.Pattern[str]]] = []
+    shipped = _shipped_toml()
+    if shipped.get("version") != RULES_VERSION:
+        raise UnsupportedVersion("kernel_categories.toml", str(shipped.get("version")), str(RULES_VERSION))
+    shipped_rules = _rules_from(shipped, "kernel_categories.toml", BUILT_IN_KINDS)
+    user_rules: list[tuple[str, str, re.Pattern[str]]] = []
     for path, given in (((cwd or Path.cwd()) / "receipts.toml", False), (extra, True)):
         if path is not None and (given or Path(path).is_file()):  # a --categories file that is not there is an error
-            user_rules += _rules_from(read_toml(Path(path), "kernel-category rules"), str(path))
-    return CategoryRules(tuple(user_rules + _rules_from(shipped, "kernel_categories.toml")))
+            known = BUILT_IN_KINDS | _SHIPPED_KINDS | {c: k for c, k, _ in user_rules}
+            user_rules += _rules_from(read_toml(Path(path), "kernel-category rules"), str(path), known)
+            if len({c for c, _, _ in user_rules} | set(BUILT_IN_KINDS) | set(_SHIPPED_KINDS)) > MAX_CATEGORIES:
+                raise InputError(path, f"more than {MAX_CATEGORIES} categories in all: an activity's category is "
+                                       "kept in one byte")
+    return CategoryRules(tuple(user_rules + shipped_rules))

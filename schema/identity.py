@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from receipts.schema.lane import Lane
 from receipts.schema.model import Identity, IdentityClaim, LaunchRegime
 from receipts.schema.registry import Registry
 
@@ -158,7 +159,7 @@ def identity_columns(identity: Identity) -> dict[str, Any]:
         "raw_regime": identity.raw_regime, "launch_regime": identity.launch_regime,
         "engine": regime.engine if regime else None, "compile_mode": regime.compile_mode if regime else None,
         "parallel_json": _dumps(dict(regime.parallel) if regime else {}),
-        "identity_complete": identity.complete,
+        "identity_complete": identity.complete, "lane_key": Lane.of(identity).key,
         "resolution_json": _dumps([n for n in identity.resolution if not is_registry_miss(n)]),
     }
 
@@ -310,6 +311,7 @@ def retagged_columns(stored: dict[str, Any], change: IdentityChange, registry: R
     if change.add_tags or change.remove_tags:
         tags = (set(json.loads(stored.get("tags_json") or "[]")) | set(change.add_tags)) - set(change.remove_tags)
         new["tags_json"] = _dumps(sorted(tags))
-    new["identity_complete"] = bool(new["host_lineage"] and new["preset_family"] and new["launch_regime"])
+    lane = Lane.of(new)
+    new["identity_complete"], new["lane_key"] = lane.complete, lane.key
     new["resolution_json"] = _dumps(notes)
     return {k: v for k, v in new.items() if v != stored.get(k)}

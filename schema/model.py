@@ -10,11 +10,14 @@ import hashlib
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import polars as pl
 
 from receipts.schema.memory import MemoryGeometry
+
+if TYPE_CHECKING:
+    from receipts.schema.categories import CategoryRules
 
 # Bump when the meaning of a stored column changes; the store records it and refuses unknown ones.
 RECEIPT_MODEL_VERSION = 1
@@ -407,3 +410,6 @@ class Anatomy:
     straggler_summary: "dict | None" = None          # report_json without per_step
     # Filled by the pipeline from analysis/components.py, stored in receipt_components (COMPONENT_SCHEMA).
     components: "pl.DataFrame | None" = None
+    # The kernel-category rules the anatomy was made under (the pipeline's, as it parsed): their kinds decide what
+    # cross-rank analysis matches as collectives; their text and digest are stored with the anatomy.
+    category_rules: "CategoryRules | None" = None

@@ -73,6 +73,7 @@ receipts = Table(
     # v11: run order and log families (store/migrations/v0011_run_order.py)
     Column("ingest_seq", BigInteger),                     # the store's write count: ties of ingested_at in write order
     Column("log_head_sha256", Text),                      # sha256 of a log's first 256 bytes: its byte-prefix family
+    Column("lane_key", Text),                             # v14: schema/lane.py Lane.key, what the lane queries match
     UniqueConstraint("content_sha256", name="uq_receipts_content"),
 )
 
@@ -220,6 +221,11 @@ anatomy_sources = Table(
     Column("raw_events_path", Text),                      # Parquet beside the store, optional
     Column("warnings_json", Text, nullable=False),
     Column("stragglers_json", Text),                      # analysis/stragglers.py report; null = one rank
+    # v13: the kernel-category rules the anatomy was made under (schema/categories.py CategoryRules: the shipped
+    # kernel_categories.toml with ./receipts.toml's and --categories' rules before it); null: attached before v13
+    Column("category_rules_version", Integer),            # the rules' format version (RULES_VERSION)
+    Column("category_rules_sha256", Text),                # digest of the effective rules: equal digests, equal rules
+    Column("category_rules_json", Text),                  # the rules themselves, [category, kind, pattern] in order
     PrimaryKeyConstraint("receipt_id", "source_sha256"),
 )
 
@@ -294,6 +300,7 @@ Index("ix_receipts_lane", receipts.c.host_lineage, receipts.c.preset_family, rec
 Index("ix_receipts_run_key", receipts.c.run_key)
 Index("ix_receipts_ingest_seq", receipts.c.ingest_seq)
 Index("ix_receipts_log_head", receipts.c.log_head_sha256)
+Index("ix_receipts_lane_key", receipts.c.lane_key)
 
 BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels",
                "anatomy_step_kernels")

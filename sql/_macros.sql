@@ -13,7 +13,8 @@
 --   utc_time(iso text) -> TIMESTAMP (UTC); run_date(started_at, ingested_at) -> TIMESTAMP (UTC);
 --   run_date_source(started_at) -> 'header' | 'ingest'; receipt_tags(tags_json) -> VARCHAR[];
 --   git_rev(provenance_json) -> text (null when unrecorded);
---   lane_label(identity_complete, host_lineage, preset_family, launch_regime) -> text.
+--   lane_label(identity_complete, lane_key) -> text.
+--   lane_values(lane_key) -> VARCHAR[] (the lane's values, in schema/lane.py FIELDS' order).
 
 -- "A step's time is its slowest rank's" (a step ends when its last rank does), over the steps of the given
 -- receipts (only the steady ones when steady_only); steps without a time are left out. The SEMI JOIN over
@@ -67,6 +68,8 @@ CASE WHEN utc_time(started_at) IS NOT NULL THEN 'header' ELSE 'ingest' END;
 CREATE OR REPLACE TEMP MACRO receipt_tags(tags_json) AS from_json(tags_json, '["VARCHAR"]');
 CREATE OR REPLACE TEMP MACRO git_rev(provenance_json) AS json_extract_string(provenance_json, '$.git_rev');
 
--- A receipt's lane as people read it: 'host · preset · regime', or 'rumor' for an incomplete identity.
-CREATE OR REPLACE TEMP MACRO lane_label(identity_complete, host_lineage, preset_family, launch_regime) AS
-CASE WHEN identity_complete THEN concat_ws(' · ', host_lineage, preset_family, launch_regime) ELSE 'rumor' END;
+-- A receipt's lane key (receipts.lane_key, schema/lane.py Lane.key) as its values, and as people read it:
+-- 'host · preset · regime', or 'rumor' for an incomplete identity.
+CREATE OR REPLACE TEMP MACRO lane_values(lane_key) AS from_json(lane_key, '["VARCHAR"]');
+CREATE OR REPLACE TEMP MACRO lane_label(identity_complete, lane_key) AS
+CASE WHEN identity_complete THEN array_to_string(lane_values(lane_key), ' · ') ELSE 'rumor' END;

@@ -1,14 +1,12 @@
 -- The values the lane view's filters offer: every canonical identity value and tag of the current
 -- (not superseded) receipts.
--- Reads: receipts.
--- Columns: kind ('host_lineage' | 'preset_family' | 'launch_regime' | 'tag' | 'date'), value (text; for
---          'date' the earliest and latest run date, ISO), n_receipts (count).
-SELECT 'host_lineage' AS kind, host_lineage AS value, count(*) AS n_receipts
-FROM receipts WHERE superseded_by IS NULL AND host_lineage IS NOT NULL GROUP BY ALL
-UNION ALL
-SELECT 'preset_family', preset_family, count(*) FROM receipts WHERE superseded_by IS NULL AND preset_family IS NOT NULL GROUP BY ALL
-UNION ALL
-SELECT 'launch_regime', launch_regime, count(*) FROM receipts WHERE superseded_by IS NULL AND launch_regime IS NOT NULL GROUP BY ALL
+-- Reads: receipts.  Params: $fields (VARCHAR[]: schema/lane.py FIELDS, the names of the lane key's values).
+-- Columns: kind (a name of $fields | 'tag' | 'date'), value (text; for 'date' the earliest and latest run date,
+--          ISO), n_receipts (count).
+SELECT kind, value, count(*) AS n_receipts
+FROM (SELECT unnest(CAST($fields AS VARCHAR[])) AS kind, unnest(lane_values(lane_key)) AS value
+      FROM receipts WHERE superseded_by IS NULL)
+WHERE value IS NOT NULL GROUP BY ALL
 UNION ALL
 SELECT 'tag', tag, count(*) FROM (SELECT unnest(receipt_tags(tags_json)) AS tag FROM receipts WHERE superseded_by IS NULL) GROUP BY ALL
 UNION ALL

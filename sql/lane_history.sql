@@ -2,7 +2,7 @@
 -- memory, oldest first.
 -- Reads: receipts, receipt_summaries (the stored steady-state summary), receipt_steps (only receipts stored
 --        without a summary, through run_medians).
--- Params: $host_lineage, $preset_family, $launch_regime (the canonical identity triple of the lane);
+-- Params: $lane_key (the lane: its stored key receipts.lane_key, schema/lane.py Lane.key);
 --         $unsummarised (VARCHAR[]: the receipts without a stored summary, analysis.listing.unsummarised; a
 --         value, not a subquery: see sql/lane_runs.sql).
 -- Columns: receipt_id, run_name, run_at (timestamp: started_at, else ingested_at, UTC),
@@ -13,8 +13,7 @@
 -- receipt would be copied first (up to twice the query's time over 10,000 receipts).
 WITH lane AS NOT MATERIALIZED (
     SELECT * FROM receipts
-    WHERE identity_complete AND superseded_by IS NULL AND host_lineage = $host_lineage AND preset_family = $preset_family
-      AND launch_regime = $launch_regime
+    WHERE identity_complete AND superseded_by IS NULL AND lane_key = $lane_key
 )
 SELECT l.id AS receipt_id, l.run_name, run_date(l.started_at, l.ingested_at) AS run_at,
        git_rev(l.provenance_json) AS git_rev,

@@ -6,13 +6,12 @@
 --         summary, sql/unsummarised_receipts.sql). A list given as a value, not a subquery here: over a
 --         subquery's list the macro's id range filter was checked on every step row, 0.05 s of a 0.08 s list
 --         of 10,000 receipts with nothing to summarise (benchmarks/bench_gate.py).
--- Columns: id, run_name, host_lineage, preset_family, launch_regime, identity_complete (bool),
---          raw_host_lineage, raw_preset, raw_regime, machine_class, source_format, tags_json,
+-- Columns: id, run_name, lane_key (the canonical identity, schema/lane.py Lane.key), identity_complete (bool),
+--          machine_class, source_format, tags_json,
 --          n_steady_steps, median_step_ms (ms), peak_allocated_bytes, peak_reserved_bytes (bytes),
 --          ended_early, started_at, ingested_at, superseded_by (id of the receipt that replaced it; null = current),
 --          provenance_json (text: MLPerf's step_unit and time_to_train_ms, read by analysis.listing.series_headline).
-SELECT r.id, r.run_name, r.host_lineage, r.preset_family, r.launch_regime, r.identity_complete,
-       r.raw_host_lineage, r.raw_preset, r.raw_regime, r.machine_class, r.source_format, r.tags_json,
+SELECT r.id, r.run_name, r.lane_key, r.identity_complete, r.machine_class, r.source_format, r.tags_json,
        coalesce(s.n_steps, 0) AS n_steady_steps, s.median_step_ms,
        r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early, r.started_at, r.ingested_at, r.superseded_by,
        r.provenance_json

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from receipts.errors import ReceiptNotFound, StoreError
+from receipts.schema.lane import FIELDS, RAW, RESOLVED_WITH
 from receipts.schema.version import IDENTITY_FIELDS
 from receipts.sql import load_query
 
@@ -27,9 +28,8 @@ if TYPE_CHECKING:
 
 # What `receipts retag` may rewrite on a receipt: the claimed identity, its resolution, the run name and tags
 # (docs/teams.md grants the writer role UPDATE on exactly these, plus the fact columns and superseded_by).
-RETAG_COLUMNS = ("run_name", "tags_json", "raw_host_lineage", "host_lineage", "raw_preset", "preset_family",
-                 "raw_regime", "launch_regime", "engine", "compile_mode", "parallel_json", "identity_complete",
-                 "resolution_json", "features_json")
+RETAG_COLUMNS = ("run_name", "tags_json", *(c for f in FIELDS for c in (RAW[f], f, *RESOLVED_WITH.get(f, ()))),
+                 "identity_complete", "lane_key", "resolution_json", "features_json")
 
 
 class ReceiptRows(NamedTuple):

@@ -172,7 +172,16 @@ def anatomy_source_row(receipt_id: str, source_sha256: str, anatomy: Anatomy, ra
             "attribution": anatomy.attribution, "unattributed": anatomy.unattributed,
             "raw_events_path": raw_path, "warnings_json": dumps(list(anatomy.warnings)),
             "stragglers_json": None if anatomy.straggler_summary is None else dumps(
-                {**anatomy.straggler_summary, "per_step": _rows_of(anatomy.straggler_steps)})}
+                {**anatomy.straggler_summary, "per_step": _rows_of(anatomy.straggler_steps)}),
+            **_rules_columns(anatomy)}
+
+
+def _rules_columns(anatomy: Anatomy) -> dict[str, Any]:
+    rules = anatomy.category_rules
+    if rules is None:
+        raise ValueError("an anatomy without the category rules it was made under (pipeline/parse.parse_profile)")
+    return {"category_rules_version": rules.version, "category_rules_sha256": rules.sha256,
+            "category_rules_json": rules.text}
 
 
 def _rows_of(frame: pl.DataFrame | None) -> list[dict[str, Any]]:

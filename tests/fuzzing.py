@@ -252,6 +252,7 @@ REGISTRY_KEYS = {
                                                "aliases": st.dictionaries(st.text(max_size=4), VALUES, max_size=2)}),
     "rules": st.lists(st.fixed_dictionaries({}, optional={
         "category": st.sampled_from(["gemm", "nope", "moe"]) | VALUES,
+        "kind": st.sampled_from(["compute", "communication", "network"]) | VALUES,
         "pattern": st.sampled_from(["gemm", "((", "nccl"]) | VALUES}), max_size=2),
 }
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from receipts.ingest.intervals import COMPUTE_CATEGORIES, KERNEL_ONLY, STEP_NS, anatomy_from_ns, intersection_ns, union_ns
-from receipts.schema.categories import COMM_CATEGORIES
+from receipts.ingest.intervals import STEP_NS, anatomy_from_ns, intersection_ns, union_ns
+from receipts.schema.categories import COMM_CATEGORIES, COMPUTE_CATEGORIES, KERNEL_CATEGORIES, NOT_KERNELS
+
+KERNEL_ONLY = tuple(c for c in KERNEL_CATEGORIES if c not in NOT_KERNELS)
 
 _KEYS = ["rank", "step"]
 

@@ -20,7 +20,7 @@ def test_decomposition_sums_to_the_span(export, kind):
     ev = a.raw_events.filter(pl.col("step").is_not_null())
     spans = ev.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
                                              pl.col("end_ns").max().alias("span_end_ns"))
-    rows, _ = anatomy_rows(ev.select("rank", "step", "category", "start_ns", "end_ns"), spans)
+    rows, _ = anatomy_rows(ev.select("rank", "step", "category", "start_ns", "end_ns"), spans, kinds=a.category_rules.kinds)
     parts = rows.filter(pl.col("category").is_in(DECOMPOSITION)).group_by("rank", "step").agg(pl.col("time_ms").sum())
     check = parts.join(spans, on=["rank", "step"]).with_columns(
         ((pl.col("span_end_ns") - pl.col("span_start_ns")) / 1e6).alias("span_ms"))

@@ -9,7 +9,8 @@ import pytest
 
 from conftest import GPU_DATA, realdata
 from receipts.ingest import native
-from receipts.ingest.sniff import detect_log_format, log_parser
+from receipts.ingest.log_formats import parser as log_parser
+from receipts.ingest.sniff import detect_log_format
 from receipts.ingest.textlog import read_log, same_shape
 
 RUN_LOG = GPU_DATA / "fsdp2_2gpu_nsys" / "run.log"

@@ -207,10 +207,8 @@ def test_category_rules_load_or_name_the_file(tmp_path_factory, text, deep, dama
     _write_config(path, text, deep, damage)
     rules = holds(lambda: load_category_rules(path, cwd=folder / "none"), path)
     if rules is not None:
-        from receipts.schema.categories import KERNEL_CATEGORIES
-
-        with time_bound():
-            assert rules.classify("ampere_sgemm_128x64_tn") in KERNEL_CATEGORIES
+        with time_bound():  # a user's rule may name a category of its own: it has a kind
+            assert rules.classify("ampere_sgemm_128x64_tn") in rules.kinds
 
 
 @fuzz("env_rules")

@@ -223,7 +223,7 @@ def test_the_t_test_is_scipys_pooled_t_test(left, right, digits):
 def test_the_lane_view_reads_stored_medians_and_recomputes_the_same_without_them(noise_db, tmp_path):
     # sql/dash_lanes.sql takes the receipts without a summary as a value (over a subquery the postgres scanner
     # read every step row of the store): with some summaries deleted, the same medians from the steps.
-    params = {"hosts": None, "presets": None, "regimes": None, "tag": None, "since": None, "until": None,
+    params = {"lane_filter": None, "tag": None, "since": None, "until": None,
               "search": None}
     frames = [f.select("id", "n_steady_steps", "median_step_ms").sort("id") for f in
               _both(noise_db, _without_summaries(noise_db, tmp_path, "slow%"), "dash_lanes", params)]
@@ -234,7 +234,9 @@ def test_the_lane_view_reads_stored_medians_and_recomputes_the_same_without_them
 def test_the_dashboard_lane_history_reads_stored_summaries_and_recomputes_the_same(noise_db, tmp_path):
     # sql/lane_history.sql: median, p10 and p90 from the stored summaries (numpy's linear percentiles), from the
     # steps (quantile_cont) for a receipt without one; over a subquery it read every step row on PostgreSQL.
-    lane = {"host_lineage": "h100-device-x1", "preset_family": "toy_fsdp2_v1", "launch_regime": "fsdp2/no-compile"}
+    from receipts.schema.lane import Lane
+
+    lane = {"lane_key": Lane("h100-device-x1", "toy_fsdp2_v1", "fsdp2/no-compile").key}
     frames = _both(noise_db, _without_summaries(noise_db, tmp_path, "%"), "lane_history", lane)
     stored, recomputed = frames
     assert stored.height == 15 and stored["receipt_id"].to_list() == recomputed["receipt_id"].to_list()

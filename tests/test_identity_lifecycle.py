@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from test_postgres import pg_empty_url, pg_server, pg_url  # noqa: F401  (fixtures shared with the PostgreSQL suite)
+from receipts.schema.lane import Lane
 from receipts.schema.tables import SCHEMA_VERSION
 from receipts.store import migrations, open_store
 
@@ -311,10 +312,10 @@ def test_lanes_and_lane_history_leave_superseded_receipts_out(tmp_path, db):
     _grow(log, REV_LOG, None)
     cli(db, "ingest", str(log))
     with open_store(db) as store:
-        lanes = store.query("dash_lanes", {"hosts": None, "presets": None, "regimes": None, "tag": None,
+        lanes = store.query("dash_lanes", {"lane_filter": None, "tag": None,
                                            "since": None, "until": None, "search": None, "unsummarised": []})
-        history = store.query("lane_history", {"host_lineage": "h200-device-x1", "preset_family": "toy_fsdp2_v1",
-                                               "launch_regime": "fsdp2/no-compile", "unsummarised": []})
+        history = store.query("lane_history", {"lane_key": Lane("h200-device-x1", "toy_fsdp2_v1", "fsdp2/no-compile").key,
+                                               "unsummarised": []})
         assert lanes.height == 1 and history.height == 1 and lanes["n_steady_steps"][0] == 17
 
 

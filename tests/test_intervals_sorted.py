@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from receipts.ingest.intervals import anatomy_from_ns, anatomy_rows, sort_order, sorted_step_ns
-from receipts.schema.categories import KERNEL_CATEGORIES, MEMORY_CATEGORIES
+from receipts.schema.categories import KERNEL_CATEGORIES, MEMORY_CATEGORIES, load_category_rules
 from tests.interval_reference import anatomy_by_sets
 
 CATEGORIES = pl.Series(sorted({*KERNEL_CATEGORIES, *MEMORY_CATEGORIES}), dtype=pl.Enum(sorted({*KERNEL_CATEGORIES,
                                                                                                *MEMORY_CATEGORIES})))
+KINDS = load_category_rules().kinds
 
 
 def both_ways(steps: list[int], cats: list[int], starts: list[int], ends: list[int]):
@@ -28,11 +29,11 @@ def both_ways(steps: list[int], cats: list[int], starts: list[int], ends: list[i
     spans = events.group_by("rank", "step").agg(pl.col("start_ns").min().alias("span_start_ns"),
                                                 pl.col("end_ns").max().alias("span_end_ns"))
     want = anatomy_by_sets(events, spans)
-    same(want, anatomy_rows(events, spans))
+    same(want, anatomy_rows(events, spans, kinds=KINDS))
     key, start = np.array(steps, np.int64), np.array(starts, np.int64)
     order = sort_order(key, start)
     step_ns, category_ns = sorted_step_ns(key[order].astype(np.int32), np.array(cats, np.uint8)[order],
-                                          start[order], np.array(ends, np.int64)[order], CATEGORIES)
+                                          start[order], np.array(ends, np.int64)[order], CATEGORIES, kinds=KINDS)
 
     def ranked(frame: pl.DataFrame) -> pl.DataFrame:
         return frame.select(pl.lit(0, pl.Int32).alias("rank"), pl.col("key").cast(pl.Int64).alias("step"),
@@ -97,7 +98,7 @@ def spanned_activity(draw):
 @given(spanned_activity())
 def test_anatomy_rows_clipped_to_spans(case):
     events, spans = case
-    same(anatomy_by_sets(events, spans), anatomy_rows(events, spans))
+    same(anatomy_by_sets(events, spans), anatomy_rows(events, spans, kinds=KINDS))
 
 
 def test_anatomy_rows_of_text_categories():
@@ -105,4 +106,4 @@ def test_anatomy_rows_of_text_categories():
     events = pl.DataFrame({"rank": [0, 0, 0], "step": [1, 1, 2], "category": ["gemm", "nccl_all_reduce", "mystery"],
                            "start_ns": [0, 5, 20], "end_ns": [10, 15, 30]})
     spans = pl.DataFrame({"rank": [0, 0], "step": [1, 2], "span_start_ns": [0, 15], "span_end_ns": [12, 30]})
-    same(anatomy_by_sets(events, spans), anatomy_rows(events, spans))
+    same(anatomy_by_sets(events, spans), anatomy_rows(events, spans, kinds=KINDS))

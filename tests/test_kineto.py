@@ -32,8 +32,8 @@ from conftest import GPU_DATA, REPO, realdata
 
 from receipts.errors import InputError
 from receipts.ingest import kineto
-from receipts.ingest.intervals import COMPUTE_CATEGORIES, intersection_ns, union_ns
-from receipts.schema.categories import COMM_CATEGORIES, load_category_rules
+from receipts.ingest.intervals import intersection_ns, union_ns
+from receipts.schema.categories import COMM_CATEGORIES, COMPUTE_CATEGORIES, load_category_rules
 
 GOLDEN = REPO / "tests" / "data" / "hta_reference"
 RULES = load_category_rules()

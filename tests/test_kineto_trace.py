@@ -139,7 +139,7 @@ def test_classify_many_answers_as_classify_does():
     names = sorted(kernel_corpus.read()) + ["ncclDevKernel_AllGather\n", "ÿncclKernel_AllReduce", "", "gemm\x1c"]
     assert len(names) > 500
     assert load_category_rules().classify_many(names) == [load_category_rules().classify(n) for n in names]
-    odd = CategoryRules(tuple((c, re.compile(p, re.IGNORECASE)) for c, p in [
+    odd = CategoryRules(tuple((c, "compute", re.compile(p, re.IGNORECASE)) for c, p in [
         ("gemm", r"(?<=sm90_)xmma"), ("attention", r"fmha\Z"), ("moe", r"[[:alpha:]]+_router"), ("nccl_send_recv", r"(a)\1"),
         ("nccl_all_reduce", r"\N{LATIN SMALL LETTER A}llreduce_+ring"),  # a named character: polars' engine refuses it
         ("gemm", r"cutlass")]))

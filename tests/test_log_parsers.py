@@ -13,7 +13,8 @@ import pytest
 
 from receipts.errors import InputError
 from receipts.ingest import megatron, mllog, modded_nanogpt, nanochat, torchtitan
-from receipts.ingest.sniff import detect_log_format, log_parser
+from receipts.ingest.log_formats import parser as log_parser
+from receipts.ingest.sniff import detect_log_format
 from receipts.ingest.textlog import read_log
 
 LOGS = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "logs"

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import REALDATA, REPO
 from receipts.errors import InputError
-from receipts.ingest import sniff
+from receipts.ingest import log_formats, sniff
 from receipts.ingest.textlog import read_chunks, read_log
 from receipts.pipeline import parse_log
 from receipts.schema.model import ParsedRun
@@ -73,7 +73,7 @@ def test_streamed_parsers_match_the_whole_read(path, tmp_path):
         except InputError:
             continue
         for name in sniff.STREAMED_FORMATS:
-            module = sniff.log_parser(name)
+            module = log_formats.streamed_parser(name)
             whole = _outcome(lambda: module.parse(log))
             for block in (997, 64 * 1024):
                 _assert_same(whole, _outcome(lambda: module.parse_chunks(variant, read_chunks(variant,

@@ -16,7 +16,7 @@ from polars.testing import assert_frame_equal
 
 from receipts.ingest import nsys_activity, nsys_anatomy
 from receipts.schema.categories import load_category_rules
-from tests.test_intervals_sorted import CATEGORIES
+from tests.test_intervals_sorted import CATEGORIES, KINDS
 
 _NO_STEPS = np.zeros(0, np.int64)
 
@@ -24,7 +24,7 @@ _NO_STEPS = np.zeros(0, np.int64)
 def _whole_and_binned(cats, starts, ends, bounds):
     code = np.full(len(starts), -1, np.int32)
     columns = (code, np.array(cats, np.uint8), np.array(starts, np.int64), np.array(ends, np.int64))
-    whole = nsys_anatomy.piece_anatomy(tuple(c.copy() for c in columns), None, None, 0, _NO_STEPS, CATEGORIES)
+    whole = nsys_anatomy.piece_anatomy(tuple(c.copy() for c in columns), None, None, 0, _NO_STEPS, CATEGORIES, kinds=KINDS)
     where = np.searchsorted(bounds, columns[2], side="right")
 
     def bins():
@@ -32,7 +32,7 @@ def _whole_and_binned(cats, starts, ends, bounds):
             rows = np.flatnonzero(where == i)[::-1]  # a bin's rows in any order
             yield tuple(c[rows] for c in columns), int(bounds[i]) if i < bounds.size else None
 
-    pieces = [nsys_anatomy.piece_anatomy(cols, counted, until, 0, _NO_STEPS, CATEGORIES)
+    pieces = [nsys_anatomy.piece_anatomy(cols, counted, until, 0, _NO_STEPS, CATEGORIES, kinds=KINDS)
               for cols, counted, until in nsys_anatomy.window_pieces(bins())]
     binned = (nsys_anatomy.added_up(pl.concat([f for p in pieces for f in p[0]]), pl.concat([f for p in pieces for f in p[1]]))
               + (pl.concat([p[2] for p in pieces]),))
@@ -101,4 +101,4 @@ def test_a_window_with_an_activity_without_a_start_is_read_whole(odd, monkeypatc
     assert activity.ended_early == (1 if odd in ("ends before it starts", "no end") else 0)
     assert sum(columns[0].size for columns, _ in bins) == 100
     for columns, counted, until in nsys_anatomy.window_pieces(iter(bins)):
-        nsys_anatomy.piece_anatomy(columns, counted, until, 0, _NO_STEPS, CATEGORIES)
+        nsys_anatomy.piece_anatomy(columns, counted, until, 0, _NO_STEPS, CATEGORIES, kinds=KINDS)

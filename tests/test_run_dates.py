@@ -116,18 +116,17 @@ def test_lane_history_orders_logs_by_their_own_dates_not_by_ingest_order(db):
 def _run_date_everywhere(store, lane: tuple[str, str, str], tag: str) -> dict[str, object]:
     """The run date each query that reads one gives for the store's only receipt."""
     from receipts.analysis.listing import unsummarised
+    from receipts.schema.lane import FIELDS, Lane
 
-    hosts, presets, regimes = ([part] for part in lane)
     todo = unsummarised(store)
-    filters = {"hosts": None, "presets": None, "regimes": None, "tag": None, "since": None, "until": None,
+    filters = {"lane_filter": None, "tag": None, "since": None, "until": None,
                "search": None, "unsummarised": todo}
-    options = store.query("dash_filter_options").filter(kind="date")["value"].to_list()
+    options = store.query("dash_filter_options", {"fields": list(FIELDS)}).filter(kind="date")["value"].to_list()
     return {
         "dash_lanes": store.query("dash_lanes", filters)["run_at"][0],
-        "lane_runs": store.query("lane_runs", {"hosts": hosts, "presets": presets, "regimes": regimes, "tag": None,
-                                               "last": None, "unsummarised": todo})["run_date"][0],
-        "lane_history": store.query("lane_history", {"host_lineage": lane[0], "preset_family": lane[1],
-                                                     "launch_regime": lane[2], "unsummarised": todo})["run_at"][0],
+        "lane_runs": store.query("lane_runs", {"lane_keys": [Lane(*lane).key], "tag": None, "last": None,
+                                               "unsummarised": todo})["run_date"][0],
+        "lane_history": store.query("lane_history", {"lane_key": Lane(*lane).key, "unsummarised": todo})["run_at"][0],
         "tagged_receipts": store.query("tagged_receipts", {"tag": tag})["run_date"][0],
         "dash_filter_options": options[0],
     }

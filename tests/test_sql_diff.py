@@ -86,10 +86,11 @@ def assert_rows_match(rows: list[dict], expected_csv: Path) -> None:
 def check_store(store) -> None:
     from receipts.analysis.listing import unsummarised
 
-    lane = {"hosts": [LANE[0]], "presets": [LANE[1]], "regimes": [LANE[2]], "tag": None, "last": None,
-            "unsummarised": unsummarised(store)}
+    from receipts.schema.lane import FIELDS, Lane
+
+    lane = {"lane_keys": [Lane(*LANE).key], "tag": None, "last": None, "unsummarised": unsummarised(store)}
     assert_rows_match(store.query_rows("lane_runs", lane), EXPECTED / "lane_runs__dated_logs.csv")
-    assert_rows_match(store.query_rows("dash_filter_options"), EXPECTED / "dash_filter_options__dated_logs.csv")
+    assert_rows_match(store.query_rows("dash_filter_options", {"fields": list(FIELDS)}), EXPECTED / "dash_filter_options__dated_logs.csv")
 
 
 def test_lane_runs_and_filter_options_over_real_logs(db):

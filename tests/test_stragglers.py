@@ -156,7 +156,7 @@ def test_sampled_ranks_of_a_128_rank_job_are_not_matched_peers():
     together (they talk to other peers), so the sanity check names no straggler instead of inventing one."""
     traces = [realdata("kineto", f"trace_filter__sampled_rank-{r}.json.gz") for r in (0, 1)]
     a = kineto.parse_files(traces, rules=load_category_rules())
-    rep = analyse(a.events, float(a.steps["wall_ms"].median()))
+    rep = analyse(a.events, float(a.steps["wall_ms"].median()), kinds=a.category_rules.kinds)
     assert rep is not None and not rep.clock_ok and rep.stragglers == ()
     assert "clocks unaligned" in rep.note
 
@@ -172,7 +172,7 @@ def test_unaligned_clocks_are_said_not_blamed(tmp_path):
             trace["baseTimeNanoseconds"] = trace.get("baseTimeNanoseconds", 0) + 3_000_000
         (folder / path.name).write_bytes(gzip.compress(json.dumps(trace).encode()))
     a = kineto.parse_dir(folder, rules=load_category_rules())
-    rep = analyse(a.events, float(a.steps["wall_ms"].median()))
+    rep = analyse(a.events, float(a.steps["wall_ms"].median()), kinds=a.category_rules.kinds)
     assert rep is not None and not rep.clock_ok and rep.stragglers == ()
 
 
@@ -247,8 +247,9 @@ def test_a_lazy_steady_selection_reports_what_a_joined_copy_reports(run):
     a = kineto.parse_files(sorted((S / run / "traces").glob("*.json.gz")), rules=load_category_rules())
     steady = a.steps.filter(~pl.col("warmup") & pl.col("step").is_not_null()).select("rank", "step")
     step_ms = float(a.steps["wall_ms"].median())
-    eager = analyse(a.events.join(steady, on=["rank", "step"]), step_ms)
-    lazy = analyse(a.events.lazy().join(steady.lazy(), on=["rank", "step"], how="semi"), step_ms)
+    eager = analyse(a.events.join(steady, on=["rank", "step"]), step_ms, kinds=a.category_rules.kinds)
+    lazy = analyse(a.events.lazy().join(steady.lazy(), on=["rank", "step"], how="semi"), step_ms,
+                   kinds=a.category_rules.kinds)
     assert eager is not None and lazy is not None and bool(eager.stragglers) == ("plant" in run)
     assert (eager.ranks, eager.stragglers, eager.n_collectives, eager.note) == (lazy.ranks, lazy.stragglers,
                                                                               lazy.n_collectives, lazy.note)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import streamlit as st
 
+from receipts.schema.lane import FIELDS
 from receipts.store import Store, open_store
 
 if TYPE_CHECKING:
@@ -47,9 +48,17 @@ class Data:
         return _query(self.url, self.version, name, _key(params), self)
 
     def lanes(self, **filters: Any) -> pl.DataFrame:
-        """sql/dash_lanes.sql under `filters` (hosts, presets, regimes, tag, since, until, search; None = any)."""
-        return self.query("dash_lanes", **{"hosts": None, "presets": None, "regimes": None, "tag": None, "since": None,
-                                           "until": None, "search": None, **filters}, unsummarised=self.unsummarised)
+        """sql/dash_lanes.sql under `filters` (lane: the values wanted of each lane field, in FIELDS' order, None =
+        any; tag, since, until, search; None = any), with each lane field and `missing` (the absent ones, by
+        name) for its lane_key."""
+        lane = filters.pop("lane", None)
+        frame = self.query("dash_lanes", **{"lane_filter": lane if lane and any(lane) else None, "tag": None,
+                                            "since": None, "until": None, "search": None, **filters},
+                           unsummarised=self.unsummarised)
+        values = pl.col("lane_key").str.json_decode(pl.List(pl.Utf8))
+        return frame.with_columns(*(values.list.get(i).alias(f) for i, f in enumerate(FIELDS))).with_columns(
+            pl.concat_str([pl.when(pl.col(f).is_null()).then(pl.lit(f)) for f in FIELDS], separator=", ",
+                          ignore_nulls=True).alias("missing"))
 
     @property
     def unsummarised(self) -> list[str]:
@@ -77,9 +86,10 @@ class Data:
         when a side of the pair has no profile."""
         return _explain(self.url, self.version, a_id, b_id, against, self)
 
-    def lane_history(self, host_lineage: str, preset_family: str, launch_regime: str) -> "tuple[pl.DataFrame, NoiseFloor]":
-        """lane_history rows (memory too) joined with analysis.history's intervals, z and change points."""
-        return _history(self.url, self.version, (host_lineage, preset_family, launch_regime), self)
+    def lane_history(self, *lane: str) -> "tuple[pl.DataFrame, NoiseFloor]":
+        """lane_history rows (memory too) joined with analysis.history's intervals, z and change points; `lane`: the
+        lane's values (schema/lane.py FIELDS)."""
+        return _history(self.url, self.version, lane, self)
 
 
 def _key(params: dict[str, Any]) -> tuple:
@@ -141,12 +151,11 @@ def _explain(url: str, version: str, a_id: str, b_id: str, against: str | None, 
 
 
 @st.cache_data(ttl=_TTL_S, max_entries=64, show_spinner=False)
-def _history(url: str, version: str, lane: tuple[str, str, str], _data: Data) -> "tuple[pl.DataFrame, NoiseFloor]":
+def _history(url: str, version: str, lane: tuple[str, ...], _data: Data) -> "tuple[pl.DataFrame, NoiseFloor]":
     from receipts.analysis.history import read_history
     from receipts.analysis.lanes import Lane
 
-    history = _data.store.query("lane_history", {**dict(zip(("host_lineage", "preset_family", "launch_regime"), lane)),
-                                                 "unsummarised": _data.unsummarised})
+    history = _data.store.query("lane_history", {"lane_key": Lane(*lane).key, "unsummarised": _data.unsummarised})
     h = read_history(_data.store, Lane(*lane))
     marks = pl.DataFrame([{"receipt_id": r.id, "ci_low": r.ci_low, "ci_high": r.ci_high, "z": r.z,
                            "change_point": r.change_point, "change_pct": r.change_pct, "change_pvalue": r.change_pvalue,

@@ -146,6 +146,10 @@ def render(data: Data) -> None:
         if missing:
             st.caption(f"{' and '.join(missing)} has no profiler export attached: no difference to draw.")
         else:
+            rules = data.query("explain_profiled", ids=[a, b])["category_rules_json"].drop_nulls()
+            if rules.n_unique() > 1:
+                st.warning("A and B were categorised under different kernel-category rules: a category below may "
+                           "differ by the rules, not the run. The explanation below compares them under A's rules.")
             st.altair_chart(charts.anatomy_side_by_side(diff, c.a.run_name, c.b.run_name))
     explain_view.render(data, a, b)
     _drift(c)

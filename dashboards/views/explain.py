@@ -65,6 +65,10 @@ def render(data: Data, a: str, b: str) -> None:
     st.caption(f"{'Against ' + r.against + ': ' if r.mode == 'lane' else 'Pairwise (one run each side): '}"
                f"{e.noise_note}; Benjamini-Hochberg at {e.fdr:g}; a component is named from {e.min_effect_ms:.2f} ms "
                f"per step.")
+    if r.rules is not None:
+        st.warning(f"Kernel-category rules: {r.rules.note(r.names)}"
+                   + (" (attach the exports with `receipts ingest --keep-raw` to re-categorise them)."
+                      if r.rules.left_out else "."))
     rows = frame(r)
     moving = rows.filter(pl.col("verdict") != "no change").head(TOP)
     if moving.height:

@@ -7,6 +7,7 @@ import polars as pl
 import streamlit as st
 
 from receipts.analysis.lanes import lane_summary
+from receipts.schema.lane import FIELDS
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 from receipts.dashboards.views._names import readable
@@ -19,7 +20,7 @@ def render(data: Data) -> None:
     if lanes.height == 0:
         st.info("No complete lane yet: rumors (incomplete identity) have no history.")
         return
-    keys = list(zip(lanes["host_lineage"], lanes["preset_family"], lanes["launch_regime"]))
+    keys = list(zip(*(lanes[f] for f in FIELDS)))
     q = st.query_params
     wanted = (q.get("host"), q.get("preset"), q.get("regime"))
     if st.session_state.get("history_lane") not in keys:

@@ -9,6 +9,7 @@ import polars as pl
 import streamlit as st
 
 from receipts.analysis.lanes import lane_summary
+from receipts.schema.lane import FIELDS
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 
@@ -37,8 +38,8 @@ def _to_url(values: dict[str, str | list[str] | None]) -> None:
 
 
 def _filters(data: Data) -> dict:
-    opts = data.query("dash_filter_options")
-    hosts_all, presets_all, regimes_all = (_options(opts, k) for k in ("host_lineage", "preset_family", "launch_regime"))
+    opts = data.query("dash_filter_options", fields=list(FIELDS))
+    hosts_all, presets_all, regimes_all = (_options(opts, k) for k in FIELDS)
     tags_all = _options(opts, "tag")
     cols = st.columns([3, 3, 3, 2])
     hosts = cols[0].multiselect("host lineage", hosts_all, default=_from_url("host", hosts_all), key="lanes_host")
@@ -66,7 +67,7 @@ def _filters(data: Data) -> dict:
                                 key="lanes_search").strip() or None
     _to_url({"host": hosts, "preset": presets, "regime": regimes, "tag": tag, "since": since, "until": until,
              "q": search})
-    return {"hosts": hosts or None, "presets": presets or None, "regimes": regimes or None, "tag": tag,
+    return {"lane": [hosts or None, presets or None, regimes or None], "tag": tag,
             "since": since, "until": until, "search": search}
 
 
@@ -89,10 +90,10 @@ def render(data: Data) -> None:
     st.subheader("Lanes")
     st.dataframe(
         lanes.with_columns(
-            pl.struct("host_lineage", "preset_family", "launch_regime", "rumor").map_elements(
+            pl.struct(*FIELDS, "rumor").map_elements(
                 lambda r: None if r["rumor"] else "?" + urlencode(
-                    {"view": "history", "host": r["host_lineage"], "preset": r["preset_family"],
-                     "regime": r["launch_regime"]}), return_dtype=pl.Utf8).alias("history"))
+                    {"view": "history", **dict(zip(("host", "preset", "regime"), (r[f] for f in FIELDS)))}),
+                return_dtype=pl.Utf8).alias("history"))
         .select("lane", "n_receipts", "median_step_ms", "last_run_at", "history"),
         hide_index=True, width="stretch",
         column_config={"n_receipts": st.column_config.NumberColumn("receipts"),

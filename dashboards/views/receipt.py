@@ -8,6 +8,7 @@ import streamlit as st
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, receipt_label, seed_from_url
 from receipts.dashboards.views._names import readable
+from receipts.schema.lane import FIELDS, LABEL, OPTION
 
 GIB = float(1 << 30)
 
@@ -63,12 +64,12 @@ def _identity(rep: dict) -> None:
     if ident["complete"]:
         st.success("Identity complete: this receipt belongs to a lane and can be compared within it.")
     else:
-        missing = [f for f in ("host_lineage", "preset_family", "launch_regime") if not ident[f]]
+        missing = [f for f in FIELDS if not ident[f]]
         st.warning(f"⚠ Rumor: missing {', '.join(missing)}. It is shown but never compared.")
     st.dataframe(pl.DataFrame({
-        "field": ["host lineage", "preset family", "launch regime"],
-        "canonical": [ident["host_lineage"], ident["preset_family"], ident["launch_regime"]],
-        "as claimed": [ident["raw"]["host_lineage"], ident["raw"]["preset"], ident["raw"]["regime"]],
+        "field": [LABEL[f] for f in FIELDS],
+        "canonical": [ident[f] for f in FIELDS],
+        "as claimed": [ident["raw"][OPTION[f]] for f in FIELDS],
     }), hide_index=True)
     st.markdown("**Alias resolution**")
     for note in ident["resolution"] or ["(no notes: values used as claimed)"]:

@@ -17,22 +17,20 @@ are not offered: keep a copy (`receipts push` or the DuckDB file) before upgradi
 
 from __future__ import annotations
 
-import importlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from receipts.errors import StoreError, UnsupportedVersion
+from receipts.errors import RegistryError, StoreError, UnsupportedVersion
 from receipts.schema.tables import SCHEMA_VERSION, ddl_statements
+from receipts.store.migrations import (v0001_initial, v0002_lookup_indexes, v0003_identity_lifecycle,
+                                       v0004_gpu_counts, v0005_stragglers, v0006_receipt_summaries,
+                                       v0007_anatomy_kernels, v0008_duckdb_steps_without_art_index,
+                                       v0009_receipt_components, v0010_memory_geometry, v0011_run_order,
+                                       v0012_step_kernels, v0013_category_rules, v0014_lane_key)
 from receipts.store.urls import is_server_url
-
-# In order; each module's VERSION is its position (1-based). Add new revisions at the end.
-REVISION_MODULES = ("v0001_initial", "v0002_lookup_indexes", "v0003_identity_lifecycle", "v0004_gpu_counts",
-                    "v0005_stragglers", "v0006_receipt_summaries", "v0007_anatomy_kernels",
-                    "v0008_duckdb_steps_without_art_index", "v0009_receipt_components",
-                    "v0010_memory_geometry", "v0011_run_order", "v0012_step_kernels")
 
 # pg_advisory_xact_lock key ('rcpt' in ASCII): serialises concurrent `init`/`upgrade`, which would otherwise race
 # on CREATE TABLE IF NOT EXISTS.
@@ -43,7 +41,27 @@ PG_LOCK_KEY = 0x72637074
 class Revision:
     version: int
     description: str
-    module: ModuleType
+    upgrade: Callable[[Any], None]  # upgrade(op), op being Alembic's Operations
+    backends: tuple[str, ...] = ("duckdb", "postgresql")  # where its SQL runs; the others only stamp its version
+
+    @classmethod
+    def of(cls, position: int, module: ModuleType) -> Revision:
+        """The revision a module holds, checked: its VERSION is its position in REVISIONS (1-based)."""
+        def broken(reason: str) -> RegistryError:
+            return RegistryError("schema revision", str(position), module.__name__, reason)
+
+        if getattr(module, "VERSION", None) != position:
+            raise broken(f"has VERSION {getattr(module, 'VERSION', None)}, expected {position}")
+        if not isinstance(getattr(module, "DESCRIPTION", None), str) or not callable(getattr(module, "upgrade", None)):
+            raise broken("needs a DESCRIPTION and an upgrade(op)")
+        return cls(position, module.DESCRIPTION, module.upgrade, tuple(getattr(module, "BACKENDS", cls.backends)))
+
+
+# In order; each module's VERSION is its position (1-based). Add new revisions at the end.
+REVISIONS: tuple[Revision, ...] = tuple(Revision.of(position, module) for position, module in enumerate((
+    v0001_initial, v0002_lookup_indexes, v0003_identity_lifecycle, v0004_gpu_counts, v0005_stragglers,
+    v0006_receipt_summaries, v0007_anatomy_kernels, v0008_duckdb_steps_without_art_index, v0009_receipt_components,
+    v0010_memory_geometry, v0011_run_order, v0012_step_kernels, v0013_category_rules, v0014_lane_key), start=1))
 
 
 @dataclass(frozen=True)
@@ -66,18 +84,8 @@ class SchemaStatus:
         return "up to date"
 
 
-def revisions() -> tuple[Revision, ...]:
-    out = []
-    for position, name in enumerate(REVISION_MODULES, start=1):
-        module = importlib.import_module(f"{__name__}.{name}")
-        if module.VERSION != position:
-            raise RuntimeError(f"migration {name} has VERSION {module.VERSION}, expected {position}")
-        out.append(Revision(module.VERSION, module.DESCRIPTION, module))
-    return tuple(out)
-
-
 def head_version() -> int:
-    return len(REVISION_MODULES)
+    return len(REVISIONS)
 
 
 class _Collector:
@@ -104,14 +112,14 @@ def render(revision: Revision) -> list[str]:
     collector = _Collector()
     context = MigrationContext.configure(dialect_name="postgresql",
                                          opts={"as_sql": True, "output_buffer": collector, "literal_binds": True})
-    revision.module.upgrade(Operations(context))
+    revision.upgrade(Operations(context))
     return collector.statements
 
 
 def _statements(revision: Revision, target) -> list[str]:
     """The revision's SQL for this target: none where the revision names other backends (BACKENDS), whose
     version is still stamped, so both backends count revisions alike."""
-    return render(revision) if target.backend in getattr(revision.module, "BACKENDS", (target.backend,)) else []
+    return render(revision) if target.backend in revision.backends else []
 
 
 # ---- targets: a raw connection to a store, without the stores' own version checks ----------------
@@ -227,7 +235,7 @@ def init(target, *, version: int = SCHEMA_VERSION) -> bool:
             for statement in ddl_statements(target.backend):
                 target.execute(statement)
         else:
-            for revision in revisions()[:version]:
+            for revision in REVISIONS[:version]:
                 for statement in _statements(revision, target):
                     target.execute(statement)
         _stamp(target, version, fresh=True)
@@ -239,7 +247,7 @@ def upgrade(target, *, to: int = SCHEMA_VERSION) -> list[int]:
     if to > head_version():
         raise UnsupportedVersion("migration target", str(to), f"up to {head_version()}")
     applied = []
-    for revision in revisions()[:to]:
+    for revision in REVISIONS[:to]:
         with target.transaction():
             current = stored_version(target)
             if current is None:

@@ -1,0 +1,74 @@
+"""The lane: the identity that decides which runs may be compared (host lineage, preset family, launch regime).
+
+"Anything missing one of those three is a rumor. Anything carrying all three is a comparison." One type holds
+what the rest of receipts needs of them: the fields in order (FIELDS), each one's raw column, the parameter a
+user gives it by (OPTION) and its label, the canonical stored key (`Lane.key`, stored as receipts.lane_key and
+matched by the lane queries, sql/lane_runs.sql and sql/lane_history.sql) and the display. Adding a field to the
+identity is a change here, its columns (schema/tables.py, and a migration that fills receipts.lane_key
+again) and its canonicalisation (schema/identity.py); tests/test_lane.py names the few files that
+may spell a field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import astuple, dataclass, fields
+from typing import Any
+
+# What one field occupies besides its canonical column: the raw value as claimed, the parameter that claims it
+# (flags, receipt.toml, a RECEIPT header, retag), its words, and the columns resolved with it.
+RAW = {"host_lineage": "raw_host_lineage", "preset_family": "raw_preset", "launch_regime": "raw_regime"}
+OPTION = {"host_lineage": "host_lineage", "preset_family": "preset", "launch_regime": "regime"}
+LABEL = {"host_lineage": "host lineage", "preset_family": "preset family", "launch_regime": "launch regime"}
+RESOLVED_WITH = {"launch_regime": ("engine", "compile_mode", "parallel_json")}
+
+
+@dataclass(frozen=True)
+class Lane:
+    """The three canonical values; a rumor's missing ones are None (it has no lane: `complete` is False)."""
+
+    host_lineage: str | None
+    preset_family: str | None
+    launch_regime: str | None
+
+    @classmethod
+    def of(cls, source: Mapping[str, Any] | object) -> Lane:
+        """The lane of a row (a mapping with the canonical columns) or of a record with those attributes."""
+        if isinstance(source, Mapping):
+            return cls(*(source[f] for f in FIELDS))
+        return cls(*(getattr(source, f) for f in FIELDS))
+
+    @classmethod
+    def from_key(cls, key: str) -> Lane:
+        return cls(*json.loads(key))
+
+    @property
+    def key(self) -> str:
+        """The canonical stored form (receipts.lane_key): compact JSON of the values in FIELDS' order, the same text
+        SQL_KEY builds in SQL."""
+        return json.dumps(list(astuple(self)), separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def complete(self) -> bool:
+        return all(astuple(self))
+
+    @property
+    def missing(self) -> list[str]:
+        return [f for f in FIELDS if not getattr(self, f)]
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {f: getattr(self, f) for f in FIELDS}
+
+    def __str__(self) -> str:
+        return " · ".join(str(v) for v in astuple(self))
+
+
+FIELDS = tuple(f.name for f in fields(Lane))
+
+
+def lane_of(source: Mapping[str, Any] | object) -> Lane | None:
+    """The lane of a receipt row or record; None for a rumor."""
+    lane = Lane.of(source)
+    return lane if lane.complete else None
+
