@@ -1,0 +1,72 @@
+"""The runs of a baseline's configuration: where a comparison's noise floor comes from.
+
+A verdict's noise is how much one run of the *baseline's* configuration moves when nothing changes. Measured from
+every current run of the lane it would take in the runs being judged and other pull requests' runs: in a lane of 4
+baseline runs and 6 planted variants, a +9.4% attention swap read as within a 4.6% "floor" that the variants
+themselves made. So the floor of `compare A B` (the CLI, the dashboard's compare view) is measured from:
+
+  1. the lane's current runs that carry every tag A carries ("4 runs tagged main"), when A has a tag;
+  2. else the lane's untagged current runs with no recipe or runtime drift from A (analysis/compare.py's `drift`: the same
+     features, model shape, software outside the node image and environment overlay);
+
+in both cases never B (the run being judged), and of those the most recent FLOOR_WINDOW. With fewer than MIN_RUNS
+such runs the floor is the documented default and says "too few baseline runs to bound this". So the same pair
+gets the same verdict whatever other pull requests have put into the lane.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable
+
+from receipts.analysis.lanes import lane_of, lane_runs
+from receipts.analysis.noise import FLOOR_WINDOW, MIN_RUNS, NoiseFloor, noise_floor
+
+if TYPE_CHECKING:
+    from receipts.analysis.record import StoredReceipt
+    from receipts.store import Store
+
+# Untagged baselines: how many of the lane's most recent runs are read to find those without drift from A.
+_SCAN = 5 * FLOOR_WINDOW
+
+
+def basis_words(n: int, a: "StoredReceipt") -> str:
+    """'4 runs tagged main' / '3 runs with the baseline's recipe and runtime'."""
+    runs = f"{n} run{'s' if n != 1 else ''}"
+    if a.tags:
+        return f"{runs} tagged {', '.join(sorted(a.tags))}"
+    return f"{runs} with {a.run_name}'s recipe and runtime (no tag on {a.run_name})"
+
+
+def configuration_floor(store: "Store", a: "StoredReceipt", b: "StoredReceipt",
+                        drift: Callable[["StoredReceipt", "StoredReceipt"], dict]) -> NoiseFloor | None:
+    """The noise floor of A's configuration in A's lane, B left out (module docstring); None for a rumor.
+    `drift` is analysis/compare.py's (passed in: that module imports this one)."""
+    lane = lane_of(a)
+    if lane is None:
+        return None
+    if a.tags:
+        first, *rest = sorted(a.tags)
+        rows = [r for r in lane_runs(store, [lane], tag=first).iter_rows(named=True)
+                if set(rest) <= set(r["tags"] or ()) and r["receipt_id"] != b.id]
+    else:
+        from receipts.analysis.record import load_many
+
+        scanned = [r for r in lane_runs(store, [lane], last=_SCAN).iter_rows(named=True) if r["receipt_id"] != b.id]
+        others = load_many(store, [r["receipt_id"] for r in scanned if r["receipt_id"] != a.id and not r["tags"]],
+                           series=False)
+        rows = [r for r in scanned
+                if r["receipt_id"] == a.id or (not r["tags"] and _same(a, others[r["receipt_id"]], drift))]
+    rows = rows[-FLOOR_WINDOW:]
+    floor = noise_floor([(r["receipt_id"], r["median_step_ms"]) for r in rows])
+    basis = basis_words(floor.n_runs, a)
+    if floor.source == "lane":
+        return replace(floor, basis=basis, note=f"{floor.note}; from {basis}")
+    return replace(floor, basis=basis,
+                   note=(f"too few baseline runs to bound this: {basis} (B left out), {MIN_RUNS} needed; the default "
+                         f"{floor.floor_pct:g}% is assumed"))
+
+
+def _same(a: "StoredReceipt", other: "StoredReceipt", drift: Callable) -> bool:
+    moved = drift(a, other)
+    return not moved.get("recipe") and not moved.get("runtime")
