@@ -151,12 +151,17 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str]) -> dict[str,
     for rid in ids:
         if rid not in stored:
             stored[rid] = comp.computed(store, rid)
-    return {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid])) for rid in ids}
+    spread = comp.spread_many(store, ids)
+    return {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {}))) for rid in ids}
 
 
-def _values(frame: pl.DataFrame) -> dict[tuple[str, str], Value]:
-    return {(r["level"], r["name"]): Value(r["ms_per_step"], r["calls_per_step"], r["category"])
-            for r in frame.iter_rows(named=True)}
+def _values(frame: pl.DataFrame, spread: Mapping[tuple[str, str], tuple[float, int]]) -> dict[tuple[str, str], Value]:
+    out = {}
+    for r in frame.iter_rows(named=True):
+        key = (r["level"], r["name"])
+        out[key] = Value(r["ms_per_step"], r["calls_per_step"], r["category"],
+                         spread[key][0] if key in spread else None)
+    return out
 
 
 def _stragglers(store: "Store", receipt_id: str) -> tuple[int, ...]:
@@ -177,7 +182,7 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
         "verdict": e.step.verdict, "why": e.step.why,
         "step": {"baseline_ms": e.step.baseline_ms, "candidate_ms": e.step.candidate_ms, "delta_ms": e.step.delta_ms},
         "noise": {"source": e.noise_source, "note": e.noise_note, "fdr": e.fdr, "min_effect_ms": e.min_effect_ms,
-                  "confidence": e.confidence},
+                  "confidence": e.confidence, "family": e.family},
         "baseline_runs": [r.names.get(i, i) for i in e.baseline_runs],
         "baseline_runs_without_profile": list(r.unprofiled),
         "candidate_runs": [r.names.get(i, i) for i in e.candidate_runs],
@@ -191,6 +196,6 @@ def _component_json(c) -> dict[str, Any]:
     out = asdict(c)
     if c.level != "kernel":
         for key in ("baseline_calls_per_step", "candidate_calls_per_step", "calls_delta_per_step",
-                    "more_calls_ms_per_step", "slower_calls_ms_per_step"):
+                    "more_calls_ms_per_step", "slower_calls_ms_per_step", "ms_per_added_call"):
             out.pop(key)
     return out
