@@ -399,10 +399,10 @@ def _calls(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int, lev
 
 
 def _noise_note(source: NoiseSource, n_a: int, mode: Mode, calibration: Calibration) -> str:
-    prior = f"a calibrated prior ({calibration.df} df, {calibration.source})"
+    prior = f"{calibration.df} df, from {calibration.source}"
     if source == "lane":
-        return (f"each component's run-to-run noise from {n_a} profiled baseline runs, pooled with {prior}, plus "
-                f"each run's own step-to-step spread; t with {calibration.df + n_a - 1} df")
+        return (f"each component's run-to-run noise from {n_a} profiled baseline runs pooled with its class's "
+                f"calibrated noise ({prior}), plus each run's step-to-step spread; t with {calibration.df + n_a - 1} df")
     what = "pairwise: one run each side" if mode == "pairwise" else f"{n_a} profiled baseline run"
-    return (f"{what}: no run-to-run spread measured; each component's calibrated noise ({prior}) plus both runs' "
-            f"step-to-step spread, the same test either way round")
+    return (f"{what}, no run-to-run spread measured: each component's calibrated between-run noise ({prior}) plus "
+            f"both runs' step-to-step spread, the same test either way round")
