@@ -313,7 +313,7 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
         a, b = ms[:n_a], ms[n_a:]
         klass = component_class(level, key, category)
         nz = noise(a, b, within[:n_a], within[n_a:], klass, floor_ms=max(floor_ms, MIN_FLOOR_PCT / 100.0 * float(
-            np.mean(np.abs(a if n_a >= 2 else ms)))), calibration=calibration)
+            np.mean(np.abs(a if n_a >= 2 else ms)))), step_ms=step_ms, calibration=calibration)
         counted = structural(calls[:n_a], calls[n_a:]) if calls is not None and level == "kernel" else False
         judged.append((level, key, short, category, a, b, calls, float(np.mean(b) - np.mean(a)), nz, counted))
     z = np.array([j[7] / j[8].se for j in judged])

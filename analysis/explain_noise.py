@@ -22,7 +22,8 @@ relative between-run standard deviation of one run's value, percent; CALIBRATION
   cpu      NVTX ranges: CPU-side time over the whole capture, warm-up included (+-60% between identical runs)
   wait     NCCL kernels and categories, exposed and hidden communication, each rank's exposed wait: a collective's
            kernel time includes the wait for the slowest peer
-  gap      idle, host_gap: time the GPU waits on the host
+  gap      idle: time the GPU waits inside its span
+  host     host_gap: the step's range outside the GPU span; kappa a share of the step (its value swings around 0)
   busy     the other categories (gemm, attention, other, compute_only, copies): unions of many kernels
   compute  the other kernels (GEMM, attention, elementwise): one name, fewer calls, more spread
 
@@ -55,12 +56,13 @@ class Calibration:
 # Measured by benchmarks/calibrate_explain_noise.py on tests/data/explain's six A/A runs (base_1..5, aa_1; 2 x H200,
 # nsys): the largest relative between-run sd of a class among components above 1% of the step, rounded up
 # (compute 2.7%: an elementwise kernel; busy 0.37%: the gemm category; wait 17%: rank 0's exposed wait; gap 3.3%:
-# idle; cpu 45%: a CPU range).
-CALIBRATION = Calibration({"compute": 3.0, "busy": 1.0, "wait": 20.0, "gap": 5.0, "cpu": 50.0}, PRIOR_DF,
+# idle; cpu 45%: a CPU range); host: the host gap's between-run sd as a share of the step (2.1%: its value swings
+# around zero where the CPU runs ahead of the GPU, so its own value is no scale).
+CALIBRATION = Calibration({"compute": 3.0, "busy": 1.0, "wait": 20.0, "gap": 5.0, "host": 2.5, "cpu": 50.0}, PRIOR_DF,
                           "6 A/A runs of one 2xH200 FSDP2 lane (tests/data/explain), Nsight Systems")
 
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
-_GAP_PARTS = ("idle", "host_gap")
+STEP_SCALED = ("host",)  # classes whose kappa is a share of the step, not of the component's value
 
 
 def component_class(level: str, name: str, category: str | None) -> str:
@@ -72,7 +74,7 @@ def component_class(level: str, name: str, category: str | None) -> str:
     if level == "category":
         if name.startswith("nccl_") or name in _WAIT_PARTS:
             return "wait"
-        return "gap" if name in _GAP_PARTS else "busy"
+        return "host" if name == "host_gap" else "gap" if name == "idle" else "busy"
     return "wait" if (category or "").startswith("nccl_") else "compute"
 
 
@@ -85,9 +87,10 @@ class Noise:
 
 
 def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: str, *, floor_ms: float,
-          calibration: Calibration = CALIBRATION) -> Noise:
+          step_ms: float = 0.0, calibration: Calibration = CALIBRATION) -> Noise:
     """The two-level moderated noise of one component (module docstring). `a`, `b`: the sides' run values; `wa`,
-    `wb`: their within-run variances (0 where unknown). `floor_ms`: the least sigma."""
+    `wb`: their within-run variances (0 where unknown). `floor_ms`: the least sigma; `step_ms`: the scale of the
+    STEP_SCALED classes."""
     n_a, n_b = a.size, b.size
     w_a, w_b = float(np.mean(wa)), float(np.mean(wb))
     kappa = calibration.kappa_pct[klass] / 100.0
@@ -95,6 +98,8 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
         scale, within = abs(float(np.mean(a))), w_a
     else:  # one baseline run: both sides' scale, so the test is symmetric
         scale, within = abs(float(np.mean(np.r_[a, b]))), (w_a + w_b) / 2.0
+    if klass in STEP_SCALED:
+        scale = step_ms
     prior = (kappa * scale) ** 2 + within
     d0 = float(calibration.df)
     if n_a >= 2:

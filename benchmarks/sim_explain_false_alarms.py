@@ -8,7 +8,7 @@ level, their values, classes and step-to-step spreads), then draw every run of o
 
     value = true value + between-run draw (sd kappa_class x value) + within-run draw (sd from the run's own steps)
 
-so nothing changes between baseline and candidate; each lane is explained as `explain` does it (lane mode: n
+(the host gap's between-run sd a share of the step), so nothing changes between baseline and candidate; each lane is explained as `explain` does it (lane mode: n
 baseline runs against one candidate; pairwise: one against one). `--inflate F` draws the between-run part F times
 wider than the calibration says, to show how the rate degrades when a lane is noisier than calibrated. A false
 alarm is a component called changed. With --real, the six real A/A runs of tests/data/explain are also counted:
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from receipts.analysis.explain import RunComponents, StepChange, Value, explain
-from receipts.analysis.explain_noise import CALIBRATION, component_class
+from receipts.analysis.explain_noise import CALIBRATION, STEP_SCALED, component_class
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "explain"
@@ -54,12 +54,14 @@ def _template(db: str) -> RunComponents:
         return _runs(store, [rid], {rid: "base_1"})[rid]
 
 
-def _draw(rng, template: RunComponents, name: str, inflate: float) -> RunComponents:
+def _draw(rng, template: RunComponents, name: str, inflate: float, step_ms: float) -> RunComponents:
     values = {}
     for key, v in template.values.items():
-        kappa = CALIBRATION.kappa_pct[component_class(key[0], key[1], v.category)] / 100.0 * inflate
+        klass = component_class(key[0], key[1], v.category)
+        kappa = CALIBRATION.kappa_pct[klass] / 100.0 * inflate
+        scale = step_ms if klass in STEP_SCALED else abs(v.ms_per_step)
         within = np.sqrt(v.step_var or 0.0)
-        x = v.ms_per_step + rng.normal(0.0, kappa * abs(v.ms_per_step)) + rng.normal(0.0, within)
+        x = v.ms_per_step + rng.normal(0.0, kappa * scale) + rng.normal(0.0, within)
         values[key] = Value(float(x), v.calls_per_step, v.category, v.step_var)
     return RunComponents(name, name, values)
 
@@ -72,8 +74,9 @@ def simulate(template: RunComponents, *, n_a: int, lanes: int, seed: int, inflat
     step = StepChange("no change", step_ms, step_ms, "")
     named = tested = any_named = 0
     for _ in range(lanes):
-        base = [_draw(rng, template, f"a{i}", inflate) for i in range(n_a)]
-        e = explain(base, [_draw(rng, template, "b", inflate)], step=step, mode="pairwise" if n_a == 1 else "lane")
+        base = [_draw(rng, template, f"a{i}", inflate, step_ms) for i in range(n_a)]
+        e = explain(base, [_draw(rng, template, "b", inflate, step_ms)], step=step,
+                    mode="pairwise" if n_a == 1 else "lane")
         named += len(e.changed)
         tested += e.family
         any_named += bool(e.changed)
