@@ -8,35 +8,24 @@ Per component c, with a_1..a_nA the baseline runs' values and b_1..b_nB the cand
 component counts 0):
   delta      d = mean(b) - mean(a), ms per step; share = d / the step-time change (null unless the step verdict
              is faster or slower: a share of a change within the noise says nothing)
-  noise      sigma = the spread of ONE run's value when nothing changes, per component, in ms: the standard
-             deviation of the baseline runs' values, from MIN_RUNS profiled baseline runs up ('lane'). NCCL kernels
-             include the wait for the slowest peer and spread widely from run to run: they get their own, wide,
-             noise like any other component. The least sigma: MIN_FLOOR_PCT of the value and MIN_FLOOR_STEP_PCT of
-             the baseline step (a component absent from every baseline run, or whose runs agree to the microsecond,
-             is not infinitely precise). With fewer profiled baseline runs ('default'), or one run against one
-             ('pairwise': no component noise exists), sigma is the stated fixed floor DEFAULT_FLOOR_PCT of the
-             component's baseline value.
-             Why a standard deviation where the step verdict's floor is a MAD (analysis/noise.py): the MAD is worth
-             about 37% of the degrees of freedom at 3-10 runs, which a test of ~100 components at once cannot
-             afford (with it, 5 baseline runs could not call a 200-sigma attention-kernel swap once
-             Benjamini-Hochberg had its say); with the standard deviation the interval for a new run is exact
-             under normal noise (A/A false alarms 5.0% per component before the correction, tests/test_explain.py),
-             and an outlier baseline run widens sigma, making a component harder to call, never easier.
-  test       se(d) = sigma sqrt(1/nA + 1/nB); t = d / se against Student's t with nA - 1 degrees of freedom for a
-             measured sigma, the normal for a fixed floor; two-sided p.
-  many       Benjamini-Hochberg over every component judged at once (bh_adjusted): at most `fdr` of the
-             components called changed are expected to be false alarms.
-  verdict    changed       BH-adjusted p <= fdr AND |d| >= min_effect (MIN_EFFECT_STEP of the baseline step)
+  noise      analysis/explain_noise.py: a two-level model, each run's within-run variance from its own steps plus
+             a between-run variance moderated by the calibrated spread of the component's class (lane: pooled with
+             the baseline runs' sample variance; pairwise: the calibration alone, on both sides' scale, so the test
+             is symmetric); floors MIN_FLOOR_PCT of the value and MIN_FLOOR_STEP_PCT of the step.
+  test       t = d / se(d) against Student's t with the moderated degrees of freedom; two-sided p.
+  structure  a kernel whose calls per step are the same in every run of each side and differ between the sides
+             changed, p = 0 (explain_noise.structural): appeared and vanished are that fact too.
+  many       Benjamini-Hochberg over every component of every level at once (bh_adjusted), whatever `levels`
+             shows: a component's verdict never depends on what is displayed.
+  verdict    changed       structural, or BH-adjusted p <= fdr AND |d| >= min_effect (MIN_EFFECT_STEP of the step)
              no change     the interval d +- t_crit x se lies inside +-max(min_effect, sigma)
              inconclusive  anything else, with how many more profiled runs of each side would settle it if the
                            difference and the noise held (None when no number would)
-  kernels    calls per step and mean ms per call; the change splits exactly into more calls and slower calls:
-             d = (calls_B - calls_A) mean_A + calls_B (mean_B - mean_A), at the sides' means (mean = ms / calls);
-             a component absent from every run of one side is said to appear or vanish instead.
-  residual   the step-time change minus the deltas of the changed parts of the step's decomposition (compute
-             only, communication hidden, exposed communication, memcpy only, idle: they partition the GPU span,
-             the other components overlap them and one another): what the named components do not explain,
-             including time outside the GPU span (launch gaps between steps).
+  kernels    calls per step; the same calls: the change is slower (faster) calls; more calls: the change priced
+             at the added calls' own duration (d per added call), never at the old calls' mean (_calls).
+  residual   the step-time change minus the deltas of the changed parts of the step (compute only, communication
+             hidden, exposed communication, memcpy only, idle: they partition the GPU span; the host gap: the step's
+             range outside it), whether or not the category level is shown.
 
 Kernel keys: the demangled name without its argument list where that stays unique among the runs compared
 (kernel_keys); the full name where two kernels would share it.

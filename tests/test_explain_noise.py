@@ -13,7 +13,6 @@ import polars as pl
 import pytest
 
 from cli_helpers import cli_json
-from conftest import EXPLAIN_DATA
 from receipts.analysis import components as comp
 from receipts.analysis.explain_noise import STEP_PARTS
 
