@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
 import polars as pl
 
 from receipts.schema.categories import DECOMPOSITION
@@ -111,21 +112,35 @@ def rank_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def step_spread(rows: pl.DataFrame, steps: pl.DataFrame) -> dict[tuple[str, str], tuple[float, int]]:
-    """Per (level, name) of the category and rank levels: (the within-run variance of the run's value, ms², its
-    steady steps). The value is a median over steps, so its variance is pi/2 x s^2 / n, s the steps' robust spread
-    (1.4826 x MAD: one slow step does not make a component look noisy). Steps are taken as independent: a
-    within-run part, the between-run part comes from the runs (analysis/explain_noise.py)."""
+    """Per (level, name) of the category and rank levels: (the within-run variance of the run's value, ms², the
+    effective number of independent steps it rests on). The value is a median over steps, so its variance is
+    pi/2 x s^2 / n, s the steps' robust spread (1.4826 x MAD: one slow step does not make a component look noisy),
+    times the AR(1) factor (1 + r) / (1 - r) of the steps' lag-1 autocorrelation r (in [0, 0.9]: a host gap that
+    drifts from step to step, where the CPU runs ahead of the GPU, is known far less well than its step count
+    says), which also divides the steps into effective ones. A within-run part: the between-run part comes from
+    the runs (analysis/explain_noise.py)."""
     out: dict[tuple[str, str], tuple[float, int]] = {}
     per = [("category", category_steps(rows, steps).rename({"category": "name"})),
            ("rank", rank_steps(rows, steps).with_columns(pl.format("rank {}", pl.col("rank")).alias("name")))]
     for level, frame in per:
         if frame.height == 0 or (level == "rank" and frame["rank"].n_unique() < 2):
             continue
-        spread = frame.group_by("name").agg(
-            ((pl.col("ms") - pl.col("ms").median()).abs().median() * 1.4826).alias("s"), pl.len().alias("n"))
-        for r in spread.iter_rows(named=True):
-            out[(level, r["name"])] = (math.pi / 2.0 * float(r["s"] or 0.0) ** 2 / max(int(r["n"]), 1), int(r["n"]))
+        for (name,), part in frame.sort("step").partition_by("name", as_dict=True, maintain_order=True).items():
+            x = part["ms"].to_numpy()
+            n = x.size
+            s = 1.4826 * float(np.median(np.abs(x - np.median(x)))) if n else 0.0
+            factor = (1.0 + (r := _lag1(x))) / (1.0 - r)
+            out[(level, str(name))] = (math.pi / 2.0 * s * s / max(n, 1) * factor, max(1, int(n / factor)))
     return out
+
+
+def _lag1(x: np.ndarray) -> float:
+    """The lag-1 autocorrelation of a step series, clipped to [0, 0.9] (0: too short or constant)."""
+    if x.size < 4:
+        return 0.0
+    e = x - x.mean()
+    g0 = float(e @ e)
+    return 0.0 if g0 <= 0 else min(0.9, max(0.0, float(e[1:] @ e[:-1]) / g0))
 
 
 def _steady(steps: pl.DataFrame) -> pl.DataFrame:

@@ -65,6 +65,7 @@ class Value:
     calls_per_step: float | None = None   # kernel calls / NVTX ranges per rank-step
     category: str | None = None           # a kernel's category
     step_var: float | None = None         # within-run variance of the value from the run's steps, ms² (None: unknown)
+    n_steps: int | None = None            # the steps step_var was measured from
 
 
 @dataclass(frozen=True)
@@ -298,11 +299,12 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     keys = kernel_keys([n for r in runs for (lv, n) in r.values if lv == "kernel"])
     table = _by_component(runs, keys)
     judged = []
-    for (level, key), (short, category, ms, calls, within) in table.items():
+    for (level, key), (short, category, ms, calls, within, steps) in table.items():
         a, b = ms[:n_a], ms[n_a:]
         klass = component_class(level, key, category)
         nz = noise(a, b, within[:n_a], within[n_a:], klass, floor_ms=max(floor_ms, MIN_FLOOR_PCT / 100.0 * float(
-            np.mean(np.abs(a if n_a >= 2 else ms)))), step_ms=step_ms, calibration=calibration)
+            np.mean(np.abs(a if n_a >= 2 else ms)))), step_ms=step_ms, within_df=float(np.sum(np.maximum(steps - 1, 0))),
+            calibration=calibration)
         counted = structural(calls[:n_a], calls[n_a:]) if calls is not None and level == "kernel" else False
         judged.append((level, key, short, category, a, b, calls, float(np.mean(b) - np.mean(a)), nz, counted))
     z = np.array([j[7] / j[8].se for j in judged])
@@ -339,21 +341,25 @@ def _span(run: RunComponents) -> float:
     return sum(v.ms_per_step for (level, name), v in run.values.items() if level == "category" and name in DECOMPOSITION)
 
 
-def _by_component(runs: Sequence[RunComponents], keys: Mapping[str, tuple[str, str]]
-                  ) -> dict[tuple[str, str], tuple[str, str | None, np.ndarray, np.ndarray | None, np.ndarray]]:
-    """Per (level, key): short name, category, ms per step of each run (0 when absent), calls (kernels, NVTX) and
-    each run's within-run variance of its value (0 when unknown)."""
-    table: dict[tuple[str, str], tuple[str, str | None, np.ndarray, np.ndarray | None, np.ndarray]] = {}
+_Row = tuple[str, str | None, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]
+
+
+def _by_component(runs: Sequence[RunComponents], keys: Mapping[str, tuple[str, str]]) -> dict[tuple[str, str], _Row]:
+    """Per (level, key): short name, category, ms per step of each run (0 when absent), calls (kernels, NVTX), each
+    run's within-run variance of its value (0 when unknown) and the steps that was measured from (0: none)."""
+    table: dict[tuple[str, str], _Row] = {}
     for i, run in enumerate(runs):
         for (level, name), v in run.values.items():
             key, short = keys[name] if level == "kernel" else (name, name)
             if (level, key) not in table:
                 counted = v.calls_per_step is not None
                 table[(level, key)] = (short, v.category, np.zeros(len(runs)),
-                                       np.zeros(len(runs)) if counted else None, np.zeros(len(runs)))
-            _, _, ms, calls, within = table[(level, key)]
+                                       np.zeros(len(runs)) if counted else None, np.zeros(len(runs)),
+                                       np.zeros(len(runs)))
+            _, _, ms, calls, within, steps = table[(level, key)]
             ms[i] += v.ms_per_step
-            within[i] += v.step_var or 0.0
+            if v.step_var is not None:
+                within[i], steps[i] = within[i] + v.step_var, max(steps[i], float(v.n_steps or 0))
             if calls is not None and v.calls_per_step is not None:
                 calls[i] += v.calls_per_step
     return table

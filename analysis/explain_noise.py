@@ -13,7 +13,10 @@ The between-run part is a moderated variance (Smyth 2004, limma's moderated t: t
 replicates): a prior, the calibrated between-run spread of the component's class with PRIOR_DF degrees of freedom,
 is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedom):
 
-    sigma^2 = (d0 s0^2 + (n_A - 1) s^2) / (d0 + n_A - 1),  s0^2 = (kappa_class x value)^2 + w,  df = d0 + n_A - 1
+    sigma^2 = (d0 s0^2 + (n_A - 1) s^2) / (d0 + n_A - 1),  s0^2 = (kappa_class x value)^2 + w
+
+tested with Student's t on Satterthwaite's degrees of freedom over the parts of se(d)^2 (the calibration's d0, the
+baseline runs' n_A - 1, the steps' sum of n - 1): a noise that is mostly step-to-step spread is well known.
 
 With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the mean of
 both sides' values and within-run variances, so A against B and B against A are the same test. Classes (kappa: the
@@ -36,6 +39,7 @@ interval of the timing model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -54,11 +58,13 @@ class Calibration:
 
 
 # Measured by benchmarks/calibrate_explain_noise.py on tests/data/explain's six A/A runs (base_1..5, aa_1; 2 x H200,
-# nsys): the largest relative between-run sd of a class among components above 1% of the step, rounded up
-# (compute 2.7%: an elementwise kernel; busy 0.37%: the gemm category; wait 17%: rank 0's exposed wait; gap 3.3%:
-# idle; cpu 45%: a CPU range); host: the host gap's between-run sd as a share of the step (2.1%: its value swings
-# around zero where the CPU runs ahead of the GPU, so its own value is no scale).
-CALIBRATION = Calibration({"compute": 3.0, "busy": 1.0, "wait": 20.0, "gap": 5.0, "host": 2.5, "cpu": 50.0}, PRIOR_DF,
+# nsys): per class, the largest between-run sd (the runs' variance less what their own steps explain) among
+# components of at least 1% of the step, relative to the value, rounded up: compute 2.7% (an elementwise kernel),
+# wait 13.6% (rank 0's exposed wait), gap 3.3% (idle), cpu 45% (a CPU range). busy (0%: the categories' own step
+# spread covers their run-to-run spread) and host (0%, as a share of the step: its value swings around zero where
+# the CPU runs ahead of the GPU, so its own value is no scale) keep a stated least spread, since six runs measuring
+# nothing is no proof of nothing.
+CALIBRATION = Calibration({"compute": 3.0, "busy": 1.0, "wait": 20.0, "gap": 5.0, "host": 0.5, "cpu": 50.0}, PRIOR_DF,
                           "6 A/A runs of one 2xH200 FSDP2 lane (tests/data/explain), Nsight Systems")
 
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
@@ -87,10 +93,12 @@ class Noise:
 
 
 def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: str, *, floor_ms: float,
-          step_ms: float = 0.0, calibration: Calibration = CALIBRATION) -> Noise:
+          step_ms: float = 0.0, within_df: float = math.inf, calibration: Calibration = CALIBRATION) -> Noise:
     """The two-level moderated noise of one component (module docstring). `a`, `b`: the sides' run values; `wa`,
-    `wb`: their within-run variances (0 where unknown). `floor_ms`: the least sigma; `step_ms`: the scale of the
-    STEP_SCALED classes."""
+    `wb`: their within-run variances (0 where unknown); `within_df`: the steps those were measured from, less one a
+    run. `floor_ms`: the least sigma; `step_ms`: the scale of the STEP_SCALED classes. The test's degrees of freedom
+    are Satterthwaite's over the parts of se(d)^2: the calibration's (d0), the baseline runs' sample variance
+    (n_A - 1) and the runs' own steps (within_df), so a noise that is mostly step-to-step spread is known well."""
     n_a, n_b = a.size, b.size
     w_a, w_b = float(np.mean(wa)), float(np.mean(wb))
     kappa = calibration.kappa_pct[klass] / 100.0
@@ -100,17 +108,34 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
         scale, within = abs(float(np.mean(np.r_[a, b]))), (w_a + w_b) / 2.0
     if klass in STEP_SCALED:
         scale = step_ms
-    prior = (kappa * scale) ** 2 + within
+    between = (kappa * scale) ** 2
     d0 = float(calibration.df)
+    spread = 1.0 / n_a + 1.0 / n_b
     if n_a >= 2:
-        var = (d0 * prior + (n_a - 1) * float(np.var(a, ddof=1))) / (d0 + n_a - 1)
-        df, source = d0 + n_a - 1, "lane"
+        pooled = d0 + n_a - 1
+        sample = float(np.var(a, ddof=1))
+        var = (d0 * (between + within) + (n_a - 1) * sample) / pooled
+        # the candidate's own within-run variance replaces the baseline's (a stall makes steps jittery)
+        var_b = var - within + w_b
+        parts = [(d0 * between / pooled * spread, d0), ((n_a - 1) * sample / pooled * spread, float(n_a - 1))]
+        source = "lane"
     else:
-        var, df, source = prior, d0, "calibrated"
-    var = max(var, floor_ms ** 2)
-    # the candidate's own within-run variance replaces the baseline's (a stall makes steps jittery)
-    var_b = max(var - (within if n_a >= 2 else 0.0) + (w_b if n_a >= 2 else 0.0), floor_ms ** 2)
+        var = var_b = between + within
+        parts, source = [(between * spread, d0)], "calibrated"
+    se2 = var / n_a + var_b / n_b
+    parts.append((max(0.0, se2 - sum(p for p, _ in parts)), within_df))
+    df = _satterthwaite(parts)
+    var, var_b = max(var, floor_ms ** 2), max(var_b, floor_ms ** 2)
     return Noise(float(np.sqrt(var)), float(np.sqrt(var / n_a + var_b / n_b)), df, source)
+
+
+def _satterthwaite(parts: list[tuple[float, float]]) -> float:
+    """Degrees of freedom of a sum of variance estimates (value, df each); d0 when there is nothing to weigh."""
+    total = sum(v for v, _ in parts)
+    weight = sum(v * v / df for v, df in parts if v > 0 and df > 0 and math.isfinite(df))
+    if total <= 0:
+        return float(parts[0][1])
+    return float(total * total / weight) if weight > 0 else math.inf
 
 
 def _constant(x: np.ndarray) -> bool:

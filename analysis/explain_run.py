@@ -14,6 +14,7 @@ and compare's own refusals (no baseline, incomplete identity, not the same lane)
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -159,8 +160,8 @@ def _values(frame: pl.DataFrame, spread: Mapping[tuple[str, str], tuple[float, i
     out = {}
     for r in frame.iter_rows(named=True):
         key = (r["level"], r["name"])
-        out[key] = Value(r["ms_per_step"], r["calls_per_step"], r["category"],
-                         spread[key][0] if key in spread else None)
+        var, steps = spread.get(key, (None, None))
+        out[key] = Value(r["ms_per_step"], r["calls_per_step"], r["category"], var, steps)
     return out
 
 
@@ -194,6 +195,7 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
 
 def _component_json(c) -> dict[str, Any]:
     out = asdict(c)
+    out["noise_df"] = c.noise_df if math.isfinite(c.noise_df) else None  # JSON has no infinity
     if c.level != "kernel":
         for key in ("baseline_calls_per_step", "candidate_calls_per_step", "calls_delta_per_step",
                     "more_calls_ms_per_step", "slower_calls_ms_per_step", "ms_per_added_call"):

@@ -1,5 +1,6 @@
 """The calibration of analysis/explain_noise.py: per component class, the relative between-run standard deviation of
-one run's value when nothing changes, measured on A/A runs of one configuration.
+one run's value when nothing changes, measured on A/A runs of one configuration: the runs' variance less the part
+their own steps explain (the model's tau^2 = s^2 - mean within-run variance, at least 0).
 
     .venv/bin/python benchmarks/calibrate_explain_noise.py [--db STORE --runs r1,r2,...]
 
@@ -35,10 +36,12 @@ def measure(db: str, names: list[str]) -> dict[str, list[tuple[float, str]]]:
         ids = {store.resolve(n): n for n in names}
         runs = _runs(store, list(ids), ids)
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    within: dict[tuple[str, str], list[float]] = defaultdict(list)
     category: dict[tuple[str, str], str | None] = {}
     for run in runs.values():
         for key, v in run.values.items():
             values[key].append(v.ms_per_step)
+            within[key].append(v.step_var or 0.0)
             category[key] = v.category
     step = float(np.mean([sum(v.ms_per_step for (lv, n), v in r.values.items() if lv == "category" and n in STEP_PARTS
                                and n != "host_gap") for r in runs.values()]))
@@ -48,8 +51,10 @@ def measure(db: str, names: list[str]) -> dict[str, list[tuple[float, str]]]:
         mean = float(np.mean(x))
         klass = component_class(key[0], key[1], category[key])
         scale = step if klass in STEP_SCALED else abs(mean)
+        # the model's between-run part: the runs' variance less what their own steps explain
+        between = np.sqrt(max(0.0, float(np.var(x, ddof=1)) - float(np.mean(within[key]))))
         if klass in STEP_SCALED or abs(mean) >= 0.01 * step:
-            out[klass].append((float(np.std(x, ddof=1)) / scale, f"{key[0]}:{key[1][:40]}"))
+            out[klass].append((between / scale, f"{key[0]}:{key[1][:40]}"))
     return out
 
 

@@ -195,9 +195,14 @@ def test_pairwise_is_symmetric_and_uses_the_calibrated_noise():
 def test_within_run_spread_enters_the_noise():
     """A component whose steps scatter is noisier than one whose steps agree, at the same run-to-run spread."""
     a, b = np.array([10.0, 10.1, 9.9]), np.array([10.5])
-    quiet = noise(a, b, np.zeros(3), np.zeros(1), "gap", floor_ms=0.01)
-    jittery = noise(a, b, np.full(3, 0.04), np.full(1, 0.04), "gap", floor_ms=0.01)
-    assert jittery.se > quiet.se and quiet.df == jittery.df == CALIBRATION.df + 2
+    quiet = noise(a, b, np.zeros(3), np.zeros(1), "gap", floor_ms=0.01, within_df=76)
+    jittery = noise(a, b, np.full(3, 0.04), np.full(1, 0.04), "gap", floor_ms=0.01, within_df=76)
+    assert jittery.se > quiet.se
+    # Satterthwaite: a noise that is mostly the runs' own step-to-step spread (76 steps) is known better than one
+    # that is all calibration (d0) and three runs
+    assert 2 <= quiet.df < jittery.df
+    pairwise = noise(a[:1], b, np.full(1, 0.5), np.full(1, 0.5), "gap", floor_ms=0.01, within_df=38)
+    assert pairwise.df > 20 and noise(a[:1], b, np.zeros(1), np.zeros(1), "gap", floor_ms=0.01).df == CALIBRATION.df
     assert noise(np.array([5.0] * 3), np.array([5.0]), np.zeros(3), np.zeros(1), "busy", floor_ms=0.1).sigma >= 0.1
 
 
