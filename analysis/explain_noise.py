@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Literal, Mapping
 
 import numpy as np
 
@@ -89,7 +89,7 @@ class Noise:
     sigma: float        # sd of one baseline run's value, ms
     se: float           # sd of the difference of the sides' means, ms
     df: float           # degrees of freedom of sigma (inf: none estimated)
-    source: str         # 'lane' (the baseline runs moderated by the calibration) | 'calibrated' (the calibration)
+    source: Literal["lane", "calibrated"]  # the baseline runs moderated by the calibration | the calibration alone
 
 
 def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: str, *, floor_ms: float,
@@ -118,7 +118,7 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
         # the candidate's own within-run variance replaces the baseline's (a stall makes steps jittery)
         var_b = var - within + w_b
         parts = [(d0 * between / pooled * spread, d0), ((n_a - 1) * sample / pooled * spread, float(n_a - 1))]
-        source = "lane"
+        source: Literal["lane", "calibrated"] = "lane"
     else:
         var = var_b = between + within
         parts, source = [(between * spread, d0)], "calibrated"
