@@ -9,6 +9,8 @@ import pytest
 from cli_helpers import cli, cli_json
 from conftest import EXPLAIN_DATA
 
+pytestmark = pytest.mark.slow  # two stores of 8 and 14 real logs, ingested once (~6 s), shared by the module
+
 BASE = [f"base_{i}" for i in range(1, 6)]
 PRS = ["attn_1", "attn_2", "gemm_1", "gemm_2", "stall_1", "stall_2", "fp32_1", "fp32_2", "aa_1"]
 
