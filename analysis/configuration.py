@@ -9,7 +9,9 @@ themselves made. So the floor of `compare A B` (the CLI, the dashboard's compare
   2. else the lane's untagged current runs with no recipe or runtime drift from A (analysis/compare.py's `drift`: the same
      features, model shape, software outside the node image and environment overlay);
 
-in both cases never B (the run being judged), and of those the most recent FLOOR_WINDOW. With fewer than MIN_RUNS
+in both cases never B (the run being judged), and of those the most recent FLOOR_WINDOW. `compare` and the claims
+gate's pair claims (baseline: a receipt) use it; `check` and tag claims measure theirs on the tag's runs
+(analysis/check.py), candidates left out. With fewer than MIN_RUNS
 such runs the floor is the documented default and says "too few baseline runs to bound this". So the same pair
 gets the same verdict whatever other pull requests have put into the lane.
 """
@@ -17,7 +19,7 @@ gets the same verdict whatever other pull requests have put into the lane.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from receipts.analysis.lanes import lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, MIN_RUNS, NoiseFloor, noise_floor
@@ -42,22 +44,44 @@ def configuration_floor(store: "Store", a: "StoredReceipt", b: "StoredReceipt",
                         drift: Callable[["StoredReceipt", "StoredReceipt"], dict]) -> NoiseFloor | None:
     """The noise floor of A's configuration in A's lane, B left out (module docstring); None for a rumor.
     `drift` is analysis/compare.py's (passed in: that module imports this one)."""
-    lane = lane_of(a)
-    if lane is None:
-        return None
-    if a.tags:
-        first, *rest = sorted(a.tags)
-        rows = [r for r in lane_runs(store, [lane], tag=first).iter_rows(named=True)
-                if set(rest) <= set(r["tags"] or ()) and r["receipt_id"] != b.id]
-    else:
-        from receipts.analysis.record import load_many
+    return configuration_floors(store, [(a, b)], drift)[0]
 
-        scanned = [r for r in lane_runs(store, [lane], last=_SCAN).iter_rows(named=True) if r["receipt_id"] != b.id]
-        others = load_many(store, [r["receipt_id"] for r in scanned if r["receipt_id"] != a.id and not r["tags"]],
-                           series=False)
-        rows = [r for r in scanned
-                if r["receipt_id"] == a.id or (not r["tags"] and _same(a, others[r["receipt_id"]], drift))]
-    rows = rows[-FLOOR_WINDOW:]
+
+def configuration_floors(store: "Store", pairs: Sequence[tuple["StoredReceipt", "StoredReceipt"]],
+                         drift: Callable[["StoredReceipt", "StoredReceipt"], dict]) -> list[NoiseFloor | None]:
+    """configuration_floor of each (A, B), one read of a lane's runs per (lane, A's tags) however many pairs share
+    it (the claims gate judges a hundred pairs at once)."""
+    reads: dict[tuple, list[dict]] = {}
+    out: list[NoiseFloor | None] = []
+    for a, b in pairs:
+        lane = lane_of(a)
+        if lane is None:
+            out.append(None)
+            continue
+        key = (lane, tuple(sorted(a.tags)))
+        if key not in reads:
+            tag = key[1][0] if key[1] else None
+            reads[key] = list(lane_runs(store, [lane], tag=tag,
+                                        last=FLOOR_WINDOW + 2 if len(key[1]) == 1 else _SCAN).iter_rows(named=True))
+        rows = [r for r in reads[key] if r["receipt_id"] != b.id]
+        if a.tags:
+            rows = [r for r in rows if set(a.tags) <= set(r["tags"] or ())]
+        else:
+            rows = _undrifted(store, a, rows, drift)
+        out.append(_floor(a, rows[-FLOOR_WINDOW:]))
+    return out
+
+
+def _undrifted(store: "Store", a: "StoredReceipt", rows: list[dict], drift: Callable) -> list[dict]:
+    """The untagged rows without recipe or runtime drift from A (A itself kept)."""
+    from receipts.analysis.record import load_many
+
+    others = load_many(store, [r["receipt_id"] for r in rows if r["receipt_id"] != a.id and not r["tags"]],
+                       series=False)
+    return [r for r in rows if r["receipt_id"] == a.id or (not r["tags"] and _same(a, others[r["receipt_id"]], drift))]
+
+
+def _floor(a: "StoredReceipt", rows: list[dict]) -> NoiseFloor:
     floor = noise_floor([(r["receipt_id"], r["median_step_ms"]) for r in rows])
     basis = basis_words(floor.n_runs, a)
     if floor.source == "lane":

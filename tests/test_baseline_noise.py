@@ -80,3 +80,19 @@ def test_export_takes_one_configuration_and_warns_on_a_mixed_lane(crowded):
     bmf = json.loads(cli(crowded, "export", "--format", "bmf", "--tag", "main").stdout)
     (lane,) = bmf.values()
     assert 55.7 < lane["step_time_ms"]["value"] < 56.3   # base_5, not the newest PR run
+
+
+def test_a_pair_claim_in_the_gate_takes_the_same_floor_as_compare(crowded, quiet, tmp_path):
+    """A claim whose baseline is a receipt is judged as `compare` judges the pair: the baseline's configuration."""
+    import json
+
+    claims = tmp_path / "claims.yaml"
+    claims.write_text("version: 1\nclaims:\n"
+                      "  - {name: attention swap, baseline: base_1, candidate: attn_1, metric: step_time, "
+                      "speedup: 0.87, tolerance: 0.03}\n")
+    judged = []
+    for db in (crowded, quiet):
+        (claim,) = json.loads(cli(db, "gate", str(claims), "--json").stdout)["claims"]
+        judged.append((claim["accepted"], claim["reasons"], claim["measured"]))
+    assert judged[0] == judged[1]
+    assert judged[0][2]["note"].endswith("from 5 runs tagged main")
