@@ -52,6 +52,7 @@ def configuration_floors(store: "Store", pairs: Sequence[tuple["StoredReceipt", 
     """configuration_floor of each (A, B), one read of a lane's runs per (lane, A's tags) however many pairs share
     it (the claims gate judges a hundred pairs at once)."""
     reads: dict[tuple, list[dict]] = {}
+    loaded: dict[str, "StoredReceipt"] = {}  # the untagged runs read, for their drift from each A
     out: list[NoiseFloor | None] = []
     for a, b in pairs:
         lane = lane_of(a)
@@ -65,20 +66,28 @@ def configuration_floors(store: "Store", pairs: Sequence[tuple["StoredReceipt", 
                                         last=FLOOR_WINDOW + 2 if len(key[1]) == 1 else _SCAN).iter_rows(named=True))
         rows = [r for r in reads[key] if r["receipt_id"] != b.id]
         if a.tags:
-            rows = [r for r in rows if set(a.tags) <= set(r["tags"] or ())]
+            rows = [r for r in rows if set(a.tags) <= set(r["tags"] or ())][-FLOOR_WINDOW:]
         else:
-            rows = _undrifted(store, a, rows, drift)
-        out.append(_floor(a, rows[-FLOOR_WINDOW:]))
+            rows = _undrifted(store, a, rows, drift, loaded)
+        out.append(_floor(a, rows))
     return out
 
 
-def _undrifted(store: "Store", a: "StoredReceipt", rows: list[dict], drift: Callable) -> list[dict]:
-    """The untagged rows without recipe or runtime drift from A (A itself kept)."""
+def _undrifted(store: "Store", a: "StoredReceipt", rows: list[dict], drift: Callable,
+               loaded: dict[str, "StoredReceipt"]) -> list[dict]:
+    """The most recent FLOOR_WINDOW untagged rows without recipe or runtime drift from A (A itself kept), newest
+    first read in batches: a lane of one recipe reads about FLOOR_WINDOW receipts, not all it scanned."""
     from receipts.analysis.record import load_many
 
-    others = load_many(store, [r["receipt_id"] for r in rows if r["receipt_id"] != a.id and not r["tags"]],
-                       series=False)
-    return [r for r in rows if r["receipt_id"] == a.id or (not r["tags"] and _same(a, others[r["receipt_id"]], drift))]
+    kept: list[dict] = []
+    todo = [r for r in reversed(rows) if r["receipt_id"] == a.id or not r["tags"]]
+    while todo and len(kept) < FLOOR_WINDOW:
+        batch, todo = todo[:FLOOR_WINDOW + 2], todo[FLOOR_WINDOW + 2:]
+        wanted = [r["receipt_id"] for r in batch if r["receipt_id"] not in loaded and r["receipt_id"] != a.id]
+        if wanted:
+            loaded |= load_many(store, wanted, series=False)
+        kept += [r for r in batch if r["receipt_id"] == a.id or _same(a, loaded[r["receipt_id"]], drift)]
+    return list(reversed(kept[:FLOOR_WINDOW]))
 
 
 def _floor(a: "StoredReceipt", rows: list[dict]) -> NoiseFloor:
