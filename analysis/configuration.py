@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from receipts.analysis.lanes import lane_of, lane_runs
+from receipts.analysis.lanes import Lane, lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, MIN_RUNS, NoiseFloor, noise_floor
 
 if TYPE_CHECKING:
@@ -51,26 +51,44 @@ def configuration_floors(store: "Store", pairs: Sequence[tuple["StoredReceipt", 
                          drift: Callable[["StoredReceipt", "StoredReceipt"], dict]) -> list[NoiseFloor | None]:
     """configuration_floor of each (A, B), one read of a lane's runs per (lane, A's tags) however many pairs share
     it (the claims gate judges a hundred pairs at once)."""
-    reads: dict[tuple, list[dict]] = {}
-    loaded: dict[str, "StoredReceipt"] = {}  # the untagged runs read, for their drift from each A
+    keys = {(lane, tuple(sorted(a.tags))) for a, _ in pairs if (lane := lane_of(a)) is not None}
+    reads = _lane_reads(store, keys)
+    loaded = _prefetch(store, [rows for (_, tags), rows in reads.items() if not tags])
     out: list[NoiseFloor | None] = []
     for a, b in pairs:
         lane = lane_of(a)
         if lane is None:
             out.append(None)
             continue
-        key = (lane, tuple(sorted(a.tags)))
-        if key not in reads:
-            tag = key[1][0] if key[1] else None
-            reads[key] = list(lane_runs(store, [lane], tag=tag,
-                                        last=FLOOR_WINDOW + 2 if len(key[1]) == 1 else _SCAN).iter_rows(named=True))
-        rows = [r for r in reads[key] if r["receipt_id"] != b.id]
+        rows = [r for r in reads[(lane, tuple(sorted(a.tags)))] if r["receipt_id"] != b.id]
         if a.tags:
             rows = [r for r in rows if set(a.tags) <= set(r["tags"] or ())][-FLOOR_WINDOW:]
         else:
             rows = _undrifted(store, a, rows, drift, loaded)
         out.append(_floor(a, rows))
     return out
+
+
+def _lane_reads(store: "Store", keys: set[tuple[Lane, tuple[str, ...]]]) -> dict[tuple, list[dict]]:
+    """The lane_runs rows of each (lane, tags) key, one query per first tag for all the lanes that need it."""
+    by_tag: dict[str | None, set[Lane]] = {}
+    for lane, tags in keys:
+        by_tag.setdefault(tags[0] if tags else None, set()).add(lane)
+    rows: dict[tuple[Lane, str | None], list[dict]] = {}
+    for tag, lanes in by_tag.items():
+        for r in lane_runs(store, sorted(lanes, key=str), tag=tag, last=_SCAN).iter_rows(named=True):
+            lane = Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])
+            rows.setdefault((lane, tag), []).append(r)
+    return {(lane, tags): rows.get((lane, tags[0] if tags else None), []) for lane, tags in keys}
+
+
+def _prefetch(store: "Store", groups: list[list[dict]]) -> dict[str, "StoredReceipt"]:
+    """The newest untagged runs of each untagged group, one load for all: what _undrifted reads first."""
+    from receipts.analysis.record import load_many
+
+    ids = list(dict.fromkeys(r["receipt_id"] for rows in groups
+                             for r in [r for r in reversed(rows) if not r["tags"]][:FLOOR_WINDOW + 2]))
+    return load_many(store, ids, series=False) if ids else {}
 
 
 def _undrifted(store: "Store", a: "StoredReceipt", rows: list[dict], drift: Callable,
