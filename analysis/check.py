@@ -29,7 +29,7 @@ candidate could not be judged; else 0.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -290,6 +290,7 @@ def baseline_for(candidate: StoredReceipt, *, tag: str, last: int, reads: LaneRe
             intervals[r.id] = interval
         runs.append(BaselineRun(r.id, r.run_name, str(row["run_date"]), row["median_step_ms"], why))
     floor = noise_floor(reads.floor_rows.get(lane, []))
+    floor = replace(floor, basis=f"{floor.n_runs} run{'s' if floor.n_runs != 1 else ''} tagged {tag}")
     far = outliers({rid: i.median for rid, i in intervals.items()}, floor)
     kept = {rid: i for rid, i in intervals.items() if rid not in far}
     center = float(np.median([i.median for i in kept.values()])) if kept else None

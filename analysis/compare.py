@@ -1,5 +1,6 @@
 """Compare two receipts: refuse unless they are the same lane; otherwise a verdict, the ratio with its
-interval (run-to-run noise included), each run's own interval, the lane's noise floor, and drift.
+interval (run-to-run noise included), each run's own interval, the noise floor of the baseline's configuration
+(analysis/configuration.py), and drift.
 
 Refusal is a result (Comparison.comparable = False with the differing fields), never an exception.
 The verdict is analysis.verdict.decide's, the one rule every command uses. `compare` is pure (the floor
@@ -12,7 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from receipts.analysis.lanes import lane_floors, lane_of
+from receipts.analysis.configuration import configuration_floor
+from receipts.analysis.lanes import lane_of
 from receipts.analysis.noise import NoiseFloor, default_floor
 from receipts.analysis.record import StoredReceipt
 from receipts.analysis.stats import RatioCI, RunInterval, Summary
@@ -216,7 +218,8 @@ def compare(a: StoredReceipt, b: StoredReceipt, *, floor: NoiseFloor | None = No
 
 
 def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float = MIN_EFFECT) -> Comparison:
-    """Load both receipts and their lane's noise floor (current runs, most recent FLOOR_WINDOW), then compare."""
+    """Load both receipts and the noise floor of A's configuration in their lane (analysis/configuration.py: A's tag,
+    else A's recipe and runtime; B left out; the most recent FLOOR_WINDOW), then compare."""
     from receipts.analysis.record import load_many
 
     from receipts.analysis.memory_geometry import drift as memory_drift, geometry, load_sources
@@ -224,7 +227,9 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
     loaded = load_many(store, [a_id, b_id], series=False)
     a, b = loaded[a_id], loaded[b_id]
     lane = lane_of(a)
-    floor = lane_floors(store, [lane])[lane] if lane is not None and lane == lane_of(b) else None
+    # The floor of A's configuration, B never in it (analysis/configuration.py): the same pair, the same verdict,
+    # whatever other runs share the lane.
+    floor = configuration_floor(store, a, b, drift) if lane is not None and lane == lane_of(b) else None
     result = compare(a, b, floor=floor, min_effect=min_effect,
                      stragglers=(stored_report(store, a_id), stored_report(store, b_id)))
     # Memory drift is a fact about the two runs, reported whether or not their speeds may be compared.

@@ -6,8 +6,9 @@ stored as (the same function at ingest, over the parser's frames, and in `receip
 rows, so both give the same numbers):
 
   category  each anatomy category's ms per step: the exact non-overlapping decomposition of the step's GPU span
-            (compute_only + comm_hidden + exposed_comm + memcpy_only + idle, which sum to it) and each busy
-            category (gemm, attention, each nccl_* collective, memcpy by direction, memset, cuda_graph, other;
+            (compute_only + comm_hidden + exposed_comm + memcpy_only + idle, which sum to it), the host gap (the
+            step marker's range less that span: a stall before the first launch, launch gaps; with the span's parts
+            it sums to the step's range) and each busy category (gemm, attention, each nccl_* collective, memcpy by direction, memset, cuda_graph, other;
             unions, which overlap one another). A step's value is the mean over the ranks that ran it (a rank
             without the category counts 0, so the parts still sum to the mean span); the run's value is the median
             over its steady steps.
@@ -29,10 +30,13 @@ A profile without steady steps (no step markers, or every step in the warm-up) g
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
 import polars as pl
 
+from receipts.schema.categories import DECOMPOSITION, HOST_GAP, STEP_PARTS
 from receipts.schema.model import COMPONENT_SCHEMA
 
 if TYPE_CHECKING:
@@ -40,7 +44,7 @@ if TYPE_CHECKING:
     from receipts.store import Store
 
 # Bump when a level's definition changes: `receipts db upgrade` recomputes rows stored under another rule.
-RULE = "components-v1"
+RULE = "components-v2"
 _EXPOSED = "exposed_comm"
 
 
@@ -49,11 +53,10 @@ def components(rows: pl.DataFrame, steps: pl.DataFrame, kernels: pl.DataFrame | 
     """COMPONENT_SCHEMA rows of one profile from its anatomy frames: `rows` (rank, step, category, time_ms),
     `steps` (rank, step, warmup: the receipt's window), `kernels` (ANATOMY_KERNEL_SCHEMA, steady totals; None when
     the export kept no kernel names) and `nvtx` (ANATOMY_NVTX_SCHEMA)."""
-    steady = (steps.filter(pl.col("step").is_not_null() & ~pl.col("warmup").fill_null(False))
-              .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64)).unique())
+    steady = _steady(steps)
     if steady.height == 0:
         return pl.DataFrame(schema=COMPONENT_SCHEMA)
-    parts = [_categories(rows, steady), _ranks(rows, steady)]
+    parts = [_categories(rows, steps), _ranks(rows, steps)]
     if kernels is not None and kernels.height:
         parts.append(_kernels(kernels))
     if nvtx is not None and nvtx.height:
@@ -69,14 +72,84 @@ def _steady_rows(rows: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
             .join(steady, on=["rank", "step"], how="semi"))
 
 
-def _categories(rows: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
+def _with_host_gap(rows: pl.DataFrame, steps: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
+    """The steady rows plus each rank-step's host gap: its step range (the marker's wall time) less its GPU span
+    (the decomposition's parts), signed so that the parts and the gap sum to the step's range. Without a marker's
+    wall time (a hand-made frame) there is no gap."""
     steady_rows = _steady_rows(rows, steady)
+    if "wall_ms" not in steps.columns:
+        return steady_rows
+    span = (steady_rows.filter(pl.col("category").is_in(DECOMPOSITION)).group_by("rank", "step")
+            .agg(pl.col("time_ms").sum().alias("span_ms")))
+    gap = (steps.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), "wall_ms")
+           .join(steady, on=["rank", "step"], how="semi").filter(pl.col("wall_ms").is_not_null())
+           .join(span, on=["rank", "step"], how="left")
+           .select("rank", "step", pl.lit(HOST_GAP).alias("category"),
+                   (pl.col("wall_ms") - pl.col("span_ms").fill_null(0.0)).alias("time_ms")))
+    return pl.concat([steady_rows, gap.cast(steady_rows.schema)]) if gap.height else steady_rows
+
+
+def category_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per steady step and category (host_gap included), the mean over the ranks that ran the step (a rank without
+    the category counts 0): columns step, category, ms. The category level's series (a run's value is its
+    median) and what its within-run spread is measured from (step_spread)."""
+    steady = _steady(steps)
+    steady_rows = _with_host_gap(rows, steps, steady)
     ranks_in_step = steady.group_by("step").agg(pl.len().alias("n_ranks"))
     grid = ranks_in_step.select("step").join(steady_rows.select("category").unique(), how="cross")
-    per_step = (steady_rows.group_by("step", "category").agg(pl.col("time_ms").sum())
-                .join(grid, on=["step", "category"], how="right")
-                .join(ranks_in_step, on="step")
-                .select("step", "category", (pl.col("time_ms").fill_null(0.0) / pl.col("n_ranks")).alias("ms")))
+    return (steady_rows.group_by("step", "category").agg(pl.col("time_ms").sum())
+            .join(grid, on=["step", "category"], how="right")
+            .join(ranks_in_step, on="step")
+            .select("step", "category", (pl.col("time_ms").fill_null(0.0) / pl.col("n_ranks")).alias("ms")))
+
+
+def rank_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per steady rank-step of a multi-rank profile, its exposed communication: columns rank, step, ms."""
+    steady = _steady(steps)
+    exposed = _steady_rows(rows, steady).filter(pl.col("category") == _EXPOSED).select("rank", "step", "time_ms")
+    return (steady.join(exposed, on=["rank", "step"], how="left")
+            .select("rank", "step", pl.col("time_ms").fill_null(0.0).alias("ms")))
+
+
+def step_spread(rows: pl.DataFrame, steps: pl.DataFrame) -> dict[tuple[str, str], tuple[float, int]]:
+    """Per (level, name) of the category and rank levels: (the within-run variance of the run's value, ms², the
+    effective number of independent steps it rests on). The value is a median over steps, so its variance is
+    pi/2 x s^2 / n, s the steps' robust spread (1.4826 x MAD: one slow step does not make a component look noisy),
+    times the AR(1) factor (1 + r) / (1 - r) of the steps' lag-1 autocorrelation r (in [0, 0.9]: a host gap that
+    drifts from step to step, where the CPU runs ahead of the GPU, is known far less well than its step count
+    says), which also divides the steps into effective ones. A within-run part: the between-run part comes from
+    the runs (analysis/explain_noise.py)."""
+    out: dict[tuple[str, str], tuple[float, int]] = {}
+    per = [("category", category_steps(rows, steps).rename({"category": "name"})),
+           ("rank", rank_steps(rows, steps).with_columns(pl.format("rank {}", pl.col("rank")).alias("name")))]
+    for level, frame in per:
+        if frame.height == 0 or (level == "rank" and frame["rank"].n_unique() < 2):
+            continue
+        for (name,), part in frame.sort("step").partition_by("name", as_dict=True, maintain_order=True).items():
+            x = part["ms"].to_numpy()
+            n = x.size
+            s = 1.4826 * float(np.median(np.abs(x - np.median(x)))) if n else 0.0
+            factor = (1.0 + (r := _lag1(x))) / (1.0 - r)
+            out[(level, str(name))] = (math.pi / 2.0 * s * s / max(n, 1) * factor, max(1, int(n / factor)))
+    return out
+
+
+def _lag1(x: np.ndarray) -> float:
+    """The lag-1 autocorrelation of a step series, clipped to [0, 0.9] (0: too short or constant)."""
+    if x.size < 4:
+        return 0.0
+    e = x - x.mean()
+    g0 = float(e @ e)
+    return 0.0 if g0 <= 0 else min(0.9, max(0.0, float(e[1:] @ e[:-1]) / g0))
+
+
+def _steady(steps: pl.DataFrame) -> pl.DataFrame:
+    return (steps.filter(pl.col("step").is_not_null() & ~pl.col("warmup").fill_null(False))
+            .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64)).unique())
+
+
+def _categories(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    per_step = category_steps(rows, steps)
     return (per_step.group_by("category")
             .agg(pl.col("ms").median().alias("ms_per_step"), pl.len().alias("n_steps"))
             .select(pl.lit("category").alias("level"), pl.col("category").alias("name"), pl.lit(None).alias("category"),
@@ -84,14 +157,12 @@ def _categories(rows: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
             .sort("name"))
 
 
-def _ranks(rows: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
-    if steady["rank"].n_unique() < 2:
+def _ranks(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    per_step = rank_steps(rows, steps)
+    if per_step["rank"].n_unique() < 2:
         return pl.DataFrame(schema=COMPONENT_SCHEMA)
-    exposed = _steady_rows(rows, steady).filter(pl.col("category") == _EXPOSED).select("rank", "step", "time_ms")
-    per_step = (steady.join(exposed, on=["rank", "step"], how="left")
-                .with_columns(pl.col("time_ms").fill_null(0.0)))
     return (per_step.group_by("rank")
-            .agg(pl.col("time_ms").median().alias("ms_per_step"), pl.len().alias("n_steps"))
+            .agg(pl.col("ms").median().alias("ms_per_step"), pl.len().alias("n_steps"))
             .sort("rank")
             .select(pl.lit("rank").alias("level"), pl.format("rank {}", pl.col("rank")).alias("name"),
                     pl.lit(_EXPOSED).alias("category"), "ms_per_step", pl.lit(None).alias("calls_per_step"),
@@ -146,6 +217,16 @@ def profiled(store: "Store", ids: list[str]) -> dict[str, dict]:
     return {r["receipt_id"]: r for r in store.query_rows("explain_profiled", {"ids": ids})}
 
 
+def spread_many(store: "Store", ids: list[str]) -> dict[str, dict[tuple[str, str], tuple[float, int]]]:
+    """step_spread of each receipt's newest attached export, from its stored per-step rows (a few hundred rows a
+    run: read when explained, not stored)."""
+    out = {}
+    for rid, profile in profiled(store, ids).items():
+        params = {"receipt_id": rid, "source_sha256": profile["source_sha256"]}
+        out[rid] = step_spread(store.query("anatomy_rows", params), store.query("anatomy_steps", params))
+    return out
+
+
 def computed(store: "Store", receipt_id: str) -> pl.DataFrame:
     """The components of a receipt's newest export computed from its stored anatomy rows: what a receipt stored
     before receipt_components existed reads until `receipts db upgrade` stores them (the same numbers)."""
@@ -174,7 +255,7 @@ def busy_from_raw(store: "Store", receipt_id: str, source_sha256: str, raw_event
     raw = pl.read_parquet(raw_events_path, columns=["rank", "step", "category", "name", "start_ns", "end_ns"])
     steps = store.query("anatomy_steps", {"receipt_id": receipt_id, "source_sha256": source_sha256})
     made = components(busy_rows(raw, rules), steps, None, None)
-    return made.filter(pl.col("level") == "category")
+    return made.filter((pl.col("level") == "category") & ~pl.col("name").is_in(STEP_PARTS))
 
 
 def recompute(store: "Store", *, batch: int = 50) -> int:

@@ -8,35 +8,24 @@ Per component c, with a_1..a_nA the baseline runs' values and b_1..b_nB the cand
 component counts 0):
   delta      d = mean(b) - mean(a), ms per step; share = d / the step-time change (null unless the step verdict
              is faster or slower: a share of a change within the noise says nothing)
-  noise      sigma = the spread of ONE run's value when nothing changes, per component, in ms: the standard
-             deviation of the baseline runs' values, from MIN_RUNS profiled baseline runs up ('lane'). NCCL kernels
-             include the wait for the slowest peer and spread widely from run to run: they get their own, wide,
-             noise like any other component. The least sigma: MIN_FLOOR_PCT of the value and MIN_FLOOR_STEP_PCT of
-             the baseline step (a component absent from every baseline run, or whose runs agree to the microsecond,
-             is not infinitely precise). With fewer profiled baseline runs ('default'), or one run against one
-             ('pairwise': no component noise exists), sigma is the stated fixed floor DEFAULT_FLOOR_PCT of the
-             component's baseline value.
-             Why a standard deviation where the step verdict's floor is a MAD (analysis/noise.py): the MAD is worth
-             about 37% of the degrees of freedom at 3-10 runs, which a test of ~100 components at once cannot
-             afford (with it, 5 baseline runs could not call a 200-sigma attention-kernel swap once
-             Benjamini-Hochberg had its say); with the standard deviation the interval for a new run is exact
-             under normal noise (A/A false alarms 5.0% per component before the correction, tests/test_explain.py),
-             and an outlier baseline run widens sigma, making a component harder to call, never easier.
-  test       se(d) = sigma sqrt(1/nA + 1/nB); t = d / se against Student's t with nA - 1 degrees of freedom for a
-             measured sigma, the normal for a fixed floor; two-sided p.
-  many       Benjamini-Hochberg over every component judged at once (bh_adjusted): at most `fdr` of the
-             components called changed are expected to be false alarms.
-  verdict    changed       BH-adjusted p <= fdr AND |d| >= min_effect (MIN_EFFECT_STEP of the baseline step)
+  noise      analysis/explain_noise.py: a two-level model, each run's within-run variance from its own steps plus
+             a between-run variance moderated by the calibrated spread of the component's class (lane: pooled with
+             the baseline runs' sample variance; pairwise: the calibration alone, on both sides' scale, so the test
+             is symmetric); floors MIN_FLOOR_PCT of the value and MIN_FLOOR_STEP_PCT of the step.
+  test       t = d / se(d) against Student's t with the moderated degrees of freedom; two-sided p.
+  structure  a kernel whose calls per step are the same in every run of each side and differ between the sides
+             changed, p = 0 (explain_noise.structural): appeared and vanished are that fact too.
+  many       Benjamini-Hochberg over every component of every level at once (bh_adjusted), whatever `levels`
+             shows: a component's verdict never depends on what is displayed.
+  verdict    changed       structural, or BH-adjusted p <= fdr AND |d| >= min_effect (MIN_EFFECT_STEP of the step)
              no change     the interval d +- t_crit x se lies inside +-max(min_effect, sigma)
              inconclusive  anything else, with how many more profiled runs of each side would settle it if the
                            difference and the noise held (None when no number would)
-  kernels    calls per step and mean ms per call; the change splits exactly into more calls and slower calls:
-             d = (calls_B - calls_A) mean_A + calls_B (mean_B - mean_A), at the sides' means (mean = ms / calls);
-             a component absent from every run of one side is said to appear or vanish instead.
-  residual   the step-time change minus the deltas of the changed parts of the step's decomposition (compute
-             only, communication hidden, exposed communication, memcpy only, idle: they partition the GPU span,
-             the other components overlap them and one another): what the named components do not explain,
-             including time outside the GPU span (launch gaps between steps).
+  kernels    calls per step; the same calls: the change is slower (faster) calls; more calls: the change priced
+             at the added calls' own duration (d per added call), never at the old calls' mean (_calls).
+  residual   the step-time change minus the deltas of the changed parts of the step (compute only, communication
+             hidden, exposed communication, memcpy only, idle: they partition the GPU span; the host gap: the step's
+             range outside it), whether or not the category level is shown.
 
 Kernel keys: the demangled name in one spelling for every profiler (schema/kernel_names.py), without its argument
 list where no run compared holds two kernels under that (kernel_keys); the full name where one would.
@@ -52,7 +41,8 @@ from typing import Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from receipts.analysis.noise import MIN_RUNS
+from receipts.analysis.explain_noise import (CALIBRATION, STEP_PARTS, Calibration, component_class, noise,
+                                            structural)
 from receipts.analysis.stats import CONFIDENCE
 from receipts.schema.categories import DECOMPOSITION
 from receipts.schema.kernel_names import canonical_kernel_name
@@ -61,11 +51,10 @@ Level = Literal["category", "kernel", "nvtx", "rank"]
 LEVELS: tuple[Level, ...] = ("category", "kernel", "nvtx", "rank")
 ComponentVerdict = Literal["changed", "no change", "inconclusive"]
 Mode = Literal["lane", "pairwise"]
-NoiseSource = Literal["lane", "default", "pairwise"]
+NoiseSource = Literal["lane", "calibrated"]
 
 FDR = 0.05                # Benjamini-Hochberg false discovery rate over the components of one explanation
 MIN_EFFECT_STEP = 0.005   # a component must move by 0.5% of the baseline step to be named (half the step verdict's)
-DEFAULT_FLOOR_PCT = 10.0  # sigma of one run's component value, percent of it, when the lane cannot measure it
 MIN_FLOOR_PCT = 0.1       # percent of the component's value: the least measured sigma
 MIN_FLOOR_STEP_PCT = 0.1  # percent of the baseline step: the least sigma of any component
 _MAX_RUNS_NEEDED = 100
@@ -77,6 +66,8 @@ class Value:
     ms_per_step: float
     calls_per_step: float | None = None   # kernel calls / NVTX ranges per rank-step
     category: str | None = None           # a kernel's category
+    step_var: float | None = None         # within-run variance of the value from the run's steps, ms² (None: unknown)
+    n_steps: int | None = None            # the steps step_var was measured from
 
 
 @dataclass(frozen=True)
@@ -124,13 +115,16 @@ class ComponentDelta:
     baseline_calls_per_step: float | None = None
     candidate_calls_per_step: float | None = None
     calls_delta_per_step: float | None = None
-    more_calls_ms_per_step: float | None = None   # (calls_B - calls_A) x mean_A
-    slower_calls_ms_per_step: float | None = None  # calls_B x (mean_B - mean_A)
+    more_calls_ms_per_step: float | None = None   # the added calls at their own duration (_calls); 0 if no more
+    slower_calls_ms_per_step: float | None = None  # the same calls, slower: set only when the calls are the same
+    ms_per_added_call: float | None = None         # more calls: the change per added call
+    evidence: str = "timing"                       # 'structural': a call count that changed (certain); 'timing'
+    noise_df: float = math.inf                     # degrees of freedom of noise_ms
 
     @property
     def partition(self) -> bool:
-        """A part of the step's decomposition (the parts sum to the GPU span)."""
-        return self.level == "category" and self.name in DECOMPOSITION
+        """A part of the step: the GPU span's decomposition and the host gap (they sum to the step's range)."""
+        return self.level == "category" and self.name in STEP_PARTS
 
 
 @dataclass(frozen=True)
@@ -146,6 +140,8 @@ class Explanation:
     min_effect_ms: float
     confidence: float
     components: tuple[ComponentDelta, ...] = field(repr=False)  # changed, inconclusive, no change; |delta| desc
+    family: int = 0                 # components tested together (every level, whatever `levels` shows)
+    parts_explained_ms: float = 0.0  # sum of the changed step parts' deltas (shown or not)
 
     @property
     def changed(self) -> tuple[ComponentDelta, ...]:
@@ -157,15 +153,14 @@ class Explanation:
 
     @property
     def explained_ms(self) -> float:
-        """Sum of the changed decomposition parts' deltas."""
-        return float(sum(c.delta_ms_per_step for c in self.changed if c.partition))
+        """Sum of the changed step parts' deltas (the GPU span's parts and the host gap)."""
+        return self.parts_explained_ms
 
     @property
     def residual_ms(self) -> float | None:
-        """What the named components do not explain: the step-time change minus explained_ms (None without the
-        category level, whose decomposition it is measured against)."""
+        """What the named components do not explain: the step-time change minus explained_ms."""
         d = self.step.delta_ms
-        return None if d is None or "category" not in self.levels else d - self.explained_ms
+        return None if d is None else d - self.explained_ms
 
 
 # ---------------------------------------------------------------------------------------- kernel keys
@@ -225,29 +220,18 @@ def kernel_keys(runs: Sequence[Iterable[str]]) -> dict[str, tuple[str, str]]:
 
 
 # ---------------------------------------------------------------------------------------- statistics
-def component_noise(values: np.ndarray, *, mode: Mode, step_ms: float) -> tuple[float, NoiseSource, int | None]:
-    """(sigma of one run's value in ms, where it came from, degrees of freedom or None) from the baseline runs'
-    values of one component (see the module docstring)."""
-    center = float(np.mean(values)) if values.size else 0.0
-    least = max(MIN_FLOOR_STEP_PCT / 100.0 * step_ms, 0.0)
-    if mode == "lane" and values.size >= MIN_RUNS:
-        sigma = max(float(np.std(values, ddof=1)), MIN_FLOOR_PCT / 100.0 * abs(center), least)
-        return sigma, "lane", values.size - 1
-    return max(DEFAULT_FLOOR_PCT / 100.0 * abs(center), least), ("pairwise" if mode == "pairwise" else "default"), None
-
-
 def _spread(n_a: int, n_b: int) -> float:
     """se(d) / sigma."""
     return math.sqrt(1.0 / n_a + 1.0 / n_b)
 
 
 @functools.lru_cache(maxsize=256)
-def _critical(confidence: float, df: int | None) -> float:
+def _critical(confidence: float, df: float | None) -> float:
     """The two-sided critical value at `confidence`: Student's t with df degrees of freedom, the normal for None."""
     from scipy import special
 
     q = 0.5 + confidence / 2.0
-    return float(special.ndtri(q) if df is None else special.stdtrit(df, q))
+    return float(special.ndtri(q) if df is None or not math.isfinite(df) else special.stdtrit(df, q))
 
 
 def _p_values(z: np.ndarray, df: np.ndarray) -> np.ndarray:
@@ -282,13 +266,13 @@ def _decided(d: float, half: float, sigma: float, min_effect: float, significant
     return "inconclusive"
 
 
-def _runs_needed(d: float, sigma: float, n_a: int, n_b: int, df: int | None, source: NoiseSource,
-                 min_effect: float, confidence: float, alpha: float) -> int | None:
+def _runs_needed(d: float, sigma: float, n_a: int, n_b: int, prior_df: int, min_effect: float, confidence: float,
+                 alpha: float) -> int | None:
     """Fewest extra profiled runs of each side after which the same d and sigma would be decided (at the
     unadjusted level `alpha`: the adjustment for many components depends on the others)."""
     for k in range(1, _MAX_RUNS_NEEDED + 1):
         na, nb = n_a + k, n_b + k
-        grown = na - 1 if source == "lane" or (source == "default" and na >= MIN_RUNS) else df
+        grown = float(prior_df + na - 1)
         se = sigma * _spread(na, nb)
         significant = abs(d) / se >= _critical(1.0 - alpha, grown)
         if _decided(d, _critical(confidence, grown) * se, sigma, min_effect, significant) != "inconclusive":
@@ -298,45 +282,61 @@ def _runs_needed(d: float, sigma: float, n_a: int, n_b: int, df: int | None, sou
 
 def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents], *, step: StepChange,
             mode: Mode = "lane", levels: Sequence[str] = LEVELS, fdr: float = FDR,
-            min_effect_step: float = MIN_EFFECT_STEP, confidence: float = CONFIDENCE) -> Explanation:
-    """Every component of `levels` in the runs compared, judged against its own run-to-run noise (module
-    docstring). `mode` 'pairwise': one run each side, no component noise: the fixed floor."""
+            min_effect_step: float = MIN_EFFECT_STEP, confidence: float = CONFIDENCE,
+            calibration: Calibration = CALIBRATION) -> Explanation:
+    """Every component of every level in the runs compared, judged against its own run-to-run noise (module
+    docstring; the noise model: analysis/explain_noise.py), all levels one Benjamini-Hochberg family whatever
+    `levels` shows: a component's verdict never depends on what else is displayed. `mode` 'pairwise': one run each
+    side, the calibrated noise, a symmetric test."""
     if not baseline or not candidate:
         raise ValueError("explain needs at least one profiled run on each side")
     runs = [*baseline, *candidate]
-    step_ms = step.baseline_ms or float(np.mean([_span(r) for r in baseline]))
-    min_effect = min_effect_step * step_ms
-    keys = kernel_keys([[n for (lv, n) in r.values if lv == "kernel"] for r in runs])
-    table = _by_component(runs, keys, levels)
     n_a, n_b = len(baseline), len(candidate)
-    spread = _spread(n_a, n_b)
+    if mode == "pairwise":  # symmetric: the scale is both sides'
+        step_ms = float(np.mean([x for x in (step.baseline_ms, step.candidate_ms) if x] or
+                                [_span(r) for r in runs]))
+    else:
+        step_ms = step.baseline_ms or float(np.mean([_span(r) for r in baseline]))
+    min_effect = min_effect_step * step_ms
+    floor_ms = MIN_FLOOR_STEP_PCT / 100.0 * step_ms
+    keys = kernel_keys([[n for (lv, n) in r.values if lv == "kernel"] for r in runs])
+    table = _by_component(runs, keys)
     judged = []
-    for (level, key), (short, category, ms, calls) in table.items():
+    for (level, key), (short, category, ms, calls, within, steps) in table.items():
         a, b = ms[:n_a], ms[n_a:]
-        sigma, source, df = component_noise(a, mode=mode, step_ms=step_ms)
-        judged.append((level, key, short, category, a, b, calls, float(np.mean(b) - np.mean(a)), sigma * spread,
-                       sigma, source, df))
-    z = np.array([j[7] / j[8] for j in judged])
-    p = _p_values(z, np.array([np.inf if j[11] is None else j[11] for j in judged], dtype=float))
+        klass = component_class(level, key, category)
+        nz = noise(a, b, within[:n_a], within[n_a:], klass, floor_ms=max(floor_ms, MIN_FLOOR_PCT / 100.0 * float(
+            np.mean(np.abs(a if n_a >= 2 else ms)))), step_ms=step_ms, within_df=float(np.sum(np.maximum(steps - 1, 0))),
+            calibration=calibration)
+        counted = structural(calls[:n_a], calls[n_a:]) if calls is not None and level == "kernel" else False
+        judged.append((level, key, short, category, a, b, calls, float(np.mean(b) - np.mean(a)), nz, counted))
+    z = np.array([j[7] / j[8].se for j in judged])
+    p = _p_values(z, np.array([j[8].df for j in judged], dtype=float))
+    p = np.where([j[9] for j in judged], 0.0, p)  # a changed call count is certain
     q = bh_adjusted(p)
     step_delta = step.delta_ms
     moved = step.verdict in ("faster", "slower")  # a share of a change within the noise says nothing
     out = []
-    for (level, key, short, category, a, b, calls, d, se, sigma, source, df), p_i, q_i in zip(judged, p, q):
-        half = _critical(confidence, df) * se
-        verdict = _decided(d, half, sigma, min_effect, bool(q_i <= fdr))
-        needed = (_runs_needed(d, sigma, n_a, n_b, df, source, min_effect, confidence, fdr)
+    for (level, key, short, category, a, b, calls, d, nz, counted), p_i, q_i in zip(judged, p, q):
+        half = _critical(confidence, nz.df) * nz.se
+        verdict = "changed" if counted else _decided(d, half, nz.sigma, min_effect, bool(q_i <= fdr))
+        needed = (_runs_needed(d, nz.sigma, n_a, n_b, calibration.df, min_effect, confidence, fdr)
                   if verdict == "inconclusive" else None)
-        share = d / step_delta if moved and step_delta else None
         out.append(ComponentDelta(
-            level, key, short, category, float(np.mean(a)), float(np.mean(b)), d, share, verdict,
-            _presence(a, b, calls, n_a), sigma, source, d - half, d + half, float(p_i), float(q_i), needed,
-            **_calls(a, b, calls, n_a, level)))
+            level=level, name=key, short_name=short, category=category, baseline_ms_per_step=float(np.mean(a)),
+            candidate_ms_per_step=float(np.mean(b)), delta_ms_per_step=d,
+            share=d / step_delta if moved and step_delta else None, verdict=verdict,
+            presence=_presence(a, b, calls, n_a), noise_ms=nz.sigma, noise_source=nz.source, ci_low_ms=d - half,
+            ci_high_ms=d + half, p_value=float(p_i), q_value=float(q_i), runs_needed=needed,
+            evidence="structural" if counted else "timing", noise_df=nz.df, **_calls(a, b, calls, n_a, level)))
     rank = {"changed": 0, "inconclusive": 1, "no change": 2}
     out.sort(key=lambda c: (rank[c.verdict], -abs(c.delta_ms_per_step), c.level, c.name))
-    source = out[0].noise_source if out else ("pairwise" if mode == "pairwise" else "default")
-    return Explanation(step, mode, source, _noise_note(source, n_a, mode), tuple(r.receipt_id for r in baseline),
-                       tuple(r.receipt_id for r in candidate), tuple(levels), fdr, min_effect, confidence, tuple(out))
+    explained = float(sum(c.delta_ms_per_step for c in out if c.verdict == "changed" and c.partition))
+    source: NoiseSource = "lane" if n_a >= 2 else "calibrated"
+    shown = tuple(c for c in out if c.level in levels)
+    return Explanation(step, mode, source, _noise_note(source, n_a, mode, calibration),
+                       tuple(r.receipt_id for r in baseline), tuple(r.receipt_id for r in candidate), tuple(levels),
+                       fdr, min_effect, confidence, shown, family=len(out), parts_explained_ms=explained)
 
 
 def _span(run: RunComponents) -> float:
@@ -344,21 +344,25 @@ def _span(run: RunComponents) -> float:
     return sum(v.ms_per_step for (level, name), v in run.values.items() if level == "category" and name in DECOMPOSITION)
 
 
-def _by_component(runs: Sequence[RunComponents], keys: Mapping[str, tuple[str, str]], levels: Sequence[str]
-                  ) -> dict[tuple[str, str], tuple[str, str | None, np.ndarray, np.ndarray | None]]:
-    """Per (level, key): short name, category, ms per step of each run (0 when absent) and calls (kernels, NVTX)."""
-    table: dict[tuple[str, str], tuple[str, str | None, np.ndarray, np.ndarray | None]] = {}
+_Row = tuple[str, str | None, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]
+
+
+def _by_component(runs: Sequence[RunComponents], keys: Mapping[str, tuple[str, str]]) -> dict[tuple[str, str], _Row]:
+    """Per (level, key): short name, category, ms per step of each run (0 when absent), calls (kernels, NVTX), each
+    run's within-run variance of its value (0 when unknown) and the steps that was measured from (0: none)."""
+    table: dict[tuple[str, str], _Row] = {}
     for i, run in enumerate(runs):
         for (level, name), v in run.values.items():
-            if level not in levels:
-                continue
             key, short = keys[name] if level == "kernel" else (name, name)
             if (level, key) not in table:
                 counted = v.calls_per_step is not None
                 table[(level, key)] = (short, v.category, np.zeros(len(runs)),
-                                       np.zeros(len(runs)) if counted else None)
-            _, _, ms, calls = table[(level, key)]
+                                       np.zeros(len(runs)) if counted else None, np.zeros(len(runs)),
+                                       np.zeros(len(runs)))
+            _, _, ms, calls, within, steps = table[(level, key)]
             ms[i] += v.ms_per_step
+            if v.step_var is not None:
+                within[i], steps[i] = within[i] + v.step_var, max(steps[i], float(v.n_steps or 0))
             if calls is not None and v.calls_per_step is not None:
                 calls[i] += v.calls_per_step
     return table
@@ -375,25 +379,28 @@ def _presence(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int) 
 
 
 def _calls(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int, level: str) -> dict[str, float | None]:
+    """Calls per step and the change's split. Same calls: all of it is slower (or faster) calls. More calls: one
+    kernel name can cover several shapes (a GEMM of another size), so the added calls are priced at their own
+    duration, the change per added call (the other calls taken as unchanged), never at the old calls' mean."""
     if calls is None or level != "kernel":
         return {}
     ca, cb = float(np.mean(calls[:n_a])), float(np.mean(calls[n_a:]))
     out: dict[str, float | None] = {"baseline_calls_per_step": ca, "candidate_calls_per_step": cb,
                                     "calls_delta_per_step": cb - ca}
     if ca > 0 and cb > 0:
-        mean_a, mean_b = float(np.mean(a)) / ca, float(np.mean(b)) / cb
-        out["more_calls_ms_per_step"] = (cb - ca) * mean_a
-        out["slower_calls_ms_per_step"] = cb * (mean_b - mean_a)
+        d = float(np.mean(b) - np.mean(a))
+        if abs(cb - ca) <= 1e-9 * max(1.0, ca):
+            out["more_calls_ms_per_step"], out["slower_calls_ms_per_step"] = 0.0, d
+        else:
+            out["more_calls_ms_per_step"], out["ms_per_added_call"] = d, d / (cb - ca)
     return out
 
 
-def _noise_note(source: NoiseSource, n_a: int, mode: Mode) -> str:
+def _noise_note(source: NoiseSource, n_a: int, mode: Mode, calibration: Calibration) -> str:
+    prior = f"{calibration.df} df, from {calibration.source}"
     if source == "lane":
-        return (f"each component's own run-to-run noise, measured from {n_a} profiled baseline runs "
-                f"(the standard deviation of their values; t with {n_a - 1} df)")
-    if mode == "pairwise":
-        return (f"pairwise: one run each side, so no component noise exists; a fixed floor of "
-                f"{DEFAULT_FLOOR_PCT:g}% of each component's baseline value is used instead")
-    return (f"the lane has {n_a} profiled baseline run(s), fewer than the {MIN_RUNS} that measure a component's "
-            f"noise: a fixed floor of {DEFAULT_FLOOR_PCT:g}% of each component's baseline value is used "
-            f"({MIN_RUNS - n_a} more profiled run(s) give it a measured one)")
+        return (f"each component's run-to-run noise from {n_a} profiled baseline runs pooled with its class's "
+                f"calibrated noise ({prior}), plus each run's step-to-step spread; t with {calibration.df + n_a - 1} df")
+    what = "pairwise: one run each side" if mode == "pairwise" else f"{n_a} profiled baseline run"
+    return (f"{what}, no run-to-run spread measured: each component's calibrated between-run noise ({prior}) plus "
+            f"both runs' step-to-step spread, the same test either way round")

@@ -15,6 +15,7 @@ and compare's own refusals (no baseline, incomplete identity, not the same lane)
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -169,13 +170,19 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
 
     stored, difference = common_rules(stored, {rid: profiles[rid].get("category_rules_json") for rid in ids},
                                       baseline, from_raw)
-    runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid])) for rid in ids}
+    # The step-to-step spread is read from the stored per-step rows, made under each run's own rules.
+    spread = comp.spread_many(store, ids)
+    runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {}))) for rid in ids}
     return runs, difference
 
 
-def _values(frame: pl.DataFrame) -> dict[tuple[str, str], Value]:
-    return {(r["level"], r["name"]): Value(r["ms_per_step"], r["calls_per_step"], r["category"])
-            for r in frame.iter_rows(named=True)}
+def _values(frame: pl.DataFrame, spread: Mapping[tuple[str, str], tuple[float, int]]) -> dict[tuple[str, str], Value]:
+    out = {}
+    for r in frame.iter_rows(named=True):
+        key = (r["level"], r["name"])
+        var, steps = spread.get(key, (None, None))
+        out[key] = Value(r["ms_per_step"], r["calls_per_step"], r["category"], var, steps)
+    return out
 
 
 def _stragglers(store: "Store", receipt_id: str) -> tuple[int, ...]:
@@ -196,7 +203,7 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
         "verdict": e.step.verdict, "why": e.step.why,
         "step": {"baseline_ms": e.step.baseline_ms, "candidate_ms": e.step.candidate_ms, "delta_ms": e.step.delta_ms},
         "noise": {"source": e.noise_source, "note": e.noise_note, "fdr": e.fdr, "min_effect_ms": e.min_effect_ms,
-                  "confidence": e.confidence},
+                  "confidence": e.confidence, "family": e.family},
         "baseline_runs": [r.names.get(i, i) for i in e.baseline_runs],
         "baseline_runs_without_profile": list(r.unprofiled),
         "candidate_runs": [r.names.get(i, i) for i in e.candidate_runs],
@@ -211,8 +218,9 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
 
 def _component_json(c) -> dict[str, Any]:
     out = asdict(c)
+    out["noise_df"] = c.noise_df if math.isfinite(c.noise_df) else None  # JSON has no infinity
     if c.level != "kernel":
         for key in ("baseline_calls_per_step", "candidate_calls_per_step", "calls_delta_per_step",
-                    "more_calls_ms_per_step", "slower_calls_ms_per_step"):
+                    "more_calls_ms_per_step", "slower_calls_ms_per_step", "ms_per_added_call"):
             out.pop(key)
     return out

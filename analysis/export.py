@@ -67,10 +67,12 @@ def _parse(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def exported_runs(store: "Store", *, lane: str | None = None, since: datetime | None = None) -> list[RunExport]:
+def exported_runs(store: "Store", *, lane: str | None = None, since: datetime | None = None,
+                  tag: str | None = None) -> list[RunExport]:
     """The current receipts with a full identity (rumors have no lane: they never leave), optionally of lanes
-    containing `lane` and run at or after `since`, oldest first, with their measures."""
-    rows = [r for r in receipt_list(store, lane=lane) if r["identity_complete"]]
+    containing `lane`, carrying `tag` (one configuration: a lane's pull-request runs are no baseline value) and run
+    at or after `since`, oldest first, with their measures."""
+    rows = [r for r in receipt_list(store, lane=lane) if r["identity_complete"] and (tag is None or tag in r["tags"])]
     if since is not None:
         since = since if since.tzinfo else since.replace(tzinfo=timezone.utc)
         rows = [r for r in rows if _parse(_date(r)) >= since]
@@ -111,6 +113,15 @@ def _exposed_comm_ms(store: "Store", receipt_id: str) -> float | None:
     per_rank = [row["per_step_ms"] for row in window.iter_rows(named=True)
                 if row["category"] == "exposed_comm" and row["phase"] in ("steady", "window")]
     return sum(per_rank) / len(per_rank) if per_rank else None
+
+
+def mixed_configurations(runs: Sequence[RunExport]) -> dict[Lane, tuple[str, ...]]:
+    """Lanes whose exported runs carry different tag sets (a baseline's and pull requests' runs): each lane's tag
+    sets, for a warning that `--tag` exports one configuration."""
+    seen: dict[Lane, set[str]] = {}
+    for run in runs:
+        seen.setdefault(run.lane, set()).add(",".join(sorted(run.receipt.tags)) or "(untagged)")
+    return {lane: tuple(sorted(tags)) for lane, tags in seen.items() if len(tags) > 1}
 
 
 def lane_name(lane: Lane) -> str:

@@ -4,8 +4,9 @@ Claims in (analysis.claims), typed results out. Everything here is pure; what it
 Store by analysis/gate_inputs.py (`run_gate` reads, then calls `evaluate`). The refusal and drift rules are
 compare()'s own building blocks (identity_differences, drift in analysis.compare); the verdict is
 analysis.verdict.decide, the one rule compare, check and the dashboard use, over each run's moving-block
-bootstrap interval (analysis.stats.median_interval) and the lane's noise floor (analysis.lanes.lane_floors,
-read once for all the claims' lanes); nothing here re-derives them. compare() itself is not called because
+bootstrap interval (analysis.stats.median_interval) and the noise floor of the baseline's configuration, the
+candidate left out (analysis/configuration.py, as compare takes it, one read per lane and tag set); nothing here
+re-derives them. compare() itself is not called because
 it bootstraps both step time and tokens/s, and a claim needs at most one of them (the bootstrap is most of
 a claim's cost: benchmarks/bench_gate.py).
 
@@ -123,20 +124,23 @@ class GateResult:
 
 
 def evaluate(claims_file: ClaimsFile, evidence: Mapping[str, Evidence | Unresolved],
-             floors: Mapping[Lane, NoiseFloor] | None = None,
+             floors: Mapping[Lane | str, NoiseFloor] | None = None,
              baselines: Mapping[str, Baseline | None] | None = None) -> GateResult:
-    """`floors`: lane noise floors (claim_floors); a lane without one is judged against the default floor.
-    `baselines`: the tag baselines by claim name (tag_baselines), their runs in `evidence` by id."""
+    """`floors`: by claim name, the noise floor of its baseline's configuration (gate_inputs.claim_floors), or by
+    lane; a claim without one is judged against the default floor. `baselines`: the tag baselines by claim name
+    (tag_baselines), their runs in `evidence` by id."""
     floors, baselines = floors or {}, baselines or {}
 
-    def floor_of(e: Evidence | Unresolved) -> NoiseFloor | None:
+    def floor_of(c: Claim, e: Evidence | Unresolved) -> NoiseFloor | None:
+        if c.name in floors:
+            return floors[c.name]
         lane = lane_of(e.receipt) if isinstance(e, Evidence) else None
         return floors.get(lane) if lane is not None else None
 
     def one(c: Claim) -> ClaimResult:
         if c.baseline_tag is not None:
             return evaluate_tag_claim(c, baselines.get(c.name), evidence, evidence[c.candidate])
-        return evaluate_claim(c, evidence[c.baseline], evidence[c.candidate], floor_of(evidence[c.baseline]))
+        return evaluate_claim(c, evidence[c.baseline], evidence[c.candidate], floor_of(c, evidence[c.baseline]))
 
     return GateResult(claims_file.path, tuple(one(c) for c in claims_file.claims))
 

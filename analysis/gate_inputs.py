@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Mapping
 from receipts.analysis.check import Baseline, baseline_for, read_lanes
 from receipts.analysis.claims import DEFAULT_BASELINE_LAST, Claim, ClaimsFile
 from receipts.analysis.gate import Evidence, GateResult, Unresolved, evaluate
-from receipts.analysis.lanes import Lane, lane_floors, lane_of
+from receipts.analysis.configuration import configuration_floors
+from receipts.analysis.lanes import Lane, lane_of
 from receipts.analysis.noise import NoiseFloor
 from receipts.analysis.record import StoredReceipt, load_many
 from receipts.errors import ReceiptNotFound
@@ -44,10 +45,21 @@ def with_memory(store: "Store", evidence: dict[str, Evidence | Unresolved]) -> d
             for ref, e in evidence.items()}
 
 
-def claim_floors(store: "Store", evidence: Mapping[str, Evidence | Unresolved]) -> dict[Lane, NoiseFloor]:
-    """The noise floor of every lane a loaded receipt belongs to, in one query."""
-    lanes = {lane for e in evidence.values() if isinstance(e, Evidence) and (lane := lane_of(e.receipt)) is not None}
-    return lane_floors(store, sorted(lanes, key=str))
+def claim_floors(store: "Store", claims_file: ClaimsFile, evidence: Mapping[str, Evidence | Unresolved]
+                 ) -> dict[Lane | str, NoiseFloor]:
+    """The noise floor of each claim whose baseline is a receipt, by claim name: its baseline's configuration in
+    their lane, the candidate left out (analysis/configuration.py, as `compare` takes it), so a claim's verdict does
+    not move with other pull requests' runs in the lane."""
+    from receipts.analysis.compare import drift
+
+    pairs = [(c.name, evidence[c.baseline], evidence[c.candidate]) for c in claims_file.claims
+             if c.baseline_tag is None and c.baseline is not None]
+    judged = [(name, a.receipt, b.receipt) for name, a, b in pairs
+              if isinstance(a, Evidence) and isinstance(b, Evidence) and lane_of(a.receipt) is not None
+              and lane_of(a.receipt) == lane_of(b.receipt)]
+    floors = configuration_floors(store, [(a, b) for _, a, b in judged], drift)
+    out: dict[Lane | str, NoiseFloor] = {name: f for (name, _, _), f in zip(judged, floors) if f is not None}
+    return out
 
 
 def tag_baselines(store: "Store", claims_file: ClaimsFile, evidence: dict[str, Evidence | Unresolved]
@@ -77,4 +89,4 @@ def run_gate(store: "Store", claims_file: ClaimsFile) -> GateResult:
     if any(c.metric == "memory_bucket" for c in claims_file.claims):
         evidence = with_memory(store, evidence)
     baselines = tag_baselines(store, claims_file, evidence)
-    return evaluate(claims_file, evidence, claim_floors(store, evidence), baselines)
+    return evaluate(claims_file, evidence, claim_floors(store, claims_file, evidence), baselines)

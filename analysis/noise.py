@@ -53,6 +53,7 @@ class NoiseFloor:
     run_ids: tuple[str, ...]      # the runs it was measured from (all usable runs, also for a default)
     center_ms: float | None       # median of the run medians (ms), None without runs
     note: str                     # one line: how it was obtained
+    basis: str = ""               # which runs: '4 runs tagged main' (analysis/configuration.py); '' = the lane's
 
     @property
     def fraction(self) -> float:

@@ -195,9 +195,14 @@ def _why(verdict, d, half, min_effect, margin, floor, n_a, n_b, needed, grow, lo
     direction = "slower" if d > 0 else "faster"
     reach = 100.0 * (math.exp(half) - 1.0)
     runs = f"{n_a} run{'s' if n_a != 1 else ''} vs {n_b}"
-    noise = (f"noise floor {floor.floor_pct:.2f}% measured from {floor.n_runs} runs of the lane" if floor.source == "lane"
-             else f"default noise floor {floor.floor_pct:g}%: the lane has {floor.n_runs} run(s), "
-                  f"{floor.runs_to_measure} more give it a measured floor")
+    if floor.source == "lane":
+        noise = f"noise floor {floor.floor_pct:.2f}% measured from {floor.basis or f'{floor.n_runs} runs of the lane'}"
+    elif floor.basis:  # a comparison's floor from the baseline's configuration (analysis/configuration.py)
+        noise = (f"too few baseline runs to bound this: {floor.basis}, {floor.runs_to_measure} more give a measured "
+                 f"floor; default noise floor {floor.floor_pct:g}% assumed")
+    else:
+        noise = (f"default noise floor {floor.floor_pct:g}%: the lane has {floor.n_runs} run(s), "
+                 f"{floor.runs_to_measure} more give it a measured floor")
     if verdict in ("faster", "slower"):
         return (f"{change:+.2f}% ({direction}), beyond the noise: {runs} resolve changes over {reach:.2f}% ({noise})")
     if verdict == "no change":

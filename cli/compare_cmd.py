@@ -46,7 +46,7 @@ def compare(
     else:
         _render(result)
         if why is not None:
-            echo(["", "why B differs (pairwise explain; receipts explain B --against tag:T uses the lane's noise):",
+            echo(["", "why B differs (pairwise; explain B --against tag:T uses the lane's runs):",
                   *text_lines(why)[1:]])
     if not result.comparable:
         raise typer.Exit(EXIT_REFUSED)

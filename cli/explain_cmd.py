@@ -17,8 +17,8 @@ from receipts.cli.words import with_remedy
 
 # TSV / CSV: one row per component (the --json contract's fields)
 COMPONENT_COLUMNS = [Column(k) for k in ("level", "name", "category", "baseline_ms_per_step", "candidate_ms_per_step",
-                                         "delta_ms_per_step", "share", "verdict", "presence", "noise_ms", "q_value",
-                                         "runs_needed", "calls_delta_per_step")]
+                                         "delta_ms_per_step", "share", "verdict", "evidence", "presence", "noise_ms",
+                                         "q_value", "runs_needed", "calls_delta_per_step")]
 
 
 def register(app: typer.Typer) -> None:
@@ -34,8 +34,10 @@ def explain(
                                                        "(pairwise)."),
     last: int = typer.Option(DEFAULT_LAST, "--last", min=1, help="Baseline runs for tag:NAME: the most recent with a "
                                                                  "profile attached."),
-    level: Optional[List[str]] = typer.Option(None, "--level", help=f"Levels to explain, repeatable: "
-                                                                    f"{', '.join(LEVELS)} (default: all)."),
+    level: Optional[List[str]] = typer.Option(None, "--level", help=f"Levels to show, repeatable: "
+                                                                    f"{', '.join(LEVELS)} (default: all). Every "
+                                                                    f"level is tested either way: one verdict per "
+                                                                    f"component."),
     show_all: bool = typer.Option(False, "--all", help="List every component, not only the changed ones."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output (--format json)."),
     fmt: Optional[str] = format_option(piped="table"),

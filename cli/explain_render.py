@@ -13,7 +13,7 @@ from receipts.analysis.explain_run import ExplainResult
 WIDTH = 80
 _NAME = 30     # characters of a component's name in the text table
 _SHOWN_UNDECIDED = 3  # inconclusive components named per level (the largest)
-_TITLES = {"category": "category (ms per step; * = a part of the step's decomposition)", "kernel": "kernel",
+_TITLES = {"category": "category (ms per step; * = a part of the step: GPU span parts, host gap)", "kernel": "kernel",
            "nvtx": "nvtx (CPU-side range time, whole capture)", "rank": "rank (exposed communication)"}
 
 
@@ -48,10 +48,14 @@ def _row(c: ComponentDelta) -> list[str]:
     out.append(_cut(f"  {mark}{'' if long else c.short_name:<{_NAME}} {numbers}", WIDTH))
     if c.calls_delta_per_step is not None:
         detail = f"{c.baseline_calls_per_step:g} -> {c.candidate_calls_per_step:g} calls/step"
-        if c.more_calls_ms_per_step is not None and c.slower_calls_ms_per_step is not None:
-            detail += (f": more calls {_signed(c.more_calls_ms_per_step)} ms, "
-                       f"slower calls {_signed(c.slower_calls_ms_per_step)} ms")
-        out.append(_cut("      " + detail, WIDTH))
+        if c.evidence == "structural":
+            detail += " in every run (a fact)"
+        if c.ms_per_added_call is not None and c.more_calls_ms_per_step is not None:
+            detail += (f": more calls {_signed(c.more_calls_ms_per_step)} ms, {c.ms_per_added_call:.3f} ms per "
+                       f"added call")
+        elif c.slower_calls_ms_per_step is not None and c.verdict != "no change":
+            detail += f": the same calls, {_signed(c.slower_calls_ms_per_step)} ms"
+        out += _wrap(detail, "      ")
     return out
 
 
@@ -86,8 +90,9 @@ def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
     lines += _wrap(s.why)
     lines += _wrap(f"profiled baseline runs: {base}"
                    + (f" (without a profile, left out: {', '.join(r.unprofiled)})" if r.unprofiled else ""))
-    lines += _wrap(f"noise: {e.noise_note}; Benjamini-Hochberg at {e.fdr:g}; a component is named from "
-                   f"{e.min_effect_ms:.2f} ms per step")
+    lines += _wrap(f"noise: {e.noise_note}; Benjamini-Hochberg at {e.fdr:g} over all {e.family} components of "
+                   f"every level; a component is named from {e.min_effect_ms:.2f} ms per step, a changed call "
+                   f"count at any size")
     if len(r.formats) > 1:
         lines += _wrap(f"profiles of different formats ({', '.join(r.formats)}): kernels are matched in one spelling, "
                        "but the CPU-side ranges are not the same ranges (nsys: NVTX; the PyTorch profiler: its "
@@ -108,7 +113,7 @@ def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
     lines.append("")
     if e.residual_ms is not None:
         lines += _wrap(f"residual: {_signed(e.residual_ms)} ms per step of the {_signed(s.delta_ms or 0.0)} ms "
-                       f"change is not explained by the changed parts of the decomposition "
+                       f"change is not explained by the changed parts of the step "
                        f"({_signed(e.explained_ms)} ms)", "")
     link = dashboard_link(r)
     if link:
@@ -153,7 +158,8 @@ def markdown_lines(r: ExplainResult, *, top: int = 8) -> list[str]:
     if changed:
         lines += ["| level | component | baseline ms | candidate ms | delta ms | share | |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
         for c in changed[:top]:
-            calls = (f" ({c.calls_delta_per_step:+g} calls/step)" if c.calls_delta_per_step else "")
+            calls = (f" ({c.calls_delta_per_step:+g} calls/step"
+                     + (", in every run" if c.evidence == "structural" else "") + ")" if c.calls_delta_per_step else "")
             lines.append(f"| {c.level} | {_md(_cut(c.short_name, 80))}{_md(calls)} | {c.baseline_ms_per_step:.2f} | "
                          f"{c.candidate_ms_per_step:.2f} | {c.delta_ms_per_step:+.2f} | {_md(_share(c)) or '-'} | "
                          f"{_md(_label(c))} |")
@@ -162,11 +168,12 @@ def markdown_lines(r: ExplainResult, *, top: int = 8) -> list[str]:
     else:
         lines.append("No component moved beyond its own noise.")
     if e.residual_ms is not None:
-        lines += ["", f"Residual (not explained by the changed parts of the decomposition): {e.residual_ms:+.2f} ms per step."]
+        lines += ["", f"Residual (not explained by the changed parts of the step): {e.residual_ms:+.2f} ms per step."]
     link = dashboard_link(r)
     if link:
         lines += ["", f"Dashboard (`receipts dashboard`): `{link}`"]
-    lines += ["", f"<sub>{_md(e.noise_note)}; Benjamini-Hochberg at {e.fdr:g}.</sub>", "", "</details>", ""]
+    lines += ["", f"<sub>{_md(e.noise_note)}; Benjamini-Hochberg at {e.fdr:g} over all {e.family} components.</sub>",
+              "", "</details>", ""]
     return lines
 
 

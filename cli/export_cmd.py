@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from receipts.analysis.export import exported_runs, to_bmf, to_pytorch_v3
+from receipts.analysis.export import exported_runs, lane_name, mixed_configurations, to_bmf, to_pytorch_v3
 from receipts.cli.context import err_console, handle_errors, print_json, settings
 from receipts.errors import UsageError
 
@@ -27,6 +27,9 @@ def export(
                                  "PyTorch's benchmark v3 records, one per lane and measure, a value per run."),
     lane: Optional[str] = typer.Option(None, "--lane", help="Only lanes whose host lineage, preset or regime "
                                                             "contains this."),
+    tag: Optional[str] = typer.Option(None, "--tag", metavar="<str>",
+                                      help="Only runs carrying this tag (one configuration, e.g. main): a lane's "
+                                           "pull-request runs are no baseline value."),
     since: Optional[str] = typer.Option(None, "--since", help="Only runs started (else ingested) at or after this "
                                                               "date or time (ISO 8601, e.g. 2026-11-20 or "
                                                               "2026-11-20T10:00:00Z; UTC when no zone)."),
@@ -47,8 +50,11 @@ def export(
             raise UsageError(f"--since {since!r}: expected an ISO 8601 date or time, e.g. 2026-11-20 or "
                              "2026-11-20T10:00:00Z") from None
     with settings(ctx).read_store() as store:
-        runs = exported_runs(store, lane=lane, since=when)
+        runs = exported_runs(store, lane=lane, since=when, tag=tag)
     if not runs:
         err_console.print("no current receipt with a full identity matches (rumors have no lane and are not "
                           "exported)")
+    for mixed, tags in mixed_configurations(runs).items():
+        err_console.print(f"warning: lane {lane_name(mixed)} mixes runs tagged {'; '.join(tags)}: its values pool "
+                          "configurations; --tag T exports one", markup=False, soft_wrap=True)
     print_json(to_bmf(runs) if fmt == "bmf" else to_pytorch_v3(runs))

@@ -33,6 +33,10 @@ MEMORY_CATEGORIES = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p", "me
 # Derived from the intervals, not from names. compute_only + comm_hidden + exposed_comm + memcpy_only + idle
 # partition the step span (they sum to it); the kernel and memory categories overlap one another.
 DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle")
+# The step marker's range outside the GPU span (a stall before the first launch, launch gaps): with the
+# decomposition's parts, what a step's range sums to.
+HOST_GAP = "host_gap"
+STEP_PARTS = (*DECOMPOSITION, HOST_GAP)
 # Categories no rule gives: a memcpy or memset by its activity, and a CUDA-graph replay traced as one activity
 # (nsys --cuda-graph-trace=graph): busy time whose kernels are not visible, so it cannot be split into the
 # rules' categories. 'other' is where a kernel no rule claims lands.

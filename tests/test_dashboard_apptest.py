@@ -90,7 +90,7 @@ def test_compare_view_comparable_pair_shows_ratio_anatomy_and_drift(store_ids, m
     text = _texts(at)
     assert "Refused" not in text
     assert "Same lane. Verdict:" in text and "Interval:" in text and "Noise floor:" in text
-    assert any(m.label == "lane noise floor" for m in at.metric)
+    assert any(m.label == "noise floor" for m in at.metric) and any(m.label == "floor from" for m in at.metric)
     for kind in ("recipe", "runtime", "infrastructure"):
         assert f"**{kind}**" in text
     assert len(_charts(at)) == 4  # ratio with CI, step times overlaid, their distributions, anatomy side by side

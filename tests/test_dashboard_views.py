@@ -24,7 +24,7 @@ def test_compare_view_explains_why_b_differs_with_noise_bands(explain_lane, monk
     at = _app(explain_lane, monkeypatch, view="compare", a=a, b=b)
     _no_exception(at)
     text = _texts(at)
-    assert "Why B differs" in text and "Pairwise (one run each side)" in text and "no component noise" in text
+    assert "Why B differs" in text and "Pairwise (one run each side)" in text and "calibrated between-run noise" in text
     spec = next(s for s in (str(c.proto.spec) for c in _charts(at)) if "why B differs" in s)
     assert "low_ms" in spec and "high_ms" in spec  # each delta carries its interval: the component's noise band
     table = next(d.value for d in at.dataframe if "delta_ms" in d.value.columns)
@@ -38,7 +38,8 @@ def test_compare_view_linked_from_check_explains_against_the_lane(explain_lane, 
     at = _app(explain_lane, monkeypatch, view="compare", a=a, b=b, against="tag:main")
     _no_exception(at)
     text = _texts(at)
-    assert "Against tag:main" in text and "measured from 5 profiled baseline runs" in text
+    assert "Against tag:main" in text and "noise from 5 profiled baseline runs" in text
+    assert "over all 73 components of every level" in text
     table = next(d.value for d in at.dataframe if "delta_ms" in d.value.columns)
     first = table[table["verdict"] == "changed"].iloc[0]
     assert (first["level"], first["component"]) == ("category", "idle")

@@ -181,7 +181,9 @@ def test_history_uses_ingest_time_without_a_start_and_skips_superseded(tmp_path,
     assert sorted(r["run_name"] for r in out["runs"]) == ["r0", "r2", "r3"] and out["noise_floor"]["n_runs"] == 3
     assert ids["r1"] not in out["noise_floor"]["run_ids"]
     code, cmp = cli_json(db, "compare", "r0", "r2")
-    assert cmp["noise_floor"]["n_runs"] == 3 and ids["r1"] not in cmp["noise_floor"]["run_ids"]
+    # compare's floor: A's configuration (untagged, no drift), B being judged left out: r0 and r3
+    assert cmp["noise_floor"]["n_runs"] == 2 and ids["r1"] not in cmp["noise_floor"]["run_ids"]
+    assert ids["r2"] not in cmp["noise_floor"]["run_ids"]
 
 
 def test_show_prints_the_lanes_noise_floor(noise_db):

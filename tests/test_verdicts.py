@@ -205,7 +205,8 @@ def test_real_aa_pairs_are_not_called_faster_or_slower(noise_db):
     for a, b in itertools.combinations(names("aa_"), 2):
         code, out = cli_json(noise_db, "compare", a, b)
         assert code == 0 and out["verdict"] in VERDICTS
-        assert out["noise_floor"]["source"] == "lane" and out["noise_floor"]["n_runs"] == 15
+        # the baseline's configuration (the 10 runs tagged main), B left out
+        assert out["noise_floor"]["source"] == "lane" and out["noise_floor"]["basis"] == "9 runs tagged main"
         if out["verdict"] in ("faster", "slower"):
             called.append((a, b, out["verdict"]))
     pairs = math.comb(len(names("aa_")), 2)
@@ -245,7 +246,7 @@ def test_compare_json_keeps_its_keys_and_adds_the_verdicts_parts(noise_db):
     assert interval["block_length"] >= 1 and "moving-block" in interval["method"]
     assert out["noise_floor"]["floor_pct"] == pytest.approx(out["noise_floor"]["floor_pct"]) and out["ratio"]["value"] > 1
     text = cli(noise_db, "compare", "aa_01", "slow_1").stdout
-    assert "noise floor:" in text and "verdict:" in text and "MAD of 15 run medians" in text
+    assert "noise floor:" in text and "verdict:" in text and "MAD of 10 run medians" in text
 
 
 def test_critical_values_match_scipy():

@@ -126,8 +126,9 @@ def render(data: Data) -> None:
     if c.noise_floor is not None:
         f = c.noise_floor
         cols = st.columns(3)
-        cols[0].metric("lane noise floor", f"{f.floor_pct:.2f}%", help="relative sigma of one run's median")
-        cols[1].metric("floor from", f"{f.n_runs} runs" if f.source == "lane" else "default")
+        cols[0].metric("noise floor", f"{f.floor_pct:.2f}%",
+                       help="relative sigma of one run's median, from runs of A's configuration (never B)")
+        cols[1].metric("floor from", (f.basis or f"{f.n_runs} runs") if f.source == "lane" else "default (too few runs)")
         cols[2].metric("changes resolvable beyond", f"{c.detail.resolvable_pct:.2f}%" if c.detail else "—")
         st.caption(f"Noise floor: {f.note}.")
     if c.ratio is not None:

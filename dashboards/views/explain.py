@@ -29,11 +29,13 @@ def frame(r: "ExplainResult") -> pl.DataFrame:
         [{"level": c.level, "component": c.short_name, "baseline_ms": c.baseline_ms_per_step,
           "candidate_ms": c.candidate_ms_per_step, "delta_ms": c.delta_ms_per_step, "low_ms": c.ci_low_ms,
           "high_ms": c.ci_high_ms, "noise_ms": c.noise_ms, "share_pct": None if c.share is None else 100 * c.share,
-          "verdict": c.verdict, "presence": c.presence or "", "calls_delta": c.calls_delta_per_step}
+          "verdict": c.verdict, "evidence": c.evidence, "presence": c.presence or "",
+          "calls_delta": c.calls_delta_per_step, "ms_per_added_call": c.ms_per_added_call}
          for c in e.components],
         schema={"level": pl.Utf8, "component": pl.Utf8, "baseline_ms": pl.Float64, "candidate_ms": pl.Float64,
                 "delta_ms": pl.Float64, "low_ms": pl.Float64, "high_ms": pl.Float64, "noise_ms": pl.Float64,
-                "share_pct": pl.Float64, "verdict": pl.Utf8, "presence": pl.Utf8, "calls_delta": pl.Float64})
+                "share_pct": pl.Float64, "verdict": pl.Utf8, "evidence": pl.Utf8, "presence": pl.Utf8,
+                "calls_delta": pl.Float64, "ms_per_added_call": pl.Float64})
 
 
 def chart(rows: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
@@ -45,7 +47,7 @@ def chart(rows: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
         x=alt.X("delta_ms:Q", title="change, ms per step (B - A), with its interval"), y=y,
         color=alt.Color("verdict:N", scale=_VERDICT_COLORS, title="verdict"),
         tooltip=["level", "component", "baseline_ms", "candidate_ms", "delta_ms", "low_ms", "high_ms", "noise_ms",
-                 "verdict", "presence"])
+                 "verdict", "evidence", "presence", "calls_delta"])
     band = alt.Chart(shown).mark_errorbar(thickness=1.5, color="black").encode(x="low_ms:Q", x2="high_ms:Q", y=y)
     zero = alt.Chart(pl.DataFrame({"zero": [0.0]})).mark_rule(color="grey").encode(x="zero:Q")
     return alt.layer(bars, band, zero).properties(height=alt.Step(22), title="why B differs: components, largest first")
@@ -63,8 +65,9 @@ def render(data: Data, a: str, b: str) -> None:
         st.info(r.refusal)
         return
     st.caption(f"{'Against ' + r.against + ': ' if r.mode == 'lane' else 'Pairwise (one run each side): '}"
-               f"{e.noise_note}; Benjamini-Hochberg at {e.fdr:g}; a component is named from {e.min_effect_ms:.2f} ms "
-               f"per step.")
+               f"{e.noise_note}; Benjamini-Hochberg at {e.fdr:g} over all {e.family} components of every level; a "
+               f"component is named from {e.min_effect_ms:.2f} ms per step, a call count that changed in every run "
+               f"(evidence: structural) at any size.")
     if r.rules is not None:
         st.warning(f"Kernel-category rules: {r.rules.note(r.names)}"
                    + (" (attach the exports with `receipts ingest --keep-raw` to re-categorise them)."
@@ -77,6 +80,6 @@ def render(data: Data, a: str, b: str) -> None:
         st.success("No component moved beyond its own noise.")
     if e.residual_ms is not None:
         st.caption(f"Residual: {e.residual_ms:+.2f} ms per step of the {e.step.delta_ms or 0.0:+.2f} ms change is not "
-                   f"explained by the changed parts of the step's decomposition.")
+                   f"explained by the changed parts of the step (the GPU span's parts and the host gap).")
     with st.expander(f"all {rows.height} components"):
         st.dataframe(rows, hide_index=True, width="stretch")

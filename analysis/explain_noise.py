@@ -1,0 +1,157 @@
+"""How much one run's value of a component moves when nothing changes, and when a change needs no noise at all.
+
+Two-level model. A component's value in run r is its per-step values' median (categories, ranks) or mean (kernels,
+NVTX ranges) over the run's steady steps:
+
+    value_r = mu + u_r + e_r      u_r ~ (0, tau^2): between runs      e_r ~ (0, w_r): within the run, from its steps
+
+so the variance of one run's value is tau^2 + w. `w` is measured from each run's own steps (analysis/components.py
+step_spread: pi/2 x (1.4826 MAD)^2 / n for a median), with as many degrees of freedom as there are steps; kernels
+and NVTX ranges keep no per-step series, so their w is 0 and the between-run part carries all of it.
+
+The between-run part is a moderated variance (Smyth 2004, limma's moderated t: thousands of features, a handful of
+replicates): a prior, the calibrated between-run spread of the component's class with PRIOR_DF degrees of freedom,
+is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedom):
+
+    sigma^2 = (d0 s0^2 + (n_A - 1) s^2) / (d0 + n_A - 1),  s0^2 = (kappa_class x value)^2 + w
+
+tested with Student's t on Satterthwaite's degrees of freedom over the parts of se(d)^2 (the calibration's d0, the
+baseline runs' n_A - 1, the steps' sum of n - 1): a noise that is mostly step-to-step spread is well known.
+
+With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the mean of
+both sides' values and within-run variances, so A against B and B against A are the same test. Classes (kappa: the
+relative between-run standard deviation of one run's value, percent; CALIBRATION):
+
+  cpu      NVTX ranges: CPU-side time over the whole capture, warm-up included (+-60% between identical runs)
+  wait     NCCL kernels and categories, exposed and hidden communication, each rank's exposed wait: a collective's
+           kernel time includes the wait for the slowest peer
+  gap      idle: time the GPU waits inside its span
+  host     host_gap: the step's range outside the GPU span; kappa a share of the step (its value swings around 0)
+  busy     the other categories (gemm, attention, other, compute_only, copies): unions of many kernels
+  compute  the other kernels (GEMM, attention, elementwise): one name, fewer calls, more spread
+
+Structural evidence needs no noise: a kernel whose calls per step are the same in every baseline run and the same in
+every candidate run, and differ between the sides, changed (`structural`). Appearing (0 calls in every baseline run)
+and vanishing are the same fact. One run a side cannot show that its count is the same from run to run, so there
+the counts must also be whole numbers per step on both sides. Its time cost is reported beside it, with the
+interval of the timing model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+import numpy as np
+
+from receipts.schema.categories import STEP_PARTS
+
+PRIOR_DF = 4  # degrees of freedom of the calibration prior (d0)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    kappa_pct: Mapping[str, float]  # per class: relative between-run sd of one run's value, percent
+    df: int                         # the prior's degrees of freedom
+    source: str                     # what it was measured on
+
+
+# Measured by benchmarks/calibrate_explain_noise.py on tests/data/explain's six A/A runs (base_1..5, aa_1; 2 x H200,
+# nsys): per class, the largest between-run sd (the runs' variance less what their own steps explain) among
+# components of at least 1% of the step, relative to the value, rounded up: compute 2.7% (an elementwise kernel),
+# wait 13.6% (rank 0's exposed wait), gap 3.3% (idle), cpu 45% (a CPU range). busy (0%: the categories' own step
+# spread covers their run-to-run spread) and host (0%, as a share of the step: its value swings around zero where
+# the CPU runs ahead of the GPU, so its own value is no scale) keep a stated least spread, since six runs measuring
+# nothing is no proof of nothing.
+CALIBRATION = Calibration({"compute": 3.0, "busy": 1.0, "wait": 20.0, "gap": 5.0, "host": 0.5, "cpu": 50.0}, PRIOR_DF,
+                          "6 A/A runs of one 2xH200 FSDP2 lane (tests/data/explain), Nsight Systems")
+
+_WAIT_PARTS = ("comm_hidden", "exposed_comm")
+STEP_SCALED = ("host",)  # classes whose kappa is a share of the step, not of the component's value
+
+
+def component_class(level: str, name: str, category: str | None) -> str:
+    """cpu / wait / gap / compute (module docstring)."""
+    if level == "nvtx":
+        return "cpu"
+    if level == "rank":
+        return "wait"
+    if level == "category":
+        if name.startswith("nccl_") or name in _WAIT_PARTS:
+            return "wait"
+        return "host" if name == "host_gap" else "gap" if name == "idle" else "busy"
+    return "wait" if (category or "").startswith("nccl_") else "compute"
+
+
+@dataclass(frozen=True)
+class Noise:
+    sigma: float        # sd of one baseline run's value, ms
+    se: float           # sd of the difference of the sides' means, ms
+    df: float           # degrees of freedom of sigma (inf: none estimated)
+    source: Literal["lane", "calibrated"]  # the baseline runs moderated by the calibration | the calibration alone
+
+
+def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: str, *, floor_ms: float,
+          step_ms: float = 0.0, within_df: float = math.inf, calibration: Calibration = CALIBRATION) -> Noise:
+    """The two-level moderated noise of one component (module docstring). `a`, `b`: the sides' run values; `wa`,
+    `wb`: their within-run variances (0 where unknown); `within_df`: the steps those were measured from, less one a
+    run. `floor_ms`: the least sigma; `step_ms`: the scale of the STEP_SCALED classes. The test's degrees of freedom
+    are Satterthwaite's over the parts of se(d)^2: the calibration's (d0), the baseline runs' sample variance
+    (n_A - 1) and the runs' own steps (within_df), so a noise that is mostly step-to-step spread is known well."""
+    n_a, n_b = a.size, b.size
+    w_a, w_b = float(np.mean(wa)), float(np.mean(wb))
+    kappa = calibration.kappa_pct[klass] / 100.0
+    if n_a >= 2:
+        scale, within = abs(float(np.mean(a))), w_a
+    else:  # one baseline run: both sides' scale, so the test is symmetric
+        scale, within = abs(float(np.mean(np.r_[a, b]))), (w_a + w_b) / 2.0
+    if klass in STEP_SCALED:
+        scale = step_ms
+    between = (kappa * scale) ** 2
+    d0 = float(calibration.df)
+    spread = 1.0 / n_a + 1.0 / n_b
+    if n_a >= 2:
+        pooled = d0 + n_a - 1
+        sample = float(np.var(a, ddof=1))
+        var = (d0 * (between + within) + (n_a - 1) * sample) / pooled
+        # the candidate's own within-run variance replaces the baseline's (a stall makes steps jittery)
+        var_b = var - within + w_b
+        parts = [(d0 * between / pooled * spread, d0), ((n_a - 1) * sample / pooled * spread, float(n_a - 1))]
+        source: Literal["lane", "calibrated"] = "lane"
+    else:
+        var = var_b = between + within
+        parts, source = [(between * spread, d0)], "calibrated"
+    se2 = var / n_a + var_b / n_b
+    parts.append((max(0.0, se2 - sum(p for p, _ in parts)), within_df))
+    df = _satterthwaite(parts)
+    var, var_b = max(var, floor_ms ** 2), max(var_b, floor_ms ** 2)
+    return Noise(float(np.sqrt(var)), float(np.sqrt(var / n_a + var_b / n_b)), df, source)
+
+
+def _satterthwaite(parts: list[tuple[float, float]]) -> float:
+    """Degrees of freedom of a sum of variance estimates (value, df each); d0 when there is nothing to weigh."""
+    total = sum(v for v, _ in parts)
+    weight = sum(v * v / df for v, df in parts if v > 0 and df > 0 and math.isfinite(df))
+    if total <= 0:
+        return float(parts[0][1])
+    return float(total * total / weight) if weight > 0 else math.inf
+
+
+def _constant(x: np.ndarray) -> bool:
+    return bool(x.size) and float(np.ptp(x)) <= 1e-9 * max(1.0, float(np.max(np.abs(x))))
+
+
+def _whole(x: np.ndarray) -> bool:
+    return bool(np.all(np.abs(x - np.round(x)) <= 1e-6))
+
+
+def structural(calls_a: np.ndarray | None, calls_b: np.ndarray | None) -> bool:
+    """A call count that is the same in every run of each side and differs between the sides (module docstring)."""
+    if calls_a is None or calls_b is None or not _constant(calls_a) or not _constant(calls_b):
+        return False
+    if abs(float(calls_b[0]) - float(calls_a[0])) <= 1e-9 * max(1.0, float(calls_a[0])):
+        return False
+    return calls_a.size >= 2 or (_whole(calls_a) and _whole(calls_b))
+
+

@@ -1,0 +1,93 @@
+"""The calibration of analysis/explain_noise.py: per component class, the relative between-run standard deviation of
+one run's value when nothing changes, measured on A/A runs of one configuration: the runs' variance less the part
+their own steps explain (the model's tau^2 = s^2 - mean within-run variance, at least 0).
+
+    .venv/bin/python benchmarks/calibrate_explain_noise.py [--db STORE --runs r1,r2,...]
+
+Without --db: the six A/A runs of tests/data/explain (base_1..5, aa_1; 2 x H200, Nsight Systems), ingested into a
+temporary store. Per class (component_class), over the components whose mean is at least 1% of the step (smaller
+ones are held by the step floor and the minimum effect, not by their relative spread), it prints the largest and the
+median relative sd (the host gap's relative to the step: its own value swings around zero), and the component
+with the largest: CALIBRATION takes the largest, rounded up. Run it on a new
+corpus of A/A runs (another GPU, another profiler) to see whether the shipped calibration covers it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from receipts.analysis.explain_noise import CALIBRATION, STEP_PARTS, STEP_SCALED, component_class
+
+REPO = Path(__file__).resolve().parents[1]
+AA = [f"base_{i}" for i in range(1, 6)] + ["aa_1"]
+
+
+def measure(db: str, names: list[str]) -> dict[str, list[tuple[float, str]]]:
+    from receipts.analysis.explain_run import _runs
+    from receipts.store import open_store
+
+    with open_store(db, read_only=True) as store:
+        ids = {store.resolve(n): n for n in names}
+        runs = _runs(store, list(ids), ids)
+    values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    within: dict[tuple[str, str], list[float]] = defaultdict(list)
+    category: dict[tuple[str, str], str | None] = {}
+    for run in runs.values():
+        for key, v in run.values.items():
+            values[key].append(v.ms_per_step)
+            within[key].append(v.step_var or 0.0)
+            category[key] = v.category
+    step = float(np.mean([sum(v.ms_per_step for (lv, n), v in r.values.items() if lv == "category" and n in STEP_PARTS
+                               and n != "host_gap") for r in runs.values()]))
+    out: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for key, xs in values.items():
+        x = np.array(xs + [0.0] * (len(runs) - len(xs)))
+        mean = float(np.mean(x))
+        klass = component_class(key[0], key[1], category[key])
+        scale = step if klass in STEP_SCALED else abs(mean)
+        # the model's between-run part: the runs' variance less what their own steps explain
+        between = np.sqrt(max(0.0, float(np.var(x, ddof=1)) - float(np.mean(within[key]))))
+        if klass in STEP_SCALED or abs(mean) >= 0.01 * step:
+            out[klass].append((between / scale, f"{key[0]}:{key[1][:40]}"))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db")
+    parser.add_argument("--runs", default=",".join(AA))
+    args = parser.parse_args()
+    names = args.runs.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        db = args.db
+        if db is None:
+            from typer.testing import CliRunner
+
+            from receipts.cli.main import app
+
+            db = str(Path(tmp) / "aa.duckdb")
+            result = CliRunner().invoke(app, ["--db", db, "ingest",
+                                              *(str(REPO / "tests" / "data" / "explain" / r) for r in names)])
+            if result.exit_code:
+                sys.exit(result.output)
+        measured = measure(db, names)
+    print(f"{len(names)} A/A runs; relative between-run sd of one run's value, components >= 1% of the step")
+    print(f"{'class':<8} {'n':>3} {'median':>7} {'largest':>8} {'shipped':>8}  largest at")
+    for klass in sorted(CALIBRATION.kappa_pct):
+        rows = sorted(measured.get(klass, []))
+        if not rows:
+            print(f"{klass:<8} {0:>3} {'-':>7} {'-':>8} {CALIBRATION.kappa_pct[klass]:>7.1f}%")
+            continue
+        rel = np.array([r for r, _ in rows])
+        print(f"{klass:<8} {len(rows):>3} {100 * np.median(rel):>6.2f}% {100 * rel.max():>7.2f}% "
+              f"{CALIBRATION.kappa_pct[klass]:>7.1f}%  {rows[-1][1]}")
+
+
+if __name__ == "__main__":
+    main()

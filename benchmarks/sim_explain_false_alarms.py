@@ -1,0 +1,137 @@
+"""Component false alarms of `receipts explain` on A/A lanes: simulated from the calibrated noise model, and counted
+on the real A/A runs. What docs/statistics.md quotes.
+
+    .venv/bin/python benchmarks/sim_explain_false_alarms.py [--lanes 400] [--seed 2026] [--real]
+
+Simulated lanes take their components from a real run (tests/data/explain base_1: its ~73 components at every
+level, their values, classes and step-to-step spreads), then draw every run of one configuration as
+
+    value = true value + between-run draw (sd kappa_class x value) + within-run draw (sd from the run's own steps)
+
+(the host gap's between-run sd a share of the step), so nothing changes between baseline and candidate; each lane is explained as `explain` does it (lane mode: n
+baseline runs against one candidate; pairwise: one against one). `--inflate F` draws the between-run part F times
+wider than the calibration says, to show how the rate degrades when a lane is noisier than calibrated. A false
+alarm is a component called changed. With --real, the six real A/A runs of tests/data/explain are also counted:
+every ordered pair pairwise, and each run against the other five as the lane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from receipts.analysis.explain import RunComponents, StepChange, Value, explain
+from receipts.analysis.explain_noise import CALIBRATION, STEP_SCALED, component_class
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data" / "explain"
+AA = [f"base_{i}" for i in range(1, 6)] + ["aa_1"]
+
+
+def _store(tmp: Path) -> str:
+    from typer.testing import CliRunner
+
+    from receipts.cli.main import app
+
+    db = str(tmp / "aa.duckdb")
+    result = CliRunner().invoke(app, ["--db", db, "ingest", *(str(DATA / r) for r in AA)])
+    if result.exit_code:
+        sys.exit(result.output)
+    return db
+
+
+def _template(db: str) -> RunComponents:
+    from receipts.analysis.explain_run import _runs
+    from receipts.store import open_store
+
+    with open_store(db, read_only=True) as store:
+        rid = store.resolve("base_1")
+        return _runs(store, [rid], {rid: "base_1"})[rid]
+
+
+def _draw(rng, template: RunComponents, name: str, inflate: float, step_ms: float) -> RunComponents:
+    values = {}
+    for key, v in template.values.items():
+        klass = component_class(key[0], key[1], v.category)
+        kappa = CALIBRATION.kappa_pct[klass] / 100.0 * inflate
+        scale = step_ms if klass in STEP_SCALED else abs(v.ms_per_step)
+        within = np.sqrt(v.step_var or 0.0)
+        x = v.ms_per_step + rng.normal(0.0, kappa * scale) + rng.normal(0.0, within)
+        values[key] = Value(float(x), v.calls_per_step, v.category, v.step_var)
+    return RunComponents(name, name, values)
+
+
+def simulate(template: RunComponents, *, n_a: int, lanes: int, seed: int, inflate: float) -> tuple[int, int, int]:
+    """(components named, components tested, comparisons with any named) over `lanes` A/A lanes."""
+    rng = np.random.default_rng(seed)
+    step_ms = sum(v.ms_per_step for (lv, n), v in template.values.items()
+                  if lv == "category" and n in ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle"))
+    step = StepChange("no change", step_ms, step_ms, "")
+    named = tested = any_named = 0
+    for _ in range(lanes):
+        base = [_draw(rng, template, f"a{i}", inflate, step_ms) for i in range(n_a)]
+        e = explain(base, [_draw(rng, template, "b", inflate, step_ms)], step=step,
+                    mode="pairwise" if n_a == 1 else "lane")
+        named += len(e.changed)
+        tested += e.family
+        any_named += bool(e.changed)
+    return named, tested, any_named
+
+
+def real(db: str) -> list[tuple[str, int, int, int]]:
+    from receipts.analysis.explain_run import explain_in_store
+    from receipts.store import open_store
+
+    out = []
+    with open_store(db, read_only=True) as store:
+        for label, pairs in (("pairwise, ordered pairs", list(itertools.permutations(AA, 2))),):
+            named = tested = hit = 0
+            for a, b in pairs:
+                e = explain_in_store(store, b, against=a, last=5).explanation
+                named, tested, hit = named + len(e.changed), tested + e.family, hit + bool(e.changed)
+            out.append((label, len(pairs), named, tested) + (hit,))
+        from receipts.analysis.explain import explain as explain_runs
+        from receipts.analysis.explain_run import _runs
+
+        ids = {store.resolve(r): r for r in AA}
+        runs = _runs(store, list(ids), ids)
+        named = tested = hit = 0
+        for rid in ids:  # each A/A run against the other five as the lane
+            base = [runs[i] for i in ids if i != rid]
+            e = explain_runs(base, [runs[rid]], step=StepChange("no change", 55.9, 55.9, ""), mode="lane")
+            named, tested, hit = named + len(e.changed), tested + e.family, hit + bool(e.changed)
+        out.append(("lane, one against the other five", len(ids), named, tested, hit))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lanes", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--inflate", type=float, default=1.0)
+    parser.add_argument("--real", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        db = _store(Path(tmp))
+        template = _template(db)
+        print(f"simulated A/A lanes from base_1's {len(template.values)} components, calibrated noise x{args.inflate:g}, "
+              f"{args.lanes} lanes each, seed {args.seed}")
+        print(f"{'baseline runs':>14} {'tests':>8} {'named':>6} {'rate':>9} {'lanes with any':>15}")
+        for n_a in (1, 2, 3, 5, 10):
+            named, tested, hit = simulate(template, n_a=n_a, lanes=args.lanes, seed=args.seed + n_a,
+                                          inflate=args.inflate)
+            print(f"{n_a:>14} {tested:>8} {named:>6} {named / tested:>9.2e} {hit:>8} / {args.lanes}")
+        if args.real:
+            print("\nreal A/A runs (tests/data/explain: base_1..5, aa_1)")
+            for label, comparisons, named, tested, hit in real(db):
+                print(f"  {label}: {comparisons} comparisons, {tested} component tests, {named} named, "
+                      f"{hit} comparisons with any")
+
+
+if __name__ == "__main__":
+    main()
