@@ -41,10 +41,9 @@ from typing import Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from receipts.analysis.explain_noise import (CALIBRATION, STEP_PARTS, Calibration, component_class, noise,
-                                            structural)
+from receipts.analysis.explain_noise import CALIBRATION, Calibration, component_class, noise, structural
 from receipts.analysis.stats import CONFIDENCE
-from receipts.schema.categories import DECOMPOSITION
+from receipts.schema.categories import DECOMPOSITION, STEP_PARTS
 from receipts.schema.kernel_names import canonical_kernel_name
 
 Level = Literal["category", "kernel", "nvtx", "rank"]

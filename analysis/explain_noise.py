@@ -45,7 +45,6 @@ from typing import Literal, Mapping
 
 import numpy as np
 
-from receipts.schema.categories import STEP_PARTS
 
 PRIOR_DF = 4  # degrees of freedom of the calibration prior (d0)
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from receipts.analysis.explain_noise import CALIBRATION, STEP_PARTS, STEP_SCALED, component_class
+from receipts.analysis.explain_noise import CALIBRATION, STEP_SCALED, component_class
+from receipts.schema.categories import STEP_PARTS
 
 REPO = Path(__file__).resolve().parents[1]
 AA = [f"base_{i}" for i in range(1, 6)] + ["aa_1"]

@@ -14,7 +14,7 @@ import pytest
 
 from cli_helpers import cli_json
 from receipts.analysis import components as comp
-from receipts.analysis.explain_noise import STEP_PARTS
+from receipts.schema.categories import STEP_PARTS
 
 AA = [f"base_{i}" for i in range(1, 6)] + ["aa_1"]
 GPU = Path(__file__).resolve().parent / "data" / "gpu"
