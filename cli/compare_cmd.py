@@ -11,10 +11,10 @@ from rich.markup import escape
 from receipts.analysis.compare import compare_in_store, to_json
 from receipts.analysis.explain_run import for_comparison
 from receipts.analysis.explain_run import to_json as explain_json
-from receipts.cli.context import EXIT_REFUSED, console, handle_errors, settings
+from receipts.cli.context import EXIT_REFUSED, console, err_console, handle_errors, settings
 from receipts.cli.output import chosen_format, emit_record, format_option
 from receipts.cli.explain_render import echo, text_lines
-from receipts.cli.render import ended_early_line, fmt_bytes, fmt_ms
+from receipts.cli.render import ended_early_line, fmt_bytes, fmt_ms, ratio_interval
 
 
 def register(app: typer.Typer) -> None:
@@ -46,8 +46,8 @@ def compare(
     else:
         _render(result)
         if why is not None:
-            echo(["", "why B differs (pairwise explain; receipts explain B --against tag:T uses the lane's noise):",
-                  *text_lines(why)[1:]])
+            echo(["", "why B differs (pairwise explain; against the lane's noise:",
+                  "  receipts explain B --against tag:T):", *text_lines(why)[1:]])
     if not result.comparable:
         raise typer.Exit(EXIT_REFUSED)
 
@@ -65,7 +65,7 @@ def _render_speed(c) -> None:
         if s.ended_early:
             console.prose(f"{label}: " + ended_early_line(s.run_name, s.ended_early))
     for warning in c.warnings:
-        console.prose(f"[yellow]warning:[/] {escape(warning)}")
+        err_console.prose(f"[yellow]warning:[/] {escape(warning)}")
     if not c.comparable:
         console.prose(f"[bold red]REFUSED[/] {escape(c.a.run_name)} ({c.a.id[:12]}) vs {escape(c.b.run_name)} ({c.b.id[:12]})")
         console.prose(escape(c.reason))
@@ -92,7 +92,7 @@ def _render_speed(c) -> None:
     if c.straggler:
         console.prose(f"  stragglers: {escape(c.straggler['note'])}")
     if c.tokens_ratio:
-        console.prose(f"  tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
+        console.prose("  tokens/s B/A " + ratio_interval(c.tokens_ratio.value, c.tokens_ratio.ci_low, c.tokens_ratio.ci_high))
     for kind, diffs in (c.drift or {}).items():
         if diffs:
             console.prose(f"  {kind} drift:")
@@ -112,7 +112,7 @@ def _render_verdict(c) -> None:
     if d is None:
         console.prose(f"  verdict: [{_VERDICT_STYLE['inconclusive']}]inconclusive[/]: {escape(c.reason)}")
         return
-    console.prose(f"  B/A median {c.a.series_unit} time {d.ratio:.4f} [{d.ci_low:.4f}, {d.ci_high:.4f}] "
+    console.prose(f"  B/A median {c.a.series_unit} time {ratio_interval(d.ratio, d.ci_low, d.ci_high)} "
                   f"({d.confidence:.0%}, run-to-run noise included)")
     console.prose(f"  verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]: {escape(d.why)}")
     console.prose(f"  ({escape(d.method)})")

@@ -98,8 +98,8 @@ RUN_COLUMNS = [
 
 
 def _render(h: LaneHistory) -> None:
-    console.print(f"[bold]lane[/] {escape(str(h.lane))}" + (f"  (tag {escape(h.tag)})" if h.tag else ""))
-    console.print(f"noise floor: {escape(h.floor.note)}")
+    console.prose(f"[bold]lane[/] {escape(str(h.lane))}" + (f"  (tag {escape(h.tag)})" if h.tag else ""))
+    console.prose(f"noise floor: {escape(h.floor.note)}")
     runs = [{"index": i, **r} for i, r in enumerate(to_json(h)["runs"], start=1)]
     columns = list(RUN_COLUMNS)
     if any(r.straggler_ranks for r in h.runs):

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from receipts.cli.context import console
+from receipts.cli.context import console, err_console
 from receipts.cli.output import Column
 
 
@@ -26,10 +26,39 @@ def fmt_bytes(value: int | None) -> str:
     return f"{value / 2**30:,.2f} GiB"
 
 
+# An interval wider than this factor (high / low) bounds nothing a reader can act on: t on 1 or 2 degrees of
+# freedom over a noisy floor gives B/A [0.16, 5.83]. It is said in words instead of printed as if it measured.
+UNBOUNDED_SPAN = 2.0
+
+
+def ratio_interval(value: float, low: float, high: float) -> str:
+    """`0.9546 [0.9410, 0.9684]`, or the ratio with "too few runs to bound this" when the interval spans more
+    than UNBOUNDED_SPAN."""
+    if low > 0 and high / low > UNBOUNDED_SPAN:
+        return f"{value:.4f} (too few runs to bound this: the interval spans {low:.2f} to {high:.2f})"
+    return f"{value:.4f} [{low:.4f}, {high:.4f}]"
+
+
 def ended_early_line(run_name: str, reason: str) -> str:
     """The flag a crashed or stopped run carries wherever it is shown: its numbers cover only part of a run."""
     return (f"[bold red]ENDED EARLY[/] {escape(run_name)}: {escape(reason)} "
             "(a crashed or stopped run: its figures cover only the steps it logged)")
+
+
+def excluded_text(s: dict[str, Any], unit: str) -> str:
+    """What the steady window left out, from its rule: the warm-up (by a phase marker or the leading slow steps)
+    and a cut-short last step, each only where the window excluded it."""
+    n, rule = s["warmup_steps"] or 0, s["window_rule"] or ""
+    if not n:
+        return f"no {unit} excluded"
+    parts = []
+    if s.get("warmup_last_step") is not None:
+        how = (f"the {rule.split(':', 1)[1].split('+')[0]} marker" if rule.startswith("marker:")
+               else f"its leading slow {unit}s")
+        parts.append(f"the warm-up through {unit} {s['warmup_last_step']} ({how})")
+    if "cut-short-tail" in rule:
+        parts.append(f"the cut-short last {unit}")
+    return f"{n} {unit}(s) outside it excluded: " + (" and ".join(parts) or f"{unit}s without a time")
 
 
 def list_json(r: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +146,7 @@ def render_report(r: dict[str, Any]) -> None:
     s = r["steady_state"]
     unit = r.get("series_unit") or "step"
     console.prose(escape(f"window: {unit}s {s['first_step']}..{s['last_step']} steady ({s['n_steps']} {unit}s), "
-                         f"{s['warmup_steps']} {unit}(s) outside it excluded (warm-up, a cut-short tail), rule {s['window_rule']}"))
+                         f"{excluded_text(s, unit)}, rule {s['window_rule']}"))
     cv = "-" if s["cv"] is None else f"{s['cv']:.1%}"
     console.prose(f"{unit} time: median {fmt_ms(s['median_step_ms'])}  p10 {fmt_ms(s['p10_step_ms'])}  "
                   f"p90 {fmt_ms(s['p90_step_ms'])}  CV {cv}")
@@ -146,7 +175,7 @@ def render_report(r: dict[str, Any]) -> None:
         forced = f"  [yellow](attached with --force despite: {escape(src['forced'])})[/]" if src.get("forced") else ""
         console.prose(escape(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}") + forced)
     for w in r["warnings"]:
-        console.prose(f"[yellow]warning:[/] {escape(w)}")
+        err_console.prose(f"[yellow]warning:[/] {escape(w)}")
 
 
 def _machine_origins(provenance: dict) -> str:
