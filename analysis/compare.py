@@ -196,7 +196,20 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
     sources = load_sources(store, [a_id, b_id])
     ga, gb = (geometry(sources[r.id], peak_allocated_bytes=r.peak_allocated_bytes,
                        peak_reserved_bytes=r.peak_reserved_bytes) for r in (a, b))
-    return replace(result, memory_drift=memory_drift(ga, gb))
+    return replace(result, memory_drift=memory_drift(ga, gb), drift=_with_telemetry(store, result.drift, a_id, b_id))
+
+
+def _with_telemetry(store: "Store", found: dict[str, tuple[Difference, ...]] | None, a_id: str, b_id: str
+                    ) -> dict[str, tuple[Difference, ...]] | None:
+    """The GPUs' telemetry differences (clocks, power limit, throttling, errors) as infrastructure drift (a refused
+    comparison has no drift: None stays None)."""
+    from receipts.analysis import telemetry
+
+    if found is None:
+        return None
+    stored = telemetry.load(store, [a_id, b_id])
+    rows = telemetry.drift(telemetry.summarise(stored.get(a_id, ())), telemetry.summarise(stored.get(b_id, ())))
+    return {**found, "infrastructure": tuple(found.get("infrastructure", ())) + tuple(Difference(*row) for row in rows)}
 
 
 def floor_json(f: NoiseFloor | None) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import polars as pl
 
 from receipts.analysis import components as comp
+from receipts.analysis import telemetry
 from receipts.analysis.check import CandidateCheck, parse_against, run_check
 from receipts.analysis.claims import TAG_PREFIX
 from receipts.analysis.compare import Comparison, compare_in_store
@@ -51,6 +52,7 @@ class ExplainResult:
     stragglers: tuple[int, ...] = ()  # ranks the candidate's own straggler analysis names
     formats: tuple[str, ...] = ()     # profile formats of the runs compared
     remedy: Remedy | None = None      # a refusal's way out: a profile to attach (to `remedy.receipt`, or each run)
+    clock: telemetry.ClockVerdict | None = None  # the candidate's GPUs at other clocks, and whether that is the change
 
     @property
     def exit_code(self) -> int:
@@ -97,7 +99,8 @@ def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequen
     result = explain([runs[i] for i in base_ids], [runs[c.receipt_id]], step=step, mode="lane", levels=levels)
     return ExplainResult(c.receipt_id, c.run_name, against, "lane", result, None, names,
                          tuple(names[i] for i in used if i not in base_ids), _stragglers(store, c.receipt_id),
-                         tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]})))
+                         tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]})),
+                         clock=_clock(store, base_ids, c.receipt_id, runs))
 
 
 def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Sequence[str] = LEVELS,
@@ -121,7 +124,17 @@ def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Seque
                       c.b.step_ms.median if c.b.step_ms else None, why)
     result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels)
     return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (),
-                         _stragglers(store, c.b.id), tuple(sorted({profiles[i]["source_format"] for i in names})))
+                         _stragglers(store, c.b.id), tuple(sorted({profiles[i]["source_format"] for i in names})),
+                         clock=_clock(store, [c.a.id], c.b.id, runs))
+
+
+def _clock(store: "Store", base_ids: Sequence[str], candidate: str, runs: Mapping[str, RunComponents]
+           ) -> telemetry.ClockVerdict | None:
+    """Whether the candidate's kernels are slower by its GPUs' SM clock ratio (analysis/telemetry.py)."""
+    stored = telemetry.load(store, [*base_ids, candidate])
+    base = [t for i in base_ids if (t := telemetry.summarise(stored.get(i, ()))) is not None]
+    return telemetry.clock_verdict(base, telemetry.summarise(stored.get(candidate, ())),
+                                   [runs[i].values for i in base_ids], [runs[candidate].values])
 
 
 def _format(profile: Mapping[str, Any] | None) -> str | None:
@@ -184,6 +197,7 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
         "levels": list(e.levels), "profile_formats": list(r.formats), "stragglers": list(r.stragglers),
         "explained_ms_per_step": e.explained_ms, "residual_ms_per_step": e.residual_ms,
         "components": [_component_json(c) for c in e.components],
+        "clock": asdict(r.clock) if r.clock else None,
     }
 
 

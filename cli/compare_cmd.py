@@ -97,7 +97,7 @@ def _render_speed(c) -> None:
         if diffs:
             console.prose(f"  {kind} drift:")
             for d in diffs:
-                console.prose(escape(f"    {d.field}: {d.a!r} -> {d.b!r}"))
+                console.prose(escape(f"    {d.field}: {d.a!r} -> {d.b!r}" + (f" ({d.note})" if d.note else "")))
         else:
             console.prose(f"  {kind} drift: none")
 

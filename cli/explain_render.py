@@ -80,6 +80,8 @@ def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
                    + (f" (without a profile, left out: {', '.join(r.unprofiled)})" if r.unprofiled else ""))
     lines += _wrap(f"noise: {e.noise_note}; Benjamini-Hochberg at {e.fdr:g}; a component is named from "
                    f"{e.min_effect_ms:.2f} ms per step")
+    if r.clock is not None:
+        lines += _wrap(f"GPU clocks: {r.clock.note}")
     if len(r.formats) > 1:
         lines += _wrap(f"profiles of different formats ({', '.join(r.formats)}): kernel names may differ")
     header = f"    {'component':<{_NAME}} {'baseline':>8} {'candidate':>9} {'delta':>8} {'share':>5} verdict"

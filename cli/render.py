@@ -162,6 +162,8 @@ def render_report(r: dict[str, Any]) -> None:
         from receipts.cli.memory_render import render_geometry
 
         render_geometry(r["memory_geometry"])
+    if r.get("telemetry"):
+        render_telemetry(r["telemetry"])
     if r["env"]:
         from rich.table import Table  # the report's table; `list --json` imports this module without it
 
@@ -176,6 +178,25 @@ def render_report(r: dict[str, Any]) -> None:
         console.prose(escape(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}") + forced)
     for w in r["warnings"]:
         err_console.prose(f"[yellow]warning:[/] {escape(w)}")
+
+
+def render_telemetry(t: dict[str, Any]) -> None:
+    """One line per rank of what NVML said while the run ran: clocks, power, temperature, what slowed the GPU."""
+    console.prose("GPU telemetry (NVML, medians over busy samples):")
+    for g in t["ranks"]:
+        def num(key: str, unit: str) -> str:
+            return "-" if g[key] is None else f"{g[key]:,.0f} {unit}"
+
+        spread = (f" ({g['sm_clock_min_mhz']:,.0f}-{g['sm_clock_max_mhz']:,.0f})"
+                  if g["sm_clock_min_mhz"] is not None and g["sm_clock_min_mhz"] != g["sm_clock_max_mhz"] else "")
+        slowed = ", ".join(f"{k} {v:.0%}" for k, v in g["throttle_share"].items() if k not in ("gpu_idle",)) or "none"
+        errors = (f"ECC +{g['ecc_uncorrected_added']}" if g["ecc_uncorrected_added"] is not None else "ECC -") + \
+            f", Xid {', '.join(map(str, g['xids'])) or 'none'}"
+        who = f"rank {g['rank']}" if g["rank"] is not None else f"GPU {g['gpu_index']}"
+        console.prose(escape(f"  {who}: SM {num('sm_clock_mhz', 'MHz')}{spread}, memory {num('mem_clock_mhz', 'MHz')}, "
+                             f"{num('power_w', 'W')} of {num('power_limit_w', 'W')}, {num('temperature_c', 'C')}, "
+                             f"busy {num('gpu_util_pct', '%')}; clocks held by: {slowed}; {errors} "
+                             f"({g['busy_samples']} busy of {g['samples']} samples every {g['interval_s']:g} s)"))
 
 
 def _machine_origins(provenance: dict) -> str:

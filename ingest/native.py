@@ -5,7 +5,7 @@ Version 1 records (field `v` = 1, field `kind`):
           software, topology, gpu_model, gpu_count, world_size, features, tags, started_at
   step    step, rank, step_ms, tokens_per_s, loss, mfu_pct, allocated_bytes, reserved_bytes
   phase   phase (compile|warmup|checkpoint|eval|...), first_step, last_step, rank, duration_ms
-  footer  rank, peak_allocated_bytes, peak_reserved_bytes, exit_code, ended_at
+  footer  rank, peak_allocated_bytes, peak_reserved_bytes, exit_code, ended_at, memory, telemetry
 Lines may carry a launcher prefix (`[rank3]: `, `[default0]:`); everything else in the log is left alone.
 The full specification is docs/receipt-format.md.
 """
@@ -22,6 +22,7 @@ from receipts.ingest import profiler
 from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
 from receipts.schema.memory import MemoryGeometry
+from receipts.schema.telemetry import GpuTelemetry, telemetry_of
 from receipts.schema.receipt_format import KINDS, LINE_PATTERN, SUPPORTED_VERSIONS, memory_of
 
 FORMAT = "receipt"
@@ -128,6 +129,7 @@ def parse(log: LogText) -> ParsedRun:
     open_phases: dict[tuple[str, object], int | None] = {}
     footers: list[dict] = []
     geometry: list[MemoryGeometry] = []
+    telemetry: list[GpuTelemetry] = []
     for line_no, payload in records.filter(~is_step).iter_rows():
         obj = _loads(log, line_no, payload)
         kind = obj["kind"]
@@ -152,6 +154,10 @@ def parse(log: LogText) -> ParsedRun:
                 raise InputError(log.path, f"RECEIPT footer: {exc}", line=line_no) from None
             if measured is not None:
                 geometry.append(_geometry(obj.get("rank"), measured))
+            try:
+                telemetry += telemetry_of(obj)
+            except ValueError as exc:
+                raise InputError(log.path, f"RECEIPT footer: {exc}", line=line_no) from None
 
     ended_early = _ended_early(log, cut_note=cut_short_note(log, last_line_parsed), headers=headers,
                                footers=footers, step_ranks=set(decoded["rank"].drop_nulls().to_list()))
@@ -186,6 +192,7 @@ def parse(log: LogText) -> ParsedRun:
         ended_early=ended_early,
         started_at=header.get("started_at"),
         memory_geometry=tuple(geometry),
+        telemetry=tuple(telemetry),
     )
 
 

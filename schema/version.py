@@ -6,7 +6,7 @@ every read command's start-up (`list`, `show`, `compare`, the gate)."""
 from __future__ import annotations
 
 # Bump with a migration (store/migrations) whenever a table changes.
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 # identity_history's columns, each recorded before and after a change of a receipt's claimed identity.
 IDENTITY_FIELDS = ("run_name", "tags_json", "raw_host_lineage", "host_lineage", "raw_preset", "preset_family",

@@ -24,8 +24,8 @@ from receipts.store.base import RETAG_COLUMNS, ReceiptRows, Store
 
 # Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export). Its
 # identity_history travels with it, so a receipt retagged before the push arrives with its audit trail.
-RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_summaries", "receipt_sources",
-                  "identity_history", "memory_sources", "memory_ranks", "memory_categories")
+RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_telemetry", "receipt_summaries",
+                  "receipt_sources", "identity_history", "memory_sources", "memory_ranks", "memory_categories")
 ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels", "anatomy_step_kernels",
                   "receipt_components")
 

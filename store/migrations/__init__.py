@@ -32,7 +32,7 @@ from receipts.store.urls import is_server_url
 REVISION_MODULES = ("v0001_initial", "v0002_lookup_indexes", "v0003_identity_lifecycle", "v0004_gpu_counts",
                     "v0005_stragglers", "v0006_receipt_summaries", "v0007_anatomy_kernels",
                     "v0008_duckdb_steps_without_art_index", "v0009_receipt_components",
-                    "v0010_memory_geometry", "v0011_run_order", "v0012_step_kernels")
+                    "v0010_memory_geometry", "v0011_run_order", "v0012_step_kernels", "v0013_receipt_telemetry")
 
 # pg_advisory_xact_lock key ('rcpt' in ASCII): serialises concurrent `init`/`upgrade`, which would otherwise race
 # on CREATE TABLE IF NOT EXISTS.
