@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import polars as pl
 
+from receipts.analysis.commits import CommitRange, between
 from receipts.analysis.changepoint import MAX_PVALUE, MIN_MAGNITUDE, ChangePoint, change_points
 from receipts.analysis.lanes import Lane, floors_from_runs, lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor
@@ -64,6 +65,12 @@ class LaneHistory:
     runs: tuple[HistoryRun, ...]
     change_points: tuple[ChangePoint, ...]  # indices into the runs that have a median
     method: str
+
+    def commits(self, point: ChangePoint) -> CommitRange:
+        """The last good and first bad runs around a change point, and the commits between them."""
+        timed = [r for r in self.runs if r.median_step_ms]
+        good, bad = timed[point.index - 1], timed[point.index]
+        return between(good.run_name, good.git_rev, bad.run_name, bad.git_rev)
 
     @property
     def order(self) -> str:

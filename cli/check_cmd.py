@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 
 from receipts.analysis.check import DEFAULT_LAST, CandidateCheck, CheckResult, PooledCheck, run_check
+from receipts.analysis.commits import to_json as commits_json
 from receipts.analysis.compare import floor_json
 from receipts.analysis.explain_run import ExplainResult, for_check
 from receipts.analysis.verdict import VerdictResult
@@ -233,6 +234,8 @@ def to_json(result: CheckResult) -> dict[str, Any]:
             },
             "drift": {k: [{"field": d.field, "a": d.a, "b": d.b} for d in v] for k, v in c.drift.items()},
             "ended_early": c.ended_early,
+            "git_rev": c.git_rev,
+            "commits": commits_json(c.commits) if c.verdict is not None and c.commits is not None else None,
         }
     def pooled(p: PooledCheck) -> dict[str, Any]:
         v = p.verdict
@@ -310,6 +313,8 @@ def to_markdown(result: CheckResult, why: dict[str, ExplainResult] | None = None
         if c.verdict:
             detail += f"{c.median_step_ms:.3f} ms, {_md(ratio_text(c))}; "
         detail += _md(c.message) + f"; drift: {_md(drift_text(c))}"
+        if c.verdict is not None and c.commits is not None:
+            detail += f"; {_md(c.commits.note)}"
         if c.ended_early:
             detail += f"; **ended early**: {_md(c.ended_early)}"
         lines.append(detail)
