@@ -110,6 +110,15 @@ def test_show_compare_and_explain_read_the_telemetry(store):
     assert why["clock"]["every_kernel"] is False and 0 < why["clock"]["within"] < why["clock"]["kernels"]
 
 
+def test_the_in_training_recorder_samples_its_own_gpu():
+    """receipts.capture outside `receipts run`: its footer carries its rank's GPU (tests/data/telemetry/recorder)."""
+    from receipts.pipeline import parse_log
+
+    (t,) = parse_log(DATA.parent / "recorder" / "run.log").telemetry
+    assert (t.rank, t.gpu_name, t.samples, t.busy_samples) == (0, "NVIDIA H200", 73, 66)
+    assert (t.sm_clock_mhz, t.power_limit_w, t.throttle_share) == (1717.5, 700.0, {"sw_power_cap": 1.0})
+
+
 def test_drift_needs_telemetry_on_both_sides_and_a_moved_clock():
     (t,) = telemetry_of(_footer())
     run = telemetry.summarise([t])
