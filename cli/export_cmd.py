@@ -7,8 +7,9 @@ from datetime import datetime
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
-from receipts.analysis.export import exported_runs, to_bmf, to_pytorch_v3
+from receipts.analysis.export import exported_runs, selection, to_bmf, to_pytorch_v3
 from receipts.cli.context import err_console, handle_errors, print_json, settings
 from receipts.errors import UsageError
 
@@ -25,16 +26,21 @@ def export(
     fmt: str = typer.Option(..., "--format", metavar="bmf|pytorch-v3",
                             help="bmf: Bencher Metric Format, one benchmark per lane (its newest run); pytorch-v3: "
                                  "PyTorch's benchmark v3 records, one per lane and measure, a value per run."),
-    lane: Optional[str] = typer.Option(None, "--lane", help="Only lanes whose host lineage, preset or regime "
-                                                            "contains this."),
+    lane: Optional[str] = typer.Option(None, "--lane", help="One lane, written 'HOST_LINEAGE PRESET_FAMILY "
+                                                            "LAUNCH_REGIME'; or text the lanes' host lineage, preset or "
+                                                            "regime contains."),
+    tag: Optional[str] = typer.Option(None, "--tag", help="Only runs carrying this lineage tag (e.g. main), as check's "
+                                                          "--against tag:T selects a baseline."),
+    last: Optional[int] = typer.Option(None, "--last", min=1, help="Only each lane's N most recent selected runs."),
     since: Optional[str] = typer.Option(None, "--since", help="Only runs started (else ingested) at or after this "
                                                               "date or time (ISO 8601, e.g. 2026-11-20 or "
                                                               "2026-11-20T10:00:00Z; UTC when no zone)."),
 ) -> None:
     """Export steady-state step time, tokens/s, peak allocated memory and exposed communication, with the
-    runs' intervals, as Bencher Metric Format or PyTorch benchmark v3 JSON.
+    runs' intervals, as Bencher Metric Format or PyTorch benchmark v3 JSON; which runs each benchmark holds is
+    said on stderr (v3 records keep a lane's runs of different tags apart).
 
-    Example: receipts export --format bmf --since 2026-11-20 > results.json && bencher run --file results.json --adapter json
+    Example: receipts export --format bmf --tag main --since 2026-11-20 > results.json && bencher run --file results.json --adapter json
     """
     fmt = fmt.lower()
     if fmt not in EXPORT_FORMATS:
@@ -47,8 +53,10 @@ def export(
             raise UsageError(f"--since {since!r}: expected an ISO 8601 date or time, e.g. 2026-11-20 or "
                              "2026-11-20T10:00:00Z") from None
     with settings(ctx).read_store() as store:
-        runs = exported_runs(store, lane=lane, since=when)
+        runs = exported_runs(store, lane=lane, since=when, tag=tag, last=last)
     if not runs:
         err_console.print("no current receipt with a full identity matches (rumors have no lane and are not "
                           "exported)")
+    for line in selection(runs, fmt):
+        err_console.prose(f"exported {escape(line)}")
     print_json(to_bmf(runs) if fmt == "bmf" else to_pytorch_v3(runs))
