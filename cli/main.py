@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("gate_cmd", "gate"),
     "check": ("check_cmd", "check"),
     "export": ("export_cmd", "export"),
+    "report": ("report_cmd", "report"),
     "run": ("run_cmd", "run"),
     "preflight": ("preflight_cmd", "preflight"),
     "estimate": ("estimate_cmd", "estimate"),
@@ -51,7 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 # Command modules, each with register(app). Listed here so the layout shows every command.
 COMMAND_MODULES = ("ingest_cmd", "read_cmds", "retag_cmd", "compare_cmd", "explain_cmd", "history_cmd", "anatomy_cmd",
-                   "stragglers_cmd", "gate_cmd", "check_cmd", "export_cmd",
+                   "stragglers_cmd", "gate_cmd", "check_cmd", "export_cmd", "report_cmd",
                    "run_cmd", "preflight_cmd", "estimate_cmd", "dashboard_cmd", "db_cmds")
 # A module listed in COMMAND_MODULES without a COMMANDS entry is imported whenever the command list is
 # needed: it works, only start-up pays for it (tests/test_packaging.py fails until the entry is added).
