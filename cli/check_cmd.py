@@ -170,7 +170,7 @@ def _render(result: CheckResult) -> None:
         if c.verdict:
             console.prose("  " + escape(f"step time {c.median_step_ms:.3f} ms vs baseline: {ratio_text(c)}"))
         console.prose("  " + escape(c.message))
-        if c.baseline:
+        if c.baseline and c.baseline.runs:  # no tagged run at all: the message says so (and any did-you-mean)
             console.prose("  baseline: " + escape(baseline_text(c)))
             for r in c.baseline.excluded:
                 console.prose("    excluded " + escape(f"{r.run_name}: {r.excluded}"))
@@ -288,7 +288,7 @@ def to_markdown(result: CheckResult, why: dict[str, ExplainResult] | None = None
     lanes = list(dict.fromkeys(c.lane for c in result.candidates))
     for lane in lanes:
         group = [c for c in result.candidates if c.lane == lane]
-        first = next((c for c in group if c.baseline), None)
+        first = next((c for c in group if c.baseline and c.baseline.runs), None)
         if lane is None:
             lines.append("**no lane** (incomplete identity: a rumor, never compared)")
         else:
@@ -319,7 +319,7 @@ def to_markdown(result: CheckResult, why: dict[str, ExplainResult] | None = None
             detail += f"; **ended early**: {_md(c.ended_early)}"
         lines.append(detail)
     for lane in lanes:
-        first = next((c for c in result.candidates if c.lane == lane and c.baseline), None)
+        first = next((c for c in result.candidates if c.lane == lane and c.baseline and c.baseline.runs), None)
         if first and first.baseline:
             b = first.baseline
             lines.append(f"- baseline of {_md(lane)}: {_md(baseline_text(first))}"
