@@ -150,8 +150,16 @@ def test_a_snapshot_needs_attach_and_attaches_once(store, tmp_path):
 
 
 def test_push_carries_the_geometry(store, tmp_path):
+    import duckdb
+
+    with duckdb.connect(store, read_only=True) as con:
+        snapshots = con.sql("SELECT count(*) FROM memory_sources WHERE kind = 'snapshot'").fetchone()[0]
     target = str(tmp_path / "target.duckdb")
-    assert cli(store, "push", "--to", target).exit_code == 0
+    code, pushed = cli_json(store, "push", "--to", target)
+    assert code == 0 and snapshots >= 6  # two ranks' snapshots with each of the three runs
+    assert pushed["memory_kinds"] == {"snapshot": snapshots} and pushed["memory_copied"] == snapshots
+    again = cli(store, "push", "--to", str(tmp_path / "again.duckdb"))
+    assert f"; {snapshots} memory snapshots copied;" in " ".join(again.stdout.split())
     here = cli_json(store, "show", "adamw_2gpu")[1]["memory_geometry"]
     there = cli_json(target, "show", "adamw_2gpu")[1]["memory_geometry"]
     assert there == here
