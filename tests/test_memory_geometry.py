@@ -197,3 +197,26 @@ def test_postgres_store_holds_the_same_geometry(tmp_path, pg_url):
         assert not cli_json(db, *estimate)[1]["attached"]["created"]
     assert cli_json(pg_url, "show", "sgd_2gpu")[1]["memory_geometry"] == \
         cli_json(duck, "show", "sgd_2gpu")[1]["memory_geometry"]
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("pickle0", "a pickle in protocol 0 or 1, not a PyTorch memory snapshot"),
+    ("pickle1", "a pickle in protocol 0 or 1, not a PyTorch memory snapshot"),
+    ("json", "a JSON document without traceEvents, not a PyTorch profiler trace"),
+    ("log", "a training log"),
+])
+def test_attach_names_what_a_file_it_cannot_take_is(store, tmp_path, kind, said):
+    """The real snapshot's contents written as an old pickle, or as JSON; a real log: each refused as what it is."""
+    import gzip
+    import pickle
+
+    snapshot = pickle.loads(gzip.decompress((DATA / "sgd_2gpu" / "snapshot" / "rank0.pickle.gz").read_bytes()))
+    path = tmp_path / f"rank0.{kind}"
+    if kind.startswith("pickle"):
+        path.write_bytes(pickle.dumps({"segments": snapshot["segments"][:2]}, protocol=int(kind[-1])))
+    elif kind == "json":
+        path.write_text(json.dumps({"segments": len(snapshot["segments"]), "device_traces": []}))
+    else:
+        path.write_bytes((DATA / "sgd_2gpu" / "run.log").read_bytes())
+    result = cli(store, "ingest", str(path), "--attach", "sgd_2gpu")
+    assert result.exit_code == 2 and f"this looks like {said}" in " ".join(result.stderr.split()), result.stderr
