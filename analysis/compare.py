@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from receipts.analysis.lanes import lane_floors, lane_of
+from receipts.analysis.listing import series_headline
 from receipts.analysis.noise import NoiseFloor, default_floor
 from receipts.analysis.record import StoredReceipt
 from receipts.analysis.stats import RatioCI, RunInterval, Summary
@@ -52,6 +53,7 @@ class RunSummary:
     interval: RunInterval | None = None         # steady-state median step time, moving-block bootstrap
     tokens_interval: RunInterval | None = None  # the same for tokens/s
     series_unit: str = "step"                   # what one point of the series is (MLPerf: epoch / block)
+    time_to_train_s: float | None = None        # an MLPerf result's headline: run_start -> run_stop
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ def _summary(r: StoredReceipt, *, intervals: bool = False) -> RunSummary:
                       r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early,
                       r.step_interval if intervals else None,
                       r.tokens_interval if intervals else None,
-                      r.provenance.get("step_unit") or "step")
+                      r.provenance.get("step_unit") or "step", series_headline(r.provenance)["time_to_train_s"])
 
 
 def identity_differences(a: StoredReceipt, b: StoredReceipt) -> tuple[Difference, ...]:
@@ -243,7 +245,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
                 "interval": interval_json(s.interval),
             },
             "memory": {"peak_allocated_bytes": s.peak_allocated_bytes, "peak_reserved_bytes": s.peak_reserved_bytes},
-            "ended_early": s.ended_early,
+            "ended_early": s.ended_early, "time_to_train_s": s.time_to_train_s, "series_unit": s.series_unit,
         }
 
     def ci(r: RatioCI | None, metric: str) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ from receipts.analysis.explain_run import to_json as explain_json
 from receipts.cli.context import EXIT_REFUSED, console, err_console, handle_errors, settings
 from receipts.cli.output import chosen_format, emit_record, format_option
 from receipts.cli.explain_render import echo, text_lines
-from receipts.cli.render import ended_early_line, fmt_bytes, fmt_ms, ratio_interval
+from receipts.cli.render import ended_early_line, fmt_bytes, fmt_duration, fmt_ms, ratio_interval
 
 
 def register(app: typer.Typer) -> None:
@@ -75,6 +75,12 @@ def _render_speed(c) -> None:
             console.prose(f"  · {escape(note)}")
         return
     console.prose(f"[bold]{escape(c.b.run_name)}[/] vs baseline [bold]{escape(c.a.run_name)}[/]: same lane")
+    if c.a.time_to_train_s and c.b.time_to_train_s:
+        # MLPerf's headline: one number per run, no interval; the verdict below judges the series behind it
+        ratio = c.b.time_to_train_s / c.a.time_to_train_s
+        console.prose(f"  [bold]time to train[/]: A {fmt_duration(c.a.time_to_train_s)}, B "
+                      f"{fmt_duration(c.b.time_to_train_s)}: B/A {ratio:.4f} ({ratio - 1:+.2%}; run_start -> "
+                      f"run_stop, one value per run: its noise is judged through the {c.a.series_unit} times below)")
     for label, s in (("A", c.a), ("B", c.b)):
         st = s.step_ms
         if st:
@@ -86,8 +92,9 @@ def _render_speed(c) -> None:
         else:
             console.prose(escape(f"  {label} {s.run_name}: no steady-state steps"))
         if s.interval:
+            n = s.interval.block_length
             console.prose(f"    median {s.interval.median:,.3f} ms [{s.interval.ci_low:,.3f}, {s.interval.ci_high:,.3f}] "
-                          f"({s.interval.confidence:.0%}, moving blocks of {s.interval.block_length} steps)")
+                          f"({s.interval.confidence:.0%}, moving blocks of {n} {s.series_unit}{'s' if n != 1 else ''})")
     _render_verdict(c)
     if c.straggler:
         console.prose(f"  stragglers: {escape(c.straggler['note'])}")

@@ -11,7 +11,10 @@ from receipts.cli.output import Column
 
 
 def fmt_ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.2f} ms"
+    """Milliseconds as a person reads them: `56.47 ms`; from 10 s up (an MLPerf block, an epoch) in seconds."""
+    if value is None:
+        return "-"
+    return f"{value / 1000:,.2f} s" if abs(value) >= 10_000 else f"{value:,.2f} ms"
 
 
 def fmt_duration(seconds: float | None) -> str:
