@@ -110,7 +110,8 @@ def drift(a: StoredReceipt, b: StoredReceipt) -> dict[str, tuple[Difference, ...
     soft_b = {"profiler": "none", **{k: v for k, v in b.software.items() if k not in INFRA_SOFTWARE}}
     infra: list[Difference] = []
     for name in ("machine_class", "gpu_model", "gpu_count", "world_size"):
-        if getattr(a, name) != getattr(b, name):
+        # a fact one side never stated (a log that names no GPU) is unknown there, not a different machine
+        if getattr(a, name) != getattr(b, name) and getattr(a, name) is not None and getattr(b, name) is not None:
             infra.append(Difference(name, getattr(a, name), getattr(b, name)))
     infra += _dict_diff("software", {k: a.software[k] for k in a.software if k in INFRA_SOFTWARE},
                         {k: b.software[k] for k in b.software if k in INFRA_SOFTWARE})
