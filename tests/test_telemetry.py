@@ -110,6 +110,23 @@ def test_show_compare_and_explain_read_the_telemetry(store):
     assert why["clock"]["every_kernel"] is False and 0 < why["clock"]["within"] < why["clock"]["kernels"]
 
 
+@pytest.mark.slow
+def test_the_dashboard_shows_the_telemetry_and_its_drift(store, monkeypatch):
+    from dashboard_store import _app, _no_exception
+
+    from receipts.store import open_store
+
+    with open_store(store, read_only=True) as s:
+        a, b = s.resolve("recorded"), s.resolve("throttled")
+    at = _app(store, monkeypatch, view="receipt", id=b)
+    _no_exception(at)
+    table = next(f.value for f in at.dataframe if "clocks held by" in f.value.columns)
+    assert table.iloc[0]["SM clock (MHz)"] == round(1680 * RATIO) and "hw_slowdown 100%" in table.iloc[0]["clocks held by"]
+    at = _app(store, monkeypatch, view="compare", a=a, b=b)
+    _no_exception(at)
+    assert any("gpu_sm_clock_mhz" in f.value.get("field", []).tolist() for f in at.dataframe if "field" in f.value)
+
+
 def test_the_in_training_recorder_samples_its_own_gpu():
     """receipts.capture outside `receipts run`: its footer carries its rank's GPU (tests/data/telemetry/recorder)."""
     from receipts.pipeline import parse_log
