@@ -24,12 +24,11 @@ Map(String, String) requires.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
-from receipts.analysis.lanes import Lane, lane_of
+from receipts.analysis.lanes import Lane, lane_named, lane_of
 from receipts.analysis.listing import receipt_list
 from receipts.analysis.record import StoredReceipt, load_many
 
@@ -75,10 +74,10 @@ def exported_runs(store: "Store", *, lane: str | None = None, since: datetime | 
     measures; selected as `check` selects a baseline: carrying `tag`, the `last` most recent of each lane. `lane`:
     a lane written 'HOST_LINEAGE PRESET_FAMILY LAUNCH_REGIME' (as `history` takes it), else text its host lineage,
     preset or regime contains; `since`: run at or after."""
-    exact = _lane_words(lane)
+    exact = lane_named(lane)
     rows = [r for r in receipt_list(store, lane=None if exact else lane) if r["identity_complete"]]
     if exact:
-        rows = [r for r in rows if (r["host_lineage"], r["preset_family"], r["launch_regime"]) == exact]
+        rows = [r for r in rows if Lane(r["host_lineage"], r["preset_family"], r["launch_regime"]) == exact]
     if tag is not None:
         rows = [r for r in rows if tag in (r["tags"] or ())]
     if since is not None:
@@ -100,11 +99,6 @@ def exported_runs(store: "Store", *, lane: str | None = None, since: datetime | 
             continue
         out.append(RunExport(rec, run_lane, _parse(_date(r)).isoformat(), _measures(store, rec)))
     return out
-
-
-def _lane_words(text: str | None) -> tuple[str, str, str] | None:
-    parts = [p for p in re.split(r"\s*·\s*|\s+", (text or "").strip()) if p]
-    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
 
 
 def selection(runs: Sequence[RunExport], fmt: str) -> list[str]:

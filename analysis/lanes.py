@@ -7,6 +7,8 @@ tag, optionally the most recent N (sql/lane_runs.sql).
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
@@ -31,6 +33,16 @@ class Lane:
     def as_dict(self) -> dict[str, str]:
         return {"host_lineage": self.host_lineage, "preset_family": self.preset_family,
                 "launch_regime": self.launch_regime}
+
+
+_LANE_SPLIT = re.compile(r"\s*·\s*|\s+")
+
+
+def lane_named(text: str | None) -> Lane | None:
+    """A lane written 'HOST PRESET REGIME' (separated by spaces or ' · ', as `list` and the dashboard write lanes);
+    None for text that is not three words."""
+    parts = [p for p in _LANE_SPLIT.split((text or "").strip()) if p]
+    return Lane(*parts) if len(parts) == 3 else None
 
 
 def lane_of(receipt) -> Lane | None:

@@ -14,7 +14,7 @@ Each item carries the dashboard query that shows it (`receipts dashboard`, then 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -22,10 +22,9 @@ from urllib.parse import urlencode
 from receipts.analysis.check import parse_against, run_check
 from receipts.analysis.commits import CommitRange
 from receipts.analysis.commits import to_json as commits_json
-from receipts.analysis.history import history, steady_intervals
-from receipts.analysis.lanes import Lane, floors_from_runs, lane_runs
+from receipts.analysis.history import LaneHistory, read_history
+from receipts.analysis.lanes import Lane
 from receipts.analysis.listing import receipt_list
-from receipts.analysis.noise import FLOOR_WINDOW
 from receipts.errors import UsageError
 
 if TYPE_CHECKING:
@@ -125,36 +124,30 @@ def period_report(store: "Store", *, since: datetime, until: datetime, against: 
     before = since - (until - since)
     lanes = sorted({Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])
                     for r in receipt_list(store) if r["identity_complete"]}, key=str)
-    rows = lane_runs(store, lanes) if lanes else None
     reports: list[LaneReport] = []
     candidates: dict[str, tuple[Lane, str]] = {}  # receipt id -> its lane and run date
     for lane in lanes:
-        mine = rows.filter((rows["host_lineage"] == lane.host_lineage) & (rows["preset_family"] == lane.preset_family)
-                           & (rows["launch_regime"] == lane.launch_regime))  # type: ignore[union-attr]
-        dated = [(r, _utc(r["run_date"])) for r in mine.iter_rows(named=True)]
+        h = read_history(store, lane)
+        dated = [(r, _utc(r.run_date)) for r in h.runs]
         now = [r for r, d in dated if d is not None and since <= d < until]
         earlier = [r for r, d in dated if d is not None and before <= d < since]
         if not now and not earlier:
             continue
-        newest = dated[-1][0] if dated else None
-        changes = _change_points(store, lane, mine, since, until) if now else ()
+        newest = h.runs[-1]
         for r in now:
-            if tag not in (r["tags"] or ()):
-                candidates[r["receipt_id"]] = (lane, _iso(r["run_date"]) or "")
-        reports.append(LaneReport(lane, len(now), newest["run_name"] if newest else None,
-                                  _iso(newest["run_date"]) if newest else None, changes, stopped=not now,
+            if tag not in r.tags:
+                candidates[r.id] = (lane, _iso(r.run_date) or "")
+        reports.append(LaneReport(lane, len(now), newest.run_name, _iso(newest.run_date),
+                                  _change_points(h, since, until) if now else (), stopped=not now,
                                   link=lane_link(lane)))
     regressions, notes, checked = _regressions(store, candidates, against=against, last=last)
-    out = [LaneReport(r.lane, r.runs_in_period, r.last_run, r.last_run_date, r.change_points,
-                      regressions.get(r.lane, ()), checked.get(r.lane, 0), notes.get(r.lane), r.stopped, r.link)
-           for r in reports]
+    out = [replace(r, regressions=regressions.get(r.lane, ()), checked=checked.get(r.lane, 0),
+                   baseline_note=notes.get(r.lane)) for r in reports]
     return PeriodReport(since, until, against, tuple(out))
 
 
-def _change_points(store: "Store", lane: Lane, rows, since: datetime, until: datetime) -> tuple[ChangeItem, ...]:
-    ids = rows["receipt_id"].to_list()
-    floor = floors_from_runs(rows.tail(FLOOR_WINDOW), [lane])[lane]
-    h = history(lane, rows, steady_intervals(store, ids), floor)
+def _change_points(h: LaneHistory, since: datetime, until: datetime) -> tuple[ChangeItem, ...]:
+    """The lane's change points whose first bad run ran in the period."""
     timed = [r for r in h.runs if r.median_step_ms]
     out = []
     for c in h.change_points:
