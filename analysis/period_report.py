@@ -95,10 +95,13 @@ class PeriodReport:
     lanes: tuple[LaneReport, ...] = field(default_factory=tuple)
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
+def _as_utc(value: datetime) -> datetime:
+    """A stored run date (UTC, naive) or a given time (any zone) as an aware UTC time."""
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else _as_utc(value)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -117,8 +120,7 @@ def period_report(store: "Store", *, since: datetime, until: datetime, against: 
                   last: int = 10) -> PeriodReport:
     """Every lane with a run in this period or the one of the same length before it, as described above."""
     tag = parse_against(against)
-    since, until = _utc(since), _utc(until)
-    assert since is not None and until is not None
+    since, until = _as_utc(since), _as_utc(until)
     if since >= until:
         raise UsageError(f"the period is empty: --since {_iso(since)} is not before {_iso(until)}", option="since")
     before = since - (until - since)

@@ -250,9 +250,9 @@ def _xid_events(nvml: Any, handles: list) -> Any:
     return events
 
 
-def _drain_xids(nvml: Any, events: Any) -> dict[str, list[int]]:
+def _drain_xids(nvml: Any, events: Any) -> dict[str | None, list[int]]:
     """The Xids waiting in the event set, by GPU UUID; never blocks (a 0 ms wait)."""
-    found: dict[str, list[int]] = {}
+    found: dict[str | None, list[int]] = {}
     if events is None:
         return found
     while True:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import polars as pl
 
 # Whole names that read better said otherwise; everything else is worded by header().
@@ -46,11 +48,17 @@ def blank_unknown(frame: pl.DataFrame, formats: dict[str, str] | None = None) ->
         elif dtype == pl.Utf8:
             out.append(col.fill_null("—"))
         elif dtype.is_numeric():
-            fmt = formats.get(name, "%.3f" if dtype.is_float() else "%d")
-            out.append(col.map_elements(lambda v, f=fmt: f % v, return_dtype=pl.Utf8).fill_null("—").alias(name))
+            out.append(col.map_elements(_formatter(formats.get(name, "%.3f" if dtype.is_float() else "%d")),
+                                        return_dtype=pl.Utf8).fill_null("—").alias(name))
         else:
             out.append(col.cast(pl.Utf8).fill_null("—"))
     return frame.select(out)
+
+
+def _formatter(fmt: str) -> Callable[[object], str]:
+    def text(value: object) -> str:
+        return fmt % value
+    return text
 
 
 def number_config(frame: pl.DataFrame, config: dict) -> dict:
