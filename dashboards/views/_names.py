@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 import polars as pl
 
 # Whole names that read better said otherwise; everything else is worded by header().
@@ -40,25 +38,17 @@ def blank_unknown(frame: pl.DataFrame, formats: dict[str, str] | None = None) ->
     nulls filled; a number column with nulls turned into text, each value with its printf `formats` entry (else
     `%.3f` for floats, `%d` for integers). Columns without nulls stay numbers (sortable, formatted by the view)."""
     formats = formats or {}
-    out = []
+    columns = {}
     for name, dtype in frame.schema.items():
-        col = pl.col(name)
-        if frame[name].null_count() == 0:
-            out.append(col)
-        elif dtype == pl.Utf8:
-            out.append(col.fill_null("—"))
-        elif dtype.is_numeric():
-            out.append(col.map_elements(_formatter(formats.get(name, "%.3f" if dtype.is_float() else "%d")),
-                                        return_dtype=pl.Utf8).fill_null("—").alias(name))
+        column = frame[name]
+        if column.null_count() == 0:
+            columns[name] = column
+        elif dtype.is_numeric():  # a display table's few rows: formatted one by one
+            fmt = formats.get(name, "%.3f" if dtype.is_float() else "%d")
+            columns[name] = pl.Series(name, ["—" if v is None else fmt % v for v in column.to_list()], dtype=pl.Utf8)
         else:
-            out.append(col.cast(pl.Utf8).fill_null("—"))
-    return frame.select(out)
-
-
-def _formatter(fmt: str) -> Callable[[object], str]:
-    def text(value: object) -> str:
-        return fmt % value
-    return text
+            columns[name] = column.cast(pl.Utf8).fill_null("—")
+    return pl.DataFrame(columns)
 
 
 def number_config(frame: pl.DataFrame, config: dict) -> dict:
