@@ -42,8 +42,8 @@ def parse_since(text: str, *, until: datetime) -> datetime:
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"--since {text!r}: expected a span (7d, 24h, 2w) or an ISO 8601 date or time, e.g. "
-                         "2026-11-20", option="since") from None
+        raise UsageError(f"{text!r}: expected a span (7d, 24h, 2w) or an ISO 8601 date or time, e.g. 2026-11-20",
+                         option="since") from None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
@@ -122,7 +122,8 @@ def period_report(store: "Store", *, since: datetime, until: datetime, against: 
     tag = parse_against(against)
     since, until = _as_utc(since), _as_utc(until)
     if since >= until:
-        raise UsageError(f"the period is empty: --since {_iso(since)} is not before {_iso(until)}", option="since")
+        raise UsageError(f"{_iso(since)} is not before the period's end {_iso(until)}: the period is empty",
+                         option="since")
     before = since - (until - since)
     lanes = sorted({Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])
                     for r in receipt_list(store) if r["identity_complete"]}, key=str)

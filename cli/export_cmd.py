@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from receipts.analysis.check import tag_hint
 from receipts.analysis.export import exported_runs, selection, to_bmf, to_pytorch_v3
 from receipts.cli.context import err_console, handle_errors, print_json, settings
 from receipts.errors import UsageError
@@ -54,9 +55,10 @@ def export(
                              "2026-11-20T10:00:00Z") from None
     with settings(ctx).read_store() as store:
         runs = exported_runs(store, lane=lane, since=when, tag=tag, last=last)
+        hint = tag_hint(store, tag) if tag is not None and not runs else None
     if not runs:
-        err_console.print("no current receipt with a full identity matches (rumors have no lane and are not "
-                          "exported)")
+        err_console.prose("no current receipt with a full identity matches (rumors have no lane and are not "
+                          "exported)" + (f"; no current receipt carries the tag {tag!r}: {hint}" if hint else ""))
     for line in selection(runs, fmt):
         err_console.prose(f"exported {escape(line)}")
     print_json(to_bmf(runs) if fmt == "bmf" else to_pytorch_v3(runs))

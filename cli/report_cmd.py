@@ -41,13 +41,13 @@ def report(
     """
     fmt = "json" if as_json else fmt.lower()
     if fmt not in ("markdown", "json"):
-        raise UsageError(f"--format must be markdown or json (got {fmt!r})", option="format")
+        raise UsageError(f"{fmt!r}: expected markdown or json", option="format")
     end = datetime.now(timezone.utc)
     if until is not None:
         try:
             end = datetime.fromisoformat(until.replace("Z", "+00:00"))
         except ValueError:
-            raise UsageError(f"--until {until!r}: expected an ISO 8601 date or time", option="until") from None
+            raise UsageError(f"{until!r}: expected an ISO 8601 date or time, e.g. 2026-11-28", option="until") from None
         end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
     with settings(ctx).store(read_only=True) as store:
         result = period_report(store, since=parse_since(since, until=end), until=end, against=against, last=last)

@@ -136,7 +136,8 @@ def test_export_selects_runs_as_check_does_and_says_which(noise_db):
     (step,) = [r for r in json.loads(done.stdout) if r["metric"]["name"] == "step_time_ms"]
     assert step["metric"]["extra_info"]["run_names"] == "aa_08,aa_09,aa_10"
     assert f"exported {LANE}: 3 run(s) tagged main, aa_08 .. aa_10" in " ".join(done.stderr.split())
-    assert export(noise_db, "--format", "bmf", "--tag", "mian") == {}
+    typo = cli(noise_db, "export", "--format", "bmf", "--tag", "mian")
+    assert json.loads(typo.stdout) == {} and "did you mean 'main'?" in typo.stderr
 
 
 def test_since_and_lane_select_runs(noise_db):
