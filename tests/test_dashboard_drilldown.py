@@ -66,7 +66,12 @@ def test_a_link_opens_its_step_and_a_stale_step_says_so(slow_store, monkeypatch)
     _no_exception(stale)
     assert any("Step 999 is not in this export (its steps: 0-23)" in w.value for w in stale.warning)
     assert stale.selectbox(key="drill_step").value == "17"
-    slowest = _app(db, monkeypatch, view="anatomy", id=rid, step="slowest")  # as the CLI's --step slowest
+
+
+@pytest.mark.slow  # one more run of the app
+def test_a_link_to_the_slowest_step_opens_it_as_the_cli_does(slow_store, monkeypatch):
+    db, rid = slow_store
+    slowest = _app(db, monkeypatch, view="anatomy", id=rid, step="slowest")  # `anatomy RUN --step slowest`
     _no_exception(slowest)
     assert not slowest.warning and slowest.selectbox(key="drill_step").value == "17"
     assert slowest.query_params["step"] == "17"
