@@ -57,11 +57,12 @@ def _number(value: Any, name: str) -> float | None:
     return float(value)
 
 
-def _count(value: Any, name: str) -> int | None:
+def _count(value: Any, name: str, *, limit: int = 2**31) -> int | None:
+    """A non-negative integer below `limit` (the column's: int32, or int64 for ECC counts), or None."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"telemetry {name} must be a non-negative integer or null, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+        raise ValueError(f"telemetry {name} must be a non-negative integer below {limit:,} or null, got {value!r}")
     return value
 
 
@@ -97,7 +98,7 @@ def telemetry_of(footer: dict[str, Any]) -> tuple[GpuTelemetry, ...]:
             sm_clock_max_mhz=_number(s.get("sm_clock_max_mhz"), "sm_clock_max_mhz"),
             **{name: _number(s.get(name), name) for name in MEDIANS},
             throttle_share={str(k): float(v) for k, v in shares.items()},
-            ecc_corrected_added=_count(s.get("ecc_corrected_added"), "ecc_corrected_added"),
-            ecc_uncorrected_added=_count(s.get("ecc_uncorrected_added"), "ecc_uncorrected_added"),
+            ecc_corrected_added=_count(s.get("ecc_corrected_added"), "ecc_corrected_added", limit=2**63),
+            ecc_uncorrected_added=_count(s.get("ecc_uncorrected_added"), "ecc_uncorrected_added", limit=2**63),
             xids=tuple(xids)))
     return tuple(out)

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,25 @@ def test_the_launcher_samples_the_gpus_the_job_sees():
     assert visible_gpu_indices(None) is None and visible_gpu_indices("2,3") == [2, 3]
     assert visible_gpu_indices("GPU-d0e052fd-41c1") is None and visible_gpu_indices("") == []
     assert visible_gpu_indices("-1") == []
+
+
+@pytest.mark.parametrize("path, value, words", [
+    (("summary", "samples"), 2**40, "samples must be a non-negative integer below 2,147,483,648"),
+    (("summary", "xids"), ["79"], "xids must be an array of integers"),
+    (("local_rank",), -1, "local_rank must be a non-negative integer"),
+    (("summary", "throttle_share"), ["sw_power_cap"], "throttle_share must be an object of shares"),
+])
+def test_a_damaged_telemetry_footer_is_one_error_naming_its_line(tmp_path, db, path, value, words):
+    """The recorded run.log with its footer's telemetry damaged: refused at the footer's line, the store untouched."""
+    lines = (DATA / "run.log").read_text().splitlines()
+    footer = _footer()
+    target = footer["telemetry"]["gpus"][0]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    lines[-1] = "RECEIPT " + json.dumps(footer, separators=(",", ":"))
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(lines) + "\n")
+    done = cli(db, "ingest", str(log))
+    assert done.exit_code == 2 and words in done.stderr and f"{log}:{len(lines)}" in done.stderr, done.stderr
+    assert not Path(db).exists() or cli_json(db, "list")[1] == []
