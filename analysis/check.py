@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 import numpy as np
 
 from receipts.analysis.claims import DEFAULT_BASELINE_LAST, TAG_PREFIX
+from receipts.analysis import telemetry
 from receipts.analysis.commits import CommitRange, between
-from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift
+from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, with_telemetry
 from receipts.analysis.lanes import Lane, lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, MAD_TO_SIGMA, MIN_FLOOR_PCT, NoiseFloor, noise_floor
 from receipts.analysis.record import StoredReceipt, load_many
@@ -212,6 +213,8 @@ class LaneReads:
     receipts: Mapping[str, StoredReceipt]
     tagged_candidates: Mapping[Lane, int] = field(default_factory=dict)  # candidates among the lane's tagged runs
     tag_hint: str | None = None      # no current receipt carries the tag, and some tag is spelled like it
+    # GPU telemetry of the candidates and the picked runs (analysis/telemetry.py), for infrastructure drift
+    telemetry: Mapping[str, tuple] = field(default_factory=dict)
 
 
 def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: str, last: int) -> LaneReads:
@@ -227,7 +230,8 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
     own = {lane: sum(r["receipt_id"] in candidates for r in lane_rows) for lane, lane_rows in rows.items()}
     return LaneReads(picked, {lane: _floor_rows(lane_rows, candidates.keys()) for lane, lane_rows in rows.items()},
                      load_many(store, ids) if ids else {}, own,
-                     tag_hint(store, tag) if not any(rows.values()) else None)
+                     tag_hint(store, tag) if not any(rows.values()) else None,
+                     telemetry.load(store, [*candidates, *ids]))
 
 
 def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = DEFAULT_LAST,
@@ -357,8 +361,10 @@ def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: Lan
         return base(outcome="unmeasured", baseline=baseline, message=(
             f"{candidate.run_name}: no positive steady-state step time on one side; nothing to compare"))
     newest = reads.receipts[baseline.used[-1].id]
+    found = with_telemetry(drift(newest, candidate), reads.telemetry.get(newest.id, ()),
+                           reads.telemetry.get(candidate.id, ()))
     return base(outcome="judged", baseline=baseline, verdict=verdict, message=verdict.why,
-                          drift={k: v for k, v in drift(newest, candidate).items() if v})
+                drift={k: v for k, v in found.items() if v})
 
 
 def pool(checks: Sequence[CandidateCheck], candidates: Mapping[str, StoredReceipt]) -> tuple[PooledCheck, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from receipts.analysis import telemetry
 from receipts.analysis.lanes import lane_floors, lane_of
 from receipts.analysis.listing import series_headline
 from receipts.analysis.noise import NoiseFloor, default_floor
@@ -204,14 +205,17 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
 
 def _with_telemetry(store: "Store", found: dict[str, tuple[Difference, ...]] | None, a_id: str, b_id: str
                     ) -> dict[str, tuple[Difference, ...]] | None:
-    """The GPUs' telemetry differences (clocks, power limit, throttling, errors) as infrastructure drift (a refused
-    comparison has no drift: None stays None)."""
-    from receipts.analysis import telemetry
-
+    """The GPUs' telemetry differences as infrastructure drift (a refused comparison has no drift: None stays None)."""
     if found is None:
         return None
     stored = telemetry.load(store, [a_id, b_id])
-    rows = telemetry.drift(telemetry.summarise(stored.get(a_id, ())), telemetry.summarise(stored.get(b_id, ())))
+    return with_telemetry(found, stored.get(a_id, ()), stored.get(b_id, ()))
+
+
+def with_telemetry(found: dict[str, tuple[Difference, ...]], a: tuple, b: tuple) -> dict[str, tuple[Difference, ...]]:
+    """`found` with the differences of two runs' GPU telemetry (per-rank GpuTelemetry; clocks, power limit,
+    throttling, errors: analysis/telemetry.drift) added to its infrastructure drift."""
+    rows = telemetry.drift(telemetry.summarise(a), telemetry.summarise(b))
     return {**found, "infrastructure": tuple(found.get("infrastructure", ())) + tuple(Difference(*row) for row in rows)}
 
 

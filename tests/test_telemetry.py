@@ -49,6 +49,7 @@ def derive_throttled(folder, *, kernels: str = "all") -> None:
     write_series(folder / "telemetry.csv", samples)
     text = (DATA / "run.log").read_text()
     text = text.replace('"run_id":"45472b582a2f43f9969ecb2fe7ec5a60"', f'"run_id":"throttled-{kernels}"')
+    text = text.replace('"tags":["main"]', '"tags":["pr-throttled"]')  # a candidate, the recorded run its baseline
     text = re.sub(r'"step_ms":([0-9.]+)', lambda m: f'"step_ms":{float(m.group(1)) / RATIO}', text)
     footer = _footer()
     gpu = footer["telemetry"]["gpus"][0]
@@ -109,6 +110,11 @@ def test_show_compare_and_explain_read_the_telemetry(store):
                                                                         "recorded").stdout.replace("\n  ", " ")
     code, why = cli_json(store, "explain", "gemm_throttled", "--against", "recorded")
     assert why["clock"]["every_kernel"] is False and 0 < why["clock"]["within"] < why["clock"]["kernels"]
+
+    code, checked = cli_json(store, "check", "throttled", "--against", "tag:main")
+    (run,) = checked["results"]
+    assert run["verdict"] == "slower" and run["baseline"]["run_names"] == ["recorded"]
+    assert "gpu_sm_clock_mhz" in [d["field"] for d in run["drift"]["infrastructure"]]
 
 
 @pytest.mark.slow
