@@ -25,6 +25,7 @@ from receipts.analysis.verdict import VerdictResult
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.cli.explain_render import markdown as explain_markdown
 from receipts.cli.output import Column, chosen_format, emit, format_option
+from receipts.cli.render import ratio_interval
 from receipts.cli.gate_cmd import escape_data, escape_prop
 from receipts.cli.words import with_remedy
 
@@ -89,8 +90,9 @@ def check(
 
 # ---------------------------------------------------------------------------------------- words
 def ratio_text(c: CandidateCheck) -> str:
+    """`1.0259x [1.0048, 1.0474] (95%)`, or the ratio with "too few runs to bound this" (cli/render.ratio_interval)."""
     v = c.verdict
-    return f"{v.ratio:.4f}x [{v.ci_low:.4f}, {v.ci_high:.4f}] ({v.confidence:.0%})" if v else "-"
+    return f"{ratio_interval(v.ratio, v.ci_low, v.ci_high, unit='x')} ({v.confidence:.0%})" if v else "-"
 
 
 

@@ -34,12 +34,12 @@ def fmt_bytes(value: int | None) -> str:
 UNBOUNDED_SPAN = 2.0
 
 
-def ratio_interval(value: float, low: float, high: float) -> str:
-    """`0.9546 [0.9410, 0.9684]`, or the ratio with "too few runs to bound this" when the interval spans more
-    than UNBOUNDED_SPAN."""
+def ratio_interval(value: float, low: float, high: float, *, unit: str = "") -> str:
+    """`0.9546 [0.9410, 0.9684]` (`unit` after the ratio: `1.0259x [...]`), or the ratio with "too few runs to bound
+    this" when the interval spans more than UNBOUNDED_SPAN."""
     if low > 0 and high / low > UNBOUNDED_SPAN:
-        return f"{value:.4f} (too few runs to bound this: the interval spans {low:.2f} to {high:.2f})"
-    return f"{value:.4f} [{low:.4f}, {high:.4f}]"
+        return f"{value:.4f}{unit} (too few runs to bound this: the interval spans {low:.2f} to {high:.2f})"
+    return f"{value:.4f}{unit} [{low:.4f}, {high:.4f}]"
 
 
 def ended_early_line(run_name: str, reason: str) -> str:

@@ -66,6 +66,7 @@ def test_an_interval_that_bounds_nothing_is_said_in_words():
     assert ratio_interval(0.9546, 0.1563, 5.8306) == \
         "0.9546 (too few runs to bound this: the interval spans 0.16 to 5.83)"
     assert ratio_interval(1.0249, 1.0151, 1.0348) == "1.0249 [1.0151, 1.0348]"
+    assert ratio_interval(0.9546, 0.1563, 5.8306, unit="x").startswith("0.9546x (too few runs to bound this")
 
 
 def test_piped_floats_carry_no_artefact_of_binary_arithmetic():
