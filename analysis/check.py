@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 import numpy as np
 
 from receipts.analysis.claims import DEFAULT_BASELINE_LAST, TAG_PREFIX
-from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift
+from receipts.analysis import telemetry
+from receipts.analysis.commits import CommitRange, between
+from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, with_telemetry
 from receipts.analysis.lanes import Lane, lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, MAD_TO_SIGMA, MIN_FLOOR_PCT, NoiseFloor, noise_floor
 from receipts.analysis.record import StoredReceipt, load_many
@@ -62,6 +64,7 @@ class BaselineRun:
     run_date: str               # ISO, UTC: the run's start from its log, else its ingest time
     median_step_ms: float | None
     excluded: str | None = None  # why it was left out of the baseline; None when used
+    git_rev: str | None = None   # the commit it ran (provenance), where recorded
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,15 @@ class CandidateCheck:
     drift: Mapping[str, tuple[Difference, ...]] = field(default_factory=dict)  # vs the newest used baseline run
     ended_early: str | None = None
     remedy: Remedy | None = None     # what would give it a verdict (a rumor's retag, a baseline's tag)
+    git_rev: str | None = None       # the commit it ran (provenance), where recorded
+
+    @property
+    def commits(self) -> CommitRange | None:
+        """The newest used baseline run and this run, and the commits between them (a judged run only)."""
+        if self.baseline is None or not self.baseline.used:
+            return None
+        newest = self.baseline.used[-1]
+        return between(newest.run_name, newest.git_rev, self.run_name, self.git_rev)
 
     @property
     def verdict_name(self) -> str | None:
@@ -201,6 +213,8 @@ class LaneReads:
     receipts: Mapping[str, StoredReceipt]
     tagged_candidates: Mapping[Lane, int] = field(default_factory=dict)  # candidates among the lane's tagged runs
     tag_hint: str | None = None      # no current receipt carries the tag, and some tag is spelled like it
+    # GPU telemetry of the candidates and the picked runs (analysis/telemetry.py), for infrastructure drift
+    telemetry: Mapping[str, tuple] = field(default_factory=dict)
 
 
 def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: str, last: int,
@@ -228,7 +242,8 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
     own = {lane: sum(r["receipt_id"] in candidates for r in lane_rows) for lane, lane_rows in rows.items()}
     return LaneReads(picked, {lane: _floor_rows(lane_rows, candidates.keys()) for lane, lane_rows in rows.items()},
                      load_many(store, ids) if ids else {}, own,
-                     tag_hint(store, tag) if not any(rows.values()) else None)
+                     tag_hint(store, tag) if not any(rows.values()) else None,
+                     telemetry.load(store, [*candidates, *ids]))
 
 
 def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = DEFAULT_LAST,
@@ -288,15 +303,15 @@ def baseline_for(candidate: StoredReceipt, *, tag: str, last: int, reads: LaneRe
             why = "fewer than 2 steady-state steps"
         else:
             intervals[r.id] = interval
-        runs.append(BaselineRun(r.id, r.run_name, str(row["run_date"]), row["median_step_ms"], why))
+        runs.append(BaselineRun(r.id, r.run_name, str(row["run_date"]), row["median_step_ms"], why,
+                                r.provenance.get("git_rev")))
     floor = noise_floor(reads.floor_rows.get(lane, []))
     floor = replace(floor, basis=f"{floor.n_runs} run{'s' if floor.n_runs != 1 else ''} tagged {tag}")
     far = outliers({rid: i.median for rid, i in intervals.items()}, floor)
     kept = {rid: i for rid, i in intervals.items() if rid not in far}
     center = float(np.median([i.median for i in kept.values()])) if kept else None
-    runs = [BaselineRun(b.id, b.run_name, b.run_date, b.median_step_ms,
-                        f"outlier: median {b.median_step_ms:.2f} ms is {far[b.id]:.1f} robust z-scores from the "
-                        f"baseline's {center:.2f} ms (> {OUTLIER_Z:g})") if b.id in far else b for b in runs]
+    runs = [replace(b, excluded=f"outlier: median {b.median_step_ms:.2f} ms is {far[b.id]:.1f} robust z-scores from "
+                                 f"the baseline's {center:.2f} ms (> {OUTLIER_Z:g})") if b.id in far else b for b in runs]
     return Baseline(tag, last, tuple(runs), center, floor, kept)
 
 
@@ -340,7 +355,7 @@ def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: Lan
     own = median_interval(candidate.steady_step_ms)
     base = functools.partial(CandidateCheck, ref=ref, receipt_id=candidate.id, run_name=candidate.run_name,
                              lane=lane_of(candidate), median_step_ms=own.median if own else None,
-                             ended_early=candidate.ended_early)
+                             ended_early=candidate.ended_early, git_rev=candidate.provenance.get("git_rev"))
     baseline = baseline_for(candidate, tag=tag, last=last, reads=reads)
     if baseline is None:
         return base(outcome="rumor", message=rumor_message(candidate), remedy=rumor_remedy(candidate))
@@ -360,8 +375,10 @@ def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: Lan
         return base(outcome="unmeasured", baseline=baseline, message=(
             f"{candidate.run_name}: no positive steady-state step time on one side; nothing to compare"))
     newest = reads.receipts[baseline.used[-1].id]
+    found = with_telemetry(drift(newest, candidate), reads.telemetry.get(newest.id, ()),
+                           reads.telemetry.get(candidate.id, ()))
     return base(outcome="judged", baseline=baseline, verdict=verdict, message=verdict.why,
-                          drift={k: v for k, v in drift(newest, candidate).items() if v})
+                drift={k: v for k, v in found.items() if v})
 
 
 def pool(checks: Sequence[CandidateCheck], candidates: Mapping[str, StoredReceipt]) -> tuple[PooledCheck, ...]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from receipts.analysis import telemetry
 from receipts.analysis.configuration import configuration_floor
 from receipts.analysis.lanes import lane_of
+from receipts.analysis.listing import series_headline
 from receipts.analysis.noise import NoiseFloor, default_floor
 from receipts.analysis.record import StoredReceipt
 from receipts.analysis.stats import RatioCI, RunInterval, Summary
@@ -56,6 +58,7 @@ class RunSummary:
     interval: RunInterval | None = None         # steady-state median step time, moving-block bootstrap
     tokens_interval: RunInterval | None = None  # the same for tokens/s
     series_unit: str = "step"                   # what one point of the series is (MLPerf: epoch / block)
+    time_to_train_s: float | None = None        # an MLPerf result's headline: run_start -> run_stop
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ def _summary(r: StoredReceipt, *, intervals: bool = False) -> RunSummary:
                       r.peak_allocated_bytes, r.peak_reserved_bytes, r.ended_early,
                       r.step_interval if intervals else None,
                       r.tokens_interval if intervals else None,
-                      r.provenance.get("step_unit") or "step")
+                      r.provenance.get("step_unit") or "step", series_headline(r.provenance)["time_to_train_s"])
 
 
 def identity_differences(a: StoredReceipt, b: StoredReceipt) -> tuple[Difference, ...]:
@@ -145,7 +148,8 @@ def drift(a: StoredReceipt, b: StoredReceipt) -> dict[str, tuple[Difference, ...
     soft_b = {"profiler": "none", **{k: v for k, v in b.software.items() if k not in INFRA_SOFTWARE}}
     infra: list[Difference] = []
     for name in ("machine_class", "gpu_model", "gpu_count", "world_size"):
-        if getattr(a, name) != getattr(b, name):
+        # a fact one side never stated (a log that names no GPU) is unknown there, not a different machine
+        if getattr(a, name) != getattr(b, name) and getattr(a, name) is not None and getattr(b, name) is not None:
             infra.append(Difference(name, getattr(a, name), getattr(b, name)))
     infra += _dict_diff("software", {k: a.software[k] for k in a.software if k in INFRA_SOFTWARE},
                         {k: b.software[k] for k in b.software if k in INFRA_SOFTWARE})
@@ -236,7 +240,23 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
     sources = load_sources(store, [a_id, b_id])
     ga, gb = (geometry(sources[r.id], peak_allocated_bytes=r.peak_allocated_bytes,
                        peak_reserved_bytes=r.peak_reserved_bytes) for r in (a, b))
-    return replace(result, memory_drift=memory_drift(ga, gb))
+    return replace(result, memory_drift=memory_drift(ga, gb), drift=_with_telemetry(store, result.drift, a_id, b_id))
+
+
+def _with_telemetry(store: "Store", found: dict[str, tuple[Difference, ...]] | None, a_id: str, b_id: str
+                    ) -> dict[str, tuple[Difference, ...]] | None:
+    """The GPUs' telemetry differences as infrastructure drift (a refused comparison has no drift: None stays None)."""
+    if found is None:
+        return None
+    stored = telemetry.load(store, [a_id, b_id])
+    return with_telemetry(found, stored.get(a_id, ()), stored.get(b_id, ()))
+
+
+def with_telemetry(found: dict[str, tuple[Difference, ...]], a: tuple, b: tuple) -> dict[str, tuple[Difference, ...]]:
+    """`found` with the differences of two runs' GPU telemetry (per-rank GpuTelemetry; clocks, power limit,
+    throttling, errors: analysis/telemetry.drift) added to its infrastructure drift."""
+    rows = telemetry.drift(telemetry.summarise(a), telemetry.summarise(b))
+    return {**found, "infrastructure": tuple(found.get("infrastructure", ())) + tuple(Difference(*row) for row in rows)}
 
 
 def floor_json(f: NoiseFloor | None) -> dict[str, Any] | None:
@@ -270,7 +290,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
                 "interval": interval_json(s.interval),
             },
             "memory": {"peak_allocated_bytes": s.peak_allocated_bytes, "peak_reserved_bytes": s.peak_reserved_bytes},
-            "ended_early": s.ended_early,
+            "ended_early": s.ended_early, "time_to_train_s": s.time_to_train_s, "series_unit": s.series_unit,
         }
 
     def ci(r: RatioCI | None, metric: str) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import polars as pl
 
 from receipts.analysis import components as comp
+from receipts.analysis import telemetry
 from receipts.analysis.check import CandidateCheck, parse_against, run_check
 from receipts.analysis.claims import TAG_PREFIX
 from receipts.analysis.compare import Comparison, compare_in_store
@@ -56,6 +57,7 @@ class ExplainResult:
     formats: tuple[str, ...] = ()     # profile formats of the runs compared
     remedy: Remedy | None = None      # a refusal's way out: a profile to attach (to `remedy.receipt`, or each run)
     rules: RulesDifference | None = None  # the runs were categorised under different kernel-category rules
+    clock: telemetry.ClockVerdict | None = None  # the candidate's GPUs at other clocks, and whether that is the change
 
     @property
     def exit_code(self) -> int:
@@ -105,7 +107,7 @@ def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequen
     return ExplainResult(c.receipt_id, c.run_name, against, "lane", result, None, names,
                          tuple(names[i] for i in used if i not in base_ids), _stragglers(store, c.receipt_id),
                          tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]})),
-                         rules=rules)
+                         rules=rules, clock=_clock(store, base_ids, c.receipt_id, runs))
 
 
 def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Sequence[str] = LEVELS,
@@ -130,7 +132,16 @@ def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Seque
     result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels)
     return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (),
                          _stragglers(store, c.b.id), tuple(sorted({profiles[i]["source_format"] for i in names})),
-                         rules=rules)
+                         rules=rules, clock=_clock(store, [c.a.id], c.b.id, runs))
+
+
+def _clock(store: "Store", base_ids: Sequence[str], candidate: str, runs: Mapping[str, RunComponents]
+           ) -> telemetry.ClockVerdict | None:
+    """Whether the candidate's kernels are slower by its GPUs' SM clock ratio (analysis/telemetry.py)."""
+    stored = telemetry.load(store, [*base_ids, candidate])
+    base = [t for i in base_ids if (t := telemetry.summarise(stored.get(i, ()))) is not None]
+    return telemetry.clock_verdict(base, telemetry.summarise(stored.get(candidate, ())),
+                                   [runs[i].values for i in base_ids], [runs[candidate].values])
 
 
 def _format(profile: Mapping[str, Any] | None) -> str | None:
@@ -213,6 +224,7 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
             **asdict(r.rules), "moved_runs": [r.names.get(i, i) for i in r.rules.moved_runs],
             "unknown": [r.names.get(i, i) for i in r.rules.unknown], "note": r.rules.note(r.names)},
         "components": [_component_json(c) for c in e.components],
+        "clock": asdict(r.clock) if r.clock else None,
     }
 
 

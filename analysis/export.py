@@ -15,8 +15,9 @@ benchmark, each a map of measure slug -> {value, lower_value, upper_value}. One 
 report is one run of each benchmark.
 
 PyTorch benchmark v3 (pytorch/test-infra clickhouse_db_schema/oss_ci_benchmark_v3/schema.sql): a list of
-records {benchmark, model, metric, runners, dependencies}, one per lane and measure, `benchmark_values`
-holding every selected run's value (the record's list is for repeated runs); the uploader adds the
+records {benchmark, model, metric, runners, dependencies}, one per lane, tag set and measure, `benchmark_values`
+holding every selected run's value (the record's list is for repeated runs: a main branch's runs and a PR's are
+two records, never one pool); the uploader adds the
 timestamp, repository and workflow fields. Every `extra_info` is a map of strings, as the table's
 Map(String, String) requires.
 """
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
-from receipts.analysis.lanes import Lane, lane_of
+from receipts.analysis.lanes import Lane, lane_named, lane_of
 from receipts.analysis.listing import receipt_list
 from receipts.analysis.record import StoredReceipt, load_many
 
@@ -67,16 +68,28 @@ def _parse(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def exported_runs(store: "Store", *, lane: str | None = None, since: datetime | None = None,
-                  tag: str | None = None) -> list[RunExport]:
-    """The current receipts with a full identity (rumors have no lane: they never leave), optionally of lanes
-    containing `lane`, carrying `tag` (one configuration: a lane's pull-request runs are no baseline value) and run
-    at or after `since`, oldest first, with their measures."""
-    rows = [r for r in receipt_list(store, lane=lane) if r["identity_complete"] and (tag is None or tag in r["tags"])]
+def exported_runs(store: "Store", *, lane: str | None = None, since: datetime | None = None, tag: str | None = None,
+                  last: int | None = None) -> list[RunExport]:
+    """The current receipts with a full identity (rumors have no lane: they never leave), oldest first, with their
+    measures; selected as `check` selects a baseline: carrying `tag`, the `last` most recent of each lane. `lane`:
+    a lane written as its fields separated by spaces (as `history` takes it), else text its host lineage,
+    preset or regime contains; `since`: run at or after."""
+    exact = lane_named(lane)
+    rows = [r for r in receipt_list(store, lane=None if exact else lane) if r["identity_complete"]]
+    if exact:
+        rows = [r for r in rows if Lane.of(r) == exact]
+    if tag is not None:
+        rows = [r for r in rows if tag in (r["tags"] or ())]
     if since is not None:
         since = since if since.tzinfo else since.replace(tzinfo=timezone.utc)
         rows = [r for r in rows if _parse(_date(r)) >= since]
     rows.sort(key=lambda r: (_parse(_date(r)), r["id"]))
+    if last is not None:
+        kept: dict[Lane, list[dict[str, Any]]] = {}
+        for r in rows:
+            kept.setdefault(Lane.of(r), []).append(r)
+        chosen = {r["id"] for group in kept.values() for r in group[-last:]}
+        rows = [r for r in rows if r["id"] in chosen]
     receipts = load_many(store, [r["id"] for r in rows]) if rows else {}
     out = []
     for r in rows:
@@ -85,6 +98,28 @@ def exported_runs(store: "Store", *, lane: str | None = None, since: datetime | 
         if run_lane is None:
             continue
         out.append(RunExport(rec, run_lane, _parse(_date(r)).isoformat(), _measures(store, rec)))
+    return out
+
+
+def selection(runs: Sequence[RunExport], fmt: str) -> list[str]:
+    """One line per benchmark exported, saying which runs it holds: a reader of a Bencher or HUD chart learns
+    what a point is (BMF: the lane's newest selected run; v3: every selected run of a lane and tag set)."""
+    lines = []
+    for (lane, tags), group in _groups(runs, by_tags=fmt != "bmf").items():
+        newest = group[-1].receipt
+        what = (f"its newest run {newest.run_name} ({newest.id[:12]}, tags {', '.join(newest.tags) or 'none'})"
+                if fmt == "bmf" else
+                f"{len(group)} run(s) tagged {', '.join(tags) or 'nothing'}, {group[0].receipt.run_name} .. "
+                f"{newest.run_name}")
+        lines.append(f"{lane_name(lane)}: {what}")
+    return lines
+
+
+def _groups(runs: Sequence[RunExport], *, by_tags: bool) -> dict[tuple[Lane, tuple[str, ...]], list[RunExport]]:
+    out: dict[tuple[Lane, tuple[str, ...]], list[RunExport]] = {}
+    for run in runs:
+        key = (run.lane, tuple(sorted(run.receipt.tags)) if by_tags else ())
+        out.setdefault(key, []).append(run)
     return out
 
 
@@ -152,12 +187,9 @@ def _strings(mapping: dict[str, Any]) -> dict[str, str]:
 
 
 def to_pytorch_v3(runs: Sequence[RunExport]) -> list[dict[str, Any]]:
-    """PyTorch benchmark v3 records: one per lane and measure, a value per selected run of the lane."""
-    lanes: dict[Lane, list[RunExport]] = {}
-    for run in runs:
-        lanes.setdefault(run.lane, []).append(run)
+    """PyTorch benchmark v3 records: one per lane, tag set and measure, a value per selected run."""
     records = []
-    for lane, group in lanes.items():
+    for (lane, tags), group in _groups(runs, by_tags=True).items():
         newest = group[-1].receipt
         for slug, (unit, lower_is_better) in MEASURES.items():
             have = [run for run in group if slug in run.measures]
@@ -167,7 +199,8 @@ def to_pytorch_v3(runs: Sequence[RunExport]) -> list[dict[str, Any]]:
                 "benchmark": {"name": "receipts", "mode": "training", "dtype": _dtype(newest),
                               "extra_info": _strings({"host_lineage": lane.host_lineage,
                                                       "preset_family": lane.preset_family,
-                                                      "launch_regime": lane.launch_regime})},
+                                                      "launch_regime": lane.launch_regime,
+                                                      "tags": ",".join(tags)})},
                 "model": {"name": lane.preset_family, "type": "training-run", "backend": lane.launch_regime,
                           "origins": ["receipts"], "extra_info": _strings({"host_lineage": lane.host_lineage})},
                 "metric": {"name": slug, "benchmark_values": [run.measures[slug].value for run in have],

@@ -16,15 +16,15 @@ median of the run medians the floor was measured from: |z| > 2 is a run outside 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Mapping
 
 import polars as pl
 
+from receipts.analysis.commits import CommitRange, between
 from receipts.analysis.changepoint import MAX_PVALUE, MIN_MAGNITUDE, ChangePoint, change_points
-from receipts.analysis.lanes import Lane, floors_from_runs, lane_of, lane_runs
+from receipts.analysis.lanes import Lane, floors_from_runs, lane_named, lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor
 from receipts.analysis import summary
 from receipts.analysis.stats import RunInterval, median_interval
@@ -64,6 +64,12 @@ class LaneHistory:
     runs: tuple[HistoryRun, ...]
     change_points: tuple[ChangePoint, ...]  # indices into the runs that have a median
     method: str
+
+    def commits(self, point: ChangePoint) -> CommitRange:
+        """The last good and first bad runs around a change point, and the commits between them."""
+        timed = [r for r in self.runs if r.median_step_ms]
+        good, bad = timed[point.index - 1], timed[point.index]
+        return between(good.run_name, good.git_rev, bad.run_name, bad.git_rev)
 
     @property
     def order(self) -> str:
@@ -134,20 +140,17 @@ def steady_intervals(store: "Store", ids: list[str]) -> dict[str, RunInterval | 
     return out
 
 
-_LANE_SPLIT = re.compile(r"\s*·\s*|\s+")
-
-
 def resolve_lane(store: "Store", ref: str) -> Lane:
     """A receipt reference (id, id prefix, run name) gives that receipt's lane; 'HOST PRESET REGIME'
     (separated by spaces or ' · ', as `list` and the dashboard write lanes) names a lane directly."""
     from receipts.errors import ReceiptNotFound, UsageError
 
-    parts = [p for p in _LANE_SPLIT.split(ref.strip()) if p]
     try:
         rid = store.resolve(ref)
     except ReceiptNotFound as err:
-        if len(parts) == 3:
-            return Lane(*parts)
+        named = lane_named(ref)
+        if named is not None:
+            return named
         raise UsageError(f"{err}; a lane is written 'HOST_LINEAGE PRESET_FAMILY LAUNCH_REGIME' "
                          f"(the canonical values `receipts list` shows)") from None
     from receipts.analysis.record import load

@@ -7,6 +7,8 @@ tag, optionally the most recent N (sql/lane_runs.sql).
 
 from __future__ import annotations
 
+import re
+
 from typing import TYPE_CHECKING, Iterable
 
 import polars as pl
@@ -18,7 +20,16 @@ from receipts.schema.lane import FIELDS, Lane, lane_of
 if TYPE_CHECKING:
     from receipts.store import Store
 
-__all__ = ["Lane", "lane_of", "lane_runs", "floors_from_runs", "lane_floors", "lane_summary"]
+__all__ = ["Lane", "lane_of", "lane_named", "lane_runs", "floors_from_runs", "lane_floors", "lane_summary"]
+
+_LANE_SPLIT = re.compile(r"\s*·\s*|\s+")
+
+
+def lane_named(text: str | None) -> Lane | None:
+    """A lane written as its fields separated by spaces or ' · ' (as `list` and the dashboard write lanes); None for
+    text that does not have one word per field."""
+    parts = [p for p in _LANE_SPLIT.split((text or "").strip()) if p]
+    return Lane(*parts) if len(parts) == len(FIELDS) else None
 
 
 def lane_runs(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, last: int | None = None) -> pl.DataFrame:

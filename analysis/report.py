@@ -55,6 +55,7 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         "memory_geometry": geometry(load_sources(store, [receipt_id])[receipt_id],
                                     peak_allocated_bytes=r.peak_allocated_bytes,
                                     peak_reserved_bytes=r.peak_reserved_bytes),
+        "telemetry": _telemetry(store, receipt_id),
         "phases": json.loads(row["phases_json"]),
         "ended_early": r.ended_early,
         "features": r.features,
@@ -91,3 +92,10 @@ def _history_entry(h: dict[str, Any]) -> dict[str, Any]:
 
     return {"seq": h["seq"], "changed_at": h["changed_at"], "changed_by": h["changed_by"], "why": h["why"],
             "old": side("old"), "new": side("new")}
+
+
+def _telemetry(store: "Store", receipt_id: str) -> dict[str, Any] | None:
+    """What NVML said while the run ran, per rank and across them (analysis/telemetry.py); None without it."""
+    from receipts.analysis import telemetry
+
+    return telemetry.to_json(telemetry.summarise(telemetry.load(store, [receipt_id]).get(receipt_id, ())))

@@ -47,6 +47,7 @@ from typing import IO, Any
 
 from receipts.capture import memory as _memory
 from receipts.capture import recipe as _recipe
+from receipts.capture.telemetry import DEFAULT_INTERVAL_S, TelemetrySampler
 from receipts.schema.receipt_format import RECORD_VERSION, WARMUP_PHASES, encode  # the format has one owner
 
 # Step lines are written in batches: one os.write() of whole lines, kept under PIPE_BUF (4096 on
@@ -93,12 +94,15 @@ class Recorder:
     log: None (stdout), a path (opened O_APPEND: several ranks may share it), or an open stream.
     rank / world_size: None reads RANK / WORLD_SIZE (torchrun sets them); LOCAL_RANK likewise.
     use_cuda: None = when torch is importable and CUDA is available.
+    telemetry_interval_s: seconds between GPU telemetry samples of this rank's GPU (capture/telemetry.py, a
+    daemon thread; the footer carries the summary); None: none. Under `receipts run` the launcher samples
+    every GPU of the job instead, and the recorder does not.
     """
 
     def __init__(self, log: str | Path | IO[str] | None = None, *, rank: int | None = None,
                  world_size: int | None = None, use_cuda: bool | None = None, max_pending_steps: int = 64,
                  tokens_per_step: int | None = None, memory_every_steps: int = 1,
-                 header_facts: dict | None = None) -> None:
+                 header_facts: dict | None = None, telemetry_interval_s: float | None = DEFAULT_INTERVAL_S) -> None:
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
         self.world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else int(world_size)
         self.local_rank = int(os.environ.get("LOCAL_RANK", str(self.rank)))
@@ -124,7 +128,13 @@ class Recorder:
         self._run_peaks: tuple[int, int] | None = None  # the peaks before the steady reset (the footer's are the run's)
         self._resident_bytes: int | None = None         # the least allocated at a steady step's end
         self._recipe: dict[str, Any] = {}                # record_recipe: the footer's `recipe`
+        self._telemetry: TelemetrySampler | None = None
         self._write_header(header_facts or {})
+        if self.use_cuda and telemetry_interval_s is not None and not os.environ.get(ENV_LAUNCHER):
+            bus = _pci_bus_id(self._torch.cuda.get_device_properties(self._torch.cuda.current_device()))
+            sampler = TelemetrySampler(devices=[bus] if bus else [self._torch.cuda.current_device()],
+                                       interval_s=telemetry_interval_s)
+            self._telemetry = sampler if sampler.start() else None
         atexit.register(self._close_at_exit)
 
     # ----------------------------------------------------------------- records
@@ -398,6 +408,8 @@ class Recorder:
             rec["peak_reserved_bytes"] = max(int(cuda.max_memory_reserved()), run[1])
             if memory is not None:
                 rec["memory"] = memory
+            if self._telemetry is not None:
+                rec["telemetry"] = self._telemetry.stop()
         else:
             rec["gpu_count"] = 0
         if self._recipe:

@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from receipts.analysis.anatomy import MANY_RANKS, anatomy_report, attached_sources
 from receipts.analysis.drilldown import SLOWEST, step_drilldown
-from receipts.cli.context import console, handle_errors, print_json, settings
+from receipts.cli.context import console, err_console, handle_errors, print_json, settings
 from receipts.cli.kernel_names import short_kernel_name
 from receipts.cli.output import Column, chosen_format, emit, format_option
 from receipts.errors import UsageError
@@ -69,14 +69,14 @@ def anatomy(
         return
     src = report.source
     if fmt == "table":
-        console.print(escape(f"anatomy of {report.receipt_id} from {src.format} {src.path} "
+        console.prose(escape(f"anatomy of {report.receipt_id} from {src.format} {src.path} "
                              f"(schema {src.schema_version})"))
-        console.print(escape(f"steps: {src.step_marker}; attribution: {src.attribution}; "
+        console.prose(escape(f"steps: {src.step_marker}; attribution: {src.attribution}; "
                              f"unattributed activities: {src.unattributed}"))
         for w in src.warnings:
-            console.print(f"[yellow]warning:[/] {escape(w)}")
+            err_console.prose(f"[yellow]warning:[/] {escape(w)}")
     if by == "kernel" and not report.kernels and fmt == "table":
-        console.print("no kernel names stored for this export (attached before schema 7, or it ran no kernels "
+        console.prose("no kernel names stored for this export (attached before schema 7, or it ran no kernels "
                       "in the steady window)")
         return
     if by == "category" and fmt != "table":  # one table of every phase, the phase a column

@@ -18,12 +18,14 @@ import typer
 from rich.markup import escape
 
 from receipts.analysis.check import DEFAULT_LAST, CandidateCheck, CheckResult, PooledCheck, run_check
+from receipts.analysis.commits import to_json as commits_json
 from receipts.analysis.compare import floor_json
 from receipts.analysis.explain_run import ExplainResult, for_check
 from receipts.analysis.verdict import VerdictResult
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.cli.explain_render import markdown as explain_markdown
 from receipts.cli.output import Column, chosen_format, emit, format_option
+from receipts.cli.render import ratio_interval
 from receipts.cli.gate_cmd import escape_data, escape_prop
 from receipts.cli.words import with_remedy
 
@@ -88,8 +90,9 @@ def check(
 
 # ---------------------------------------------------------------------------------------- words
 def ratio_text(c: CandidateCheck) -> str:
+    """`1.0259x [1.0048, 1.0474] (95%)`, or the ratio with "too few runs to bound this" (cli/render.ratio_interval)."""
     v = c.verdict
-    return f"{v.ratio:.4f}x [{v.ci_low:.4f}, {v.ci_high:.4f}] ({v.confidence:.0%})" if v else "-"
+    return f"{ratio_interval(v.ratio, v.ci_low, v.ci_high, unit='x')} ({v.confidence:.0%})" if v else "-"
 
 
 
@@ -186,7 +189,7 @@ def _render(result: CheckResult) -> None:
         if c.verdict:
             console.prose("  " + escape(f"step time {c.median_step_ms:.3f} ms vs baseline: {ratio_text(c)}"))
         console.prose("  " + escape(c.message))
-        if c.baseline:
+        if c.baseline and c.baseline.runs:  # no tagged run at all: the message says so (and any did-you-mean)
             console.prose("  baseline: " + escape(baseline_text(c)))
             for r in c.baseline.excluded:
                 console.prose("    excluded " + escape(f"{r.run_name}: {r.excluded}"))
@@ -250,6 +253,8 @@ def to_json(result: CheckResult) -> dict[str, Any]:
             },
             "drift": {k: [{"field": d.field, "a": d.a, "b": d.b} for d in v] for k, v in c.drift.items()},
             "ended_early": c.ended_early,
+            "git_rev": c.git_rev,
+            "commits": commits_json(c.commits) if c.verdict is not None and c.commits is not None else None,
         }
     def pooled(p: PooledCheck) -> dict[str, Any]:
         v = p.verdict
@@ -305,7 +310,7 @@ def to_markdown(result: CheckResult, why: dict[str, ExplainResult] | None = None
     lanes = list(dict.fromkeys(c.lane for c in result.candidates))
     for lane in lanes:
         group = [c for c in result.candidates if c.lane == lane]
-        first = next((c for c in group if c.baseline), None)
+        first = next((c for c in group if c.baseline and c.baseline.runs), None)
         if lane is None:
             lines.append("**no lane** (incomplete identity: a rumor, never compared)")
         else:
@@ -330,11 +335,13 @@ def to_markdown(result: CheckResult, why: dict[str, ExplainResult] | None = None
         if c.verdict:
             detail += f"{c.median_step_ms:.3f} ms, {_md(ratio_text(c))}; "
         detail += _md(c.message) + f"; drift: {_md(drift_text(c))}"
+        if c.verdict is not None and c.commits is not None:
+            detail += f"; {_md(c.commits.note)}"
         if c.ended_early:
             detail += f"; **ended early**: {_md(c.ended_early)}"
         lines.append(detail)
     for lane in lanes:
-        first = next((c for c in result.candidates if c.lane == lane and c.baseline), None)
+        first = next((c for c in result.candidates if c.lane == lane and c.baseline and c.baseline.runs), None)
         if first and first.baseline:
             b = first.baseline
             lines.append(f"- baseline of {_md(lane)}: {_md(baseline_text(first))}"

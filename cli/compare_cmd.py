@@ -11,10 +11,10 @@ from rich.markup import escape
 from receipts.analysis.compare import compare_in_store, to_json
 from receipts.analysis.explain_run import for_comparison
 from receipts.analysis.explain_run import to_json as explain_json
-from receipts.cli.context import EXIT_REFUSED, console, handle_errors, settings
+from receipts.cli.context import EXIT_REFUSED, console, err_console, handle_errors, settings
 from receipts.cli.output import chosen_format, emit_record, format_option
 from receipts.cli.explain_render import echo, text_lines
-from receipts.cli.render import ended_early_line, fmt_bytes, fmt_ms
+from receipts.cli.render import ended_early_line, fmt_bytes, fmt_duration, fmt_ms, ratio_interval
 
 
 def register(app: typer.Typer) -> None:
@@ -46,8 +46,8 @@ def compare(
     else:
         _render(result)
         if why is not None:
-            echo(["", "why B differs (pairwise; explain B --against tag:T uses the lane's runs):",
-                  *text_lines(why)[1:]])
+            echo(["", "why B differs (pairwise explain; against the lane's noise:",
+                  "  receipts explain B --against tag:T):", *text_lines(why)[1:]])
     if not result.comparable:
         raise typer.Exit(EXIT_REFUSED)
 
@@ -65,7 +65,7 @@ def _render_speed(c) -> None:
         if s.ended_early:
             console.prose(f"{label}: " + ended_early_line(s.run_name, s.ended_early))
     for warning in c.warnings:
-        console.prose(f"[yellow]warning:[/] {escape(warning)}")
+        err_console.prose(f"[yellow]warning:[/] {escape(warning)}")
     if not c.comparable:
         console.prose(f"[bold red]REFUSED[/] {escape(c.a.run_name)} ({c.a.id[:12]}) vs {escape(c.b.run_name)} ({c.b.id[:12]})")
         console.prose(escape(c.reason))
@@ -75,6 +75,12 @@ def _render_speed(c) -> None:
             console.prose(f"  · {escape(note)}")
         return
     console.prose(f"[bold]{escape(c.b.run_name)}[/] vs baseline [bold]{escape(c.a.run_name)}[/]: same lane")
+    if c.a.time_to_train_s and c.b.time_to_train_s:
+        # MLPerf's headline: one number per run, no interval; the verdict below judges the series behind it
+        ratio = c.b.time_to_train_s / c.a.time_to_train_s
+        console.prose(f"  [bold]time to train[/]: A {fmt_duration(c.a.time_to_train_s)}, B "
+                      f"{fmt_duration(c.b.time_to_train_s)}: B/A {ratio:.4f} ({ratio - 1:+.2%}; run_start -> "
+                      f"run_stop, one value per run: its noise is judged through the {c.a.series_unit} times below)")
     for label, s in (("A", c.a), ("B", c.b)):
         st = s.step_ms
         if st:
@@ -86,18 +92,19 @@ def _render_speed(c) -> None:
         else:
             console.prose(escape(f"  {label} {s.run_name}: no steady-state steps"))
         if s.interval:
+            n = s.interval.block_length
             console.prose(f"    median {s.interval.median:,.3f} ms [{s.interval.ci_low:,.3f}, {s.interval.ci_high:,.3f}] "
-                          f"({s.interval.confidence:.0%}, moving blocks of {s.interval.block_length} steps)")
+                          f"({s.interval.confidence:.0%}, moving blocks of {n} {s.series_unit}{'s' if n != 1 else ''})")
     _render_verdict(c)
     if c.straggler:
         console.prose(f"  stragglers: {escape(c.straggler['note'])}")
     if c.tokens_ratio:
-        console.prose(f"  tokens/s B/A {c.tokens_ratio.value:.4f} [{c.tokens_ratio.ci_low:.4f}, {c.tokens_ratio.ci_high:.4f}]")
+        console.prose("  tokens/s B/A " + ratio_interval(c.tokens_ratio.value, c.tokens_ratio.ci_low, c.tokens_ratio.ci_high))
     for kind, diffs in (c.drift or {}).items():
         if diffs:
             console.prose(f"  {kind} drift:")
             for d in diffs:
-                console.prose(escape(f"    {d.field}: {d.a!r} -> {d.b!r}"))
+                console.prose(escape(f"    {d.field}: {d.a!r} -> {d.b!r}" + (f" ({d.note})" if d.note else "")))
         else:
             console.prose(f"  {kind} drift: none")
 
@@ -112,7 +119,7 @@ def _render_verdict(c) -> None:
     if d is None:
         console.prose(f"  verdict: [{_VERDICT_STYLE['inconclusive']}]inconclusive[/]: {escape(c.reason)}")
         return
-    console.prose(f"  B/A median {c.a.series_unit} time {d.ratio:.4f} [{d.ci_low:.4f}, {d.ci_high:.4f}] "
+    console.prose(f"  B/A median {c.a.series_unit} time {ratio_interval(d.ratio, d.ci_low, d.ci_high)} "
                   f"({d.confidence:.0%}, run-to-run noise included)")
     console.prose(f"  verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]: {escape(d.why)}")
     console.prose(f"  ({escape(d.method)})")

@@ -89,6 +89,16 @@ def status(
     console.print(f"receipts: {st.receipts if st.receipts is not None else '-'}")
 
 
+def _memory_words(kinds: dict[str, int]) -> str:
+    """`3 memory snapshots and 1 estimate`, `0 memory snapshots or estimates`."""
+    snapshots, estimates = kinds.get("snapshot", 0), kinds.get("estimate", 0)
+    if not snapshots and not estimates:
+        return "0 memory snapshots or estimates"
+    parts = [f"{snapshots} memory snapshot{'s' if snapshots != 1 else ''}" if snapshots else "",
+             f"{estimates} memory estimate{'s' if estimates != 1 else ''}" if estimates else ""]
+    return " and ".join(p for p in parts if p)
+
+
 @handle_errors
 def push(
     ctx: typer.Context,
@@ -108,15 +118,16 @@ def push(
         print_json({"to": target_url, "receipts_copied": result.receipts_copied,
                     "receipts_skipped": result.receipts_skipped, "anatomy_copied": result.anatomy_copied,
                     "anatomy_skipped": result.anatomy_skipped, "facts_copied": result.facts_copied,
-                    "memory_copied": result.memory_copied, "copied_ids": result.copied_ids,
+                    "memory_copied": result.memory_copied, "memory_kinds": result.memory_kinds,
+                    "copied_ids": result.copied_ids,
                     "retags_copied": result.retags_copied, "retags_diverged": result.retags_diverged,
                     "retags_refused": result.retags_refused})
         return
     console.print(f"pushed to {target_url}: {result.receipts_copied} receipts copied, "
                   f"{result.receipts_skipped} skipped (already there); "
                   f"{result.anatomy_copied} anatomy exports copied, {result.anatomy_skipped} skipped; "
-                  f"{result.facts_copied} machine-fact files copied; {result.memory_copied} memory snapshots and "
-                  f"estimates copied; {result.retags_copied} retags copied")
+                  f"{result.facts_copied} machine-fact files copied; {_memory_words(result.memory_kinds)} copied; "
+                  f"{result.retags_copied} retags copied")
     if result.retags_diverged:
         err_console.print(f"warning: retagged both here and there since the last push, left as they are there: "
                           f"{', '.join(result.retags_diverged)} (compare `receipts show ID` on both; retag there)")

@@ -93,6 +93,8 @@ def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
     lines += _wrap(f"noise: {e.noise_note}; Benjamini-Hochberg at {e.fdr:g} over all {e.family} components of "
                    f"every level; a component is named from {e.min_effect_ms:.2f} ms per step, a changed call "
                    f"count at any size")
+    if r.clock is not None:
+        lines += _wrap(f"GPU clocks: {r.clock.note}")
     if len(r.formats) > 1:
         lines += _wrap(f"profiles of different formats ({', '.join(r.formats)}): kernels are matched in one spelling, "
                        "but the CPU-side ranges are not the same ranges (nsys: NVTX; the PyTorch profiler: its "

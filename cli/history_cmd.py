@@ -8,6 +8,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
+from receipts.analysis.commits import to_json as commits_json
 from receipts.analysis.compare import floor_json
 from receipts.analysis.history import LaneHistory, read_history, resolve_lane
 from receipts.cli.context import console, handle_errors, print_json, settings
@@ -53,7 +54,7 @@ def to_json(h: LaneHistory) -> dict[str, Any]:
         "lane": h.lane.as_dict(), "tag": h.tag, "noise_floor": floor_json(h.floor), "order": h.order,
         "change_points": [{"index": c.index, "run": h_run.id, "run_name": h_run.run_name, "pvalue": c.pvalue,
                            "mean_before_ms": c.mean_before, "mean_after_ms": c.mean_after,
-                           "change_pct": 100.0 * c.rel_change}
+                           "change_pct": 100.0 * c.rel_change, "commits": commits_json(h.commits(c))}
                           for c in h.change_points for h_run in [_run_at(h, c.index)]],
         "method": h.method,
         "runs": [{"id": r.id, "run_name": r.run_name, "run_date": r.run_date.isoformat() + "Z" if r.run_date else None,
@@ -98,8 +99,8 @@ RUN_COLUMNS = [
 
 
 def _render(h: LaneHistory) -> None:
-    console.print(f"[bold]lane[/] {escape(str(h.lane))}" + (f"  (tag {escape(h.tag)})" if h.tag else ""))
-    console.print(f"noise floor: {escape(h.floor.note)}")
+    console.prose(f"[bold]lane[/] {escape(str(h.lane))}" + (f"  (tag {escape(h.tag)})" if h.tag else ""))
+    console.prose(f"noise floor: {escape(h.floor.note)}")
     runs = [{"index": i, **r} for i, r in enumerate(to_json(h)["runs"], start=1)]
     columns = list(RUN_COLUMNS)
     if any(r.straggler_ranks for r in h.runs):
@@ -108,6 +109,9 @@ def _render(h: LaneHistory) -> None:
             if r["straggler_ranks"] else "")))
     n = len(h.change_points)
     notes = [f"{n} change point{'s' if n != 1 else ''}. {h.method}"]
+    for c in h.change_points:
+        notes.append(f"change point at {_run_at(h, c.index).run_name} ({100.0 * c.rel_change:+.2f}%): "
+                     f"{h.commits(c).note}")
     notes.append(ORDER_NOTE[h.order])
     emit(runs, columns, "table", notes=notes)
 

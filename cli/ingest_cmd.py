@@ -134,11 +134,28 @@ _REGISTRY_WARNING = re.compile(r"^(?:host lineage|preset|regime) '.*' .*(?:; did
 
 
 def _say_registry_warnings(said: dict[str, list[str]]) -> None:
-    """Each registry warning once, naming the files it concerns."""
-    for warning, paths in said.items():
-        files = paths[0] if len(paths) == 1 else f"{len(paths)} files: {', '.join(paths[:5])}" + (
+    """The registry's warnings once for the batch, naming the files each concerns: first those that change what
+    a receipt can be compared with (a regime naming no engine, a value with a near registry entry: a typo?),
+    then, in one note, the values merely kept as given (a store without a registry of its own says that of every
+    host and preset, which is no problem)."""
+    def files(paths: list[str]) -> str:
+        return paths[0] if len(paths) == 1 else f"{len(paths)} files: {', '.join(paths[:5])}" + (
             f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-        err_console.print(f"warning: {escape(warning)} ({escape(files)})")
+
+    plain = {w: paths for w, paths in said.items() if _KEPT_AS_GIVEN.match(w)}
+    for warning, paths in said.items():
+        if warning not in plain:
+            err_console.print(f"warning: {escape(warning)} ({escape(files(paths))})")
+    if plain:
+        values = [_KEPT_AS_GIVEN.match(w).group(1) for w in plain]  # type: ignore[union-attr]
+        paths = sorted({p for ps in plain.values() for p in ps}, key=[p for ps in plain.values() for p in ps].index)
+        err_console.print(f"note: {escape(' and '.join(values))} {'is' if len(values) == 1 else 'are'} not in the "
+                          f"registry, kept as given (no entry is close; receipts.toml names a team's) "
+                          f"({escape(files(paths))})")
+
+
+# A host or preset the registry does not know and nothing in it resembles: kept as its own value, no action needed.
+_KEPT_AS_GIVEN = re.compile(r"^((?:host lineage|preset) '.*') is not in the registry; no registry entry is close$")
 
 
 def _say(item: IngestOutcome | IngestFailure, *, debug: bool, registry_warnings: dict[str, list[str]]) -> None:

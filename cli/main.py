@@ -52,6 +52,7 @@ COMMANDS: dict[str, Command] = {
     "gate": Command("gate_cmd", "gate"),
     "check": Command("check_cmd", "check"),
     "export": Command("export_cmd", "export"),
+    "report": Command("report_cmd", "report"),
     "run": Command("run_cmd", "run"),
     "preflight": Command("preflight_cmd", "preflight"),
     "estimate": Command("estimate_cmd", "estimate"),

@@ -8,7 +8,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from receipts.cli.context import console
+from receipts.cli.context import console, err_console
 
 
 def gib(value: int | float | None, *, signed: bool = False) -> str:
@@ -54,10 +54,12 @@ def render_geometry(g: dict[str, Any]) -> None:
     if est:
         console.prose("  (an estimate's peak allocated is its largest phase, not the sum of its rows; its reserved "
                       "adds the runtime reserve and overhead)")
-    console.prose(f"  estimate -> allocated: {gib(gaps['estimate_to_allocated_bytes'], signed=True)}   "
-                  f"allocated -> reserved (fragmentation): {gib(gaps['fragmentation_bytes'])}"
-                  + (f" [{gaps['fragmentation_rule']}]" if gaps["fragmentation_rule"] else "")
-                  + f"   reserved -> device (headroom): {gib(gaps['headroom_bytes'])}")
+    # one gap a line: side by side they ran past 120 columns
+    rule = f" [{gaps['fragmentation_rule']}]" if gaps["fragmentation_rule"] else ""
+    for label, value in (("estimate -> allocated", gib(gaps["estimate_to_allocated_bytes"], signed=True)),
+                         ("allocated -> reserved (fragmentation)", gib(gaps["fragmentation_bytes"]) + rule),
+                         ("reserved -> device (headroom)", gib(gaps["headroom_bytes"]))):
+        console.prose(escape(f"  {label + ':':<39} {value}"))
     extra = []
     if g["resident_bytes"] is not None:
         extra.append(f"resident between steps {gib(g['resident_bytes'])}")
@@ -67,17 +69,17 @@ def render_geometry(g: dict[str, Any]) -> None:
         extra.append("from other sources: " + ", ".join(f"{k.removesuffix('_bytes')} ({v})"
                                                         for k, v in g["filled_from"].items()))
     if extra:
-        console.print("  " + escape("; ".join(extra)))
+        console.prose("  " + escape("; ".join(extra)))
     for s in g["sources"]:
         if s["kind"] == "snapshot" and g["source"] != "snapshot":
             for r in s["ranks"]:
                 where = f"device {r['device']}" if r["device"] is not None else "the snapshot"
                 parts = ", ".join(f"{k} {gib(v)}" for k, v in r["categories"].items())
-                console.print(escape(f"  snapshot {s['path'] or s['source_sha256'][:12]} ({where}) at its peak "
+                console.prose(escape(f"  snapshot {s['path'] or s['source_sha256'][:12]} ({where}) at its peak "
                                      f"{gib(r['peak_allocated_bytes'])}: {parts}"))
         for r in s["ranks"]:
             for w in r["warnings"]:
-                console.print(f"  [yellow]warning ({s['kind']}):[/] {escape(w)}")
+                err_console.prose(f"  [yellow]warning ({s['kind']}):[/] {escape(w)}")
 
 
 def render_drift(drifts: list[dict[str, Any]] | None, moved: str | None) -> None:

@@ -85,7 +85,9 @@ def rfc3339(value: Any) -> str:
 
 
 def machine_text(value: Any, kind: str = "text") -> str:
-    """A value as TSV/CSV write it: empty for unknown, full precision, lists comma-joined, no tab or newline."""
+    """A value as TSV/CSV write it: empty for unknown, full precision, lists comma-joined, no tab or newline.
+    A float keeps 15 significant digits, all a double carries reliably: `23.130000000000003`, the last bit
+    of a sum, reads 23.13."""
     if value is None:
         return ""
     if kind == "time" or isinstance(value, (datetime, date)):
@@ -93,7 +95,7 @@ def machine_text(value: Any, kind: str = "text") -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value)
+        return repr(float(f"{value:.15g}"))
     if isinstance(value, (list, tuple, set, frozenset)):
         return ",".join(machine_text(v) for v in value)
     if isinstance(value, dict):

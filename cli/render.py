@@ -6,13 +6,16 @@ from typing import Any
 
 from rich.markup import escape
 
-from receipts.cli.context import console
+from receipts.cli.context import console, err_console
 from receipts.cli.output import Column
 from receipts.schema.lane import FIELDS, OPTION, Lane
 
 
 def fmt_ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.2f} ms"
+    """Milliseconds as a person reads them: `56.47 ms`; from 10 s up (an MLPerf block, an epoch) in seconds."""
+    if value is None:
+        return "-"
+    return f"{value / 1000:,.2f} s" if abs(value) >= 10_000 else f"{value:,.2f} ms"
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -27,10 +30,39 @@ def fmt_bytes(value: int | None) -> str:
     return f"{value / 2**30:,.2f} GiB"
 
 
+# An interval wider than this factor (high / low) bounds nothing a reader can act on: t on 1 or 2 degrees of
+# freedom over a noisy floor gives B/A [0.16, 5.83]. It is said in words instead of printed as if it measured.
+UNBOUNDED_SPAN = 2.0
+
+
+def ratio_interval(value: float, low: float, high: float, *, unit: str = "") -> str:
+    """`0.9546 [0.9410, 0.9684]` (`unit` after the ratio: `1.0259x [...]`), or the ratio with "too few runs to bound
+    this" when the interval spans more than UNBOUNDED_SPAN."""
+    if low > 0 and high / low > UNBOUNDED_SPAN:
+        return f"{value:.4f}{unit} (too few runs to bound this: the interval spans {low:.2f} to {high:.2f})"
+    return f"{value:.4f}{unit} [{low:.4f}, {high:.4f}]"
+
+
 def ended_early_line(run_name: str, reason: str) -> str:
     """The flag a crashed or stopped run carries wherever it is shown: its numbers cover only part of a run."""
     return (f"[bold red]ENDED EARLY[/] {escape(run_name)}: {escape(reason)} "
             "(a crashed or stopped run: its figures cover only the steps it logged)")
+
+
+def excluded_text(s: dict[str, Any], unit: str) -> str:
+    """What the steady window left out, from its rule: the warm-up (by a phase marker or the leading slow steps)
+    and a cut-short last step, each only where the window excluded it."""
+    n, rule = s["warmup_steps"] or 0, s["window_rule"] or ""
+    if not n:
+        return f"no {unit} excluded"
+    parts = []
+    if s.get("warmup_last_step") is not None:
+        how = (f"the {rule.split(':', 1)[1].split('+')[0]} marker" if rule.startswith("marker:")
+               else f"its leading slow {unit}s")
+        parts.append(f"the warm-up through {unit} {s['warmup_last_step']} ({how})")
+    if "cut-short-tail" in rule:
+        parts.append(f"the cut-short last {unit}")
+    return f"{n} {unit}(s) outside it excluded: " + (" and ".join(parts) or f"{unit}s without a time")
 
 
 def list_json(r: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +148,7 @@ def render_report(r: dict[str, Any]) -> None:
     s = r["steady_state"]
     unit = r.get("series_unit") or "step"
     console.prose(escape(f"window: {unit}s {s['first_step']}..{s['last_step']} steady ({s['n_steps']} {unit}s), "
-                         f"{s['warmup_steps']} {unit}(s) outside it excluded (warm-up, a cut-short tail), rule {s['window_rule']}"))
+                         f"{excluded_text(s, unit)}, rule {s['window_rule']}"))
     cv = "-" if s["cv"] is None else f"{s['cv']:.1%}"
     console.prose(f"{unit} time: median {fmt_ms(s['median_step_ms'])}  p10 {fmt_ms(s['p10_step_ms'])}  "
                   f"p90 {fmt_ms(s['p90_step_ms'])}  CV {cv}")
@@ -132,6 +164,8 @@ def render_report(r: dict[str, Any]) -> None:
         from receipts.cli.memory_render import render_geometry
 
         render_geometry(r["memory_geometry"])
+    if r.get("telemetry"):
+        render_telemetry(r["telemetry"])
     if r["env"]:
         from rich.table import Table  # the report's table; `list --json` imports this module without it
 
@@ -145,7 +179,26 @@ def render_report(r: dict[str, Any]) -> None:
         forced = f"  [yellow](attached with --force despite: {escape(src['forced'])})[/]" if src.get("forced") else ""
         console.prose(escape(f"source: {src['path']}  sha256 {src['sha256'][:16]}…  {src['format']}") + forced)
     for w in r["warnings"]:
-        console.prose(f"[yellow]warning:[/] {escape(w)}")
+        err_console.prose(f"[yellow]warning:[/] {escape(w)}")
+
+
+def render_telemetry(t: dict[str, Any]) -> None:
+    """One line per rank of what NVML said while the run ran: clocks, power, temperature, what slowed the GPU."""
+    console.prose("GPU telemetry (NVML, medians over busy samples):")
+    for g in t["ranks"]:
+        def num(key: str, unit: str) -> str:
+            return "-" if g[key] is None else f"{g[key]:,.0f} {unit}"
+
+        spread = (f" ({g['sm_clock_min_mhz']:,.0f}-{g['sm_clock_max_mhz']:,.0f})"
+                  if g["sm_clock_min_mhz"] is not None and g["sm_clock_min_mhz"] != g["sm_clock_max_mhz"] else "")
+        slowed = ", ".join(f"{k} {v:.0%}" for k, v in g["throttle_share"].items() if k not in ("gpu_idle",)) or "none"
+        errors = (f"ECC +{g['ecc_uncorrected_added']}" if g["ecc_uncorrected_added"] is not None else "ECC -") + \
+            f", Xid {', '.join(map(str, g['xids'])) or 'none'}"
+        who = f"rank {g['rank']}" if g["rank"] is not None else f"GPU {g['gpu_index']}"
+        console.prose(escape(f"  {who}: SM {num('sm_clock_mhz', 'MHz')}{spread}, memory {num('mem_clock_mhz', 'MHz')}, "
+                             f"{num('power_w', 'W')} of {num('power_limit_w', 'W')}, {num('temperature_c', 'C')}, "
+                             f"busy {num('gpu_util_pct', '%')}; clocks held by: {slowed}; {errors} "
+                             f"({g['busy_samples']} busy of {g['samples']} samples every {g['interval_s']:g} s)"))
 
 
 def _machine_origins(provenance: dict) -> str:

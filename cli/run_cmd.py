@@ -30,6 +30,13 @@ def run(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where run.log goes (default ./runs/<name>)."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Only write run.log; do not ingest it."),
     quiet: bool = typer.Option(False, "--quiet", help="Do not echo the child's output (run.log still gets it)."),
+    telemetry_interval: float = typer.Option(1.0, "--telemetry-interval", min=0.05, metavar="SECONDS",
+                                             help="Seconds between GPU telemetry samples (NVML: clocks, power, "
+                                                  "temperature, throttle reasons, ECC, Xid), taken beside the run."),
+    no_telemetry: bool = typer.Option(False, "--no-telemetry", help="Sample no GPU telemetry."),
+    telemetry_series: bool = typer.Option(False, "--telemetry-series",
+                                          help="Keep every telemetry sample in RUN_DIR/telemetry.csv (the footer "
+                                               "always carries the per-rank summary)."),
 ) -> None:
     """Run COMMAND with provenance, env overlay and topology written to run.log before it starts;
     tee its stdout and stderr (kept apart); forward INT/TERM/HUP/QUIT/USR1/USR2; exit with its exit
@@ -42,7 +49,8 @@ def run(
     result = launch(command=list(command), run_dir=run_dir, host_lineage=host_lineage, preset=preset,
                     regime=regime, run_name=run_name, tags=tuple(tag), ingest=not no_ingest, db_url=cfg.db,
                     registry_path=cfg.registry_path, echo=None if quiet else sys.stdout.buffer,
-                    echo_err=None if quiet else sys.stderr.buffer)
+                    echo_err=None if quiet else sys.stderr.buffer,
+                    telemetry_interval_s=None if no_telemetry else telemetry_interval, telemetry_series=telemetry_series)
     how = f"signal {result.signal_name}" if result.signal_name else f"exit code {result.exit_code}"
     err_console.print(f"run finished ({how}); log: {escape(str(result.log_path))}")
     if result.launch_error:

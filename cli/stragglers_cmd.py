@@ -64,9 +64,9 @@ def rank_rows(rep: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _render(rep: dict[str, Any]) -> None:
-    console.print(f"[bold]{escape(rep['source'] or '-')}[/] ({rep['source_format']}): {rep['n_ranks']} ranks, "
+    console.prose(f"[bold]{escape(rep['source'] or '-')}[/] ({rep['source_format']}): {rep['n_ranks']} ranks, "
                   f"{rep['n_collectives']} matched collectives over {rep['n_steps']} steady steps")
-    console.print(escape(f"matching: {rep['matching']}"))
+    console.prose(escape(f"matching: {rep['matching']}"))
     kinds = Table(title="per collective kind")
     for col in ("kind", "collectives", "median arrival skew ms", "median latency ms", "median end skew ms"):
         kinds.add_column(col)
@@ -91,11 +91,11 @@ def _render(rep: dict[str, Any]) -> None:
         steps.add_row(str(step), *(f"{waits.get((step, r), 0.0):.3f}" for r in rank_ids))
     console.print(steps)
     if not rep["clock_ok"]:
-        console.print(f"[bold yellow]no straggler named[/]: {escape(rep['note'])}")
+        console.prose(f"[bold yellow]no straggler named[/]: {escape(rep['note'])}")
     elif not rep["stragglers"]:
-        console.print(f"no straggler: no rank clears the bar ({escape(rep['note'])})")
+        console.prose(f"no straggler: no rank clears the bar ({escape(rep['note'])})")
     for s in rep["stragglers"]:
-        console.print(f"[bold red]straggler: rank {s['rank']}[/] — had it arrived with the median rank, the step "
+        console.prose(f"[bold red]straggler: rank {s['rank']}[/] — had it arrived with the median rank, the step "
                       f"would be {s['impact_ms_per_step']:.3f} ms ({s['impact_pct']:.1f}%) shorter; cause: "
                       f"[bold]{escape(s['cause'])}[/] ({escape(s['cause_detail'])})")
-        console.print(escape(f"  ({rep['note']})"))
+        console.prose(escape(f"  ({rep['note']})"))

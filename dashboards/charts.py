@@ -259,6 +259,9 @@ def _bulk_range(values: pl.Series) -> tuple[float, float]:
     return max(lo - pad, 0.0), hi + pad
 
 
+# The widest label a legend or axis shows whole (pixels): a run or component name, never cut at Vega's 160-180.
+LABEL_LIMIT = 420
+
 # A and B keep their colours whatever else is overlaid; more runs take the rest of tableau10.
 _A_B_COLORS = ["#4c78a8", "#f58518"]
 _MORE_COLORS = ["#54a24b", "#b279a2", "#9d755d", "#e45756", "#72b7b2", "#eeca3b", "#ff9da6", "#bab0ac"]
@@ -332,7 +335,9 @@ def anatomy_side_by_side(diff: pl.DataFrame, a_name: str, b_name: str) -> alt.HC
         pl.col("run").replace({"a_ms_per_step": f"A {a_name}", "b_ms_per_step": f"B {b_name}"}))
     pair = alt.Chart(both).mark_bar().encode(
         y=alt.Y("category:N", title=None), yOffset="run:N", x=alt.X("ms:Q", title="time per step (ms)"),
-        color=alt.Color("run:N", title=None), tooltip=["run", "category", alt.Tooltip("ms:Q", format=",.3f")],
+        # run names run long (`B straggler_plant_nsys`): the legend's default 160 px cut them at ~20 characters
+        color=alt.Color("run:N", title=None, legend=alt.Legend(orient="top", labelLimit=LABEL_LIMIT)),
+        tooltip=["run", "category", alt.Tooltip("ms:Q", format=",.3f")],
     ).properties(width=360, height=alt.Step(12), title="steady state, per category")
     delta = alt.Chart(diff).mark_bar().encode(
         y=alt.Y("category:N", title=None), x=alt.X("diff_ms_per_step:Q", title="B − A (ms per step)"),
@@ -410,7 +415,8 @@ TRAINING_METRICS = {"loss": "loss", "tokens_per_s": "tokens/s", "mfu_pct": "MFU 
 def training_metrics(steps: pl.DataFrame) -> alt.VConcatChart | None:
     """Loss, throughput and MFU per step, the ones the log printed (W&B-style small multiples); None without any.
     A step's value is the mean over the ranks that printed it."""
-    present = [c for c in TRAINING_METRICS if c in steps.columns and steps[c].drop_nulls().len()]
+    # a metric the log printed as 0 throughout (nanochat's SFT prints `mfu: 0.00`) measured nothing: no flat chart
+    present = [c for c in TRAINING_METRICS if c in steps.columns and (steps[c].drop_nulls() != 0).any()]
     if not present:
         return None
     per_step = steps.group_by("step").agg([pl.col(c).mean() for c in present]).sort("step")

@@ -68,4 +68,9 @@ M=tests/data/memory
 step $R ingest $M/adamw_2gpu $M/sgd_2gpu
 step $R show sgd_2gpu
 step $R estimate --params 67170304 --shard-degree 2 --optimizer sgd --master-dtype fp32
+# GPU telemetry recorded on an H200 (tests/data/telemetry/): the clocks held by its 700 W power cap, per rank.
+step $R ingest tests/data/telemetry/launched
+step $R show launched
+# The morning report over the week these runs ran in: change points with their commits, regressions, quiet lanes.
+step $R report --since 7d --until 2026-11-28
 printf '\nOpen the dashboard on this store:\n  %s --db %s dashboard\n' "$R" "$RECEIPTS_DB"

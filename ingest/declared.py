@@ -7,7 +7,8 @@ with named groups, for logs no built-in format reads.
   tokens_per_s  throughput in tokens per second
   memory        the allocator's memory at that step, as bytes or with a unit (`24.6GiB`, `1200 MiB`, `3.1 GB`)
 
-Python's named-group syntax `(?P<name>...)`, which polars' regex engine reads too. The pattern is searched
+Python's named-group syntax `(?P<name>...)`, read by RE2 (the sniff over the log's head) and polars (the
+parse), both linear-time engines: a user's pattern cannot make either run for ever. The pattern is searched
 anywhere in a line (anchor it with `^` if it must start one). Checked when the registry is loaded
 (schema/registry.py check_step_line): an invalid pattern, or one without a `step` group or with a group of
 another name, is refused with one line naming the file.
@@ -15,14 +16,12 @@ another name, is refused with one line naming the file.
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
 from receipts.errors import InputError
 from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import ParsedRun, steps_frame
-from receipts.schema.registry import STEP_LINE_GROUPS as GROUPS
+from receipts.schema.registry import STEP_LINE_GROUPS as GROUPS, compile_step_line
 
 FORMAT = "declared"
 _UNITS = {"": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6,
@@ -30,12 +29,12 @@ _UNITS = {"": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
 
 
 def detect(head: list[str], pattern: str) -> bool:
-    rx = re.compile(pattern)
+    rx = compile_step_line(pattern)
     return any(rx.search(line) for line in head)
 
 
 def parse(log: LogText, pattern: str) -> ParsedRun:
-    names = [n for n in GROUPS if n in re.compile(pattern).groupindex]
+    names = [n for n in GROUPS if n in compile_step_line(pattern).groupindex]
     found = (log.frame()
              .with_columns(pl.col("text").str.extract_groups(pattern).alias("g"))
              .filter(pl.col("g").struct.field("step").is_not_null())

@@ -155,7 +155,9 @@ def _json_object(text: bytes, path: Path, what: str) -> dict:
     try:
         obj = json.loads(text)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
-        raise InputError(path, f"{what} is not valid JSON ({str(exc)[:200]}); expected a Kineto Chrome trace") from exc
+        # a position within `what` (the header or the trailer), never a line and column of the piece the reader held
+        why = f"{exc.msg} at its character {exc.pos + 1:,}" if isinstance(exc, json.JSONDecodeError) else str(exc)[:200]
+        raise InputError(path, f"{what} is not valid JSON ({why}); expected a Kineto Chrome trace") from exc
     except RecursionError as exc:
         raise _too_deep(path, what) from exc
     if not isinstance(obj, dict):
@@ -360,7 +362,7 @@ def stream_trace(path: Path) -> Trace:
         else:
             if not body.startswith(b"{"):
                 raise InputError(path, "traceEvents is not an array of event objects")
-            tail = _events(kept, trace, stream, body, _separator(body, path), m.end())
+            tail = _events(kept, trace, stream, body, _separator(body, path, m.end()), m.end())
     footer = tail.strip()
     if footer.startswith(b","):
         trace.meta.update(_json_object(b"{" + footer[1:], path, "the trailer after traceEvents"))
@@ -404,16 +406,18 @@ def _events(kept: _Kept, trace: Trace, stream, body: bytes, sep: bytes, start: i
                 break
             ahead = reader.submit(_read, stream, trace.path)
             buf += block
-    return _last_event(kept, trace, bytes(buf[2:]), trace.path)
+    return _last_event(kept, trace, bytes(buf[2:]), trace.path, offset=start + 1)
 
 
-def _separator(body: bytes, path: Path) -> bytes:
+def _separator(body: bytes, path: Path, offset: int) -> bytes:
     """The bytes between two top-level events as this writer lays them out ('},\\n  {' for Kineto)."""
     text = body[: 1 << 20].decode("utf-8", "replace")
     try:
         _, end = json.JSONDecoder().raw_decode(text)
     except ValueError as exc:
-        raise InputError(path, f"first trace event is not valid JSON ({str(exc)[:200]}); file cut short?") from exc
+        where = f" (near byte {offset + exc.pos:,} of the trace)" if isinstance(exc, json.JSONDecodeError) else ""
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:200]
+        raise InputError(path, f"first trace event is not valid JSON{where}: {why}; file cut short?") from exc
     except RecursionError as exc:
         raise _too_deep(path, "the first trace event") from exc
     after = text[end:]
@@ -421,13 +425,17 @@ def _separator(body: bytes, path: Path) -> bytes:
     return ("}" + m.group(0)).encode() if m else b"\x00no-separator\x00"
 
 
-def _last_event(kept: _Kept, trace: Trace, rest: bytes, path: Path) -> bytes:
-    """Decode the final event and return what follows the array's closing bracket."""
+def _last_event(kept: _Kept, trace: Trace, rest: bytes, path: Path, *, offset: int) -> bytes:
+    """Decode the final event and return what follows the array's closing bracket. `offset`: rest's position in the
+    (decompressed) trace, so an error names a place in the file, not in the block the reader held."""
     text = rest.decode("utf-8", "replace")
     try:
         ev, end = json.JSONDecoder().raw_decode("{" + text)
     except ValueError as exc:
-        raise InputError(path, f"trace ends inside traceEvents ({str(exc)[:200]}); the file looks cut short") from exc
+        where = f" near byte {offset + exc.pos - 1:,}" if isinstance(exc, json.JSONDecodeError) else ""
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:200]
+        raise InputError(path, f"trace ends inside traceEvents{where} of the trace ({why}): the file looks cut "
+                               "short") from exc
     except RecursionError as exc:
         raise _too_deep(path, "the last trace event") from exc
     _keep_events(kept, trace, _untyped([ev]), typed=False, markers=True)

@@ -7,7 +7,7 @@ regex syntax both Python's `re` and polars (Rust's regex crate) read the same wa
             `3: `, any other `[label]:`; RANK_LABEL reads the rank of the first two
   logger    Python logging (the documented default `INFO:root:`, `%(asctime)s - %(levelname)s - `,
             `%(asctime)s - %(name)s - %(levelname)s - `, `%(asctime)s %(levelname)s `, `[%(levelname)s] `,
-            `[%(asctime)s][%(name)s][%(levelname)s] - `), loguru's `time | LEVEL | module:function:line - `
+            `[%(asctime)s][%(name)s][%(levelname)s] - `, `%(asctime)s %(levelname)s [%(filename)s:%(lineno)d] `), loguru's `time | LEVEL | module:function:line - `
             and absl/glog's `I1120 10:00:01.123456 12345 train.py:42] `. A logger prefix always names a
             level: free text before a step line is never taken for one.
 """
@@ -25,6 +25,7 @@ _LOGGER = (
     + r"|[IWEF][0-9]{4} [0-9:.]+\s+[0-9]+ [^\]\s]+\] "  # absl / glog
     + r"|(?:" + _TIME + r"\s*(?:[-|]\s*)?)?(?:\[[^\]]*\]\s*)*(?:[A-Za-z_][\w.<>-]*\s+[-|]\s+)?\[?" + _LEVEL
     + r"\s*\]?\s*(?:[-:|]\s*)?(?:[\w.<>]+(?::[\w.<>]+)*(?::[0-9]+)?\s+-\s+)?"
+    + r"(?:\[[\w.<>/-]+(?::[0-9]+)?\]\s*(?:[-:|]\s*)?)?"  # `LEVEL [train.py:88] `: %(filename)s:%(lineno)d
     + r")?"
 )
 LINE_PREFIX = r"^" + _LAUNCHER + _LOGGER

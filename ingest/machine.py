@@ -25,6 +25,9 @@ class MachineSeen:
     world_size: int | None = None
     gpus_on_host: int | None = None
     hostname: str | None = None
+    # GPUs the file saw that may have been narrowed (a Kineto trace's deviceProperties: CUDA_VISIBLE_DEVICES): the
+    # count where the receipt knows none, never a contradiction of the count it knows
+    visible_gpus: int | None = None
 
 
 def machine_of_facts(kind: str, facts: dict) -> MachineSeen:
@@ -39,11 +42,14 @@ def machine_of_facts(kind: str, facts: dict) -> MachineSeen:
 
 
 def machine_of_anatomy(anatomy: Anatomy) -> MachineSeen:
-    """nsys reports the machine's GPUs (TARGET_INFO_GPU); Kineto one trace per rank, so only its ranks count."""
+    """nsys reports the machine's GPUs (TARGET_INFO_GPU); Kineto one trace per rank, so its ranks count, and the
+    devices its processes saw (deviceProperties) give the count only where the receipt has none (a log's receipt
+    attached its traces: the machine is the traces')."""
     nsys = anatomy.source_format == "nsys"
     return MachineSeen(anatomy.gpu_model, anatomy.gpu_count if nsys else None,
                        anatomy.ranks_traced if nsys else (anatomy.ranks_traced or anatomy.gpu_count),
-                       anatomy.world_size, anatomy.gpus_on_host if nsys else None, anatomy.claim.hostname)
+                       anatomy.world_size, anatomy.gpus_on_host if nsys else None, anatomy.claim.hostname,
+                       visible_gpus=None if nsys else anatomy.gpus_on_host)
 
 
 def contradictions(seen: MachineSeen, receipt: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> list[str]:
@@ -84,7 +90,8 @@ def _host(name: str) -> str:
 def machine_fill(seen: MachineSeen, receipt: Mapping[str, Any]) -> dict[str, Any]:
     """The machine columns the receipt lacks that the file states: what attaching it adds (machine_class with
     them, once the model and the count are both known)."""
-    stated = {"gpu_model": seen.gpu_model, "gpu_count": seen.gpu_count, "gpus_on_host": seen.gpus_on_host,
+    stated = {"gpu_model": seen.gpu_model, "gpu_count": seen.gpu_count or seen.visible_gpus,
+              "gpus_on_host": seen.gpus_on_host or seen.visible_gpus,
               "world_size": seen.world_size, "ranks_traced": seen.ranks, "hostname": seen.hostname}
     fill = {c: v for c, v in stated.items() if v is not None and receipt.get(c) is None}
     model, count = fill.get("gpu_model", receipt.get("gpu_model")), fill.get("gpu_count", receipt.get("gpu_count"))

@@ -202,7 +202,10 @@ _COMPLETE = {"dt: ": _FIELDS["step_ms"], "tok/sec: ": _FIELDS["tokens_per_s"], "
 
 def _same_shape(texts: list[str]) -> bool:
     """Two step lines with digits blanked out compare equal when the second is complete. A step line alone
-    is complete when it ends like one and every field it names holds a whole value."""
+    is complete when it ends like one and every field it names holds a whole value. What stands before
+    `step` (a rank label, a logger's prefix with its own level and module) is not the step line's shape:
+    two lines of one run may carry different ones."""
+    texts = [t[m.start():] if (m := re.search(r"[Ss]tep [0-9]", t)) else t for t in texts]
     if len(texts) < 2:
         text = texts[-1]
         return bool(re.search(r"(?:m|ms|\d)\s*$", text)) and all(

@@ -6,7 +6,7 @@ Version 1 records (field `v` = 1, field `kind`):
           software, topology, gpu_model, gpu_count, world_size, features, tags, started_at
   step    step, rank, step_ms, tokens_per_s, loss, mfu_pct, allocated_bytes, reserved_bytes
   phase   phase (compile|warmup|checkpoint|eval|...), first_step, last_step, rank, duration_ms
-  footer  rank, peak_allocated_bytes, peak_reserved_bytes, exit_code, ended_at
+  footer  rank, peak_allocated_bytes, peak_reserved_bytes, exit_code, ended_at, memory, telemetry
 Lines may carry a launcher prefix (`[rank3]: `, `[default0]:`); everything else in the log is left alone.
 The full specification is docs/receipt-format.md.
 """
@@ -26,6 +26,7 @@ from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, 
 from receipts.schema.lane import FIELDS, OPTION
 from receipts.schema.memory import MemoryGeometry
 from receipts.schema.receipt_format import KINDS, LINE_PATTERN, SUPPORTED_VERSIONS, memory_of, recipe_of
+from receipts.schema.telemetry import GpuTelemetry, telemetry_of
 
 FORMAT = "receipt"
 LAUNCHER = "receipts run"   # the `writer` of the launcher's header and footer (capture writes "receipts.capture")
@@ -132,6 +133,7 @@ def parse(log: LogText) -> ParsedRun:
     footers: list[dict] = []
     recipe: dict[str, Any] = {}
     geometry: list[MemoryGeometry] = []
+    telemetry: list[GpuTelemetry] = []
     for line_no, payload in records.filter(~is_step).iter_rows():
         obj = _loads(log, line_no, payload)
         kind = obj["kind"]
@@ -158,6 +160,7 @@ def parse(log: LogText) -> ParsedRun:
                 geometry.append(_geometry(obj.get("rank"), measured))
             try:
                 recipe = {**recipe_of(obj), **recipe}   # ranks agree; of a clash, the first footer wins
+                telemetry += telemetry_of(obj)
             except ValueError as exc:
                 raise InputError(log.path, f"RECEIPT footer: {exc}", line=line_no) from None
 
@@ -193,6 +196,7 @@ def parse(log: LogText) -> ParsedRun:
         ended_early=ended_early,
         started_at=header.get("started_at"),
         memory_geometry=tuple(geometry),
+        telemetry=tuple(telemetry),
     )
 
 

@@ -77,6 +77,39 @@ def sniff_kind(path: Path) -> str:
     return "log"
 
 
+def what_it_is(path: Path) -> str:
+    """What a file that `sniff_kind` calls a log looks like, for a refusal that must name it: an old pickle (protocol
+    0 or 1: not a memory snapshot, which torch writes in 2 or later), a JSON document that is no profiler trace, or a
+    training log."""
+    import pickletools
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return "a file that cannot be read"
+    if head[:1] in (b"(", b"}", b"]"):
+        try:
+            ops = [op.name for op, _, _ in _first(pickletools.genops(head), 3)]
+        except (ValueError, UnicodeDecodeError):  # not pickle opcodes: a log line that opens with a bracket
+            ops = []
+        if len(ops) == 3 and ops[0] in ("MARK", "EMPTY_DICT", "EMPTY_LIST"):
+            return ("a pickle in protocol 0 or 1, not a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot "
+                    "writes protocol 2 or later)")
+    if head.removeprefix(UTF8_BOM).lstrip()[:1] in (b"{", b"[") and other_json_document(path):
+        return "a JSON document without traceEvents, not a PyTorch profiler trace"
+    return "a training log"
+
+
+def _first(items, n: int) -> list:
+    out = []
+    for item in items:
+        out.append(item)
+        if len(out) == n:
+            break
+    return out
+
+
 def other_json_document(path: Path) -> bool:
     """A JSON file that reads whole as a document without traceEvents (a run's config.json beside its traces):
     not a trace, so not one of a profile's ranks. False for a trace and for anything that does not read as

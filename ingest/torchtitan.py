@@ -25,6 +25,7 @@ from typing import cast
 import polars as pl
 
 from receipts.errors import InputError
+from receipts.ingest.line_prefix import RANK_LABEL
 from receipts.ingest.textlog import LogText, cut_short_note, same_shape
 from receipts.schema.model import MemoryPeak, ParsedRun, steps_frame
 
@@ -65,7 +66,7 @@ def parse(log: LogText) -> ParsedRun:
                                    "YGiB(Z%)  tps: ...`")
     steps = candidates.with_columns(
         pl.col("g").struct.field("2").cast(pl.Int64, strict=False).alias("step"),
-        pl.col("clean").str.extract(r"^\[rank([0-9]+)\]", 1).cast(pl.Int32, strict=False).alias("rank"),
+        pl.col("clean").str.extract(RANK_LABEL, 1).cast(pl.Int32, strict=False).alias("rank"),
         _num(r"\bloss:\s*" + _NUM).alias("loss"),
         # '0.00GiB(0.00%)' is printed when the device reports no allocator stats (debug / CPU-side runs):
         # not a measurement, so it is stored as unknown rather than as a zero peak

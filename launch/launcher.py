@@ -39,6 +39,7 @@ from typing import IO
 from receipts.launch import provenance
 from receipts.launch.process import SignalForwarder, tee
 from receipts.capture.recorder import ENV_LAUNCHER
+from receipts.capture.telemetry import DEFAULT_INTERVAL_S, TelemetrySampler
 from receipts.schema.receipt_format import RECORD_VERSION, encode
 from receipts.errors import ReceiptsError, UsageError
 from receipts.schema.registry import Registry, load_registry
@@ -47,6 +48,7 @@ from receipts.schema.secrets import EnvRules, env_overlay, load_env_rules, redac
 LOG_NAME = "run.log"
 ENV_RUN_DIR = "RECEIPTS_RUN_DIR"   # the child may write traces here; they are ingested with the log
 ENV_RUN_ID = "RECEIPTS_RUN_ID"     # the header's run_id when the scheduler names the run
+SERIES_NAME = "telemetry.csv"     # every telemetry sample, when the run asks for the series
 EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 126, 127  # the shell's codes, which Slurm and CI already read
 
 
@@ -161,14 +163,19 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
         tags: tuple[str, ...] = (), ingest: bool = True, db_url: str | None = None,
         registry_path: Path | None = None, env_rules_path: Path | None = None,
         environ: Mapping[str, str] | None = None, cwd: Path | None = None,
-        echo: IO[bytes] | None = None, echo_err: IO[bytes] | None = None) -> RunResult:
+        echo: IO[bytes] | None = None, echo_err: IO[bytes] | None = None,
+        telemetry_interval_s: float | None = DEFAULT_INTERVAL_S, telemetry_series: bool = False) -> RunResult:
     """Launch `command` with a RECEIPT header/footer around its output in run_dir/run.log.
 
     The child's stdout is echoed to `echo`, its stderr to `echo_err` (None: not echoed); both go
     into run.log. Returns the child's exit code (128+N if signal N ended it). With `ingest`, the run
     directory (log plus *.sqlite / *.nsys-rep / *.pt.trace.json[.gz] found there) goes into the store
     at `db_url`; an ingest failure is reported in the result, never raised over the child's code.
-    Raises CommandNotFound (exit 127/126) before writing anything when the command cannot run."""
+    Raises CommandNotFound (exit 127/126) before writing anything when the command cannot run.
+
+    GPU telemetry (capture/telemetry.py) is sampled every `telemetry_interval_s` seconds (None: not at all) on
+    the GPUs the command can see, in a thread of this process, and summarised in the footer; with
+    `telemetry_series` every sample is kept in run_dir/telemetry.csv too."""
     environ = dict(os.environ if environ is None else environ)
     cwd = Path(cwd or Path.cwd())
     # One loaded configuration (shipped + ./receipts.toml + --registry), before anything runs: its secret
@@ -186,6 +193,13 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
 
     header = build_header(command=command, environ=environ, cwd=cwd, rules=rules, host_lineage=host_lineage,
                           preset=preset, regime=regime, run_name=run_name, tags=tuple(tags))
+    sampler = None
+    if telemetry_interval_s is not None:
+        sampler = TelemetrySampler(devices=visible_gpu_indices(environ.get("CUDA_VISIBLE_DEVICES")),
+                                   interval_s=telemetry_interval_s,
+                                   series_path=run_dir / SERIES_NAME if telemetry_series else None)
+        if not sampler.start():
+            sampler = None
     t0 = time.monotonic()
     child_env = {**environ, ENV_LAUNCHER: "1", ENV_RUN_DIR: str(run_dir.resolve())}
     launch_error = None
@@ -230,6 +244,8 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
                   "output_still_open": any(thread.is_alive() for thread in tees)}
         if launch_error:
             footer["launch_error"] = launch_error
+        if sampler is not None:
+            footer["telemetry"] = sampler.stop()
         with log_lock:  # the footer is the last line: tees still running (output_still_open) stop here
             log.write(encode(footer))
             log.close()
@@ -246,6 +262,19 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
         except Exception as exc:  # noqa: BLE001 - the child's exit code must survive any ingest failure
             ingest_error = f"unexpected {type(exc).__name__}: {exc}"
     return RunResult(exit_code, run_dir, log_path, sig_name, ingested, ingest_error, launch_error)
+
+
+def visible_gpu_indices(visible_devices: str | None) -> list[int] | None:
+    """The NVML indices the command's CUDA_VISIBLE_DEVICES names, in its order (local rank i uses the i-th,
+    as in the header's rank_map); None (every GPU) when unset or given as UUIDs; [] when it hides them all."""
+    if visible_devices is None:
+        return None
+    words = [w.strip() for w in visible_devices.split(",") if w.strip()]
+    if not words or words == ["-1"]:
+        return []  # set but empty (or -1): CUDA shows the job no GPU
+    if all(w.isdigit() for w in words):
+        return [int(w) for w in words]
+    return None
 
 
 def _ingest(*, run_dir: Path, db_url: str | None, registry: Registry, host_lineage: str | None,

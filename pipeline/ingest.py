@@ -23,6 +23,7 @@ from receipts.ingest.logbytes import COMPRESSED_SUFFIXES, log_sha256
 from receipts.ingest.textlog import ReadProgress
 from receipts.ingest import profiler
 from receipts.ingest.machine import machine_of_anatomy, machine_of_facts
+from receipts.ingest.sniff import what_it_is
 from receipts.lifecycle import LedgerWrite, already_stored, write_current
 from receipts.pipeline.attach import check_attachment
 from receipts.pipeline.execution import RankMap
@@ -232,7 +233,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
         return IngestOutcome(str(path), receipt_id, attach, created, kind, forced=checked.forced)
     if attach is not None:
         raise InputError(path, "takes a profiler export (nsys .sqlite/.nsys-rep or Kineto traces) or a PyTorch memory "
-                               "snapshot; this looks like a training log", option="attach")
+                               f"snapshot; this looks like {what_it_is(path)}", option="attach")
     side_claim, side = read_sidecar(path)
     name = run_name or side.get("run_name") or as_text(_default_run_name(path))
     all_tags = tuple(tags) + tuple(side.get("tags", ()))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 import polars as pl
 
 from receipts.schema.memory import MemoryGeometry
+from receipts.schema.telemetry import GpuTelemetry
 
 if TYPE_CHECKING:
     from receipts.schema.categories import CategoryRules
@@ -243,6 +244,8 @@ class ParsedRun:
     tail_step: int | None = None     # a last step cut short (a profiler's or run_stop's), never steady state
     # Per rank, what receipts.capture measured of the memory's geometry (a RECEIPT footer's `memory`)
     memory_geometry: tuple[MemoryGeometry, ...] = ()
+    # Per rank (or GPU), what NVML said while the run ran (a RECEIPT footer's `telemetry`, schema/telemetry.py)
+    telemetry: tuple[GpuTelemetry, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -57,20 +57,40 @@ class Registry:
 STEP_LINE_GROUPS = ("step", "step_ms", "loss", "tokens_per_s", "memory")
 
 
+def compile_step_line(pattern: str):
+    """A declared step line compiled by RE2 (the `google-re2` binding): a user's pattern runs over every line of
+    a log, and RE2 matches in time linear in the line whatever the pattern (`(a+)+$` cannot backtrack), as
+    polars' engine does. re2.error where RE2 cannot read it (backreferences, lookaround)."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # the refusal is ours to word, not a line of RE2's own on stderr
+    return re2.compile(pattern, options)
+
+
 def check_step_line(pattern: object, where: str | Path) -> str:
-    """A declared step line, checked: a non-empty string, a regular expression Python and polars both read,
-    with a `step` group and no group outside STEP_LINE_GROUPS. `where`: the file that declares it."""
+    """A declared step line, checked: a non-empty string, a regular expression RE2 and polars both read
+    (linear-time engines: the pattern is untrusted input), with a `step` group and no group outside
+    STEP_LINE_GROUPS. `where`: the file that declares it."""
     import re
 
     import polars as pl
+    import re2
 
     key = "[logs] step_line"
     if not isinstance(pattern, str) or not pattern.strip():
         raise InputError(where, f"{key} must be a regular expression (a string), not {pattern!r}")
     try:
-        compiled = re.compile(pattern)
+        re.compile(pattern)  # compiling matches nothing: it cannot hang, and its words for a typo are the clearest
+        compiled = compile_step_line(pattern)
         pl.Series([""], dtype=pl.Utf8).str.extract_groups(pattern)
-    except (re.error, pl.exceptions.PolarsError) as exc:
+    except re.error as exc:
+        raise InputError(where, f"{key} {pattern!r} is not a valid regular expression: {exc}") from None
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise InputError(where, f"{key} {pattern!r} cannot be used: {reason} (step lines are read by a "
+                                "linear-time engine, RE2: no backreferences or lookaround)") from None
+    except pl.exceptions.PolarsError as exc:
         raise InputError(where, f"{key} {pattern!r} is not a valid regular expression: "
                                 f"{str(exc).strip().splitlines()[0]}") from None
     names = set(compiled.groupindex)

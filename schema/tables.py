@@ -110,6 +110,32 @@ receipt_memory = Table(
     Column("peak_reserved_bytes", BigInteger),
 )
 
+# v13: what NVML said while the run ran, one row per rank (or GPU) (schema/telemetry.py): medians over busy samples
+receipt_telemetry = Table(
+    "receipt_telemetry", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("rank", Integer),
+    Column("gpu_index", Integer),
+    Column("gpu_name", Text),
+    Column("pci_bus_id", Text),
+    Column("samples", Integer, nullable=False),
+    Column("busy_samples", Integer, nullable=False),
+    Column("interval_s", Double),
+    Column("sm_clock_mhz", Double),
+    Column("sm_clock_min_mhz", Double),
+    Column("sm_clock_max_mhz", Double),
+    Column("mem_clock_mhz", Double),
+    Column("power_w", Double),
+    Column("power_limit_w", Double),
+    Column("temperature_c", Double),
+    Column("gpu_util_pct", Double),
+    Column("mem_util_pct", Double),
+    Column("throttle_json", Text, nullable=False),       # reason -> share of busy samples
+    Column("ecc_corrected_added", BigInteger),
+    Column("ecc_uncorrected_added", BigInteger),
+    Column("xids_json", Text, nullable=False),           # the Xid codes seen
+)
+
 receipt_sources = Table(
     "receipt_sources", metadata,
     Column("receipt_id", Text, nullable=False),
@@ -286,6 +312,7 @@ memory_categories = Table(
 # store), and an ART index held the inserted keys in memory until commit: +490 MiB to ingest a 10M-step log.
 Index("ix_receipt_steps_receipt", receipt_steps.c.receipt_id, info={"backends": ("postgresql",)})
 Index("ix_receipt_memory_receipt", receipt_memory.c.receipt_id)
+Index("ix_receipt_telemetry_receipt", receipt_telemetry.c.receipt_id)
 Index("ix_anatomy_rows_receipt", anatomy_rows.c.receipt_id)
 Index("ix_anatomy_steps_receipt", anatomy_steps.c.receipt_id)
 Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)

@@ -133,6 +133,7 @@ class Store(ABC):
             "receipts": [{**R.receipt_row(receipt, ingested_at), **(columns or {})}],
             "receipt_env": R.env_rows(receipt),
             "receipt_memory": R.memory_rows(receipt),
+            "receipt_telemetry": R.telemetry_rows(receipt),
             "receipt_summaries": R.summary_rows(receipt),
             "receipt_sources": R.source_rows(receipt.id, receipt.sources, ingested_at),
         }

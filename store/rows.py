@@ -128,6 +128,18 @@ def memory_rows(receipt: Receipt) -> list[dict[str, Any]]:
              "peak_reserved_bytes": m.peak_reserved_bytes} for m in receipt.parsed.memory]
 
 
+def telemetry_rows(receipt: Receipt) -> list[dict[str, Any]]:
+    from dataclasses import asdict
+
+    out = []
+    for t in receipt.parsed.telemetry:
+        row = asdict(t)
+        row["throttle_json"] = json.dumps(row.pop("throttle_share"), sort_keys=True)
+        row["xids_json"] = json.dumps(list(row.pop("xids")))
+        out.append({"receipt_id": receipt.id, **row})
+    return out
+
+
 def source_rows(receipt_id: str, sources: tuple[SourceFile, ...], ingested_at: str,
                 forced: str | None = None) -> list[dict[str, Any]]:
     return [{"receipt_id": receipt_id, "sha256": s.sha256, "path": as_text(s.path), "size_bytes": s.size_bytes,

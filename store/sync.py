@@ -24,8 +24,8 @@ from receipts.store.base import RETAG_COLUMNS, ReceiptRows, Store
 
 # Tables keyed by receipt_id that belong to the receipt itself (anatomy ones travel per export). Its
 # identity_history travels with it, so a receipt retagged before the push arrives with its audit trail.
-RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_summaries", "receipt_sources",
-                  "identity_history", "memory_sources", "memory_ranks", "memory_categories")
+RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_telemetry", "receipt_summaries",
+                  "receipt_sources", "identity_history", "memory_sources", "memory_ranks", "memory_categories")
 ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels", "anatomy_step_kernels",
                   "receipt_components")
 
@@ -37,13 +37,18 @@ class PushResult:
     anatomy_copied: int = 0            # profiler exports copied: with their receipt, or attached after it was pushed
     anatomy_skipped: int = 0
     facts_copied: int = 0              # machine-fact files attached after the receipt was pushed
-    memory_copied: int = 0             # memory snapshots and estimates attached after the receipt was pushed
+    memory_copied: int = 0             # memory snapshots and estimates: with their receipt, or attached after it
+    memory_kinds: dict[str, int] = field(default_factory=dict)  # the same by kind ('snapshot' | 'estimate')
     copied_ids: list[str] = field(default_factory=list)
     retags_copied: int = 0             # identity_history rows of retags made locally after the receipt was pushed
     retags_diverged: list[str] = field(default_factory=list)  # retagged on both sides since: left for a human
     # retagged here only, but the identity there is not the one those retags started from (the receipt reached the
     # target another way, with another identity): left for a human too
     retags_refused: list[str] = field(default_factory=list)
+
+    def count_memory(self, kind: str) -> None:
+        self.memory_copied += 1
+        self.memory_kinds[kind] = self.memory_kinds.get(kind, 0) + 1
 
 
 def _select(source: Store, table: str, where: str, params: dict[str, Any]) -> pl.DataFrame:
@@ -79,11 +84,12 @@ def push(source: Store, target: Store, progress: Callable[[int, int], None] | No
         if (row["receipt_id"], row["sha256"]) not in target_sources:
             missing_facts.setdefault(row["receipt_id"], []).append(row)
     memory_there = {tuple(r) for r in target.sql("SELECT receipt_id, source_sha256 FROM memory_sources").iter_rows()}
-    memory_here: dict[str, list[str]] = {}
-    for receipt_id, sha in source.sql("SELECT receipt_id, source_sha256 FROM memory_sources "
-                                      "ORDER BY receipt_id, source_sha256").iter_rows():
+    # Snapshots and estimates (a `capture` source is the receipt's own log: it is never attached on its own).
+    memory_here: dict[str, list[tuple[str, str]]] = {}
+    for receipt_id, sha, kind in source.sql("SELECT receipt_id, source_sha256, kind FROM memory_sources WHERE kind <> "
+                                            "'capture' ORDER BY receipt_id, source_sha256").iter_rows():
         if (receipt_id, sha) not in memory_there:
-            memory_here.setdefault(receipt_id, []).append(sha)
+            memory_here.setdefault(receipt_id, []).append((sha, kind))
     target_history, local_history = _history_keys(target), _history_keys(source)
     local = source.sql("SELECT id, content_sha256 FROM receipts ORDER BY ingested_at, id")
     # A push reads the source in batches of receipts, a query per table per batch: a query per table per
@@ -102,6 +108,8 @@ def push(source: Store, target: Store, progress: Callable[[int, int], None] | No
             if ok:
                 result.receipts_copied += 1
                 result.anatomy_copied += len(exports_here.get(receipt_id, ()))  # they travel in its payload
+                for _, kind in memory_here.get(receipt_id, ()):                   # so do its memory sources
+                    result.count_memory(kind)
                 result.copied_ids.append(receipt_id)
                 pushed.add(receipt_id)
         done += len(batch)
@@ -121,8 +129,9 @@ def push(source: Store, target: Store, progress: Callable[[int, int], None] | No
                 result.anatomy_copied += 1
         if receipt_id in missing_facts:
             result.facts_copied += _copy_facts(source, target, receipt_id, missing_facts[receipt_id])
-        for sha in memory_here.get(receipt_id, []):
-            result.memory_copied += _copy_memory(source, target, receipt_id, sha)
+        for sha, kind in memory_here.get(receipt_id, []):
+            if _copy_memory(source, target, receipt_id, sha):
+                result.count_memory(kind)
         here, there = local_history.get(receipt_id, []), target_history.get(receipt_id, [])
         if here[:len(there)] != there and there[:len(here)] != here:
             result.retags_diverged.append(receipt_id)            # each side has retags the other lacks

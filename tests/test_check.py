@@ -364,6 +364,8 @@ def test_a_mistyped_tag_gets_a_did_you_mean(noise_db):
     code, out = check(noise_db, "tag:pr-slow", "--against", "tag:mian")
     assert code == 3 and {r["outcome"] for r in out["results"]} == {"no_baseline"}
     assert all("no current receipt carries the tag 'mian'; did you mean 'main'?" in r["why"] for r in out["results"])
+    text = " ".join(cli(noise_db, "check", "slow_1", "--against", "tag:mian").stdout.split())
+    assert "did you mean 'main'?" in text and "noise floor" not in text and "0 run(s) tagged" not in text, text
     result = cli(noise_db, "check", "tag:pr-slwo", "--against", "tag:main")
     assert result.exit_code == 2 and "did you mean 'pr-slow'" in result.stderr
 

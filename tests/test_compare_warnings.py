@@ -30,7 +30,9 @@ def test_a_receipt_compared_with_itself_says_so(two_lengths):
     db = two_lengths
     code, out = cli_json(db, "compare", "full", "full")
     assert out["warnings"] == [f"A and B are the same receipt {out['a']['id']} (full): the comparison measures nothing"]
-    assert "warning: A and B are the same receipt" in cli(db, "compare", "full", "full").stdout
+    said = cli(db, "compare", "full", "full")
+    assert "warning: A and B are the same receipt" in said.stderr  # warnings on stderr: `compare | head -1` reads
+    assert "warning" not in said.stdout and said.stdout.startswith("full vs baseline full")  # the headline
 
 
 def test_steady_windows_of_unequal_length_compare_with_a_warning(two_lengths):

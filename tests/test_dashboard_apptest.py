@@ -223,6 +223,9 @@ def test_stragglers_view_names_the_planted_rank(tmp_path, monkeypatch):
     assert _charts(at), "the rank × step wait heatmap"
     headers = [str(c) for frame in at.dataframe for c in frame.value.columns]
     assert "own wait (ms/step)" in headers and not [h for h in headers if "_" in h], headers  # read, not snake_case
+    per_rank = next(f.value for f in at.dataframe if "arrived last (%)" in f.value.columns)
+    assert list(per_rank.columns[:2]) == ["rank", "arrived last (%)"]  # as the CLI: the rank first, a percentage
+    assert per_rank.set_index("rank").loc[1, "arrived last (%)"] == pytest.approx(85.29, abs=0.01)  # the CLI: 85%
 
 
 def test_a_stale_link_says_so_instead_of_showing_another_run(store_ids, monkeypatch):

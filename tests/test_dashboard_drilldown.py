@@ -68,6 +68,15 @@ def test_a_link_opens_its_step_and_a_stale_step_says_so(slow_store, monkeypatch)
     assert stale.selectbox(key="drill_step").value == "17"
 
 
+@pytest.mark.slow  # one more run of the app
+def test_a_link_to_the_slowest_step_opens_it_as_the_cli_does(slow_store, monkeypatch):
+    db, rid = slow_store
+    slowest = _app(db, monkeypatch, view="anatomy", id=rid, step="slowest")  # `anatomy RUN --step slowest`
+    _no_exception(slowest)
+    assert not slowest.warning and slowest.selectbox(key="drill_step").value == "17"
+    assert slowest.query_params["step"] == "17"
+
+
 def test_the_receipt_view_links_its_slowest_steps_to_their_kernels(slow_store, monkeypatch):
     db, rid = slow_store
     at = _app(db, monkeypatch, view="receipt", id=rid)

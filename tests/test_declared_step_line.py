@@ -68,3 +68,24 @@ def test_a_bad_declaration_is_refused_in_one_line_naming_the_file(tmp_path, db, 
     assert out.exit_code == 2 and words in out.stderr and str(registry) in out.stderr, out.stderr
     assert out.stderr.strip().count("\n") == 0, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_pattern_that_backtracks_for_ever_in_python_reads_in_linear_time(tmp_path, db):
+    """Nested quantifiers ((a+)+ before an anchor that fails) take 2^n steps in Python's engine on n letters;
+    RE2 and polars read the line once. Before, the sniff over the log's head never returned."""
+    log = tmp_path / "adversarial.log"
+    log.write_text("7 aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab\n" + "x" * 100_000 + "\n"
+                   + "".join(f"{i} aaaa\n" for i in range(1, 9)))
+    registry = _toml(tmp_path, r"^(?P<step>\d+) (a+)+$", "team.toml")
+    out = cli(db, "--registry", str(registry), "ingest", str(log))
+    assert out.exit_code == 0, out.stderr
+    assert parse_log(log, step_line=r"^(?P<step>\d+) (a+)+$").steps["step"].to_list() == list(range(1, 9))
+
+
+@pytest.mark.parametrize("pattern, feature", [(r"(?P<step>\d+) (\w)\2", "\\2"), (r"(?P<step>\d+)(?= ms)", "(?=")])
+def test_a_pattern_only_a_backtracking_engine_reads_is_refused_naming_it(tmp_path, db, pattern, feature):
+    registry = _toml(tmp_path, pattern, "team.toml")
+    out = cli(db, "--registry", str(registry), "ingest", str(_log(tmp_path)))
+    assert out.exit_code == 2, out.stderr
+    assert "cannot be used" in out.stderr and feature in out.stderr and str(registry) in out.stderr, out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "Traceback" not in out.stderr, out.stderr

@@ -105,19 +105,39 @@ def test_bmf_is_one_benchmark_per_lane_from_its_newest_run(noise_db):
     assert set(measures["peak_allocated_bytes"]) == {"value"}
 
 
-def test_pytorch_v3_records_carry_every_run_of_the_lane(noise_db):
+def test_pytorch_v3_records_carry_every_run_of_the_lane_and_tag(noise_db):
+    """One record per lane, tag set and measure: the lane's 10 main runs and its PR runs are never one pool."""
     records = export(noise_db, "--format", "pytorch-v3")
     jsonschema.validate(records, V3_SCHEMA)
-    by_metric = {r["metric"]["name"]: r for r in records}
-    assert set(by_metric) == {"step_time_ms", "tokens_per_s", "peak_allocated_bytes"}
-    step = by_metric["step_time_ms"]
+    steps = {r["benchmark"]["extra_info"]["tags"]: r for r in records if r["metric"]["name"] == "step_time_ms"}
+    assert set(steps) == {"main", "pr-subfloor", "pr-slow"}
+    by_metric = {r["metric"]["name"] for r in records}
+    assert by_metric == {"step_time_ms", "tokens_per_s", "peak_allocated_bytes"}
+    step = steps["main"]
     names = step["metric"]["extra_info"]["run_names"].split(",")
-    assert sorted(names) == sorted(p.name for p in NOISE.iterdir() if p.is_dir())  # the 15 runs, in run order
+    assert names == [f"aa_{i:02d}" for i in range(1, 11)]  # the 10 main runs, in run order
     assert step["metric"]["benchmark_values"] == pytest.approx([_hand_median(n, "step_ms") for n in names], rel=1e-6)
+    assert steps["pr-slow"]["metric"]["extra_info"]["run_names"] == "slow_1,slow_2,slow_3"
     assert step["model"]["name"] == "toy_fsdp2_v1" and step["benchmark"]["mode"] == "training"
     assert step["runners"][0]["gpu_info"].startswith("NVIDIA H100") and step["runners"][0]["gpu_count"] == 1
     lows = [float(v) for v in step["metric"]["extra_info"]["lower_values"].split(",")]
     assert all(lo < v for lo, v in zip(lows, step["metric"]["benchmark_values"]))
+
+
+def test_export_selects_runs_as_check_does_and_says_which(noise_db):
+    """--tag and --last pick a lane's runs like check's baseline (`--against tag:main --last 3`); stderr names them."""
+    done = cli(noise_db, "export", "--format", "bmf", "--tag", "main", "--lane", LANE)
+    assert done.exit_code == 0, done.stderr
+    bmf = json.loads(done.stdout)
+    assert bmf[LANE]["step_time_ms"]["value"] == pytest.approx(_hand_median("aa_10", "step_ms"), rel=1e-6)
+    said = " ".join(done.stderr.split())
+    assert f"exported {LANE}: its newest run aa_10" in said and "tags main)" in said
+    done = cli(noise_db, "export", "--format", "pytorch-v3", "--tag", "main", "--last", "3")
+    (step,) = [r for r in json.loads(done.stdout) if r["metric"]["name"] == "step_time_ms"]
+    assert step["metric"]["extra_info"]["run_names"] == "aa_08,aa_09,aa_10"
+    assert f"exported {LANE}: 3 run(s) tagged main, aa_08 .. aa_10" in " ".join(done.stderr.split())
+    typo = cli(noise_db, "export", "--format", "bmf", "--tag", "mian")
+    assert json.loads(typo.stdout) == {} and "did you mean 'main'?" in typo.stderr
 
 
 def test_since_and_lane_select_runs(noise_db):

@@ -345,6 +345,18 @@ def test_a_typo_inside_a_compile_mode_names_the_typo_once_with_the_whole_regime_
                     f"did you mean 'fsdp2/no-compile'? ({log})"], out.stderr
 
 
+def test_registry_notes_are_said_once_with_the_one_that_matters_first(db):
+    """Real logs into a store without a registry of its own: the regime that names no engine (every comparison
+    with these runs will be refused) comes first; the host and preset kept as given are one note, once."""
+    logs = [str(HERE.parents[1] / "tests" / "data" / "noise" / name / "run.log") for name in ("aa_01", "aa_02")]
+    out = cli(db, "ingest", *logs, "--regime", "pipeline/no-compile")
+    assert out.exit_code == 0, out.stderr
+    said = [line for line in out.stderr.splitlines() if not line.startswith("  ")]
+    assert said[0].startswith("warning: regime 'pipeline/no-compile' names no engine"), said
+    assert said[1:] == ["note: host lineage 'h100-device-x1' and preset 'toy_fsdp2_v1' are not in the registry, kept "
+                        f"as given (no entry is close; receipts.toml names a team's) (2 files: {', '.join(logs)})"]
+
+
 def test_typos_get_a_did_you_mean_and_strict_refuses_them(tmp_path, db):
     log = write_native_log(tmp_path / "run_a.log", [100.0] * 5, host_lineage=None, regime=None)
     out = cli(db, "ingest", str(log), "--strict", "--host-lineage", "h200-usw1c-bench-1",

@@ -309,3 +309,30 @@ def test_compact_layout_with_nested_separators_is_healed(tmp_path):
     a, b = kineto.parse_files([out], rules=RULES), kineto.parse_files([src], rules=RULES)
     assert a.rows.equals(b.rows) and a.steps.equals(b.steps)
 
+
+
+@pytest.mark.slow  # three ingests of the 2-rank traces' run
+def test_traces_attached_to_a_log_receipt_give_it_their_machine(tmp_path):
+    """The 2-GPU Kineto run's log without its headers (a log that names no machine), then its traces attached: the
+    traces' deviceProperties (2 x H200) become the receipt's machine, and compare against the same log with its
+    headers finds no infrastructure drift; a fact one side never stated is not a different machine."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from tests.cli_helpers import cli, cli_json
+
+    db = str(tmp_path / "k.duckdb")
+    lane = ["--host-lineage", "h200-device-x2", "--preset", "toy_fsdp2_v1", "--regime", "fsdp2/no-compile"]
+    bare = tmp_path / "bare" / "run.log"
+    bare.parent.mkdir()
+    text = (GPU_DATA / "fsdp2_2gpu_kineto" / "run.log").read_text().splitlines(keepends=True)
+    bare.write_text("".join(line for line in text if '"kind":"header"' not in line))
+    assert cli(db, "ingest", str(bare), *lane).exit_code == 0
+    assert cli_json(db, "show", "bare")[1]["machine"]["machine_class"] is None
+    done = cli(db, "ingest", str(GPU_DATA / "fsdp2_2gpu_kineto" / "traces"), "--attach", "bare")
+    assert done.exit_code == 0, done.stderr
+    machine = cli_json(db, "show", "bare")[1]["machine"]
+    assert (machine["machine_class"], machine["gpu_model"], machine["gpu_count"]) == ("H200:2", "NVIDIA H200", 2)
+    assert cli(db, "ingest", str(GPU_DATA / "fsdp2_2gpu_kineto" / "run.log"), "--run-name", "whole", *lane).exit_code == 0
+    code, out = cli_json(db, "compare", "whole", "bare")
+    assert not [d for d in out["drift"]["infrastructure"] if d["field"] in ("machine_class", "gpu_model", "gpu_count")]

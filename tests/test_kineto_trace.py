@@ -207,3 +207,18 @@ def test_a_damaged_event_is_named_with_its_offset(tmp_path, damage, why):
     assert path.name in text and "\n" not in text
     offset = int(re.search(r"near byte ([\d,]+)", text).group(1).replace(",", ""))
     assert at <= offset < at + 4096
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.9])
+def test_a_cut_trace_names_the_byte_of_the_file_where_it_stops(tmp_path, fraction):
+    """A trace cut mid-event (a copy taken while the profiler wrote it): the error names a byte of the file near the
+    cut, not 'line 2 column 60' inside the block the reader held."""
+    path, data = _kineto_layout(tmp_path)
+    at = int(len(data) * fraction)
+    path.write_bytes(data[:at])
+    with pytest.raises(InputError, match="the file looks cut short") as err:
+        stream_trace(path)
+    text = str(err.value)
+    assert "line " not in text and "column" not in text, text
+    offset = int(re.search(r"near byte ([\d,]+)", text).group(1).replace(",", ""))
+    assert at - 4096 <= offset <= at, (offset, at)

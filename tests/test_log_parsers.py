@@ -232,6 +232,20 @@ def test_torchtitan_four_ranks():
     assert peaks == {0: round(33.21 * GIB), 1: round(33.21 * GIB), 2: round(44.84 * GIB), 3: round(33.21 * GIB)}
 
 
+def test_torchtitan_under_torchrun_tee_keeps_each_rank(tmp_path):
+    """torchrun --tee puts `[defaultN]:` before torchtitan's own `[rankN]:`: the ranks are the shared rank label's,
+    each rank's step times its own (before, every rank was NULL and step_ms mixed ranks' timestamps)."""
+    import re
+
+    text = log_path(TT1884).read_text()
+    path = tmp_path / "tee.log"
+    path.write_text(re.sub(r"^\[rank([0-9]+)\]:", r"[default\1]:[rank\1]:", text, flags=re.M))
+    run = torchtitan.parse(read_log(path))
+    assert sorted(run.steps.filter(run.steps["step"] == 1)["rank"].to_list()) == [0, 1, 2, 3]
+    assert row(run, 10, rank=2)["step_ms"] == pytest.approx((7957 - 1391) / 9)
+    assert run.steps["step_ms"].to_list() == parsed(TT1884).steps["step_ms"].to_list()
+
+
 def test_torchtitan_ansi_colours_and_validate_lines(tmp_path):
     path = tmp_path / "titan.log"
     path.write_text(

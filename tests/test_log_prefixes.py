@@ -24,6 +24,7 @@ FORMATS = {
     "hydra": "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
     "levelname:name:lineno": "%(levelname)s:%(name)s:%(lineno)d: %(message)s",
     "asctime | levelname | name": "%(asctime)s | %(levelname)-8s | %(name)s - %(message)s",
+    "asctime levelname [filename:lineno]": "%(asctime)s %(levelname)s [%(filename)s:%(lineno)d] %(message)s",
 }
 
 
@@ -60,6 +61,22 @@ def test_free_text_before_a_step_is_not_a_prefix(tmp_path):
     path.write_text("the model said: step 00004/21400 (0.02%) | loss: 8.89 | lrm: 1.00 | dt: 989.44ms\n")
     with pytest.raises(Exception, match="unknown log format"):
         parse_log(path)
+
+
+def test_an_unterminated_last_step_line_behind_another_prefix_is_kept(tmp_path):
+    """The last step line has no newline and a logger prefix other than the line before it (another level,
+    another module): the step line itself is whole, so the step is kept, not called cut short."""
+    bare = realdata("logs", "nanochat_pr147_a100_mfu.txt").read_text().splitlines()
+    prefixed = [f"2026-11-29 10:00:{i:02d},123 INFO [train.py:88] {line}" for i, line in enumerate(bare)]
+    prefixed[-1] = f"2026-11-29 10:00:59,999 WARNING [loop.py:1204] {bare[-1]}"
+    path = tmp_path / "unterminated.log"
+    path.write_text("\n".join(prefixed))
+    parsed = parse_log(path)
+    assert parsed.ended_early is None
+    assert _numbers(parsed) == _numbers(parse_log(realdata("logs", "nanochat_pr147_a100_mfu.txt")))
+    cut = tmp_path / "cut.log"
+    cut.write_text("\n".join(prefixed)[:-12])  # the same last line cut: still said
+    assert "is cut short" in (parse_log(cut).ended_early or "")
 
 
 def test_torchrun_tee_labels_are_ranks(tmp_path):

@@ -150,8 +150,19 @@ def test_a_snapshot_needs_attach_and_attaches_once(store, tmp_path):
 
 
 def test_push_carries_the_geometry(store, tmp_path):
+    import duckdb
+
+    with duckdb.connect(store, read_only=True) as con:
+        snapshots = con.sql("SELECT count(*) FROM memory_sources WHERE kind = 'snapshot'").fetchone()[0]
+        estimates = con.sql("SELECT count(*) FROM memory_sources WHERE kind = 'estimate'").fetchone()[0]
     target = str(tmp_path / "target.duckdb")
-    assert cli(store, "push", "--to", target).exit_code == 0
+    code, pushed = cli_json(store, "push", "--to", target)
+    assert code == 0 and snapshots >= 6  # two ranks' snapshots with each of the three runs
+    kinds = {"snapshot": snapshots} | ({"estimate": estimates} if estimates else {})
+    assert pushed["memory_kinds"] == kinds and pushed["memory_copied"] == snapshots + estimates
+    again = cli(store, "push", "--to", str(tmp_path / "again.duckdb"))
+    copied = f"{snapshots} memory snapshots" + (f" and {estimates} memory estimates" if estimates else "")
+    assert f"; {copied} copied;" in " ".join(again.stdout.split())
     here = cli_json(store, "show", "adamw_2gpu")[1]["memory_geometry"]
     there = cli_json(target, "show", "adamw_2gpu")[1]["memory_geometry"]
     assert there == here
@@ -189,3 +200,26 @@ def test_postgres_store_holds_the_same_geometry(tmp_path, pg_url):
         assert not cli_json(db, *estimate)[1]["attached"]["created"]
     assert cli_json(pg_url, "show", "sgd_2gpu")[1]["memory_geometry"] == \
         cli_json(duck, "show", "sgd_2gpu")[1]["memory_geometry"]
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("pickle0", "a pickle in protocol 0 or 1, not a PyTorch memory snapshot"),
+    ("pickle1", "a pickle in protocol 0 or 1, not a PyTorch memory snapshot"),
+    ("json", "a JSON document without traceEvents, not a PyTorch profiler trace"),
+    ("log", "a training log"),
+])
+def test_attach_names_what_a_file_it_cannot_take_is(store, tmp_path, kind, said):
+    """The real snapshot's contents written as an old pickle, or as JSON; a real log: each refused as what it is."""
+    import gzip
+    import pickle
+
+    snapshot = pickle.loads(gzip.decompress((DATA / "sgd_2gpu" / "snapshot" / "rank0.pickle.gz").read_bytes()))
+    path = tmp_path / f"rank0.{kind}"
+    if kind.startswith("pickle"):
+        path.write_bytes(pickle.dumps({"segments": snapshot["segments"][:2]}, protocol=int(kind[-1])))
+    elif kind == "json":
+        path.write_text(json.dumps({"segments": len(snapshot["segments"]), "device_traces": []}))
+    else:
+        path.write_bytes((DATA / "sgd_2gpu" / "run.log").read_bytes())
+    result = cli(store, "ingest", str(path), "--attach", "sgd_2gpu")
+    assert result.exit_code == 2 and f"this looks like {said}" in " ".join(result.stderr.split()), result.stderr

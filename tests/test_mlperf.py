@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from receipts.pipeline import parse_log
-from tests.cli_helpers import cli_json
+from tests.cli_helpers import cli, cli_json
 from tests.conftest import REPO, realdata
 
 MLPERF = REPO / "tests" / "data" / "mlperf"
@@ -90,8 +90,6 @@ def test_time_to_train_is_the_headline_in_show_and_list(db):
     assert shown["time_to_train_s"] == pytest.approx((stop - start) / 1000)
     code, listed = cli_json(db, "list")
     assert listed[0]["time_to_train_s"] == pytest.approx((stop - start) / 1000) and listed[0]["series_unit"] == "epoch"
-    from tests.cli_helpers import cli
-
     text = cli(db, "show", RETINANET.stem).stdout
     assert "time to train: 33.84 min" in text and "epoch time: median" in text
 
@@ -105,6 +103,11 @@ def test_sysjson_gives_the_system_and_results_are_not_recipe(db):
     code, out = cli_json(db, "compare", LORA[0].stem, LORA[1].stem)
     assert code == 0, out
     assert out["drift"]["recipe"] == []  # two runs of one submission: the losses differ, the recipe does not
+    # compared in MLPerf's own terms: time to train first (run_start -> run_stop: 1354.454 s and 1353.471 s)
+    assert (out["a"]["time_to_train_s"], out["b"]["time_to_train_s"]) == (1354.454, 1353.471)
+    text = " ".join(cli(db, "compare", LORA[0].stem, LORA[1].stem).stdout.split())
+    assert "time to train: A 22.57 min, B 22.56 min: B/A 0.9993 (-0.07%;" in text
+    assert "median 150.32 s" in text and "moving blocks of 1 block)" in text and "of 1 steps" not in text
 
 
 def test_a_single_block_covering_the_run_is_no_series(tmp_path):

@@ -44,8 +44,8 @@ def _load(name: str) -> dict:
     return doc
 
 
-def test_the_recipe_is_two_workflows():
-    assert [p.name for p in WORKFLOWS] == ["benchmark-gate.yml", "gpu-benchmark.yml"]
+def test_the_recipe_is_three_workflows():
+    assert [p.name for p in WORKFLOWS] == ["benchmark-gate.yml", "gpu-benchmark.yml", "nightly-report.yml"]
     assert not (REPO / "docs" / "github-workflow-example.yml").exists()
 
 
@@ -105,6 +105,18 @@ def test_the_commenting_job_checks_nothing_out_and_keeps_one_comment():
     assert "headRefOid" in script  # the PR number from the artifact is checked against the benchmarked commit
 
 
+def test_the_nightly_report_keeps_one_issue_and_reads_with_a_read_only_job():
+    doc = _load("nightly-report.yml")
+    assert set(doc["on"]) == {"schedule", "workflow_dispatch"}
+    report, issue = doc["jobs"]["report"], doc["jobs"]["issue"]
+    assert set(report["permissions"].values()) == {"read"}
+    assert issue["permissions"] == {"actions": "read", "issues": "write"}
+    assert not any("actions/checkout" in str(step.get("uses", "")) for step in issue["steps"])
+    script = "\n".join(step.get("run", "") for step in issue["steps"])
+    assert "--label receipts-report --state open" in script and "gh issue comment" in script
+    assert "gh issue create" in script and ".summary.change_points" in script
+
+
 def test_the_benchmark_job_has_no_write_token_and_no_secret_on_the_pr_path():
     bench = _load("gpu-benchmark.yml")
     job = bench["jobs"]["bench"]
@@ -159,4 +171,4 @@ def test_every_receipts_command_line_in_the_recipe_uses_real_options():
         unknown = [a for a in used if a.split("=")[0] not in opts]
         assert not unknown, f"{name}: `receipts {args[0]}` has no option {unknown}"
         seen.add(args[0])
-    assert {"run", "ingest", "push", "check", "gate", "list", "db upgrade"} <= seen, seen
+    assert {"run", "ingest", "push", "check", "gate", "list", "db upgrade", "report"} <= seen, seen

@@ -12,7 +12,7 @@ from receipts.analysis.anatomy import mean_over_ranks
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
 from receipts.dashboards.views import step_drill
-from receipts.dashboards.views._names import readable
+from receipts.dashboards.views._names import blank_unknown, number_config, readable
 
 if TYPE_CHECKING:
     from receipts.analysis.anatomy import AnatomySource
@@ -77,12 +77,14 @@ def render(data: Data) -> None:
         st.caption("No kernel names stored for this export (attached before schema 7, or no kernels in the "
                    "steady window).")
     else:
-        st.dataframe(pl.DataFrame(rep.kernels).select("category", "name", "calls", "ms_per_step", "share_pct", "total_ms"),
-                     hide_index=True, width="stretch",
-                     column_config={"name": st.column_config.TextColumn("kernel", width="large"),
-                                    "ms_per_step": st.column_config.NumberColumn("ms per rank-step", format="%.3f"),
-                                    "share_pct": st.column_config.NumberColumn("% of category", format="%.1f"),
-                                    "total_ms": st.column_config.NumberColumn("total ms (all ranks)", format="%.2f")})
+        kernels = blank_unknown(pl.DataFrame(rep.kernels).select("category", "name", "calls", "ms_per_step",
+                                                                  "share_pct", "total_ms"),
+                                {"share_pct": "%.1f", "total_ms": "%.2f"})
+        st.dataframe(kernels, hide_index=True, width="stretch", column_config=number_config(kernels, {
+            "name": st.column_config.TextColumn("kernel", width="large"),
+            "ms_per_step": st.column_config.NumberColumn("ms per rank-step", format="%.3f"),
+            "share_pct": st.column_config.NumberColumn("% of category", format="%.1f"),
+            "total_ms": st.column_config.NumberColumn("total ms (all ranks)", format="%.2f")}))
         st.caption("Sum of kernel durations (as `nsys stats` cuda_gpu_kern_sum reports), over the receipt's steady "
                    "steps; the top 10 of each category, longest categories first.")
     st.markdown("#### Per NVTX range")

@@ -12,6 +12,7 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
+from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def chart(rows: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """Horizontal bars of the deltas (ms per step), each with its interval as an error bar, against zero."""
     shown = rows.with_columns((pl.col("level") + " · " + pl.col("component").str.slice(0, 60)).alias("label"))
     order = shown["label"].to_list()
-    y = alt.Y("label:N", title=None, sort=order)
+    y = alt.Y("label:N", title=None, sort=order, axis=alt.Axis(labelLimit=charts.LABEL_LIMIT))
     bars = alt.Chart(shown).mark_bar().encode(
         x=alt.X("delta_ms:Q", title="change, ms per step (B - A), with its interval"), y=y,
         color=alt.Color("verdict:N", scale=_VERDICT_COLORS, title="verdict"),

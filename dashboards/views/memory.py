@@ -9,6 +9,7 @@ import polars as pl
 import streamlit as st
 
 from receipts.dashboards.views._data import Data
+from receipts.dashboards.views._names import blank_unknown
 from receipts.dashboards.views.receipt import pick_receipt
 
 GIB = float(1 << 30)
@@ -56,7 +57,8 @@ def render(data: Data) -> None:
                              schema={"bucket": pl.Utf8, "measured by": pl.Utf8, "measured GiB": pl.Float64,
                                      **{f"{label} GiB": pl.Float64 for label in labels},
                                      "estimated GiB": pl.Float64, "estimate error %": pl.Float64})
-        st.dataframe(table.drop("estimated GiB") if labels else table, hide_index=True)
+        st.dataframe(blank_unknown(table.drop("estimated GiB") if labels else table, {"estimate error %": "%+.1f"}),
+                     hide_index=True)
         st.altair_chart(_bucket_chart(table.select("bucket", "measured GiB", "estimated GiB")),
                         use_container_width=True)
     for s in g["sources"]:
@@ -82,7 +84,7 @@ def _drift(data: Data, receipt_id: str, g: dict) -> None:
     from receipts.analysis.memory_geometry import drift, moved
 
     st.markdown("#### Against another receipt")
-    other = pick_receipt(data, "Compare with", "b", default_index=1)
+    other = pick_receipt(data, "Compare with", "b", default_index=_same_lane_index(data, receipt_id))
     if other is None or other == receipt_id:
         st.caption("Pick another receipt to see which bucket moved.")
         return
@@ -95,6 +97,16 @@ def _drift(data: Data, receipt_id: str, g: dict) -> None:
     st.dataframe(pl.DataFrame([{"category": d["category"], "kind": d["kind"], "A GiB": d["a_bytes"] / GIB,
                                 "B GiB": d["b_bytes"] / GIB, "B - A GiB": d["delta_bytes"] / GIB} for d in changes]),
                  hide_index=True)
+
+
+def _same_lane_index(data: Data, receipt_id: str) -> int:
+    """The picker's default: the first other receipt of the same lane (the run it is most likely set against), else
+    the first other receipt; a rumor's or a lane of one: the first other receipt."""
+    rows = data.lanes().select("id", "lane", "rumor").to_dicts()
+    lane = next((r["lane"] for r in rows if r["id"] == receipt_id and not r["rumor"]), None)
+    others = [i for i, r in enumerate(rows) if r["id"] != receipt_id]
+    same = [i for i in others if lane is not None and rows[i]["lane"] == lane]
+    return (same or others or [0])[0]
 
 
 def _fmt(value: int | None, *, signed: bool = False) -> str:

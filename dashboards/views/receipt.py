@@ -7,7 +7,7 @@ import streamlit as st
 
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, receipt_label, seed_from_url
-from receipts.dashboards.views._names import readable
+from receipts.dashboards.views._names import blank_unknown, readable
 from receipts.schema.lane import FIELDS, LABEL, OPTION
 
 GIB = float(1 << 30)
@@ -204,6 +204,25 @@ def _memory(data: Data, rep: dict) -> None:
     st.altair_chart(charts.memory_peaks(pl.DataFrame(m["per_rank"])))
 
 
+def _telemetry(t: dict) -> None:
+    """Per rank, what NVML said while the run ran (analysis/telemetry.py): medians over the busy samples."""
+    rows = [{"rank": g["rank"], "SM clock (MHz)": g["sm_clock_mhz"],
+             "SM clock range (MHz)": "—" if g["sm_clock_min_mhz"] is None else
+             f"{g['sm_clock_min_mhz']:,.0f}–{g['sm_clock_max_mhz']:,.0f}",
+             "memory clock (MHz)": g["mem_clock_mhz"], "power (W)": g["power_w"], "power limit (W)": g["power_limit_w"],
+             "temperature (C)": g["temperature_c"], "busy (%)": g["gpu_util_pct"],
+             "clocks held by": ", ".join(f"{k} {v:.0%}" for k, v in g["throttle_share"].items() if k != "gpu_idle")
+             or "none",
+             "ECC errors added": g["ecc_uncorrected_added"], "Xid": ", ".join(map(str, g["xids"])) or "none",
+             "busy samples": f"{g['busy_samples']} of {g['samples']}"} for g in t["ranks"]]
+    st.dataframe(blank_unknown(pl.DataFrame(rows), {"SM clock (MHz)": "%.0f", "memory clock (MHz)": "%.0f",
+                                                    "power (W)": "%.0f", "power limit (W)": "%.0f"}),
+                 hide_index=True, width="stretch")
+    st.caption(f"Sampled every {t['ranks'][0]['interval_s']:g} s beside the run (NVML); a busy sample has the GPU "
+               "busy at least half the interval. Clocks held by: the share of busy samples under each throttle "
+               "reason. `receipts compare` lists a moved clock as infrastructure drift.")
+
+
 def ended_early_text(run_name: str, reason: str) -> str:
     """The warning a crashed or stopped run carries on every page that shows it."""
     return (f"**Ended early** — {run_name} is a crashed or stopped run: {reason}. "
@@ -241,3 +260,6 @@ def render(data: Data) -> None:
     _steps(data, rep)
     st.markdown("#### Memory")
     _memory(data, rep)
+    if rep.get("telemetry"):
+        st.markdown("#### GPU telemetry")
+        _telemetry(rep["telemetry"])

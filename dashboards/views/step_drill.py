@@ -6,8 +6,10 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
+from receipts.analysis.drilldown import SLOWEST
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
+from receipts.dashboards.views._names import blank_unknown, number_config
 from receipts.schema.model import STEP_KERNELS_KEPT
 
 
@@ -25,6 +27,8 @@ def render(data: Data, receipt_id: str, source_sha256: str) -> None:
     by_step = {r["step"]: r for r in order}
     steps = list(by_step)  # slowest steady first, warm-up steps last
     slowest = next((r["step"] for r in order if not r["warmup"]), None)
+    if st.query_params.get("step") == SLOWEST:  # as `receipts anatomy RUN --step slowest` takes it
+        st.query_params["step"] = str(slowest if slowest is not None else steps[0])
     stale = seed_from_url("drill_step", "step", [str(s) for s in steps])
     if stale is not None:
         st.warning(f"Step {stale} is not in this export (its steps: {min(steps)}-{max(steps)}): showing the "
@@ -60,19 +64,22 @@ def render(data: Data, receipt_id: str, source_sha256: str) -> None:
                                 "delta_ms": pl.Float64}).drop("part")
     number = {k: st.column_config.NumberColumn(t, format="%+.3f" if k == "delta_ms" else "%.3f")
               for k, t in (("ms", "this step (ms)"), ("typical_ms", "typical (ms)"), ("delta_ms", "Δ ms"))}
+    busy = blank_unknown(busy, {"delta_ms": "%+.3f"})
     with st.expander("busy time by kernel category (overlapping, not additive)"):
-        st.dataframe(busy, hide_index=True, width="stretch", column_config=number)
+        st.dataframe(busy, hide_index=True, width="stretch", column_config=number_config(busy, number))
     if not d.kernels_stored:
         st.info("No per-step kernels stored for this export (attached before schema 12): attach it again "
                 f"(`receipts ingest EXPORT --attach {receipt_id[:12]}`) to see this step's kernels.")
         return
-    kernels = pl.DataFrame(d.kernels).select("delta_ms", "ms", "typical_ms", "calls", "typical_calls", "category",
-                                              "name")
+    kernels = blank_unknown(pl.DataFrame(d.kernels).select("delta_ms", "ms", "typical_ms", "calls", "typical_calls",
+                                                           "category", "name"),
+                            {"delta_ms": "%+.3f", "typical_calls": "%.1f"})
     st.markdown(f"**Kernels of step {d.step} on rank {d.rank}**, largest excess over the typical step first")
     st.dataframe(kernels, hide_index=True, width="stretch",
-                 column_config={**number, "calls": st.column_config.NumberColumn("calls"),
-                                "typical_calls": st.column_config.NumberColumn("typical calls", format="%.1f"),
-                                "name": st.column_config.TextColumn("kernel", width="large")})
+                 column_config=number_config(kernels, {
+                     **number, "calls": st.column_config.NumberColumn("calls"),
+                     "typical_calls": st.column_config.NumberColumn("typical calls", format="%.1f"),
+                     "name": st.column_config.TextColumn("kernel", width="large")}))
     st.caption(f"Sums of kernel durations in the step (as `nsys stats` counts them). The step's {STEP_KERNELS_KEPT} "
                "longest kernels are kept and the rest summed in one row (which kernels fall in it varies from step "
                "to step); typical = the median of the rank's other steady steps.")

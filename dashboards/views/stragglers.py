@@ -54,6 +54,11 @@ def render(data: Data) -> None:
         st.markdown("#### Wait per rank and step (ms its collectives ran before the last rank arrived)")
         st.altair_chart(charts.rank_wait_heatmap(per_step))
     st.markdown("#### Per rank")
-    st.dataframe(readable(pl.DataFrame(rep["ranks"])), hide_index=True, width="stretch")
+    # as the CLI prints it: the rank first, how often it arrived last as a percentage of the matched collectives
+    ranks = pl.DataFrame(rep["ranks"])
+    ranks = ranks.select("rank", (pl.col("last_arrival_share") * 100).alias("arrived_last_pct"),
+                         pl.exclude("rank", "last_arrival_share"))
+    st.dataframe(readable(ranks), hide_index=True, width="stretch",
+                 column_config={"arrived last (%)": st.column_config.NumberColumn(format="%.0f%%")})
     st.markdown("#### Per collective kind")
     st.dataframe(readable(pl.DataFrame(rep["per_kind"])), hide_index=True, width="stretch")

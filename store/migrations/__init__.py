@@ -29,7 +29,8 @@ from receipts.store.migrations import (v0001_initial, v0002_lookup_indexes, v000
                                        v0004_gpu_counts, v0005_stragglers, v0006_receipt_summaries,
                                        v0007_anatomy_kernels, v0008_duckdb_steps_without_art_index,
                                        v0009_receipt_components, v0010_memory_geometry, v0011_run_order,
-                                       v0012_step_kernels, v0013_category_rules, v0014_lane_key)
+                                       v0012_step_kernels, v0013_category_rules, v0014_lane_key,
+                                       v0015_receipt_telemetry)
 from receipts.store.urls import is_server_url
 
 # pg_advisory_xact_lock key ('rcpt' in ASCII): serialises concurrent `init`/`upgrade`, which would otherwise race
@@ -61,7 +62,8 @@ class Revision:
 REVISIONS: tuple[Revision, ...] = tuple(Revision.of(position, module) for position, module in enumerate((
     v0001_initial, v0002_lookup_indexes, v0003_identity_lifecycle, v0004_gpu_counts, v0005_stragglers,
     v0006_receipt_summaries, v0007_anatomy_kernels, v0008_duckdb_steps_without_art_index, v0009_receipt_components,
-    v0010_memory_geometry, v0011_run_order, v0012_step_kernels, v0013_category_rules, v0014_lane_key), start=1))
+    v0010_memory_geometry, v0011_run_order, v0012_step_kernels, v0013_category_rules, v0014_lane_key,
+    v0015_receipt_telemetry), start=1))
 
 
 @dataclass(frozen=True)

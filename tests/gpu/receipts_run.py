@@ -23,6 +23,8 @@ def main() -> int:
     for flag in ("--host-lineage", "--preset", "--regime", "--run-name", "--run-dir"):
         ap.add_argument(flag)
     ap.add_argument("--tag", action="append", default=[])
+    ap.add_argument("--telemetry-interval", type=float, default=1.0)
+    ap.add_argument("--telemetry-series", action="store_true")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -30,7 +32,8 @@ def main() -> int:
         result = run(command=command, run_dir=Path(args.run_dir) if args.run_dir else None,
                      host_lineage=args.host_lineage, preset=args.preset, regime=args.regime,
                      run_name=args.run_name, tags=tuple(args.tag), ingest=False, echo=sys.stdout.buffer,
-                     echo_err=sys.stderr.buffer)
+                     echo_err=sys.stderr.buffer, telemetry_interval_s=args.telemetry_interval,
+                     telemetry_series=args.telemetry_series)
     except ReceiptsError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return exc.exit_code

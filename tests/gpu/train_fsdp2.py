@@ -84,6 +84,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--profile-dir", default=None)
+    ap.add_argument("--telemetry-interval", type=float, default=1.0,
+                    help="seconds between the recorder's GPU telemetry samples (outside `receipts run`)")
     ap.add_argument("--profile-active", type=int, default=3,
                     help="steps the profiler records, the last ones before the final step (after 2 warm-up steps)")
     # A planted slowdown for the noise experiment (tests/gpu/noise_runs.sh): K extra bf16 matmuls of
@@ -175,7 +177,8 @@ def main() -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.optimizer == "adamw-fused")
     loss_fn = nn.CrossEntropyLoss()
 
-    rec = Recorder(tokens_per_step=args.batch * args.seq)  # log=None: stdout, teed by `receipts run`
+    rec = Recorder(tokens_per_step=args.batch * args.seq,  # log=None: stdout, teed by `receipts run`
+                   telemetry_interval_s=args.telemetry_interval)
     if args.watch_memory:
         rec.watch_memory(opt, model, activations=True)
 
