@@ -34,7 +34,8 @@ def test_long_run_and_component_names_are_shown_whole():
     assert spec["hconcat"][0]["encoding"]["color"]["legend"]["labelLimit"] >= 400  # 'B straggler_plant_nsys' whole
     rows = pl.DataFrame({"level": ["kernel"], "component": ["ncclDevKernel_ReduceScatter_Sum_f32_RING_LL"],
                          **{k: [1.0] for k in ("baseline_ms", "candidate_ms", "delta_ms", "low_ms", "high_ms",
-                                               "noise_ms")}, "verdict": ["changed"], "presence": [""]})
+                                               "noise_ms")}, "verdict": ["changed"], "evidence": ["structural"],
+                         "presence": [""], "calls_delta": [16.0]})
     layer = explain.chart(rows).to_dict()["layer"][0]
     assert layer["encoding"]["y"]["axis"]["labelLimit"] >= 400
 
