@@ -9,13 +9,13 @@ lane's floor.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from receipts.analysis.lanes import lane_floors, lane_of
-from receipts.analysis.noise import NoiseFloor, default_floor
+from receipts.analysis.noise import NoiseFloor, default_floor, floor_json
 from receipts.analysis.record import StoredReceipt
-from receipts.analysis.stats import RatioCI, RunInterval, Summary
+from receipts.analysis.figures import RatioCI, RunInterval, Summary
 from receipts.analysis.stragglers import explains, stored_report
 from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
 
@@ -197,16 +197,6 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
     ga, gb = (geometry(sources[r.id], peak_allocated_bytes=r.peak_allocated_bytes,
                        peak_reserved_bytes=r.peak_reserved_bytes) for r in (a, b))
     return replace(result, memory_drift=memory_drift(ga, gb))
-
-
-def floor_json(f: NoiseFloor | None) -> dict[str, Any] | None:
-    """A noise floor as `--json` shows it everywhere (compare, history, check)."""
-    if f is None:
-        return None
-    out = asdict(f)
-    out["run_ids"] = list(f.run_ids)
-    out["runs_to_measure"] = f.runs_to_measure
-    return out
 
 
 def interval_json(i: RunInterval | None) -> dict[str, Any] | None:

@@ -8,15 +8,23 @@ tag, optionally the most recent N (sql/lane_runs.sql).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
-
-import polars as pl
+from typing import TYPE_CHECKING, Any, Iterable
 
 from receipts.analysis.listing import unsummarised
 from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor, noise_floor
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from receipts.store import Store
+
+# `tag:main` (a claim's baseline, `explain --against`, `check --against`) names no receipt: the baseline is the candidate lane's most recent runs carrying
+# the tag (analysis.check's selection), `last` of them. 10 by default: on the real H100 runs of
+# tests/data/noise (floor 0.75%), 5 baseline runs resolve only changes over ~2.2%, and a planted 2.5%
+# slowdown read as +2.07..2.25% against the five most recent main runs was inconclusive 2 times in 3;
+# against 10 every one is `slower`, with A/A false alarms still <= 5% (analysis/verdict.py).
+TAG_PREFIX = "tag:"
+DEFAULT_BASELINE_LAST = 10
 
 
 @dataclass(frozen=True)
@@ -42,17 +50,21 @@ def lane_of(receipt) -> Lane | None:
 def lane_runs(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, last: int | None = None) -> pl.DataFrame:
     """Current runs of the lanes in run order (columns: sql/lane_runs.sql), one query for all of them (and one
     for the receipts without a stored summary, whose medians it takes from their steps)."""
+    return store.query("lane_runs", _lane_params(store, lanes, tag=tag, last=last))
+
+
+def _lane_params(store: "Store", lanes: Iterable[Lane], *, tag: str | None, last: int | None) -> dict[str, Any]:
     lanes = list(dict.fromkeys(lanes))
-    return store.query("lane_runs", {"hosts": [ln.host_lineage for ln in lanes],
-                                     "presets": [ln.preset_family for ln in lanes],
-                                     "regimes": [ln.launch_regime for ln in lanes], "tag": tag, "last": last,
-                                     "unsummarised": unsummarised(store)})
+    return {"hosts": [ln.host_lineage for ln in lanes], "presets": [ln.preset_family for ln in lanes],
+            "regimes": [ln.launch_regime for ln in lanes], "tag": tag, "last": last,
+            "unsummarised": unsummarised(store)}
 
 
-def floors_from_runs(runs: pl.DataFrame, lanes: Iterable[Lane]) -> dict[Lane, NoiseFloor]:
-    """The noise floor of each lane from lane_runs rows (a lane without rows gets the default floor)."""
+def floors_from_runs(runs: "pl.DataFrame | list[dict[str, Any]]", lanes: Iterable[Lane]) -> dict[Lane, NoiseFloor]:
+    """The noise floor of each lane from lane_runs rows, a frame or plain rows (a lane without rows gets the
+    default floor)."""
     by_lane: dict[Lane, list[tuple[str, float]]] = {lane: [] for lane in lanes}
-    for r in runs.iter_rows(named=True):
+    for r in (runs if isinstance(runs, list) else runs.iter_rows(named=True)):
         lane = Lane(r["host_lineage"], r["preset_family"], r["launch_regime"])
         if lane in by_lane:
             by_lane[lane].append((r["receipt_id"], r["median_step_ms"]))
@@ -65,7 +77,8 @@ def lane_floors(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None
     lanes = list(dict.fromkeys(lanes))
     if not lanes:
         return {}
-    return floors_from_runs(lane_runs(store, lanes, tag=tag, last=last), lanes)
+    # plain rows: a floor is a few medians per lane, and `show` imports no polars for it
+    return floors_from_runs(store.query_rows("lane_runs", _lane_params(store, lanes, tag=tag, last=last)), lanes)
 
 
 def lane_summary(receipts: pl.DataFrame) -> pl.DataFrame:
@@ -74,6 +87,8 @@ def lane_summary(receipts: pl.DataFrame) -> pl.DataFrame:
     Columns: lane, host_lineage, preset_family, launch_regime, rumor (bool), n_receipts, last_run_at,
              median_step_ms (ms, median over the lane's receipts' steady medians).
     """
+    import polars as pl
+
     if receipts.height == 0:
         return pl.DataFrame(schema={"lane": pl.Utf8, "host_lineage": pl.Utf8, "preset_family": pl.Utf8,
                                     "launch_regime": pl.Utf8, "rumor": pl.Boolean, "n_receipts": pl.UInt32,

@@ -24,7 +24,7 @@ from typer.core import TyperCommand, TyperGroup
 from receipts import __version__
 from receipts.cli.allocator import return_freed_memory_at_once
 from receipts.cli.termination import interrupted_exit_code, stop_like_ctrl_c
-from receipts.cli.lean_imports import leave_pandas_out
+from receipts.cli.lean_imports import leave_pandas_out, plain_values_first
 
 # command -> (module under receipts.cli with a register(app) function, the function or Typer app that
 # implements it). Listed here so the layout shows every command, in the order `receipts --help` shows
@@ -105,10 +105,12 @@ class LazyGroup(TyperGroup):
         importlib.import_module(f"receipts.cli.{module}").register(sub)
         for name, command in typer.main.get_group(sub).commands.items():
             _plain_placeholders(command)
+            plain_values_first(command)  # Typer's pydantic only for a value that needs it (cli/lean_imports.py)
             self.commands.setdefault(name, command)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """As typer's, but a usage error is one line on stderr (click's is a usage box of three or four)."""
+        plain_values_first(self)  # --db and the other options of the root
         kwargs["standalone_mode"], standalone = False, kwargs.get("standalone_mode", True)
         if not standalone:
             return super().main(*args, **kwargs)
