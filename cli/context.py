@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from receipts.cli.termination import interrupted_exit_code, interruption
-from receipts.cli.words import error_text
 from receipts.errors import ReceiptsError
 from receipts.store import Store, open_store
 
@@ -170,6 +169,8 @@ def one_line(exc: BaseException) -> str:
 
     Multi-line messages (SQLite, DuckDB) are folded: the contract is one line per error."""
     if isinstance(exc, ReceiptsError):
+        from receipts.cli.words import error_text  # the error path's words: not loaded by a command that succeeds
+
         return " ".join(error_text(exc).split())
     text = " ".join(str(exc).split())
     kind = type(exc).__name__ if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{type(exc).__name__}"

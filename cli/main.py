@@ -10,7 +10,6 @@ the loaded command shows.
 
 from __future__ import annotations
 
-import ast
 import os
 import importlib
 import importlib.util
@@ -168,6 +167,8 @@ def _plain_placeholders(command: Any) -> None:
 def _summary(module: str, attr: str) -> str:
     """The first paragraph of a command's help, read from its module's source without importing it: the
     docstring of function `attr`, or the help= of the Typer app assigned to `attr` (a command group)."""
+    import ast  # the command list's help only
+
     spec = importlib.util.find_spec(f"receipts.cli.{module}")
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8")) if spec and spec.origin else ast.Module([], [])
     text = ""
