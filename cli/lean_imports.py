@@ -55,14 +55,15 @@ def pandas_left_out() -> bool:
 
 try:  # Typer's own coercion: the fallback for every value this does not take as it is
     from typer._coercion import RuntimeParam, build_runtime_param
+    _TYPER_COERCES = True
 except ImportError:  # pragma: no cover - another Typer: its coercion for every value
-    RuntimeParam = None
+    _TYPER_COERCES = False
 
 
 def plain_values_first(command: Any) -> None:
     """Each parameter of `command` (and of its subcommands) returns plain values as they are, and hands other
     values to Typer's coercion (module docstring)."""
-    if RuntimeParam is None:
+    if not _TYPER_COERCES:
         return
     import typer
 
@@ -84,9 +85,9 @@ def _plain(desc: Any) -> type | None:
     return kind if kind in (str, int, float) else None
 
 
-if RuntimeParam is not None:
+if _TYPER_COERCES:
     @dataclass(frozen=True)
-    class _PlainFirst(RuntimeParam):  # type: ignore[misc, valid-type]
+    class _PlainFirst(RuntimeParam):
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             kind = _plain(param.type_descriptor)
             if get_origin(self.annotation) is list:
@@ -98,5 +99,5 @@ if RuntimeParam is not None:
             return own._coerce_value(value, param=param, ctx=ctx)
 
 
-def _in_bounds(value: float, info: Any) -> bool:
+def _in_bounds(value: Any, info: Any) -> bool:
     return (info.min is None or value >= info.min) and (info.max is None or value <= info.max)
