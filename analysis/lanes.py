@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 
     from receipts.store import Store
 
-# `tag:main` (a claim's baseline, `explain --against`, `check --against`) names no receipt: the baseline is the candidate lane's most recent runs carrying
-# the tag (analysis.check's selection), `last` of them. 10 by default: on the real H100 runs of
-# tests/data/noise (floor 0.75%), 5 baseline runs resolve only changes over ~2.2%, and a planted 2.5%
-# slowdown read as +2.07..2.25% against the five most recent main runs was inconclusive 2 times in 3;
+# `tag:main` (a claim's baseline, `check --against`, `explain --against`) names no receipt: the baseline is the
+# candidate lane's most recent runs carrying the tag (analysis.check's selection), `last` of them. 10 by default:
+# on the real H100 runs of tests/data/noise (floor 0.75%), 5 baseline runs resolve only changes over ~2.2%, and a
+# planted 2.5% slowdown read as +2.07..2.25% against the five most recent main runs was inconclusive 2 times in 3;
 # against 10 every one is `slower`, with A/A false alarms still <= 5% (analysis/verdict.py).
 TAG_PREFIX = "tag:"
 DEFAULT_BASELINE_LAST = 10
