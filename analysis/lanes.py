@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from receipts.analysis.listing import unsummarised
 from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor, noise_floor
 
 if TYPE_CHECKING:
@@ -54,6 +53,8 @@ def lane_runs(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, 
 
 
 def _lane_params(store: "Store", lanes: Iterable[Lane], *, tag: str | None, last: int | None) -> dict[str, Any]:
+    from receipts.analysis.listing import unsummarised  # orjson: not for the claims file's reader (analysis/claims.py)
+
     lanes = list(dict.fromkeys(lanes))
     return {"hosts": [ln.host_lineage for ln in lanes], "presets": [ln.preset_family for ln in lanes],
             "regimes": [ln.launch_regime for ln in lanes], "tag": tag, "last": last,
