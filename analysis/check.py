@@ -34,11 +34,10 @@ from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from receipts.analysis.claims import DEFAULT_BASELINE_LAST, TAG_PREFIX
 from receipts.analysis import telemetry
 from receipts.analysis.commits import CommitRange, between
 from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, with_telemetry
-from receipts.analysis.lanes import Lane, lane_of, lane_runs
+from receipts.analysis.lanes import DEFAULT_BASELINE_LAST, TAG_PREFIX, Lane, lane_of, lane_runs
 from receipts.analysis.noise import FLOOR_WINDOW, MAD_TO_SIGMA, MIN_FLOOR_PCT, NoiseFloor, noise_floor
 from receipts.analysis.record import StoredReceipt, load_many
 from receipts.analysis.stats import RunInterval, median_interval
@@ -49,7 +48,7 @@ from receipts.schema.lane import OPTION
 if TYPE_CHECKING:
     from receipts.store import Store
 
-DEFAULT_LAST = DEFAULT_BASELINE_LAST  # 10 baseline runs per candidate (analysis.claims says why)
+DEFAULT_LAST = DEFAULT_BASELINE_LAST  # 10 baseline runs per candidate (analysis.lanes says why)
 OUTLIER_Z = 3.5        # modified z-score above which a baseline run is an outlier (Iglewicz & Hoaglin 1993)
 MIN_RUNS_FOR_OUTLIERS = 3  # with 2 runs nobody can say which one is the outlier
 
@@ -299,7 +298,7 @@ def baseline_for(candidate: StoredReceipt, *, tag: str, last: int, reads: LaneRe
         why = None
         if r.ended_early:
             why = f"ended early: {r.ended_early}"
-        elif (interval := median_interval(r.steady_step_ms)) is None:
+        elif (interval := median_interval(r.step_series)) is None:
             why = "fewer than 2 steady-state steps"
         else:
             intervals[r.id] = interval
@@ -352,7 +351,7 @@ def no_baseline_remedy(baseline: Baseline) -> Remedy:
 
 def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: LaneReads) -> CandidateCheck:
     """The verdict on one candidate against its baseline."""
-    own = median_interval(candidate.steady_step_ms)
+    own = median_interval(candidate.step_series)
     base = functools.partial(CandidateCheck, ref=ref, receipt_id=candidate.id, run_name=candidate.run_name,
                              lane=lane_of(candidate), median_step_ms=own.median if own else None,
                              ended_early=candidate.ended_early, git_rev=candidate.provenance.get("git_rev"))
@@ -392,7 +391,7 @@ def pool(checks: Sequence[CandidateCheck], candidates: Mapping[str, StoredReceip
     for lane, group in lanes.items():
         baseline = group[0].baseline
         assert baseline is not None
-        own = [median_interval(candidates[c.receipt_id].steady_step_ms) for c in group]
+        own = [median_interval(candidates[c.receipt_id].step_series) for c in group]
         verdict = decide([baseline.intervals[b.id] for b in baseline.used], [i for i in own if i is not None],
                          baseline.floor, grow="candidate")
         if verdict is None:

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from receipts.analysis.lanes import DEFAULT_BASELINE_LAST, TAG_PREFIX
 from receipts.errors import InputError, UnsupportedVersion
 from receipts.schema.memory import BUCKETS, SNAPSHOT_CATEGORIES
 
@@ -60,13 +61,6 @@ _DEFAULT_KEYS = ("min_steps", "max_cv", "tolerance", "tolerance_bytes", "min_eff
 _CLAIM_KEYS = ("name", "baseline", "candidate", "metric", "speedup", "change", "tolerance", "tolerance_bytes",
                "declared_drift", "min_steps", "max_cv", "min_effect", "allow_ended_early", "last", "bucket",
                "at_most")
-# `baseline: tag:main` names no receipt: the baseline is the candidate lane's most recent runs carrying
-# the tag (analysis.check's selection), `last` of them. 10 by default: on the real H100 runs of
-# tests/data/noise (floor 0.75%), 5 baseline runs resolve only changes over ~2.2%, and a planted 2.5%
-# slowdown read as +2.07..2.25% against the five most recent main runs was inconclusive 2 times in 3;
-# against 10 every one is `slower`, with A/A false alarms still <= 5% (analysis/verdict.py).
-TAG_PREFIX = "tag:"
-DEFAULT_BASELINE_LAST = 10
 
 # The range of each numeric setting (low inclusive, high exclusive); every value must also be finite.
 _BOUNDS: dict[str, dict[str, Any]] = {

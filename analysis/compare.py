@@ -10,16 +10,16 @@ lane's floor.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from receipts.analysis import telemetry
 from receipts.analysis.configuration import configuration_floor
 from receipts.analysis.lanes import lane_of
 from receipts.analysis.listing import series_headline
-from receipts.analysis.noise import NoiseFloor, default_floor
+from receipts.analysis.noise import NoiseFloor, default_floor, floor_json
 from receipts.analysis.record import StoredReceipt
-from receipts.analysis.stats import RatioCI, RunInterval, Summary
+from receipts.analysis.figures import RatioCI, RunInterval, Summary
 from receipts.analysis.stragglers import explains, stored_report
 from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
 
@@ -257,16 +257,6 @@ def with_telemetry(found: dict[str, tuple[Difference, ...]], a: tuple, b: tuple)
     throttling, errors: analysis/telemetry.drift) added to its infrastructure drift."""
     rows = telemetry.drift(telemetry.summarise(a), telemetry.summarise(b))
     return {**found, "infrastructure": tuple(found.get("infrastructure", ())) + tuple(Difference(*row) for row in rows)}
-
-
-def floor_json(f: NoiseFloor | None) -> dict[str, Any] | None:
-    """A noise floor as `--json` shows it everywhere (compare, history, check)."""
-    if f is None:
-        return None
-    out = asdict(f)
-    out["run_ids"] = list(f.run_ids)
-    out["runs_to_measure"] = f.runs_to_measure
-    return out
 
 
 def interval_json(i: RunInterval | None) -> dict[str, Any] | None:

@@ -25,9 +25,9 @@ import polars as pl
 from receipts.analysis import components as comp
 from receipts.analysis import telemetry
 from receipts.analysis.check import CandidateCheck, parse_against, run_check
-from receipts.analysis.claims import TAG_PREFIX
 from receipts.analysis.compare import Comparison, compare_in_store
 from receipts.analysis.explain import (LEVELS, Explanation, Mode, RunComponents, StepChange, Value, explain)
+from receipts.analysis.lanes import TAG_PREFIX
 from receipts.analysis.stragglers import stored_report
 from receipts.errors import Remedy, UsageError
 

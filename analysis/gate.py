@@ -211,7 +211,7 @@ def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evi
 
 def _windows(a: StoredReceipt, b: StoredReceipt) -> tuple[str, ...]:
     return tuple(f"{role} {r.run_name} ({r.id[:12]}): steady steps {r.window_first_step}..{r.window_last_step} "
-                 f"(n={np.isfinite(r.steady_step_ms).sum()}), {r.warmup_steps} warm-up excluded [{r.window_rule}]"
+                 f"(n={np.isfinite(r.step_series).sum()}), {r.warmup_steps} warm-up excluded [{r.window_rule}]"
                  for role, r in (("baseline", a), ("candidate", b)))
 
 
@@ -251,7 +251,7 @@ def warmup_problems(e: Evidence, *, spike_factor: float = SPIKE_FACTOR) -> list[
         if (name.lower() in WARMUP_PHASES and lo is not None and hi is not None and first is not None
                 and last is not None and lo <= last and hi >= first):
             out.append(f"a '{name}' phase (steps {lo}..{hi}) overlaps the steady window {first}..{last}")
-    x = r.steady_step_ms[np.isfinite(r.steady_step_ms)]
+    x = r.step_series[np.isfinite(r.step_series)]
     if x.size:
         median = float(np.median(x))
         slow = x[x > spike_factor * median]
@@ -262,7 +262,7 @@ def warmup_problems(e: Evidence, *, spike_factor: float = SPIKE_FACTOR) -> list[
 
 
 def _series(claim: Claim, r: StoredReceipt) -> np.ndarray:
-    return r.steady_step_ms if claim.metric == "step_time" else r.steady_tokens_per_s
+    return r.step_series if claim.metric == "step_time" else r.tokens_series
 
 
 def _verdict(claim: Claim, a: Sequence[StoredReceipt], b: StoredReceipt, floor: NoiseFloor) -> VerdictResult | None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from receipts.analysis.check import Baseline, baseline_for, read_lanes
-from receipts.analysis.claims import DEFAULT_BASELINE_LAST, Claim, ClaimsFile
+from receipts.analysis.claims import Claim, ClaimsFile
 from receipts.analysis.gate import Evidence, GateResult, Unresolved, evaluate
 from receipts.analysis.configuration import configuration_floors
-from receipts.analysis.lanes import Lane, lane_of
+from receipts.analysis.lanes import DEFAULT_BASELINE_LAST, Lane, lane_of
 from receipts.analysis.noise import NoiseFloor
 from receipts.analysis.record import StoredReceipt, load_many
 from receipts.errors import ReceiptNotFound

@@ -23,10 +23,10 @@ log's rounding) from making every difference "significant".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Sequence
-
-import numpy as np
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Sequence
 
 MIN_RUNS = 3                 # fewer runs than this: no MAD worth the name; the default floor is used
 DEFAULT_FLOOR_PCT = 1.5      # percent; see the module docstring for the source
@@ -77,25 +77,36 @@ def noise_floor(runs: Sequence[tuple[str, float]], *, min_runs: int = MIN_RUNS,
 
     Runs whose median is missing or not positive are left out (they have no steady-state steps).
     """
-    usable = [(rid, float(m)) for rid, m in runs if m is not None and np.isfinite(m) and m > 0]
+    # A lane's floor comes from at most FLOOR_WINDOW run medians: plain floats, and `show` pays no numpy import.
+    usable = [(rid, float(m)) for rid, m in runs if m is not None and math.isfinite(m) and m > 0]
     ids = tuple(rid for rid, _ in usable)
-    medians = np.array([m for _, m in usable])
-    center = float(np.median(medians)) if medians.size else None
-    if medians.size < min_runs:
-        have = f"{medians.size} run{'s' if medians.size != 1 else ''}"
-        return NoiseFloor(medians.size, default_pct, "default", ids, center,
+    medians = [m for _, m in usable]
+    center = statistics.median(medians) if medians else None
+    if len(medians) < min_runs:
+        have = f"{len(medians)} run{'s' if len(medians) != 1 else ''}"
+        return NoiseFloor(len(medians), default_pct, "default", ids, center,
                           f"default {default_pct:g}% (the lane has {have} with a steady state; "
-                          f"{min_runs - medians.size} more give it a measured floor)")
-    assert center is not None  # medians.size >= min_runs >= 1
-    mad = float(np.median(np.abs(medians - center)))
-    b = mad_factor(medians.size)
+                          f"{min_runs - len(medians)} more give it a measured floor)")
+    assert center is not None  # len(medians) >= min_runs >= 1
+    mad = statistics.median(abs(m - center) for m in medians)
+    b = mad_factor(len(medians))
     pct = max(MIN_FLOOR_PCT, 100.0 * b * MAD_TO_SIGMA * mad / center)
     clamp = f" (MAD below the {MIN_FLOOR_PCT:g}% minimum)" if pct == MIN_FLOOR_PCT else ""
-    return NoiseFloor(medians.size, pct, "lane", ids, center,
-                      f"{pct:.2f}% = {b:.3f} x 1.4826 x MAD of {medians.size} run medians / their median "
+    return NoiseFloor(len(medians), pct, "lane", ids, center,
+                      f"{pct:.2f}% = {b:.3f} x 1.4826 x MAD of {len(medians)} run medians / their median "
                       f"{center:.4g} ms{clamp}")
 
 
 def default_floor() -> NoiseFloor:
     """The floor used when nothing is known about the lane's runs."""
     return noise_floor([])
+
+
+def floor_json(f: NoiseFloor | None) -> dict[str, Any] | None:
+    """A noise floor as `--json` shows it everywhere (show, compare, history, check)."""
+    if f is None:
+        return None
+    out = asdict(f)
+    out["run_ids"] = list(f.run_ids)
+    out["runs_to_measure"] = f.runs_to_measure
+    return out

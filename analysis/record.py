@@ -6,13 +6,12 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import polars as pl
-
 from receipts.analysis import summary
-from receipts.analysis.stats import RunInterval, Summary
+from receipts.analysis.figures import RunInterval, Summary
 
 if TYPE_CHECKING:  # analysis reads through the Store interface; it never imports a backend
+    import numpy as np
+
     from receipts.store import Store
 
 
@@ -51,8 +50,9 @@ class StoredReceipt:
     peak_reserved_bytes: int | None
     started_at: str | None
     ingested_at: str
-    steady_step_ms: np.ndarray = field(repr=False)       # empty when loaded with series=False
-    steady_tokens_per_s: np.ndarray = field(repr=False)
+    # The steady series; None when loaded with series=False and a stored summary (show, compare need no more)
+    steady_step_ms: np.ndarray | None = field(repr=False)
+    steady_tokens_per_s: np.ndarray | None = field(repr=False)
     # The steady-state statistics (analysis/summary.py): stored at ingest, else computed from the series.
     step_summary: Summary | None = None
     step_interval: RunInterval | None = None
@@ -63,6 +63,22 @@ class StoredReceipt:
     superseded_by: str | None = None     # a later ingest of the same run replaced this receipt
     source_format: str | None = None     # the log's format ('megatron', 'receipt+nanochat', 'receipt', ...)
 
+    @property
+    def step_series(self) -> np.ndarray:
+        """The steady step times (ms), as load_many reads them by default (series=True)."""
+        return _loaded(self, self.steady_step_ms)
+
+    @property
+    def tokens_series(self) -> np.ndarray:
+        """The steady tokens/s, as load_many reads them by default (series=True)."""
+        return _loaded(self, self.steady_tokens_per_s)
+
+
+def _loaded(r: StoredReceipt, series: np.ndarray | None) -> np.ndarray:
+    if series is None:  # a caller's mistake, never the input's: it asked for a summary-only read
+        raise ValueError(f"{r.run_name} ({r.id[:12]}) was read without its step series (load_many(series=False))")
+    return series
+
 
 def load(store: "Store", receipt_id: str) -> StoredReceipt:
     return load_many(store, [receipt_id])[receipt_id]
@@ -72,21 +88,20 @@ def load_many(store: "Store", receipt_ids: list[str], *, series: bool = True) ->
     """Several receipts in a few queries, whatever their number (the gate loads hundreds). `series=False`: the
     step series are read only for receipts without a stored summary (show and compare need no more)."""
     ids = list(dict.fromkeys(receipt_ids))
-    rows = store.query("receipts_many", {"ids": ids})
-    env_rows = store.query("receipt_env_many", {"ids": ids})
+    # Plain rows, not frames: a read of stored figures (`show`, `compare`) imports neither polars nor numpy.
+    rows = store.query_rows("receipts_many", {"ids": ids})
+    env_rows = store.query_rows("receipt_env_many", {"ids": ids})
     stored = summary.stored_many(store, ids)
     need = ids if series else [i for i in ids if i not in stored]
-    steps = store.query("steady_steps_many", {"ids": need}) if need else pl.DataFrame(
-        schema={"receipt_id": pl.Utf8, "step": pl.Int64, "step_ms": pl.Float64, "tokens_per_s": pl.Float64})
+    series_of = summary.series_by_receipt(store.query("steady_steps_many", {"ids": need}), need) if need else {}
     envs: dict[str, dict[str, str | None]] = {i: {} for i in ids}
-    for r in env_rows.iter_rows(named=True):
+    for r in env_rows:
         envs[r["receipt_id"]][r["name"]] = ("<redacted>" if r["redacted"] else r["value"]) if r["is_set"] else None
-    by_receipt = summary.series_by_receipt(steps, ids)
     out = {}
-    for row in rows.iter_rows(named=True):
+    for row in rows:
         rid = row["id"]
-        step_ms, tokens = by_receipt[rid]
-        stats = stored.get(rid) or summary.summarise(step_ms, tokens)
+        step_ms, tokens = series_of.get(rid) or (None, None)
+        stats = stored.get(rid) or summary.summarise(*series_of[rid])
         step_summary, step_interval = summary.parts(stats, "step_ms")
         tokens_summary, tokens_interval = summary.parts(stats, "tokens_per_s")
         out[rid] = replace(_from_row(row, envs.get(rid, {}), step_ms, tokens), step_summary=step_summary,
@@ -99,7 +114,7 @@ def load_many(store: "Store", receipt_ids: list[str], *, series: bool = True) ->
     return out
 
 
-def _from_row(row: dict, env: dict, step_ms: np.ndarray, tokens: np.ndarray) -> StoredReceipt:
+def _from_row(row: dict, env: dict, step_ms: np.ndarray | None, tokens: np.ndarray | None) -> StoredReceipt:
     return StoredReceipt(
         id=row["id"], run_name=row["run_name"],
         host_lineage=row["host_lineage"], preset_family=row["preset_family"], launch_regime=row["launch_regime"],

@@ -20,10 +20,11 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
     # The same summary compare prints (analysis.stats.summarize over the steady steps, stored at ingest by
     # analysis/summary.py): one statistics path, deterministic to the last bit, no step rows read.
     steps, tokens = r.step_summary, r.tokens_summary
-    memory = store.query("receipt_memory", {"receipt_id": receipt_id}).to_dicts()
-    sources = store.query("receipt_sources", {"receipt_id": receipt_id}).to_dicts()
-    row = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
-    history = store.query("identity_history", {"receipt_id": receipt_id}).to_dicts()
+    # plain rows (store.query_rows): `show` imports neither polars nor numpy
+    memory = store.query_rows("receipt_memory", {"receipt_id": receipt_id})
+    sources = store.query_rows("receipt_sources", {"receipt_id": receipt_id})
+    row = store.query_rows("receipt", {"receipt_id": receipt_id})[0]
+    history = store.query_rows("identity_history", {"receipt_id": receipt_id})
     return {
         "id": r.id,
         "run_name": r.run_name,
@@ -73,8 +74,8 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
 
 def _lane_floor(store: "Store", r) -> dict[str, Any] | None:
     """The run-to-run noise floor of the receipt's lane (analysis.noise); None for a rumor (no lane)."""
-    from receipts.analysis.compare import floor_json
     from receipts.analysis.lanes import lane_floors, lane_of
+    from receipts.analysis.noise import floor_json
 
     lane = lane_of(r)
     return floor_json(lane_floors(store, [lane])[lane]) if lane is not None else None

@@ -14,14 +14,17 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import polars as pl
-
-from receipts.analysis.stats import RunInterval, Summary, median_interval, summarize
-from receipts.schema.model import Steps, one_row_per_step
+from receipts.analysis.figures import RunInterval, Summary
 
 if TYPE_CHECKING:
+    import numpy as np
+    import polars as pl
+
+    from receipts.schema.model import Steps
     from receipts.store import Store
+
+# Reading a stored summary needs none of numpy, polars or the statistics (`show` imports none of them:
+# tests/test_lean_imports.py); making one, or reading a series, imports them where it does.
 
 # Bump when the window rule, the series definition or the statistics change: stored summaries under an older
 # rule are then recomputed from the series on read (and `receipts db upgrade` records the new rule).
@@ -45,6 +48,10 @@ def summarise_steps(steps: Steps) -> dict[str, Any]:
 def _steady_per_step(steps: Steps) -> pl.LazyFrame:
     """One row per steady step, in step order: a step's time its slowest rank's, its tokens/s summed over ranks
     when the log is per rank. Lazy: from a spilled frame each series collects only its own column."""
+    import polars as pl
+
+    from receipts.schema.model import one_row_per_step
+
     steady = (steps.lazy().select("step", "rank", "step_ms", "tokens_per_s", "warmup")
               .filter(~pl.col("warmup") & pl.col("step_ms").is_not_null()))
     if one_row_per_step(steady):  # a log's usual series: each step's row is already its aggregate
@@ -59,12 +66,16 @@ def _steady_per_step(steps: Steps) -> pl.LazyFrame:
 
 
 def _values(per_step: pl.LazyFrame, metric: str) -> np.ndarray:
+    import polars as pl
+
     return per_step.select(pl.col(metric).drop_nulls()).collect().to_series().to_numpy()
 
 
 def series_by_receipt(steps: pl.DataFrame, ids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(step_ms, tokens_per_s) of each receipt from a sql/steady_steps_many.sql frame, empty for a receipt
     without steady steps: the series a summary is made from, on read and when re-summarising alike."""
+    import numpy as np
+
     by_receipt = {key[0]: frame for key, frame in steps.partition_by("receipt_id", as_dict=True).items()}
     empty = (np.empty(0), np.empty(0))
     return {rid: (own["step_ms"].to_numpy(), own["tokens_per_s"].drop_nulls().to_numpy())
@@ -77,6 +88,8 @@ def summarise(step_ms: np.ndarray, tokens_per_s: np.ndarray) -> dict[str, Any]:
 
 
 def _one(x: np.ndarray) -> dict[str, Any]:
+    from receipts.analysis.stats import median_interval, summarize
+
     s, i = summarize(x), median_interval(x)
     return {"summary": asdict(s) if s else None, "interval": asdict(i) if i else None}
 
@@ -86,7 +99,7 @@ def stored_many(store: "Store", ids: list[str]) -> dict[str, dict[str, Any]]:
     made under another rule, is left out: its caller summarises it from its series)."""
     if not ids:
         return {}
-    return {r["receipt_id"]: s for r in store.query("receipt_summaries_many", {"ids": ids}).iter_rows(named=True)
+    return {r["receipt_id"]: s for r in store.query_rows("receipt_summaries_many", {"ids": ids})
             if (s := parse(r["summary_json"])) is not None}
 
 

@@ -2,14 +2,20 @@
 
     .venv/bin/python benchmarks/bench_kineto_vs_hta.py [--repeat 3] [--hta-python /tmp/hta-venv/bin/python]
 
-For each trace set of benchmarks/hta_reference.py: our `parse_files` (read, attribute, anatomy rows)
-against HTA's TraceAnalysis load + get_temporal_breakdown + get_comm_comp_overlap, HTA timed inside
-its own process (imports excluded) by `hta_reference.py --time-only`. Each side runs --repeat times
-and the best wall time is kept (the machine is shared: best-of is the least noisy estimate). CPU
-seconds are printed beside wall seconds: on a shared, loaded machine they are the steadier measure.
-Peak RSS per trace set: ours in a fresh process that parses only that set (`--rss-of FILE...`, beside
-the RSS of the same process after its imports, and the set's decompressed JSON size: the stream
-keeps a block and the kept columns, never the whole document), HTA's in its own --time-only process.
+For each trace set of benchmarks/hta_reference.py, the same files for every contender, each run in a fresh
+process of its own and timed inside it, imports excluded, the same way on both sides:
+  ours        `parse_files` (read, attribute, anatomy rows), the category rules loaded inside the timing as an
+              ingest does (`--child FILE...`)
+  HTA json    TraceAnalysis load + get_temporal_breakdown + get_comm_comp_overlap under HTA's default parser
+              (`hta_reference.py --time-only`)
+  HTA ijson   the same under HTA's fastest documented configuration: the ijson batch-and-compress backend
+              reading only the two args those analyses read (`hta_reference.py --time-only --parser ijson`)
+Each contender runs --repeat times and its least wall and least CPU seconds are kept (the same rule for all).
+CPU seconds (the process's, its threads and HTA's worker processes included) are the figure to read on a
+shared, loaded machine; the ratios are against the faster HTA configuration. Ours is also given in MB of
+decompressed JSON per CPU-second. Peak RSS per trace set: ours in its fresh process (beside the RSS after its
+imports, and the set's decompressed JSON size: the stream keeps a block and the kept columns, never the whole
+document), HTA's in its own process.
 
     .venv/bin/python benchmarks/bench_kineto_vs_hta.py --scale 1 4 16
 
@@ -45,25 +51,28 @@ from receipts.ingest.kineto import parse_files  # noqa: E402
 from receipts.schema.categories import load_category_rules  # noqa: E402
 
 
-def hta_seconds(python: str, files: list[Path], repeat: int) -> tuple[float, float, dict]:
-    best, cpu, result = float("inf"), float("inf"), {}
+def _least(runs: list[dict]) -> dict:
+    """One contender's result over its fresh-process runs: the least wall and CPU seconds, the last run's rest."""
+    return {**runs[-1], "seconds": min(r["seconds"] for r in runs), "cpu_seconds": min(r["cpu_seconds"] for r in runs)}
+
+
+def hta_run(python: str, files: list[Path], parser: str, repeat: int) -> dict:
+    runs = []
     for _ in range(repeat):
         env = {**os.environ, "HTA_DISABLE_NS_ROUNDING": "1"}  # as for the goldens
-        out = subprocess.run([python, str(HERE / "hta_reference.py"), "--time-only", *map(str, files)],
-                             check=True, capture_output=True, text=True, env=env).stdout
-        result = json.loads(out.strip().splitlines()[-1])
-        best, cpu = min(best, result["seconds"]), min(cpu, result["cpu_seconds"])
-    return best, cpu, result
+        out = subprocess.run([python, str(HERE / "hta_reference.py"), "--time-only", *map(str, files),
+                              "--parser", parser], check=True, capture_output=True, text=True, env=env).stdout
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    return _least(runs)
 
 
-def ours_seconds(files: list[Path], repeat: int):
-    best, cpu, anatomy = float("inf"), float("inf"), None
+def ours_run(files: list[Path], repeat: int) -> dict:
+    runs = []
     for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()  # process_time counts polars' threads too
-        # The rules are loaded inside the timing, as an ingest does: they remember the names they classified.
-        anatomy = parse_files(files, rules=load_category_rules())
-        best, cpu = min(best, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
-    return best, cpu, anatomy
+        out = subprocess.run([sys.executable, __file__, "--child", *map(str, files)],
+                             check=True, capture_output=True, text=True).stdout
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    return _least(runs)
 
 
 def _status_mib(key: str) -> float:
@@ -74,21 +83,21 @@ def _status_mib(key: str) -> float:
     raise RuntimeError(f"no {key} in /proc/self/status")
 
 
-def rss_of(files: list[Path]) -> None:
-    """Child mode: parse one set in this fresh process; print its RSS after the imports and the peak while
-    parsing (the import-time peak is reset first through clear_refs, so it cannot hide the parser's)."""
-    rules = load_category_rules()
+def child(files: list[Path]) -> None:
+    """Child mode: parse one set in this fresh process, timed from after the imports; print the seconds, the
+    RSS after the imports and the peak while parsing (the import-time peak is reset first through clear_refs, so
+    it cannot hide the parser's), and our numbers over HTA's window per rank."""
     imports = _status_mib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # Linux >= 4.0: VmHWM := VmRSS
-    anatomy = parse_files(files, rules=rules)
-    print(json.dumps({"imports_mib": imports, "peak_mib": _status_mib("VmHWM"), "steps": anatomy.steps.height,
-                      "kernels": int(anatomy.steps["kernels"].sum())}))
-
-
-def ours_rss(files: list[Path]) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--rss-of", *map(str, files)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    t0, c0 = time.perf_counter(), time.process_time()  # process_time counts polars' threads too
+    # The rules are loaded inside the timing, as an ingest does: they remember the names they classified.
+    anatomy = parse_files(files, rules=load_category_rules())
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    ranks = sorted(anatomy.steps["rank"].unique().to_list())
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "imports_mib": imports,
+                      "peak_mib": _status_mib("VmHWM"), "steps": anatomy.steps.height,
+                      "kernels": int(anatomy.steps["kernels"].sum()),
+                      "hta_window": {str(r): hta_comparable(anatomy, r) for r in ranks}}))
 
 
 def scaled_trace(src: Path, copies: int, out: Path) -> None:
@@ -134,7 +143,7 @@ def scale(copies: list[int]) -> None:
             path = Path(tmp) / f"x{n}.pt.trace.json"
             scaled_trace(src, n, path)
             t0 = time.perf_counter()
-            rss = ours_rss([path])
+            rss = ours_run([path], 1)
             wall = time.perf_counter() - t0  # the child's start-up and imports included
             mem = f"{rss['peak_mib']:.0f} ({rss['imports_mib']:.0f})"
             print(f"{n:6d} {path.stat().st_size / 1e6:8.1f} {wall:7.2f} {mem:>22s}  {rss['steps']:5d}  {rss['kernels']:7d}")
@@ -151,45 +160,65 @@ def json_mb(files: list[Path]) -> float:
     return total / 1e6
 
 
+def _same(a: dict, b: dict) -> bool:
+    """HTA's two configurations give the same per-rank figures (its goldens' units, to 1e-6 relative)."""
+    keys = ("kernel_time_us", "idle_time_us", "comm_comp_overlap_pct")
+    return a.keys() == b.keys() and all(
+        (x is None and y is None) or (x is not None and y is not None and abs(x - y) <= 1e-6 * max(1.0, abs(x)))
+        for r in a for x, y in ((a[r][k], b[r][k]) for k in keys))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python")
-    parser.add_argument("--rss-of", nargs="+", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--scale", nargs="+", type=int, help="copies of a real trace per file: peak RSS vs size")
     args = parser.parse_args()
-    if args.rss_of:
-        rss_of(args.rss_of)
-        return
-    if args.scale:
-        print("command: " + " ".join([Path(sys.executable).name, *sys.argv]) + f"   (load average {os.getloadavg()[0]:.1f})")
-        scale(args.scale)
+    if args.child:
+        child(args.child)
         return
     print("command: " + " ".join([Path(sys.executable).name, *sys.argv]) + f"   (load average {os.getloadavg()[0]:.1f})")
-    print(f"{'trace set':22s} {'MB gz':>6s} {'MB json':>7s} {'ours s':>7s} {'HTA s':>7s} {'ratio':>6s} {'ours cpu':>8s} "
-          f"{'HTA cpu':>8s} {'ratio':>6s} {'RSS MiB ours (imports)':>22s} {'HTA':>5s}  idle ms ours/HTA   overlap % ours/HTA")
-    total = [0.0, 0.0, 0.0, 0.0]
-    peaks: list[float] = []
+    if args.scale:
+        scale(args.scale)
+        return
+    print("seconds: wall / CPU, each contender's least of its fresh-process runs; x: the faster HTA's over ours")
+    print(f"{'trace set':22s} {'MB json':>7s} {'ours':>12s} {'HTA json':>12s} {'HTA ijson':>12s} {'x wall':>6s} "
+          f"{'x CPU':>6s} {'MB/CPU-s':>8s} {'RSS MiB ours (imports)':>22s} {'HTA':>5s}  same  idle ms ours/HTA   "
+          f"overlap % ours/HTA")
+    total = {"ours": [0.0, 0.0], "json": [0.0, 0.0], "ijson": [0.0, 0.0]}
+    json_total, peaks, version = 0.0, [], None
     for name, files in TRACE_SETS.items():
-        size_mb = sum(f.stat().st_size for f in files) / 1e6
-        ours, ours_cpu, anatomy = ours_seconds(files, args.repeat)
-        hta, hta_cpu, result = hta_seconds(args.hta_python, files, args.repeat)
-        rss = ours_rss(files)
-        peaks.append(rss["peak_mib"])
-        total = [a + b for a, b in zip(total, (ours, hta, ours_cpu, hta_cpu))]
-        cmp = [hta_comparable(anatomy, int(rank)) for rank in result["ranks"]]
+        mb = json_mb(files)
+        ours = ours_run(files, args.repeat)
+        hta = {p: hta_run(args.hta_python, files, p, args.repeat) for p in ("json", "ijson")}
+        version = hta["json"]["hta_version"]
+        for key, r in (("ours", ours), *hta.items()):
+            total[key] = [total[key][0] + r["seconds"], total[key][1] + r["cpu_seconds"]]
+        json_total += mb
+        peaks.append(ours["peak_mib"])
+        fast_wall = min(h["seconds"] for h in hta.values())
+        fast_cpu = min(h["cpu_seconds"] for h in hta.values())
+        ranks = hta["ijson"]["ranks"]
+        cmp = [ours["hta_window"][r] for r in ranks]
         idle = sum(c["idle_us"] for c in cmp) / 1e3
-        hta_idle = sum(r["idle_time_us"] for r in result["ranks"].values()) / 1e3
+        hta_idle = sum(r["idle_time_us"] for r in ranks.values()) / 1e3
         ov = [c["overlap_pct"] for c in cmp]
-        hov = [r["comm_comp_overlap_pct"] for r in result["ranks"].values()]
+        hov = [r["comm_comp_overlap_pct"] for r in ranks.values()]
         fmt = lambda xs: "/".join("-" if x is None else f"{x:.1f}" for x in xs)  # noqa: E731
-        ours_mem = f"{rss['peak_mib']:.0f} ({rss['imports_mib']:.0f})"
-        print(f"{name:22s} {size_mb:6.2f} {json_mb(files):7.1f} {ours:7.3f} {hta:7.3f} {hta / ours:5.1f}x {ours_cpu:8.3f} "
-              f"{hta_cpu:8.3f} {hta_cpu / ours_cpu:5.1f}x {ours_mem:>22s} {result['max_rss_mib']:5.0f}  "
-              f"{idle:8.1f}/{hta_idle:<8.1f}  {fmt(ov)}/{fmt(hov)}")
-    o, h, oc, hc = total
-    print(f"{'all':22s} {'':6s} {'':7s} {o:7.3f} {h:7.3f} {h / o:5.1f}x {oc:8.3f} {hc:8.3f} {hc / oc:5.1f}x "
-          f"{'max ' + format(max(peaks), '.0f'):>22s}")
+        pair = lambda r: f"{r['seconds']:.2f}/{r['cpu_seconds']:.2f}"  # noqa: E731
+        ours_mem = f"{ours['peak_mib']:.0f} ({ours['imports_mib']:.0f})"
+        same = "yes" if _same(hta["json"]["ranks"], ranks) else "NO"
+        print(f"{name:22s} {mb:7.1f} {pair(ours):>12s} {pair(hta['json']):>12s} {pair(hta['ijson']):>12s} "
+              f"{fast_wall / ours['seconds']:5.1f}x {fast_cpu / ours['cpu_seconds']:5.1f}x "
+              f"{mb / ours['cpu_seconds']:8.1f} {ours_mem:>22s} {max(h['max_rss_mib'] for h in hta.values()):5.0f}  "
+              f"{same:4s}  {idle:8.1f}/{hta_idle:<8.1f}  {fmt(ov)}/{fmt(hov)}")
+    o, j, i = total["ours"], total["json"], total["ijson"]
+    fast = min((j, i), key=lambda t: t[1])
+    print(f"{'all':22s} {json_total:7.1f} {o[0]:5.2f}/{o[1]:<6.2f} {j[0]:5.2f}/{j[1]:<6.2f} {i[0]:5.2f}/{i[1]:<6.2f} "
+          f"{fast[0] / o[0]:5.1f}x {fast[1] / o[1]:5.1f}x {json_total / o[1]:8.1f} {'max ' + format(max(peaks), '.0f'):>22s}")
+    print(f"HTA {version}; in CPU seconds HTA json is {j[1] / o[1]:.1f}x ours, HTA ijson {i[1] / o[1]:.1f}x; "
+          f"ours reads {json_total / o[1]:.1f} MB of JSON per CPU-second")
 
 
 if __name__ == "__main__":

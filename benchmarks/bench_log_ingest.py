@@ -6,12 +6,14 @@
 
 The logs are built from the lines of real logs in ../shared/realdata/logs (nanochat sft_run, a Megatron-
 DeepSpeed run with its arguments dump, a modded-nanogpt record): header lines, then the step lines repeated
-with renumbered steps, written to a temp file. Throughput is the best of --repeat runs of sniffing and
+with renumbered steps, written to a temp file. Throughput is the least of --repeat runs of sniffing and
 parsing the file as `receipts ingest` parses it (sniff.parse_streamed: 8 MiB chunks, each reduced to its
 numbers, the step rows spilled to Parquet in a scratch folder). The references, in the same run on the same
 file: a bare polars read of its lines (the same 8 MiB blocks split into a Series of lines and numbered, what every
-parser starts from, nothing extracted) and a raw read of the blocks (bytes only, no split). Each format's aim, in
-lines/s of CPU as `receipts ingest` parses, is printed beside it, met or not.
+parser starts from, nothing extracted) and a raw read of the blocks (bytes only, no split). Every run of each, ours
+and the references alike, is a fresh process timed from after its imports (`--child time-MODE`), so that no side
+finds another's work warm. Each format's aim, in lines/s of CPU as `receipts ingest` parses, is printed beside it,
+met or not.
 Peak memory is measured in a fresh process per log (VmHWM, benchmarks/peak_rss.py: the kernel's high-water mark of
 the whole process, interpreter and polars' arenas included). Every process here sets polars' allocator as the
 command line sets it (receipts/cli/allocator.py). Peak memory: the streamed parse at --lines and --big-lines, the whole read (read_log + parse,
@@ -89,15 +91,16 @@ def _train_time_span(body: list[str]) -> int:
     return times[-1] + 100
 
 
-def timed(fn, repeat: int) -> tuple[float, float]:
-    """Best wall time and best CPU time of this process over `repeat` runs (CPU time is the steadier
-    figure on a shared machine: time waiting for a core is not counted)."""
-    best, best_cpu = float("inf"), float("inf")
+def timed(mode: str, path: Path, repeat: int) -> tuple[float, float]:
+    """The least wall and least CPU seconds of `repeat` fresh processes that each do `mode` ('ingest', 'held',
+    'read', 'raw') to the log once, timed from after their imports (CPU time is the steadier figure on a shared
+    machine: time waiting for a core is not counted)."""
+    runs = []
     for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
-    return best, best_cpu
+        out = subprocess.run([sys.executable, __file__, "--child", f"time-{mode}", str(path)], check=True,
+                             capture_output=True, text=True, env=os.environ).stdout
+        runs.append([float(x) for x in out.split()[-2:]])
+    return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
 def raw_read(path: Path) -> int:
@@ -149,6 +152,17 @@ def peak_in_child(mode: str, path: Path) -> float:
 def child(mode: str, path: Path) -> None:
     if os.environ.get("BENCH_ALLOCATOR") != "polars":
         return_freed_memory_at_once()
+    if mode.startswith("time-"):
+        import polars  # noqa: F401 - imported before the clock starts, as in a command that has started
+
+        from receipts.ingest import sniff  # noqa: F401
+        from receipts.ingest.textlog import read_chunks  # noqa: F401
+
+        work = {"ingest": ingest, "held": lambda p: ingest(p, spill=False), "read": polars_read, "raw": raw_read}
+        t0, c0 = time.perf_counter(), time.process_time()
+        work[mode.removeprefix("time-")](path)
+        print(f"{time.perf_counter() - t0} {time.process_time() - c0}")
+        return
     if mode == "store":
         from receipts.cli.main import main as receipts_cli
 
@@ -195,7 +209,7 @@ def main() -> None:
     print("command: " + " ".join(shlex.quote(a) for a in [*(f"{k}={v}" for k, v in os.environ.items()
                                                              if k == "POLARS_MAX_THREADS"), "python", *sys.argv]))
     print(f"polars {pl.__version__}, threads={pl.thread_pool_size()} "
-          f"(POLARS_MAX_THREADS={os.environ.get('POLARS_MAX_THREADS', 'unset')}), best of {args.repeat}, "
+          f"(POLARS_MAX_THREADS={os.environ.get('POLARS_MAX_THREADS', 'unset')}), least of {args.repeat} fresh processes, "
           f"load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in args.formats:
@@ -203,10 +217,10 @@ def main() -> None:
             n = build_log(fmt, args.lines, path)
             size_mib = path.stat().st_size / 2**20
             steps = ingest(path)
-            t_ingest, cpu_ingest = timed(lambda: ingest(path), args.repeat)
-            t_mem, cpu_mem = timed(lambda: ingest(path, spill=False), args.repeat)
-            t_read, cpu_read = timed(lambda: polars_read(path), args.repeat)
-            t_raw, cpu_raw = timed(lambda: raw_read(path), args.repeat)
+            t_ingest, cpu_ingest = timed("ingest", path, args.repeat)
+            t_mem, cpu_mem = timed("held", path, args.repeat)
+            t_read, cpu_read = timed("read", path, args.repeat)
+            t_raw, cpu_raw = timed("raw", path, args.repeat)
             assert polars_read(path) == n, "the polars read splits the file into the lines it was built from"
             print(f"\n{fmt}: {n:,} lines ({size_mib:.0f} MiB), {steps:,} steps parsed")
             print(f"  streamed ingest (sniff + parse)     {t_ingest:7.3f} s  {n / t_ingest / 1e6:6.2f} M lines/s "

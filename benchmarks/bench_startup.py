@@ -2,14 +2,20 @@
 
     .venv/bin/python benchmarks/bench_startup.py [--repeat 15] [--no-install]
 
-Start-up, median of --repeat fresh processes each (the CLI of this checkout's .venv):
-  reference        `python -c pass`: the bare interpreter start of the same Python
+Start-up, median of --repeat fresh processes each (the CLI of this checkout's .venv), CPU seconds (user + system
+of the child, from getrusage: the steadier figure on a shared machine) beside wall seconds:
+  references       `python -c pass` (the bare interpreter) and `python -c 'import duckdb'` (what every command
+                   that opens a store pays whatever receipts does)
   --version        `receipts --version`
   --help           `receipts --help` (the command list comes from cli/main.py, no command module loads)
   gate --help      `receipts gate --help`: one command module and the gate's imports
+  show, compare,   on a small store made first from tests/data/explain (base_1..base_3 and attn_1: real 2 x H200
+  explain          runs, each log with its nsys export): `show base_1`, `compare base_1 attn_1` (a verdict against
+                   the lane's measured noise floor, and the pairwise explain), `explain attn_1 --against tag:main`
   import           `python -c "import receipts.cli.main"`
   eager            every command module imported: what each start-up paid before commands loaded lazily
-Ratios are against the bare interpreter start measured in the same run.
+Each command's CPU is also given over `import duckdb`'s, measured in the same run (aim: show, compare and explain
+within 0.1 s of it).
 
 Install size (skipped with --no-install; needs the package index): two fresh venvs, one with
 `pip install .` (what a CI gate needs) and one with `pip install .[dashboard]`; reports the installed
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -37,32 +44,60 @@ EAGER = ("import importlib\nfrom receipts.cli.main import COMMAND_MODULES\n"
          "for m in COMMAND_MODULES: importlib.import_module('receipts.cli.' + m)")
 
 
-def median_wall_s(cmd: list[str], repeat: int) -> float:
-    times = []
+EXPLAIN_RUNS = REPO / "tests" / "data" / "explain"
+STORE_RUNS = ("base_1", "base_2", "base_3", "attn_1")
+
+
+def _children_cpu_s() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+def median_s(cmd: list[str], repeat: int) -> tuple[float, float]:
+    """(median CPU seconds, median wall seconds) of `cmd` in `repeat` fresh processes; it must exit 0."""
+    cpu, wall = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        c0, t0 = _children_cpu_s(), time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(_children_cpu_s() - c0)
+    return statistics.median(cpu), statistics.median(wall)
+
+
+def small_store(folder: Path) -> str:
+    """A store of four real runs of tests/data/explain, each log with its nsys export attached."""
+    db = str(folder / "small.duckdb")
+    subprocess.run([str(RECEIPTS), "--db", db, "ingest", *(str(EXPLAIN_RUNS / r) for r in STORE_RUNS)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    return db
 
 
 def startup(repeat: int) -> None:
-    cases = [
-        ("reference: python -c pass", [sys.executable, "-c", "pass"]),
-        ("receipts --version", [str(RECEIPTS), "--version"]),
-        ("receipts --help", [str(RECEIPTS), "--help"]),
-        ("receipts gate --help", [str(RECEIPTS), "gate", "--help"]),
-        ("python -c 'import receipts.cli.main'", [sys.executable, "-c", "import receipts.cli.main"]),
-        # what every start-up cost before commands loaded lazily: each command module imported
-        ("every command module imported (eager)", [sys.executable, "-c", EAGER]),
-    ]
-    median_wall_s(cases[1][1], 2)  # warm the OS page cache; not timed
-    print(f"start-up, median of {repeat} fresh processes")
-    base = None
-    for label, cmd in cases:
-        t = median_wall_s(cmd, repeat)
-        base = base or t
-        print(f"  {label:<40} {t * 1000:7.1f} ms  {t / base:5.1f}x the bare interpreter")
+    with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp:
+        db = small_store(Path(tmp))
+        on = [str(RECEIPTS), "--db", db]
+        cases = [
+            ("reference: python -c pass", [sys.executable, "-c", "pass"]),
+            ("reference: python -c 'import duckdb'", [sys.executable, "-c", "import duckdb"]),
+            ("receipts --version", [str(RECEIPTS), "--version"]),
+            ("receipts --help", [str(RECEIPTS), "--help"]),
+            ("receipts gate --help", [str(RECEIPTS), "gate", "--help"]),
+            ("receipts show base_1", [*on, "show", "base_1"]),
+            ("receipts compare base_1 attn_1", [*on, "compare", "base_1", "attn_1"]),
+            ("receipts explain attn_1 --against tag:main", [*on, "explain", "attn_1", "--against", "tag:main"]),
+            ("python -c 'import receipts.cli.main'", [sys.executable, "-c", "import receipts.cli.main"]),
+            # what every start-up cost before commands loaded lazily: each command module imported
+            ("every command module imported (eager)", [sys.executable, "-c", EAGER]),
+        ]
+        median_s(cases[2][1], 2)  # warm the OS page cache; not timed
+        print(f"start-up, median of {repeat} fresh processes (load average {os.getloadavg()[0]:.1f})")
+        print(f"  {'':<44} {'CPU ms':>7} {'wall ms':>8}  {'CPU over import duckdb':>22}")
+        duck = None
+        for label, cmd in cases:
+            cpu, wall = median_s(cmd, repeat)
+            duck = cpu if "import duckdb" in label else duck
+            over = f"{(cpu - duck) * 1000:+7.0f} ms" if duck is not None and "reference" not in label else ""
+            print(f"  {label:<44} {cpu * 1000:7.0f} {wall * 1000:8.0f}  {over:>22}")
 
 
 def _dir_bytes(path: Path) -> int:

@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from receipts.analysis.check import DEFAULT_LAST, CandidateCheck, CheckResult, PooledCheck, run_check
 from receipts.analysis.commits import to_json as commits_json
-from receipts.analysis.compare import floor_json
+from receipts.analysis.noise import floor_json
 from receipts.analysis.explain_run import ExplainResult, for_check
 from receipts.analysis.verdict import VerdictResult
 from receipts.cli.context import console, handle_errors, print_json, settings

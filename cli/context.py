@@ -8,17 +8,18 @@ import sys
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from receipts.cli.termination import interrupted_exit_code, interruption
-from receipts.cli.words import error_text
 from receipts.errors import ReceiptsError
-from receipts.schema.registry import Registry, load_registry
 from receipts.store import Store, open_store
+
+if TYPE_CHECKING:
+    from receipts.schema.registry import Registry
 
 EXIT_OK, EXIT_REJECTED, EXIT_INPUT, EXIT_REFUSED = 0, 1, 2, 3
 
@@ -78,7 +79,10 @@ class Settings:
     debug: bool = False
 
     def registry(self, *, strict: bool = False) -> Registry:
-        """The merged registry; `strict` (the --strict flag) turns strict mode on over the files' setting."""
+        """The merged registry; `strict` (the --strict flag) turns strict mode on over the files' setting. Read
+        by the commands that resolve identities, not at every start-up."""
+        from receipts.schema.registry import load_registry
+
         registry = load_registry(self.registry_path)
         return replace(registry, strict=True) if strict else registry
 
@@ -165,6 +169,8 @@ def one_line(exc: BaseException) -> str:
 
     Multi-line messages (SQLite, DuckDB) are folded: the contract is one line per error."""
     if isinstance(exc, ReceiptsError):
+        from receipts.cli.words import error_text  # the error path's words: not loaded by a command that succeeds
+
         return " ".join(error_text(exc).split())
     text = " ".join(str(exc).split())
     kind = type(exc).__name__ if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{type(exc).__name__}"

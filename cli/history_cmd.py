@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from receipts.analysis.commits import to_json as commits_json
-from receipts.analysis.compare import floor_json
+from receipts.analysis.noise import floor_json
 from receipts.analysis.history import LaneHistory, read_history, resolve_lane
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.cli.output import Column, chosen_format, emit, format_option

@@ -1,4 +1,4 @@
-"""The command-line process leaves pandas out.
+"""The command-line process leaves pandas out, and Typer's pydantic coercion where a value needs none.
 
 DuckDB's Python client imports pandas, and pyarrow with it, before it binds any parameter (duckdb/duckdb#18658,
 since 1.4), to recognise pandas' missing-value objects among the parameters. receipts binds str, int, float and
@@ -9,6 +9,16 @@ and ~0.3 s of every command's start-up (benchmarks/bench_log_ingest.py's floor, 
 installed, which DuckDB, pyarrow and polars all take in their stride (a `None` in sys.modules is not enough:
 Cython's import hands pyarrow the None). Only the command line does this: a notebook or a script importing
 receipts keeps its pandas, and the dashboard, which Streamlit builds on pandas, runs in its own process.
+
+Typer (0.29) checks every parameter's value through a pydantic TypeAdapter built on first use: importing pydantic
+and building a command's adapters is ~0.1 s of CPU, as much as DuckDB's import and a third of `receipts show`'s
+start-up, to hand back the `str` the shell gave or the default the command declared. `plain_values_first` gives
+each parameter a coercion that returns such values as they are (a str for a str, a list of str for a list of
+str, an int or float default for a number, in its bounds) and hands any other value to Typer's own, built then:
+a path, a number typed on the command line, a choice, an environment variable's text (a value left out, None,
+never reaches either: Typer returns it first). What a command receives,
+and every error message, is Typer's; only who is asked first changes. Under a Typer without these internals every
+value goes to Typer's coercion, as before (tests/test_lean_imports.py fails, saying so).
 """
 
 from __future__ import annotations
@@ -16,8 +26,9 @@ from __future__ import annotations
 import importlib.abc
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, get_args, get_origin
 
 
 class _LeavePandasOut(importlib.abc.MetaPathFinder):
@@ -55,3 +66,53 @@ class pandas_allowed:
     def __exit__(self, *exc: object) -> None:
         if "pandas" not in sys.modules:
             sys.meta_path[:0] = self.removed
+
+
+try:  # Typer's own coercion: the fallback for every value this does not take as it is
+    from typer._coercion import RuntimeParam, build_runtime_param
+    _TYPER_COERCES = True
+except ImportError:  # pragma: no cover - another Typer: its coercion for every value
+    _TYPER_COERCES = False
+
+
+def plain_values_first(command: Any) -> None:
+    """Each parameter of `command` (and of its subcommands) returns plain values as they are, and hands other
+    values to Typer's coercion (module docstring)."""
+    if not _TYPER_COERCES:
+        return
+    import typer
+
+    # --help too: its option is made on first use, with the command's context (and cached there)
+    for param in [*command.params, command.get_help_option(typer.Context(command))]:
+        desc = getattr(param, "type_descriptor", None)
+        if desc is not None and getattr(param, "_runtime_param", False) is None:
+            param._runtime_param = _PlainFirst(desc.parameter_info, desc.annotation)
+    for sub in getattr(command, "commands", {}).values():
+        plain_values_first(sub)
+
+
+def _plain(desc: Any) -> type | None:
+    """The type whose values pass as they are (str, int, float; a list's item type), None when every value goes
+    to Typer: a path, a choice, a file, a custom parser, a bool (a flag's True or False skips coercion already)."""
+    if desc.is_choice or desc.is_file or desc.is_path or desc.parameter_info.parser is not None:
+        return None
+    kind = get_args(desc.annotation)[0] if get_origin(desc.annotation) is list else desc.annotation
+    return kind if kind in (str, int, float) else None
+
+
+if _TYPER_COERCES:
+    @dataclass(frozen=True)
+    class _PlainFirst(RuntimeParam):
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            kind = _plain(param.type_descriptor)
+            if get_origin(self.annotation) is list:
+                if isinstance(value, (list, tuple)) and all(type(v) is kind for v in value):
+                    return list(value)  # what Typer's list coercion returns
+            elif type(value) is kind and (kind is str or _in_bounds(value, self.parameter_info)):
+                return value
+            param._runtime_param = own = build_runtime_param(param.type_descriptor)
+            return own._coerce_value(value, param=param, ctx=ctx)
+
+
+def _in_bounds(value: Any, info: Any) -> bool:
+    return (info.min is None or value >= info.min) and (info.max is None or value <= info.max)

@@ -10,7 +10,6 @@ the loaded command shows.
 
 from __future__ import annotations
 
-import ast
 import os
 import importlib
 import importlib.util
@@ -25,7 +24,7 @@ from receipts import __version__
 from receipts.errors import RegistryError
 from receipts.cli.allocator import return_freed_memory_at_once
 from receipts.cli.termination import interrupted_exit_code, stop_like_ctrl_c
-from receipts.cli.lean_imports import leave_pandas_out
+from receipts.cli.lean_imports import leave_pandas_out, plain_values_first
 
 class Command(NamedTuple):
     """One command: the module under receipts.cli whose register(app) adds it, and the function or Typer app
@@ -114,11 +113,13 @@ class LazyGroup(TyperGroup):
                                                          f"where cli/main.py COMMANDS lists {entry}")
         for name, command in registered.items():
             _plain_placeholders(command)
+            plain_values_first(command)  # Typer's pydantic only for a value that needs it (cli/lean_imports.py)
             self.commands.setdefault(name, command)
         self._loaded = self._loaded | {module}
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """As typer's, but a usage error is one line on stderr (click's is a usage box of three or four)."""
+        plain_values_first(self)  # --db and the other options of the root
         kwargs["standalone_mode"], standalone = False, kwargs.get("standalone_mode", True)
         if not standalone:
             return super().main(*args, **kwargs)
@@ -176,6 +177,8 @@ def _plain_placeholders(command: Any) -> None:
 def _summary(module: str, attr: str) -> str:
     """The first paragraph of a command's help, read from its module's source without importing it: the
     docstring of function `attr`, or the help= of the Typer app assigned to `attr` (a command group)."""
+    import ast  # the command list's help only
+
     spec = importlib.util.find_spec(f"receipts.cli.{module}")
     if spec is None or spec.origin is None:
         raise RegistryError("command", attr, f"receipts.cli.{module}", "is not found")

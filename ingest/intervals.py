@@ -329,8 +329,9 @@ def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.Data
     step, span_start_ns, span_end_ns and STEP_NS, one row per span). The milliseconds are computed here once for
     all steps, so whoever computed the integers (in chunks, or with numpy on sorted arrays) gets the same floats."""
     by_cat = by_cat.select(*_KEYS, pl.col("category").cast(pl.Utf8), (pl.col("union_ns") / 1e6).alias("time_ms"))
-    # The non-overlapping decomposition of the span (issue 16): compute only + communication hidden under
-    # compute + exposed communication + memory work under neither + idle = the span, exactly.
+    # The non-overlapping decomposition of the span: compute only + communication hidden under compute +
+    # exposed communication + memory work under neither + idle = the span, exactly, so that a step's parts add up
+    # to its time and a change in one part is not counted twice in another.
     per_step = totals.with_columns(
         ((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
         (pl.col("cm_ns") / 1e6).alias("comm_hidden"),

@@ -1,4 +1,4 @@
-"""Several Nsight Systems exports of ONE job -> one anatomy (issue 15, item 5).
+"""Several Nsight Systems exports of ONE job -> one anatomy, as if one report had captured every rank.
 
 A job profiled one report per rank (`torchrun ... nsys profile -o rank%q{RANK} python train.py`) or one per
 node (`nsys profile torchrun ...` on each node) leaves N exports; NVIDIA's multi-report recipes

@@ -4,18 +4,14 @@ the current run names spelled like it (a typo's likely meaning)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from receipts.errors import ReceiptNotFound
 
-if TYPE_CHECKING:
-    import polars as pl
-
 
 class Store(Protocol):
-    """What resolving reads: the store's named queries (store.base.Store has them)."""
-
-    def query(self, name: str, params: dict[str, Any] | None = None) -> pl.DataFrame: ...
+    """What resolving reads: the store's named queries as plain rows (store.base.Store has them), so that naming a
+    receipt costs no polars import."""
 
     def query_rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
 
@@ -23,8 +19,8 @@ class Store(Protocol):
 def resolve(store: Store, ref: str) -> str:
     """A receipt id, a unique id prefix, or a run name. A run name means its current receipt (one not
     superseded by a later ingest of the same run); an explicit id or prefix may name a superseded one."""
-    found = store.query("resolve_ref", {"ref": ref, "prefix": ref.lower() + "%"})
-    rows = [(r["id"], r["run_name"], r["match"], r["superseded_by"]) for r in found.iter_rows(named=True)]
+    found = store.query_rows("resolve_ref", {"ref": ref, "prefix": ref.lower() + "%"})
+    rows = [(r["id"], r["run_name"], r["match"], r["superseded_by"]) for r in found]
     answer = _pick(ref, rows)
     if isinstance(answer, ReceiptNotFound):
         raise answer if answer.candidates else replace(answer, close=_spelled_like(store, ref))
@@ -44,7 +40,7 @@ def resolve_many(store: Store, refs: list[str], *, current_only: bool = False) -
     """Resolve many references with one read; each maps to an id or the ReceiptNotFound it would raise.
 
     current_only (the gate): a reference to a superseded receipt is refused, naming its successor."""
-    rows = store.query("receipt_refs").rows()
+    rows = [tuple(r.values()) for r in store.query_rows("receipt_refs")]
     out: dict[str, str | ReceiptNotFound] = {}
     for ref in dict.fromkeys(refs):
         prefix = ref.lower()

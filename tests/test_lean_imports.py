@@ -1,7 +1,9 @@
 """The command line leaves pandas out (receipts/cli/lean_imports.py): DuckDB's client would import it, and pyarrow,
 before binding any parameter. Commands still work, and read the same frames through the Arrow C stream
 (duck.query_frame) as through the client's pyarrow path. Reads open the store without SQLAlchemy, and `list --json`
-without polars or numpy."""
+without polars or numpy. Each command imports what it uses: `show` reads stored figures as plain rows (no polars,
+numpy or SciPy), no command imports pydantic for the values Typer would check with it, and `compare` / `explain`
+leave the claims file's YAML to the gate."""
 
 from __future__ import annotations
 
@@ -9,12 +11,14 @@ import json
 import subprocess
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import List, Optional
 
 import duckdb
 import pytest
 from polars.testing import assert_frame_equal
 
-from conftest import REALDATA, REPO
+from conftest import EXPLAIN_DATA, REALDATA, REPO
 from receipts.duck import query_frame
 
 LOG = REALDATA / "logs" / "sft_run_gtx1660.log"
@@ -59,6 +63,108 @@ def test_list_json_loads_neither_polars_nor_numpy(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[-1].split() == ["IMPORTED"], done.stderr
     assert [r["run_name"] for r in json.loads(done.stdout)] == ["sft_run_gtx1660"]
+
+
+HEAVY = ("pandas", "pyarrow", "sqlalchemy", "polars", "numpy", "scipy", "yaml", "pydantic")
+
+
+@pytest.fixture(scope="module")
+def small_lane(tmp_path_factory):
+    """The logs of four real runs of one lane (tests/data/explain: base_1..base_3 tagged main, attn_1): its noise
+    floor is measured (four runs)."""
+    from cli_helpers import cli
+
+    folder = tmp_path_factory.mktemp("lean")
+    runs = [EXPLAIN_DATA / run / "run.log" for run in ("base_1", "base_2", "base_3", "attn_1")]
+    result = cli(str(folder / "r.duckdb"), "ingest", *map(str, runs))
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+def _imported(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return done.stderr.splitlines()[-1].split()[1:]
+
+
+def test_show_imports_no_frame_statistics_yaml_or_pydantic(small_lane):
+    """`show` prints stored figures (the summary made at ingest, the lane's floor from a few run medians): plain
+    rows from the store, no polars, numpy or SciPy; Typer's pydantic is not asked about a str it would return."""
+    for args in (("show", "base_1"), ("show", "base_1", "--json")):
+        done = _cli(small_lane, *args, watched=HEAVY)
+        assert done.returncode == 0, done.stderr
+        assert _imported(done) == [], (args, done.stderr)
+    assert json.loads(done.stdout)["noise_floor"]["source"] == "lane"
+
+
+def test_compare_and_explain_leave_yaml_and_pydantic_out(small_lane):
+    """`compare` judges against the measured floor (Student's t: SciPy, numpy), `explain` refuses runs without a
+    profile; neither reads a claims file (YAML), a pydantic-checked value or an Arrow table."""
+    for args, code in ((("compare", "base_1", "attn_1"), 0), (("explain", "attn_1", "--against", "tag:main"), 3)):
+        done = _cli(small_lane, *args, watched=HEAVY)
+        assert done.returncode == code, done.stderr
+        assert not {"yaml", "pydantic", "pyarrow", "pandas", "sqlalchemy"} & set(_imported(done)), (args, done.stderr)
+
+
+@pytest.mark.slow  # two nsys exports ingested (~5 s here)
+def test_profiled_compare_and_explain_import_what_they_use(tmp_path):
+    """A profiled pair: the pairwise explain's component frames are polars and numpy, its tests SciPy's
+    Student's t; still no YAML, pydantic or Arrow table."""
+    from cli_helpers import cli
+
+    assert cli(str(tmp_path / "r.duckdb"), "ingest", str(EXPLAIN_DATA / "base_1"), str(EXPLAIN_DATA / "attn_1")
+               ).exit_code == 0
+    for args in (("compare", "base_1", "attn_1"), ("explain", "attn_1", "--against", "base_1", "--json")):
+        done = _cli(tmp_path, *args, watched=HEAVY)
+        assert done.returncode == 0, done.stderr
+        assert _imported(done) == ["numpy", "polars", "scipy"], (args, done.stderr)
+    answer = json.loads(done.stdout)
+    assert answer["mode"] == "pairwise" and answer["verdict"] == "slower" and answer["components"]
+
+
+def test_a_value_typer_would_check_is_checked_as_typer_checks_it(small_lane, tmp_path):
+    """Typer's own coercion still answers what needs it: a number typed on the command line (and its bounds), a
+    path (here a registry the ingest reads and refuses, naming it); a str or an in-bounds default passes as it is."""
+    done = _cli(small_lane, "explain", "attn_1", "--against", "tag:main", "--last", "0", watched=HEAVY)
+    assert done.returncode == 2 and "--last" in done.stderr and "greater than or equal to 1" in done.stderr, done.stderr
+    (tmp_path / "broken.toml").write_text("[hosts\n")
+    done = _cli(small_lane, "--registry", str(tmp_path / "broken.toml"), "ingest", str(LOG), watched=HEAVY)
+    assert done.returncode == 2 and "broken.toml" in done.stderr, done.stderr
+
+
+def test_plain_values_first_hands_a_command_what_typer_would(monkeypatch):
+    """The same command, with and without plain_values_first, receives the same values of the same types, and
+    refuses the same values with the same message: strs, lists, numbers in and out of bounds, paths, defaults."""
+    import typer
+    from typer.testing import CliRunner
+
+    from receipts.cli.lean_imports import plain_values_first
+
+    def make(lean: bool):
+        seen: list = []
+
+        def command(name: str = typer.Argument(...), tag: Optional[List[str]] = typer.Option(None, "--tag"),
+                    last: int = typer.Option(10, "--last", min=1), share: float = typer.Option(0.5, "--share"),
+                    count: int = typer.Option(3, "--count"), where: Optional[Path] = typer.Option(None, "--where"),
+                    fmt: Optional[str] = typer.Option(None, "--format"), flag: bool = typer.Option(False, "--flag")):
+            seen.append([(v, type(v)) for v in (name, tag, last, share, count, where, fmt, flag)])
+
+        app = typer.Typer()
+        app.command()(command)
+        return app, seen
+
+    def invoke(app, argv: list[str], *, lean: bool):
+        built = typer.main.get_command(app)
+        if lean:
+            plain_values_first(built)
+            assert all(type(p._runtime_param).__name__ == "_PlainFirst" for p in built.params)
+        monkeypatch.setattr(typer.testing, "_get_command", lambda _: built)
+        return CliRunner().invoke(app, argv)
+
+    for argv in (["run_a"], ["run_a", "--tag", "x", "--tag", "y", "--last", "4", "--share", "1", "--count", "7",
+                             "--where", "a/b.toml", "--format", "tsv", "--flag"],
+                 ["run_a", "--last", "0"], ["run_a", "--count", "x"], ["run_a", "--share", "many"]):
+        (plain, plain_seen), (lean, lean_seen) = make(False), make(True)
+        expected, got = invoke(plain, argv, lean=False), invoke(lean, argv, lean=True)
+        assert (got.exit_code, got.output, lean_seen) == (expected.exit_code, expected.output, plain_seen), argv
 
 
 def test_a_finder_answers_import_pandas_as_not_installed():

@@ -373,7 +373,7 @@ def test_fsdp2_kernel_and_nvtx_totals_equal_nsys_stats(rules, run, tmp_path):
 
 def test_duplicate_runtime_rows_count_each_activity_once(rules):
     """Older exports write two runtime rows per correlation id (cudaLaunchKernel and cudaLaunchKernel_v7000):
-    each activity is still attributed once (issue 13: 12 counted where there are 6)."""
+    each activity is still attributed once (counted per runtime row, this export's 6 activities read as 12)."""
     path = REAL / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
     with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as db:
         calls, ids = db.execute("SELECT count(*), count(DISTINCT correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()

@@ -1,5 +1,5 @@
-"""The nsys parser's every output pinned on every real export (issue 15 item 4: the one-pass ingest must give
-the numbers the previous implementation gave, to the last bit).
+"""The nsys parser's every output pinned on every real export: the one-pass ingest must give the numbers the
+previous implementation gave, to the last bit (a rewrite for speed and memory may not move a number).
 
 tests/data/gpu/nsys_expected.json was written by the implementation before the one-pass rewrite (commit
 d350a84: DuckDB correlation + ASOF join, probe scans) with `python tests/test_nsys_expected.py --write` run

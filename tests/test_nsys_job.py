@@ -1,5 +1,5 @@
-"""One job profiled one nsys report per rank (issue 15, item 5): its exports read as one anatomy, on real
-exports of a 2-rank job (tests/data/gpu/multiexport: each rank under its own `nsys profile`, RANK in each
+"""One job profiled one nsys report per rank: its exports read as one anatomy, as one report of every rank would,
+on real exports of a 2-rank job (tests/data/gpu/multiexport: each rank under its own `nsys profile`, RANK in each
 export's captured environment, the sessions started 8.8 ms apart)."""
 
 from __future__ import annotations

@@ -77,13 +77,12 @@ def test_show_reads_no_step_rows_when_a_summary_is_stored(store, monkeypatch):
     from receipts.store.duckdb_store import DuckDBStore
 
     asked: list[str] = []
-    original = DuckDBStore.query
+    for method in ("query", "query_rows"):  # a named query read as a frame or as plain rows
+        def spy(self, name, params=None, original=getattr(DuckDBStore, method)):
+            asked.append(name)
+            return original(self, name, params)
 
-    def spy(self, name, params=None):
-        asked.append(name)
-        return original(self, name, params)
-
-    monkeypatch.setattr(DuckDBStore, "query", spy)
+        monkeypatch.setattr(DuckDBStore, method, spy)
     assert cli(db, "show", ids[0]).exit_code == 0
     assert cli(db, "compare", "aa_01", "slow_1").exit_code == 0
     assert "steady_steps_many" not in asked and "receipt_summaries_many" in asked
