@@ -18,9 +18,9 @@ from __future__ import annotations
 
 # Every test of these modules.
 SLOW_MODULES = frozenset({
-    "test_compare_warnings.py", "test_dashboard_drilldown.py", "test_dashboard_server.py", "test_decomposition.py",
-    "test_kineto_attribution.py", "test_list.py", "test_nsys_job.py", "test_nsys_stream.py", "test_raw_events.py",
-    "test_require_realdata.py",
+    "test_compare_warnings.py", "test_cuda_graphs.py", "test_dashboard_drilldown.py", "test_dashboard_server.py",
+    "test_decomposition.py", "test_kineto_attribution.py", "test_list.py", "test_nsys_job.py", "test_nsys_stream.py",
+    "test_raw_events.py", "test_require_realdata.py", "test_summaries.py",
 })
 
 # These tests of these modules (a parametrized test by its function name: all its cases).
@@ -41,7 +41,9 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_the_profiler_a_run_ran_under_is_runtime_drift",
     ),
     "test_capture.py": (
+        "test_recorder_reads_rank_from_env_and_writes_to_a_stream",
         "test_recorder_without_cuda_labels_host_timing_and_no_gpu",
+        "test_recorder_without_footer_reads_as_ended_early",
         "test_two_ranks_append_one_file_without_interleaving",
     ),
     "test_check.py": (
@@ -61,15 +63,17 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
     "test_correlation.py": (
         "test_lookup_equals_the_plain_reference",
     ),
-    "test_cuda_graphs.py": (
-        "test_graph_replays_are_busy_time_not_idle",
-        "test_profile_alone_uses_the_log_warmup_rule",
-    ),
     "test_dashboard_apptest.py": (
         "test_a_profile_read_from_a_folder_lists_its_files_and_how_to_open_them_together",
+        "test_a_stale_link_says_so_instead_of_showing_another_run",
         "test_anatomy_view_draws_categories_ranks_phases_and_nvtx",
+        "test_anatomy_view_says_where_the_export_is_and_how_to_open_it",
         "test_compare_b_picker_offers_a_lane_only",
+        "test_compare_overlay_aligns_both_runs_by_steady_position",
         "test_compare_view_comparable_pair_shows_ratio_anatomy_and_drift",
+        "test_compare_view_refusal_is_the_page",
+        "test_compare_view_refuses_a_rumor",
+        "test_compare_with_itself_is_said",
         "test_lane_filters_live_in_the_url",
         "test_lane_history_view_marks_the_change_point_of_the_real_h100_runs",
         "test_lane_history_view_shows_noise_floor_and_change_points",
@@ -78,6 +82,8 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_lanes_view_groups_by_identity_and_marks_rumors",
         "test_mlperf_receipt_has_time_to_train_as_its_headline",
         "test_nccl_tests_bus_bandwidth_attached_to_a_receipt_is_shown",
+        "test_receipt_view_charts_the_training_metrics_the_log_printed",
+        "test_receipt_view_of_a_real_log_shows_window_and_peak_gap",
         "test_receipt_view_shows_identity_env_topology_steps_and_memory_drift",
         "test_sidebar_switches_views",
         "test_stragglers_view_names_the_export_the_report_came_from",
@@ -92,8 +98,15 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_the_report_beside_an_export_is_named_for_nsys_ui",
     ),
     "test_drilldown.py": (
+        "test_a_steps_rows_keep_its_longest_kernels_and_sum_the_rest",
+        "test_an_export_attached_before_schema_12_says_to_attach_it_again",
         "test_an_export_without_step_markers_has_no_step_to_open",
+        "test_cli_opens_a_step_at_80_columns_and_as_data",
+        "test_cli_refuses_a_step_or_rank_that_is_not_there_in_one_line",
+        "test_per_step_kernels_sum_to_nsys_stats_for_kernels_run_only_inside_steps",
         "test_the_planted_gemm_step_names_one_kernel_with_48_more_calls",
+        "test_the_planted_stall_step_is_idle_with_no_kernel_changed",
+        "test_the_slowest_steady_steps_are_the_planted_ones_and_open_by_default",
         "test_typical_is_the_median_of_the_other_steady_steps",
     ),
     "test_explain.py": (
@@ -211,9 +224,15 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_the_megatron_deepspeed_log_reads_to_its_awk_counts",
     ),
     "test_memory_geometry.py": (
+        "test_a_snapshot_needs_attach_and_attaches_once",
+        "test_compare_json_memory_drift_names_the_bucket_that_moved",
         "test_dashboard_memory_view",
+        "test_estimate_equals_measured_shards_exactly_and_reports_activation_error",
+        "test_full_recompute_estimate_beside_the_checkpointed_run",
+        "test_gate_accepts_and_rejects_bucket_claims",
         "test_push_carries_the_geometry",
         "test_show_json_memory_geometry",
+        "test_show_text_has_the_geometry_table_and_the_three_gaps",
     ),
     "test_memory_runs.py": (
         "test_snapshot_replayed_peak_equals_max_memory_allocated",
@@ -345,17 +364,17 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_preset_sharing_a_word_is_refused",
     ),
     "test_stragglers.py": (
+        "test_compare_says_whether_a_straggler_explains_the_difference",
+        "test_history_carries_the_straggler",
+        "test_last_arrivals_agree_with_an_independent_matching",
+        "test_nsys_and_kineto_captures_of_the_plant_agree",
         "test_planted_straggler_is_named_with_its_impact",
         "test_single_rank_run_has_no_straggler_report",
+        "test_the_clean_run_profiled_for_12_steps_names_nobody",
         "test_the_fsdp2_runs_in_tests_data_match_their_independent_reference",
         "test_the_planted_rank_is_named_whichever_rank_it_is",
+        "test_the_reports_of_many_receipts_in_one_query_are_each_ones_own",
         "test_unaligned_clocks_are_said_not_blamed",
-    ),
-    "test_summaries.py": (
-        "test_db_upgrade_resummarises_under_the_current_rule",
-        "test_every_receipt_gets_a_summary_equal_to_the_recompute",
-        "test_show_list_and_compare_are_the_same_without_a_stored_summary",
-        "test_throughput_that_no_step_reports_is_unknown_on_a_multi_rank_profile",
     ),
     "test_supersession.py": (
         "test_an_earlier_view_ingested_after_the_longer_log_is_stored_superseded",
