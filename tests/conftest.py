@@ -86,7 +86,7 @@ def store_built_once(tmp_path_factory, name: str, build: Callable[[str], None]) 
 @pytest.fixture(scope="session")
 def explain_lane(tmp_path_factory) -> str:
     """A store of the explain experiment's 14 real 2-GPU runs (tests/data/explain: baselines tagged main, an A/A
-    run and planted changes), each run.log with its nsys export, ingested once per test run (~2 minutes here).
+    run and planted changes), each run.log with its nsys export, ingested once per test run.
     Read-only for the tests: copy it before writing."""
     from cli_helpers import cli
 
