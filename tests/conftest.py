@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slow_tier import is_slow
+from tests.slow_tier import is_slow
 
 REPO = Path(__file__).resolve().parents[1]
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
