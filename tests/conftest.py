@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.slow_tier import is_slow
 
 REPO = Path(__file__).resolve().parents[1]
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 GPU_DATA = REPO / "tests" / "data" / "gpu"
 EXPLAIN_DATA = REPO / "tests" / "data" / "explain"
+NOISE = REPO / "tests" / "data" / "noise"
 
 
 def realdata(*parts: str) -> Path:
@@ -50,17 +56,63 @@ def db(tmp_path: Path) -> str:
     return str(tmp_path / "receipts.duckdb")
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `build(folder)` fills, made once per test run. Under pytest-xdist each worker is a process with
+    its own session fixtures: the first worker to ask builds the folder in the run's shared temp root, under a
+    lock, and the others wait for it and reuse it, so a store of real data is ingested once, not once per worker."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # pytest-of-USER/pytest-N, shared by the run's workers (each has its own popen-gwN)
+    folder = root / f"built-{name}"
+    with open(root / f"built-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
+def store_built_once(tmp_path_factory, name: str, build: Callable[[str], None]) -> str:
+    """A DuckDB store that `build(path)` fills, ingested once per test run (`built_once`); each worker gets its
+    own copy, so a test that writes to it by mistake changes no other worker's store."""
+    built = built_once(tmp_path_factory, name, lambda folder: build(str(folder / "store.duckdb")))
+    copy = tmp_path_factory.mktemp(name) / "store.duckdb"
+    shutil.copy(built / "store.duckdb", copy)
+    return str(copy)
+
+
 @pytest.fixture(scope="session")
 def explain_lane(tmp_path_factory) -> str:
     """A store of the explain experiment's 14 real 2-GPU runs (tests/data/explain: baselines tagged main, an A/A
-    run and planted changes), each run.log with its nsys export, ingested once per session (~2 minutes here).
+    run and planted changes), each run.log with its nsys export, ingested once per test run.
     Read-only for the tests: copy it before writing."""
     from cli_helpers import cli
 
-    path = str(tmp_path_factory.mktemp("explain") / "lane.duckdb")
-    result = cli(path, "ingest", *sorted(str(p) for p in EXPLAIN_DATA.iterdir() if p.is_dir()))
-    assert result.exit_code == 0, result.output
-    return path
+    def build(path: str) -> None:
+        result = cli(path, "ingest", *sorted(str(p) for p in EXPLAIN_DATA.iterdir() if p.is_dir()))
+        assert result.exit_code == 0, result.output
+
+    return store_built_once(tmp_path_factory, "explain", build)
+
+
+@pytest.fixture(scope="session")
+def noise_db(tmp_path_factory) -> str:
+    """A store of the 18 real H100 runs in tests/data/noise (ten A/A runs of one configuration, two with a
+    planted slowdown under the noise floor, three with a planted 2.5% slowdown; README.md there), ingested once
+    per test run. Identity, run names and tags come from the RECEIPT headers. Read-only for the tests."""
+    from cli_helpers import cli
+
+    logs = sorted(NOISE.glob("*/run.log"))
+    if len(logs) < 15:
+        pytest.skip(f"real data not present: {NOISE}")
+
+    def build(path: str) -> None:
+        result = cli(path, "ingest", *map(str, logs))
+        assert result.exit_code == 0, result.stdout + result.stderr
+
+    return store_built_once(tmp_path_factory, "noise", build)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -74,44 +126,10 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"real data required (RECEIPTS_REQUIRE_REALDATA=1) but absent: {report.longrepr}"
 
 
-# The slow tier: `pytest -m "not slow"` leaves these out (CI and scripts/test.sh run everything). Besides the
-# tests marked where they stand (each fuzz campaign, through tests/fuzzing.fuzz), every test that needs the
-# PostgreSQL server or Chromium, and these, each 6 s or more in a measured run of the whole suite
-# (`pytest --durations=0`): hypothesis campaigns, whole-real-export parses, subprocesses of the CLI.
-SLOW_TESTS = {
-    "test_check.py": ("test_a_rumor_has_no_lane_and_exits_3", "test_real_every_aa_run_passes_against_the_other_main_runs"),
-    "test_correlation.py": ("test_lookup_equals_the_plain_reference",),
-    "test_dashboard_apptest.py": ("test_a_profile_read_from_a_folder_lists_its_files_and_how_to_open_them_together",),
-    "test_dashboard_views.py": ("test_compare_view_explains_why_b_differs_with_noise_bands",),
-    "test_explain.py": ("test_a_log_only_receipt_gets_one_line_saying_which_profile_to_attach",
-                        "test_benjamini_hochberg_agrees_with_scipy",
-                        "test_db_upgrade_recomputes_components_with_the_same_numbers"),
-    "test_export.py": ("test_bmf_is_one_benchmark_per_lane_from_its_newest_run",
-                       "test_exposed_communication_comes_from_the_attached_export"),
-    "test_ingest_hygiene.py": ("test_a_folder_ingests_each_log_and_run_directory_and_recursive_descends",),
-    "test_intervals_sorted.py": ("test_anatomy_rows_clipped_to_spans", "test_intervals_that_end_before_they_start",
-                                 "test_proper_intervals"),
-    "test_kernel_corpus.py": ("test_every_corpus_kernel_name_has_its_reviewed_category",),
-    "test_kineto_attribution.py": ("test_attribution_follows_the_rule",),
-    "test_kineto_trace.py": ("test_fast_reader_keeps_what_the_reference_keeps_realdata",),
-    "test_lean_imports.py": ("test_ingest_show_and_list_run_without_pandas_or_pyarrow",),
-    "test_log_stream.py": ("test_a_long_ingest_on_a_terminal_shows_the_file_bytes_and_lines",
-                           "test_chunks_are_the_lines_of_the_whole_read", "test_streamed_parsers_match_the_whole_read"),
-    "test_megatron_rows.py": ("test_a_mutated_real_log_parses_to_stable_rows", "test_any_iteration_lines_parse_to_stable_rows"),
-    "test_nsys_expected.py": ("test_a_spilled_parse_gives_the_pinned_numbers",),
-    "test_nsys_job.py": ("test_a_folder_of_exports_is_one_job_and_a_folder_with_other_files_is_not",
-                         "test_worker_processes_give_the_serial_job"),
-    "test_nsys_window.py": ("test_bins_add_up_to_the_window",),
-    "test_output_conventions.py": ("test_a_kernel_name_takes_a_line_or_two_on_a_terminal_and_stays_whole_in_tsv",
-                                   "test_colour_follows_no_color_and_clicolor_force",
-                                   "test_every_reading_command_takes_every_format", "test_help_shows_no_type_placeholders"),
-    "test_stats.py": ("test_the_support_window_finds_the_ends_the_block_length_window_finds",),
-}
-
-
 def pytest_collection_modifyitems(config, items):
+    """The slow tier (tests/slow_tier.py says what goes there and why), and every test that needs the PostgreSQL
+    server or Chromium."""
     for item in items:
-        names = SLOW_TESTS.get(item.path.name, ())
-        if (item.originalname in names or item.get_closest_marker("postgres") is not None
+        if (is_slow(item.path.name, item.originalname) or item.get_closest_marker("postgres") is not None
                 or item.get_closest_marker("browser") is not None):
             item.add_marker(pytest.mark.slow)

@@ -47,15 +47,6 @@ def by_run(out: dict) -> dict[str, dict]:
 
 
 # ------------------------------------------------------------------------- real runs on one H100
-@pytest.fixture(scope="module")
-def noise_db(tmp_path_factory) -> str:
-    if not NOISE.exists():
-        pytest.skip("tests/data/noise not present")
-    db = str(tmp_path_factory.mktemp("noise") / "noise.duckdb")
-    ingest(db, *sorted(NOISE.glob("*/run.log")))  # identity, run names and tags come from the RECEIPT headers
-    return db
-
-
 def _log_median(run: str) -> float:
     """Hand count: median step_ms over steps >= 3 of the RECEIPT step lines (step 0 compiles, 1-2 warm up)."""
     ms = [json.loads(line[8:])["step_ms"] for line in (NOISE / run / "run.log").read_text().splitlines()

@@ -191,7 +191,7 @@ def test_an_mlperf_result_and_a_stragglers_impact_read_right_in_chromium(lane_da
         body = page.inner_text("body")
         assert "None" not in body, [line for line in body.splitlines() if "None" in line]
         page.goto(f"{base}/?{urlencode({'view': 'stragglers', 'id': ids['straggler_plant_nsys']})}")
-        page.get_by_text("what-if impact").wait_for(timeout=30_000)
+        page.get_by_text("what-if impact", exact=True).wait_for(timeout=30_000)  # the label, not the sentence
         wait_for_view(page, 1)
         assert page.locator('[data-testid="stMetricDelta"]').count() == 0
         assert "rank 1" in page.inner_text("body")

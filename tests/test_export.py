@@ -79,13 +79,6 @@ def _hand_median(run: str, key: str) -> float:
     return statistics.median(s[key] for s in _steps(run) if s["step"] >= 3)
 
 
-@pytest.fixture(scope="module")
-def noise_db(tmp_path_factory) -> str:
-    db = str(tmp_path_factory.mktemp("export") / "e.duckdb")
-    assert cli(db, "ingest", *map(str, sorted(NOISE.glob("*/run.log")))).exit_code == 0
-    return db
-
-
 def export(db: str, *args: str):
     result = cli(db, "export", *args)
     assert result.exit_code == 0, result.stderr

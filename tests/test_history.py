@@ -109,17 +109,6 @@ def test_the_before_side_test_adds_no_false_alarms_on_flat_series(monkeypatch):
 
 
 # ------------------------------------------------------------------------------ the CLI on real runs
-@pytest.fixture(scope="module")
-def noise_db(tmp_path_factory) -> str:
-    logs = sorted(NOISE.glob("*/run.log"))
-    if len(logs) < 15:
-        pytest.skip("tests/data/noise not present")
-    db = str(tmp_path_factory.mktemp("history") / "receipts.duckdb")
-    result = cli(db, "ingest", *map(str, logs))
-    assert result.exit_code == 0, result.stdout + result.stderr
-    return db
-
-
 def test_history_puts_the_change_point_at_the_first_slowed_run(noise_db):
     code, out = cli_json(noise_db, "history", "aa_03")
     assert code == 0

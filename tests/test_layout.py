@@ -50,9 +50,12 @@ def test_no_source_file_is_over_700_lines():
 
 def test_every_test_the_slow_tier_names_exists():
     """A renamed test would leave the slow list naming nothing and quietly move into the fast tier."""
-    from conftest import SLOW_TESTS
+    from slow_tier import SLOW_MODULES, SLOW_TESTS
 
+    for module in SLOW_MODULES:
+        assert (REPO / "tests" / module).exists(), f"tests/slow_tier.py names {module}, which is gone"
     for module, names in SLOW_TESTS.items():
+        assert module not in SLOW_MODULES, f"{module} is slow as a whole and test by test"
         text = (REPO / "tests" / module).read_text()
         for name in names:
             assert f"def {name}(" in text, f"tests/{module} has no {name}"

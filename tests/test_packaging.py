@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import built_once
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -22,17 +24,19 @@ NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-inf
                                     ".pytest_cache", ".hypothesis", ".import_linter_cache", ".mypy_cache", "runs")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
     # Built from a copy of the sources: a checkout's stale build/ folder would ship modules long deleted.
     # --no-isolation builds with this environment's setuptools (the [test] extra pins >=77,
-    # which the SPDX `license = "MIT"` needs; a stock venv ships an older one).
-    source = tmp_path_factory.mktemp("src") / "receipts"
-    shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
-    out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
-                            str(source)], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr[-4000:]
+    # which the SPDX `license = "MIT"` needs; a stock venv ships an older one). Built once per test run.
+    def build(out: Path) -> None:
+        source = tmp_path_factory.mktemp("src") / "receipts"
+        shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
+        built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
+                                str(source)], capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr[-4000:]
+
+    out = built_once(tmp_path_factory, "wheel", build)
     return next(out.glob("gpu_receipts-*.whl"))  # the distribution gpu-receipts, the import package receipts
 
 

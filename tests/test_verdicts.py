@@ -185,17 +185,6 @@ def test_power_on_a_planted_3_percent_slowdown():
 
 
 # ------------------------------------------------------------------------------ real runs on an H100
-@pytest.fixture(scope="module")
-def noise_db(tmp_path_factory) -> str:
-    logs = sorted(NOISE.glob("*/run.log"))
-    if len(logs) < 15:
-        pytest.skip("tests/data/noise not present")
-    db = str(tmp_path_factory.mktemp("noise") / "receipts.duckdb")
-    result = cli(db, "ingest", *map(str, logs))
-    assert result.exit_code == 0, result.stdout + result.stderr
-    return db
-
-
 def names(prefix: str) -> list[str]:
     return sorted(p.parent.name for p in NOISE.glob(f"{prefix}*/run.log"))
 
