@@ -118,7 +118,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
     "test_export.py": (
         "test_bmf_is_one_benchmark_per_lane_from_its_newest_run",
         "test_exposed_communication_comes_from_the_attached_export",
-        "test_pytorch_v3_records_carry_every_run_of_the_lane",
+        "test_pytorch_v3_records_carry_every_run_of_the_lane_and_tag",
     ),
     "test_fuzz_profiles.py": (
         "test_a_config_json_beside_rank_traces_is_not_a_rank",
