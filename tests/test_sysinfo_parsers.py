@@ -175,6 +175,9 @@ def test_preflight_without_nvidia_smi_says_what_it_could_not_check(tmp_path, mon
     from cli_helpers import cli_json
 
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no nvidia-smi, no git
+    # a cache path another test's torch import left in the environment is a finding of its own
+    for name in ("HF_HOME", "TORCH_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
     code, report = cli_json(str(tmp_path / "r.duckdb"), "preflight")
     assert code == 0 and report["ok"]
     assert [f["rule"] for f in report["findings"]] == ["gpus-unprobed"]
