@@ -70,8 +70,7 @@ def model_facts(model: Any) -> dict[str, Any]:
     wrapped = [m for m in _modules(model) if _is(m, "CheckpointWrapper")]
     inner = sorted({type(getattr(m, "_checkpoint_wrapped_module", m)).__name__ for m in wrapped})
     out["checkpoint.modules"] = len(wrapped)
-    if inner:
-        out["checkpoint.classes"] = ",".join(inner)
+    out["checkpoint.classes"] = ",".join(inner) or "none"  # a known none: recompute switched on is then drift
     compiled = [m for m in _modules(model) if _is(m, "OptimizedModule")
                 or getattr(m, "_compiled_call_impl", None) is not None]
     out["compile"] = "model" if compiled and compiled[0] is model else (f"{len(compiled)} modules" if compiled

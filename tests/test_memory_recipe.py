@@ -70,7 +70,7 @@ def test_adamw_to_sgd_is_recipe_drift_named_field_by_field(store):
     fields = {d["field"]: (d["a"], d["b"]) for d in ckpt["differences"]} | {
         d["field"]: (d["a"], d["b"]) for d in (ckpt.get("drift") or {}).get("recipe", [])}
     assert fields["features.checkpoint.modules"] == (0, 2)
-    assert fields["features.checkpoint.classes"] == ("<absent>", "Linear")
+    assert fields["features.checkpoint.classes"] == ("none", "Linear")
 
 
 def test_checkpointed_modules_are_found_under_fully_shards_class_names():
