@@ -41,9 +41,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Iterable, Literal, Mapping
 
 import numpy as np
+
+from receipts.schema.categories import BETWEEN_STEPS, HOST_GAP
 
 
 PRIOR_DF = 4  # degrees of freedom of the calibration prior (d0)
@@ -56,15 +58,37 @@ class Calibration:
     source: str                     # what it was measured on
 
 
-# Measured by benchmarks/calibrate_explain_noise.py on tests/data/explain's six A/A runs (base_1..5, aa_1; 2 x H200,
-# nsys): per class, the largest between-run sd (the runs' variance less what their own steps explain) among
-# components of at least 1% of the step, relative to the value, rounded up: compute 2.7% (an elementwise kernel),
-# wait 13.6% (rank 0's exposed wait), gap 3.3% (idle), cpu 45% (a CPU range). busy (0%: the categories' own step
-# spread covers their run-to-run spread) and host (0%, as a share of the step: its value swings around zero where
-# the CPU runs ahead of the GPU, so its own value is no scale) keep a stated least spread, since six runs measuring
-# nothing is no proof of nothing.
-CALIBRATION = Calibration({"compute": 3.0, "busy": 1.0, "wait": 20.0, "gap": 5.0, "host": 0.5, "cpu": 50.0}, PRIOR_DF,
-                          "6 A/A runs of one 2xH200 FSDP2 lane (tests/data/explain), Nsight Systems")
+# Measured by benchmarks/calibrate_explain_noise.py: per class, the largest between-run sd (the runs' variance less
+# what their own steps explain) among components of at least 1% of the step, relative to the value, rounded up.
+# Two corpora (docs/statistics.md): tests/data/explain's six A/A runs (2 x H200, FSDP2, nsys): compute 2.7% (an
+# elementwise kernel), wait 13.6% (rank 0's exposed wait), gap 3.3%, cpu 45%, busy and host 0% (kept at a stated
+# least spread, since six runs measuring nothing is no proof of nothing); and the planted one-H200 corpus's A/A runs
+# (tests/data/explain_corpus; `--corpus nsys`: 7 runs, `--corpus kineto`: 6): compute 0.6 / 0.7%, busy 0.2 / 0.5%,
+# gap (idle) 20.8 / 33.8%, host 0.25 / 0.11% of the step, cpu 12.5 / 16%. The GPU-side classes (busy, compute, wait)
+# are kernel timestamps, which the profiler does not change: both profilers take the larger of the two corpora. The
+# host-side classes (gap, host, cpu) are the host's pace, which the profiler's own overhead sets (Kineto's makes
+# stretches of the step launch-bound): each profiler its own, the larger of its measurements.
+_GPU_SIDE = {"compute": 3.0, "busy": 1.0, "wait": 20.0}
+CALIBRATIONS = {
+    "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.5, "cpu": 50.0}, PRIOR_DF,
+                        "Nsight Systems: 6 A/A runs of a 2xH200 FSDP2 lane (tests/data/explain) and 7 of a 1xH200 "
+                        "one (tests/data/explain_corpus)"),
+    "kineto": Calibration({**_GPU_SIDE, "gap": 35.0, "host": 0.25, "cpu": 50.0}, PRIOR_DF,
+                          "the PyTorch profiler: 6 A/A runs of a 1xH200 FSDP2 lane (tests/data/explain_corpus); its "
+                          "GPU-side classes as Nsight Systems'"),
+}
+CALIBRATION = CALIBRATIONS["nsys"]
+
+
+def calibration_for(formats: Iterable[str]) -> Calibration:
+    """The calibration of the profiles compared: their profiler's; for runs of several profilers (or one without a
+    calibration of its own), each class's largest over them (an nsys run against a Kineto run carries both noises)."""
+    known = sorted({f for f in formats if f in CALIBRATIONS}) or ["nsys"]
+    if len(known) == 1 and set(formats) <= set(known):
+        return CALIBRATIONS[known[0]]
+    chosen = [CALIBRATIONS[f] for f in known] + ([CALIBRATION] if not set(formats) <= set(known) else [])
+    kappa = {k: max(c.kappa_pct[k] for c in chosen) for k in chosen[0].kappa_pct}
+    return Calibration(kappa, PRIOR_DF, "each class's largest of " + "; ".join(c.source for c in chosen))
 
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
 STEP_SCALED = ("host",)  # classes whose kappa is a share of the step, not of the component's value
@@ -79,7 +103,7 @@ def component_class(level: str, name: str, category: str | None) -> str:
     if level == "category":
         if name.startswith("nccl_") or name in _WAIT_PARTS:
             return "wait"
-        return "host" if name == "host_gap" else "gap" if name == "idle" else "busy"
+        return "host" if name in (HOST_GAP, BETWEEN_STEPS) else "gap" if name == "idle" else "busy"
     return "wait" if (category or "").startswith("nccl_") else "compute"
 
 
