@@ -18,8 +18,9 @@ is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedo
 tested with Student's t on Satterthwaite's degrees of freedom over the parts of se(d)^2 (the calibration's d0, the
 baseline runs' n_A - 1, the steps' sum of n - 1): a noise that is mostly step-to-step spread is well known.
 
-With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the mean of
-both sides' values and within-run variances, so A against B and B against A are the same test. Classes (kappa: the
+With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the geometric
+mean of the two sides' values (a component that moved widens its own noise less than by their mean; the mean where
+one side lacks it) and the mean of their within-run variances, so A against B and B against A are the same test. Classes (kappa: the
 relative between-run standard deviation of one run's value, percent; CALIBRATION):
 
   cpu      NVTX ranges: CPU-side time over the whole capture, warm-up included (+-60% between identical runs)
@@ -70,10 +71,10 @@ class Calibration:
 # stretches of the step launch-bound): each profiler its own, the larger of its measurements.
 _GPU_SIDE = {"compute": 3.0, "busy": 1.0, "wait": 20.0}
 CALIBRATIONS = {
-    "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.5, "cpu": 50.0}, PRIOR_DF,
+    "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.3, "cpu": 50.0}, 6,
                         "Nsight Systems: 6 A/A runs of a 2xH200 FSDP2 lane (tests/data/explain) and 7 of a 1xH200 "
                         "one (tests/data/explain_corpus)"),
-    "kineto": Calibration({**_GPU_SIDE, "gap": 35.0, "host": 0.25, "cpu": 50.0}, PRIOR_DF,
+    "kineto": Calibration({**_GPU_SIDE, "gap": 35.0, "host": 0.25, "cpu": 50.0}, 5,
                           "the PyTorch profiler: 6 A/A runs of a 1xH200 FSDP2 lane (tests/data/explain_corpus); its "
                           "GPU-side classes as Nsight Systems'"),
 }
@@ -88,7 +89,7 @@ def calibration_for(formats: Iterable[str]) -> Calibration:
         return CALIBRATIONS[known[0]]
     chosen = [CALIBRATIONS[f] for f in known] + ([CALIBRATION] if not set(formats) <= set(known) else [])
     kappa = {k: max(c.kappa_pct[k] for c in chosen) for k in chosen[0].kappa_pct}
-    return Calibration(kappa, PRIOR_DF, "each class's largest of " + "; ".join(c.source for c in chosen))
+    return Calibration(kappa, min(c.df for c in chosen), "each class's largest of " + "; ".join(c.source for c in chosen))
 
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
 STEP_SCALED = ("host",)  # classes whose kappa is a share of the step, not of the component's value
@@ -127,8 +128,8 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     kappa = calibration.kappa_pct[klass] / 100.0
     if n_a >= 2:
         scale, within = abs(float(np.mean(a))), w_a
-    else:  # one baseline run: both sides' scale, so the test is symmetric
-        scale, within = abs(float(np.mean(np.r_[a, b]))), (w_a + w_b) / 2.0
+    else:  # one baseline run: a scale both sides give alike, so the test is symmetric
+        scale, within = _pair_scale(a, b), (w_a + w_b) / 2.0
     if klass in STEP_SCALED:
         scale = step_ms
     between = (kappa * scale) ** 2
@@ -150,6 +151,17 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     df = _satterthwaite(parts)
     var, var_b = max(var, floor_ms ** 2), max(var_b, floor_ms ** 2)
     return Noise(float(np.sqrt(var)), float(np.sqrt(var / n_a + var_b / n_b)), df, source)
+
+
+def _pair_scale(a: np.ndarray, b: np.ndarray) -> float:
+    """The scale of a relative spread with one run a side: the two values' geometric mean (a relative spread is a
+    multiplicative one: the middle on the log scale), so a component that moved (a stall that multiplies idle by 8)
+    widens its own noise far less than their mean would, and A against B is B against A; the mean of both where one
+    side lacks the component or their signs differ."""
+    x, y = float(np.mean(a)), float(np.mean(b))
+    if x * y > 0:
+        return math.sqrt(x * y)
+    return abs((x + y) / 2.0)
 
 
 def _satterthwaite(parts: list[tuple[float, float]]) -> float:
