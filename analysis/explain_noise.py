@@ -18,9 +18,9 @@ is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedo
 tested with Student's t on Satterthwaite's degrees of freedom over the parts of se(d)^2 (the calibration's d0, the
 baseline runs' n_A - 1, the steps' sum of n - 1): a noise that is mostly step-to-step spread is well known.
 
-With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the geometric
-mean of the two sides' values (a component that moved widens its own noise less than by their mean; the mean where
-one side lacks it) and the mean of their within-run variances, so A against B and B against A are the same test. Classes (kappa: the
+With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the mean of
+the two sides' values (idle: their geometric mean, so a stall that multiplies it does not widen its own noise as
+much) and the mean of their within-run variances, so A against B and B against A are the same test. Classes (kappa: the
 relative between-run standard deviation of one run's value, percent; CALIBRATION):
 
   cpu      NVTX ranges: CPU-side time over the whole capture, warm-up included (+-60% between identical runs)
@@ -92,7 +92,8 @@ def calibration_for(formats: Iterable[str]) -> Calibration:
     return Calibration(kappa, min(c.df for c in chosen), "each class's largest of " + "; ".join(c.source for c in chosen))
 
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
-STEP_SCALED = ("host",)  # classes whose kappa is a share of the step, not of the component's value
+STEP_SCALED = ("host",)
+PAIR_GEOMETRIC = ("gap",)  # pairwise: the scale is the two values' geometric mean (_pair_scale)  # classes whose kappa is a share of the step, not of the component's value
 
 
 def component_class(level: str, name: str, category: str | None) -> str:
@@ -129,7 +130,7 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     if n_a >= 2:
         scale, within = abs(float(np.mean(a))), w_a
     else:  # one baseline run: a scale both sides give alike, so the test is symmetric
-        scale, within = _pair_scale(a, b), (w_a + w_b) / 2.0
+        scale, within = _pair_scale(a, b, geometric=klass in PAIR_GEOMETRIC), (w_a + w_b) / 2.0
     if klass in STEP_SCALED:
         scale = step_ms
     between = (kappa * scale) ** 2
@@ -153,13 +154,14 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     return Noise(float(np.sqrt(var)), float(np.sqrt(var / n_a + var_b / n_b)), df, source)
 
 
-def _pair_scale(a: np.ndarray, b: np.ndarray) -> float:
-    """The scale of a relative spread with one run a side: the two values' geometric mean (a relative spread is a
-    multiplicative one: the middle on the log scale), so a component that moved (a stall that multiplies idle by 8)
-    widens its own noise far less than their mean would, and A against B is B against A; the mean of both where one
-    side lacks the component or their signs differ."""
+def _pair_scale(a: np.ndarray, b: np.ndarray, *, geometric: bool) -> float:
+    """The scale of a relative spread with one run a side, the same either way round: the two values' mean; for the
+    PAIR_GEOMETRIC classes their geometric mean (the pair's middle on the log scale), so a stall that multiplies idle
+    eightfold widens its own noise by sqrt(8), not by the 4.5 of the mean. Not for a class as wide as the CPU ranges'
+    (50%): two draws of the same range can be 0.2 and 1.6 of its value, and their geometric mean is no scale. The
+    mean where one side lacks the component or their signs differ."""
     x, y = float(np.mean(a)), float(np.mean(b))
-    if x * y > 0:
+    if geometric and x * y > 0:
         return math.sqrt(x * y)
     return abs((x + y) / 2.0)
 

@@ -156,8 +156,8 @@ def test_each_profiler_has_its_own_calibration_and_a_mix_takes_the_larger_noise(
 
 
 def test_pairwise_noise_scales_with_the_geometric_mean_either_way_round():
-    """One run a side: a component that grew eightfold (a stall's idle) is judged on the pair's log-scale middle,
-    not widened to their mean; A against B is B against A."""
+    """One run a side: idle that grew eightfold (a stall) is judged on the pair's log-scale middle, not widened to
+    their mean; A against B is B against A."""
     from receipts.analysis.explain_noise import CALIBRATION, noise
 
     one, eight = np.array([1.0]), np.array([8.0])
@@ -167,3 +167,5 @@ def test_pairwise_noise_scales_with_the_geometric_mean_either_way_round():
     assert ab.sigma == pytest.approx(CALIBRATION.kappa_pct["gap"] / 100.0 * np.sqrt(8.0))
     absent = noise(np.array([0.0]), eight, np.zeros(1), np.zeros(1), "gap", floor_ms=0.001)
     assert absent.sigma == pytest.approx(CALIBRATION.kappa_pct["gap"] / 100.0 * 4.0)  # one side lacks it: the mean
+    cpu = noise(one, eight, np.zeros(1), np.zeros(1), "cpu", floor_ms=0.001)  # a CPU range: the mean (_pair_scale)
+    assert cpu.sigma == pytest.approx(CALIBRATION.kappa_pct["cpu"] / 100.0 * 4.5)
