@@ -38,8 +38,8 @@ def main() -> None:
     from receipts.cli.main import app
     from receipts.store import open_store
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from sim_explain_false_alarms import _loaded
+    from receipts.analysis import components as comp
+    from receipts.analysis.explain_run import _runs
 
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "lane.duckdb")
@@ -58,7 +58,9 @@ def main() -> None:
                     if first is None or not _planted(first, what):
                         print(f"  miss: {run} against {base}: first {first.name if first else 'nothing'}")
         print(f"plants pairwise against each baseline run, named first: {hits}/{total}")
-        runs = _loaded(db, [*BASE, "aa_1"])
+        with open_store(db, read_only=True) as store:
+            ids = {store.resolve(n): n for n in [*BASE, "aa_1"]}
+            runs, _ = _runs(store, list(ids), ids, comp.profiled(store, list(ids)), baseline=list(ids))
         by_name = {r.run_name: r for r in runs.values()}
         base_runs = [by_name[b] for b in BASE]
         aa = by_name["aa_1"]
