@@ -85,7 +85,7 @@ def _named(out: dict) -> list[tuple[str, str]]:
 
 @pytest.mark.slow
 def test_identical_runs_name_nothing_pairwise_either_way_round(explain_lane):
-    """Every ordered pair of the six A/A runs (30 explanations of ~73 components: ~2,200 tests)."""
+    """Every ordered pair of the six A/A runs (30 explanations of ~74 components: ~2,200 tests)."""
     named, p = {}, {}
     for a, b in itertools.permutations(AA, 2):
         code, out = cli_json(explain_lane, "explain", b, "--against", a)
