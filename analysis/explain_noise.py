@@ -10,8 +10,8 @@ step_spread: pi/2 x (1.4826 MAD)^2 / n for a median), with as many degrees of fr
 and NVTX ranges keep no per-step series, so their w is 0 and the between-run part carries all of it.
 
 The between-run part is a moderated variance (Smyth 2004, limma's moderated t: thousands of features, a handful of
-replicates): a prior, the calibrated between-run spread of the component's class with PRIOR_DF degrees of freedom,
-is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedom):
+replicates): a prior, the calibrated between-run spread of the component's class with d0 degrees of freedom (the
+calibration's), is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedom):
 
     sigma^2 = (d0 s0^2 + (n_A - 1) s^2) / (d0 + n_A - 1),  s0^2 = (kappa_class x value)^2 + w
 
@@ -27,7 +27,8 @@ relative between-run standard deviation of one run's value, percent; CALIBRATION
   wait     NCCL kernels and categories, exposed and hidden communication, each rank's exposed wait: a collective's
            kernel time includes the wait for the slowest peer
   gap      idle: time the GPU waits inside its span
-  host     host_gap: the step's range outside the GPU span; kappa a share of the step (its value swings around 0)
+  host     host_gap (the step's range outside the GPU span) and between_steps (from one step's range to the next):
+           kappa a share of the step (a host gap's value swings around 0)
   busy     the other categories (gemm, attention, other, compute_only, copies): unions of many kernels
   compute  the other kernels (GEMM, attention, elementwise): one name, fewer calls, more spread
 
@@ -49,8 +50,6 @@ import numpy as np
 from receipts.schema.categories import BETWEEN_STEPS, HOST_GAP
 
 
-PRIOR_DF = 4  # degrees of freedom of the calibration prior (d0)
-
 
 @dataclass(frozen=True)
 class Calibration:
@@ -68,7 +67,8 @@ class Calibration:
 # gap (idle) 20.8 / 33.8%, host 0.25 / 0.11% of the step, cpu 12.5 / 16%. The GPU-side classes (busy, compute, wait)
 # are kernel timestamps, which the profiler does not change: both profilers take the larger of the two corpora. The
 # host-side classes (gap, host, cpu) are the host's pace, which the profiler's own overhead sets (Kineto's makes
-# stretches of the step launch-bound): each profiler its own, the larger of its measurements.
+# stretches of the step launch-bound): each profiler its own, the larger of its measurements. The prior's degrees of
+# freedom (d0) are the largest corpus's runs less one: 7 - 1 (nsys), 6 - 1 (Kineto).
 _GPU_SIDE = {"compute": 3.0, "busy": 1.0, "wait": 20.0}
 CALIBRATIONS = {
     "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.3, "cpu": 50.0}, 6,
@@ -92,8 +92,8 @@ def calibration_for(formats: Iterable[str]) -> Calibration:
     return Calibration(kappa, min(c.df for c in chosen), "each class's largest of " + "; ".join(c.source for c in chosen))
 
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
-STEP_SCALED = ("host",)
-PAIR_GEOMETRIC = ("gap",)  # pairwise: the scale is the two values' geometric mean (_pair_scale)  # classes whose kappa is a share of the step, not of the component's value
+STEP_SCALED = ("host",)  # classes whose kappa is a share of the step, not of the component's value
+PAIR_GEOMETRIC = ("gap",)  # pairwise: the scale is the two values' geometric mean (_pair_scale)
 
 
 def component_class(level: str, name: str, category: str | None) -> str:

@@ -27,7 +27,8 @@ def _planted(c, what: str) -> bool:
     if what == "idle":
         return c.level == "category" and c.name == "idle"
     if what == "nccl":
-        return (c.level == "kernel" and c.name.startswith("ncclDevKernel_ReduceScatter")) or c.name == "nccl_reduce_scatter"
+        return ((c.level == "kernel" and c.name.startswith("ncclDevKernel_ReduceScatter"))
+                or c.name == "nccl_reduce_scatter")
     return (c.level == "kernel" and c.category == what) or (c.level == "category" and c.name == what)
 
 
@@ -75,8 +76,9 @@ def main() -> None:
             pairs = [explain([b], [stalled], step=StepChange("inconclusive", step, step + stall, ""), mode="pairwise")
                      for b in base_runs]
             named = lambda e: bool(e.changed) and _planted(e.changed[0], "idle")  # noqa: E731
-            print(f"+{stall:.1f} ms idle ({100 * stall / step:.1f}% of the step): lane {'named first' if named(lane) else 'not named'}; "
-                  f"pairwise named first against {sum(map(named, pairs))}/{len(pairs)} baseline runs")
+            print(f"+{stall:.1f} ms idle ({100 * stall / step:.1f}% of the step): lane "
+                  f"{'named first' if named(lane) else 'not named'}; pairwise named first against "
+                  f"{sum(map(named, pairs))}/{len(pairs)} baseline runs")
     print("command: .venv/bin/python benchmarks/explain_real_lane_power.py")
 
 
