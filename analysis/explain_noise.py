@@ -159,11 +159,12 @@ def _pair_scale(a: np.ndarray, b: np.ndarray, *, geometric: bool) -> float:
     PAIR_GEOMETRIC classes their geometric mean (the pair's middle on the log scale), so a stall that multiplies idle
     eightfold widens its own noise by sqrt(8), not by the 4.5 of the mean. Not for a class as wide as the CPU ranges'
     (50%): two draws of the same range can be 0.2 and 1.6 of its value, and their geometric mean is no scale. The
-    mean where one side lacks the component or their signs differ."""
+    mean of the two sizes where one side lacks the component or their signs differ (a scale is a size: the mean of
+    +0.9 and -0.8 is no scale of either)."""
     x, y = float(np.mean(a)), float(np.mean(b))
     if geometric and x * y > 0:
         return math.sqrt(x * y)
-    return abs((x + y) / 2.0)
+    return (abs(x) + abs(y)) / 2.0
 
 
 def _satterthwaite(parts: list[tuple[float, float]]) -> float:

@@ -9,7 +9,9 @@ level, their values, classes and step-to-step spreads), then draw every run of o
 
     value = true value + between-run draw (sd kappa_class x value) + within-run draw (sd from the run's own steps)
 
-(the host gap's between-run sd a share of the step), so nothing changes between baseline and candidate; each lane is explained as `explain` does it (lane mode: n
+(the host gap's between-run sd a share of the step). A draw of sd 50% puts a CPU range below zero one time in 40,
+which no profile holds; the model keeps it (truncating at zero makes ranges that "appear" from a baseline of zeros,
+log-normal draws a right tail the t-test does not assume: docs/statistics.md), so nothing changes between baseline and candidate; each lane is explained as `explain` does it (lane mode: n
 baseline runs against one candidate; pairwise: one against one). `--inflate F` draws the between-run part F times
 wider than the calibration says, to show how the rate degrades when a lane is noisier than calibrated. A false
 alarm is a component called changed. With --real, the six real A/A runs of tests/data/explain are also counted:
