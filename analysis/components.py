@@ -8,7 +8,9 @@ rows, so both give the same numbers):
   category  each anatomy category's ms per step: the exact non-overlapping decomposition of the step's GPU span
             (compute_only + comm_hidden + exposed_comm + memcpy_only + idle, which sum to it), the host gap (the
             step marker's range less that span: a stall before the first launch, launch gaps; with the span's parts
-            it sums to the step's range) and each busy category (gemm, attention, each nccl_* collective, memcpy by direction, memset, cuda_graph, other;
+            it sums to the step's range), the time between steps (BETWEEN_STEPS: from the end of the step's
+            range to the start of the next one, a data loader's wait the step's range never holds; with the
+            step's range, the step-to-step period) and each busy category (gemm, attention, each nccl_* collective, memcpy by direction, memset, cuda_graph, other;
             unions, which overlap one another). A step's value is the mean over the ranks that ran it (a rank
             without the category counts 0, so the parts still sum to the mean span); the run's value is the median
             over its steady steps.
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import polars as pl
 
-from receipts.schema.categories import DECOMPOSITION, HOST_GAP, STEP_PARTS
+from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, HOST_GAP, PERIOD_PARTS
 from receipts.schema.model import COMPONENT_SCHEMA
 
 if TYPE_CHECKING:
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
     from receipts.store import Store
 
 # Bump when a level's definition changes: `receipts db upgrade` recomputes rows stored under another rule.
-RULE = "components-v2"
+RULE = "components-v3"
 _EXPOSED = "exposed_comm"
 
 
@@ -97,10 +99,28 @@ def category_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     steady_rows = _with_host_gap(rows, steps, steady)
     ranks_in_step = steady.group_by("step").agg(pl.len().alias("n_ranks"))
     grid = ranks_in_step.select("step").join(steady_rows.select("category").unique(), how="cross")
-    return (steady_rows.group_by("step", "category").agg(pl.col("time_ms").sum())
-            .join(grid, on=["step", "category"], how="right")
-            .join(ranks_in_step, on="step")
-            .select("step", "category", (pl.col("time_ms").fill_null(0.0) / pl.col("n_ranks")).alias("ms")))
+    parts = (steady_rows.group_by("step", "category").agg(pl.col("time_ms").sum())
+             .join(grid, on=["step", "category"], how="right")
+             .join(ranks_in_step, on="step")
+             .select("step", "category", (pl.col("time_ms").fill_null(0.0) / pl.col("n_ranks")).alias("ms")))
+    between = _between_steps(steps, steady)
+    return pl.concat([parts, between.cast(parts.schema)]) if between.height else parts
+
+
+def _between_steps(steps: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
+    """Per steady step that has a next step marker on its rank: the time from the end of its range to the start of
+    the next one (BETWEEN_STEPS), the mean over the ranks that have one. Columns step, category, ms."""
+    if "wall_ms" not in steps.columns or "start_ns" not in steps.columns:
+        return pl.DataFrame(schema={"step": pl.Int64, "category": pl.Utf8, "ms": pl.Float64})
+    marked = (steps.filter(pl.col("step").is_not_null() & pl.col("start_ns").is_not_null()
+                           & pl.col("wall_ms").is_not_null())
+              .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), "start_ns", "wall_ms")
+              .sort("rank", "start_ns"))
+    gaps = (marked.with_columns(((pl.col("start_ns").shift(-1).over("rank") - pl.col("start_ns")) / 1e6
+                                 - pl.col("wall_ms")).alias("ms"))
+            .filter(pl.col("ms").is_not_null()).join(steady, on=["rank", "step"], how="semi"))
+    return (gaps.group_by("step").agg(pl.col("ms").mean())
+            .select("step", pl.lit(BETWEEN_STEPS).alias("category"), "ms").sort("step"))
 
 
 def rank_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -255,7 +275,7 @@ def busy_from_raw(store: "Store", receipt_id: str, source_sha256: str, raw_event
     raw = pl.read_parquet(raw_events_path, columns=["rank", "step", "category", "name", "start_ns", "end_ns"])
     steps = store.query("anatomy_steps", {"receipt_id": receipt_id, "source_sha256": source_sha256})
     made = components(busy_rows(raw, rules), steps, None, None)
-    return made.filter((pl.col("level") == "category") & ~pl.col("name").is_in(STEP_PARTS))
+    return made.filter((pl.col("level") == "category") & ~pl.col("name").is_in(PERIOD_PARTS))
 
 
 def recompute(store: "Store", *, batch: int = 50) -> int:

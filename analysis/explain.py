@@ -23,6 +23,9 @@ component counts 0):
                            difference and the noise held (None when no number would)
   kernels    calls per step; the same calls: the change is slower (faster) calls; more calls: the change priced
              at the added calls' own duration (d per added call), never at the old calls' mean (_calls).
+  period     the time between steps (from one step range's end to the next's start) is a component too: a
+             wait outside the step the step time never holds; when it changed, period_note says the step-to-step
+             period moved beside (or without) the step range.
   residual   the step-time change minus the deltas of the changed parts of the step (compute only, communication
              hidden, exposed communication, memcpy only, idle: they partition the GPU span; the host gap: the step's
              range outside it), whether or not the category level is shown.
@@ -43,7 +46,7 @@ import numpy as np
 
 from receipts.analysis.explain_noise import CALIBRATION, Calibration, component_class, noise, structural
 from receipts.analysis.stats import CONFIDENCE
-from receipts.schema.categories import DECOMPOSITION, STEP_PARTS
+from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, STEP_PARTS
 from receipts.schema.kernel_names import canonical_kernel_name
 
 Level = Literal["category", "kernel", "nvtx", "rank"]
@@ -141,6 +144,7 @@ class Explanation:
     components: tuple[ComponentDelta, ...] = field(repr=False)  # changed, inconclusive, no change; |delta| desc
     family: int = 0                 # components tested together (every level, whatever `levels` shows)
     parts_explained_ms: float = 0.0  # sum of the changed step parts' deltas (shown or not)
+    period_note: str | None = None   # the time between steps changed: the step-to-step period moved (_period_note)
 
     @property
     def changed(self) -> tuple[ComponentDelta, ...]:
@@ -335,7 +339,23 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     shown = tuple(c for c in out if c.level in levels)
     return Explanation(step, mode, source, _noise_note(source, n_a, mode, calibration),
                        tuple(r.receipt_id for r in baseline), tuple(r.receipt_id for r in candidate), tuple(levels),
-                       fdr, min_effect, confidence, shown, family=len(out), parts_explained_ms=explained)
+                       fdr, min_effect, confidence, shown, family=len(out), parts_explained_ms=explained,
+                       period_note=_period_note(out, step))
+
+
+def _period_note(out: Sequence[ComponentDelta], step: StepChange) -> str | None:
+    """One line when the time between steps changed: the step's range (what a recorder or log times as the step)
+    does not hold it, so the step-to-step period moved by more than the step verdict says."""
+    between = next((c for c in out if c.level == "category" and c.name == BETWEEN_STEPS and c.verdict == "changed"),
+                   None)
+    if between is None:
+        return None
+    d = between.delta_ms_per_step
+    held = (f"while the step range did not ({step.verdict})" if step.verdict not in ("faster", "slower")
+            else f"besides the step range's own change ({step.verdict})")
+    return (f"the step-to-step period moved {d:+.2f} ms per step {held}: the time between one step's range and "
+            f"the next's went {between.baseline_ms_per_step:.2f} -> {between.candidate_ms_per_step:.2f} ms (host "
+            f"work outside the step: a data loader, logging, a checkpoint)")
 
 
 def _span(run: RunComponents) -> float:

@@ -10,8 +10,8 @@ step_spread: pi/2 x (1.4826 MAD)^2 / n for a median), with as many degrees of fr
 and NVTX ranges keep no per-step series, so their w is 0 and the between-run part carries all of it.
 
 The between-run part is a moderated variance (Smyth 2004, limma's moderated t: thousands of features, a handful of
-replicates): a prior, the calibrated between-run spread of the component's class with PRIOR_DF degrees of freedom,
-is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedom):
+replicates): a prior, the calibrated between-run spread of the component's class with d0 degrees of freedom (the
+calibration's), is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedom):
 
     sigma^2 = (d0 s0^2 + (n_A - 1) s^2) / (d0 + n_A - 1),  s0^2 = (kappa_class x value)^2 + w
 
@@ -19,14 +19,16 @@ tested with Student's t on Satterthwaite's degrees of freedom over the parts of 
 baseline runs' n_A - 1, the steps' sum of n - 1): a noise that is mostly step-to-step spread is well known.
 
 With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the mean of
-both sides' values and within-run variances, so A against B and B against A are the same test. Classes (kappa: the
+the two sides' values (idle: their geometric mean, so a stall that multiplies it does not widen its own noise as
+much) and the mean of their within-run variances, so A against B and B against A are the same test. Classes (kappa: the
 relative between-run standard deviation of one run's value, percent; CALIBRATION):
 
   cpu      NVTX ranges: CPU-side time over the whole capture, warm-up included (+-60% between identical runs)
   wait     NCCL kernels and categories, exposed and hidden communication, each rank's exposed wait: a collective's
            kernel time includes the wait for the slowest peer
   gap      idle: time the GPU waits inside its span
-  host     host_gap: the step's range outside the GPU span; kappa a share of the step (its value swings around 0)
+  host     host_gap (the step's range outside the GPU span) and between_steps (from one step's range to the next):
+           kappa a share of the step (a host gap's value swings around 0)
   busy     the other categories (gemm, attention, other, compute_only, copies): unions of many kernels
   compute  the other kernels (GEMM, attention, elementwise): one name, fewer calls, more spread
 
@@ -41,12 +43,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Iterable, Literal, Mapping
 
 import numpy as np
 
+from receipts.schema.categories import BETWEEN_STEPS, HOST_GAP
 
-PRIOR_DF = 4  # degrees of freedom of the calibration prior (d0)
 
 
 @dataclass(frozen=True)
@@ -56,18 +58,42 @@ class Calibration:
     source: str                     # what it was measured on
 
 
-# Measured by benchmarks/calibrate_explain_noise.py on tests/data/explain's six A/A runs (base_1..5, aa_1; 2 x H200,
-# nsys): per class, the largest between-run sd (the runs' variance less what their own steps explain) among
-# components of at least 1% of the step, relative to the value, rounded up: compute 2.7% (an elementwise kernel),
-# wait 13.6% (rank 0's exposed wait), gap 3.3% (idle), cpu 45% (a CPU range). busy (0%: the categories' own step
-# spread covers their run-to-run spread) and host (0%, as a share of the step: its value swings around zero where
-# the CPU runs ahead of the GPU, so its own value is no scale) keep a stated least spread, since six runs measuring
-# nothing is no proof of nothing.
-CALIBRATION = Calibration({"compute": 3.0, "busy": 1.0, "wait": 20.0, "gap": 5.0, "host": 0.5, "cpu": 50.0}, PRIOR_DF,
-                          "6 A/A runs of one 2xH200 FSDP2 lane (tests/data/explain), Nsight Systems")
+# Measured by benchmarks/calibrate_explain_noise.py: per class, the largest between-run sd (the runs' variance less
+# what their own steps explain) among components of at least 1% of the step, relative to the value, rounded up.
+# Two corpora (docs/statistics.md): tests/data/explain's six A/A runs (2 x H200, FSDP2, nsys): compute 2.7% (an
+# elementwise kernel), wait 13.6% (rank 0's exposed wait), gap 3.3%, cpu 45%, busy and host 0% (kept at a stated
+# least spread, since six runs measuring nothing is no proof of nothing); and the planted one-H200 corpus's A/A runs
+# (tests/data/explain_corpus; `--corpus nsys`: 7 runs, `--corpus kineto`: 6): compute 0.6 / 0.7%, busy 0.2 / 0.5%,
+# gap (idle) 20.8 / 33.8%, host 0.25 / 0.11% of the step, cpu 12.5 / 16%. The GPU-side classes (busy, compute, wait)
+# are kernel timestamps, which the profiler does not change: both profilers take the larger of the two corpora. The
+# host-side classes (gap, host, cpu) are the host's pace, which the profiler's own overhead sets (Kineto's makes
+# stretches of the step launch-bound): each profiler its own, the larger of its measurements. The prior's degrees of
+# freedom (d0) are the largest corpus's runs less one: 7 - 1 (nsys), 6 - 1 (Kineto).
+_GPU_SIDE = {"compute": 3.0, "busy": 1.0, "wait": 20.0}
+CALIBRATIONS = {
+    "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.3, "cpu": 50.0}, 6,
+                        "Nsight Systems: 6 A/A runs of a 2xH200 FSDP2 lane (tests/data/explain) and 7 of a 1xH200 "
+                        "one (tests/data/explain_corpus)"),
+    "kineto": Calibration({**_GPU_SIDE, "gap": 35.0, "host": 0.25, "cpu": 50.0}, 5,
+                          "the PyTorch profiler: 6 A/A runs of a 1xH200 FSDP2 lane (tests/data/explain_corpus); its "
+                          "GPU-side classes as Nsight Systems'"),
+}
+CALIBRATION = CALIBRATIONS["nsys"]
+
+
+def calibration_for(formats: Iterable[str]) -> Calibration:
+    """The calibration of the profiles compared: their profiler's; for runs of several profilers (or one without a
+    calibration of its own), each class's largest over them (an nsys run against a Kineto run carries both noises)."""
+    known = sorted({f for f in formats if f in CALIBRATIONS}) or ["nsys"]
+    if len(known) == 1 and set(formats) <= set(known):
+        return CALIBRATIONS[known[0]]
+    chosen = [CALIBRATIONS[f] for f in known] + ([CALIBRATION] if not set(formats) <= set(known) else [])
+    kappa = {k: max(c.kappa_pct[k] for c in chosen) for k in chosen[0].kappa_pct}
+    return Calibration(kappa, min(c.df for c in chosen), "each class's largest of " + "; ".join(c.source for c in chosen))
 
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
 STEP_SCALED = ("host",)  # classes whose kappa is a share of the step, not of the component's value
+PAIR_GEOMETRIC = ("gap",)  # pairwise: the scale is the two values' geometric mean (_pair_scale)
 
 
 def component_class(level: str, name: str, category: str | None) -> str:
@@ -79,7 +105,7 @@ def component_class(level: str, name: str, category: str | None) -> str:
     if level == "category":
         if name.startswith("nccl_") or name in _WAIT_PARTS:
             return "wait"
-        return "host" if name == "host_gap" else "gap" if name == "idle" else "busy"
+        return "host" if name in (HOST_GAP, BETWEEN_STEPS) else "gap" if name == "idle" else "busy"
     return "wait" if (category or "").startswith("nccl_") else "compute"
 
 
@@ -103,8 +129,8 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     kappa = calibration.kappa_pct[klass] / 100.0
     if n_a >= 2:
         scale, within = abs(float(np.mean(a))), w_a
-    else:  # one baseline run: both sides' scale, so the test is symmetric
-        scale, within = abs(float(np.mean(np.r_[a, b]))), (w_a + w_b) / 2.0
+    else:  # one baseline run: a scale both sides give alike, so the test is symmetric
+        scale, within = _pair_scale(a, b, geometric=klass in PAIR_GEOMETRIC), (w_a + w_b) / 2.0
     if klass in STEP_SCALED:
         scale = step_ms
     between = (kappa * scale) ** 2
@@ -126,6 +152,19 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     df = _satterthwaite(parts)
     var, var_b = max(var, floor_ms ** 2), max(var_b, floor_ms ** 2)
     return Noise(float(np.sqrt(var)), float(np.sqrt(var / n_a + var_b / n_b)), df, source)
+
+
+def _pair_scale(a: np.ndarray, b: np.ndarray, *, geometric: bool) -> float:
+    """The scale of a relative spread with one run a side, the same either way round: the two values' mean; for the
+    PAIR_GEOMETRIC classes their geometric mean (the pair's middle on the log scale), so a stall that multiplies idle
+    eightfold widens its own noise by sqrt(8), not by the 4.5 of the mean. Not for a class as wide as the CPU ranges'
+    (50%): two draws of the same range can be 0.2 and 1.6 of its value, and their geometric mean is no scale. The
+    mean of the two sizes where one side lacks the component or their signs differ (a scale is a size: the mean of
+    +0.9 and -0.8 is no scale of either)."""
+    x, y = float(np.mean(a)), float(np.mean(b))
+    if geometric and x * y > 0:
+        return math.sqrt(x * y)
+    return (abs(x) + abs(y)) / 2.0
 
 
 def _satterthwaite(parts: list[tuple[float, float]]) -> float:

@@ -6,7 +6,8 @@ sides have a profile.
 Baseline of `--against tag:T`: check's (analysis/check.py) over the runs that can explain: the lane's `last` most
 recent runs carrying T that have a profile with steady steps (newer runs without one are passed over), outliers
 and runs without a steady state left out; the step verdict and the components judge against the same runs. Against
-one run: compare's verdict, and a pairwise explanation (one run each side: analysis/explain.py's fixed floor).
+one run: compare's verdict, and a pairwise explanation (one run each side: the calibrated noise alone). The noise's
+calibration is the profiler's (analysis/explain_noise.py calibration_for: the runs' profile formats).
 
 A refusal is a result with one line saying why, like a refused comparison: a candidate without a profile (saying
 which profile to attach), one whose profile has no steady steps, a baseline without any profiled run, or check's
@@ -27,6 +28,7 @@ from receipts.analysis import telemetry
 from receipts.analysis.check import CandidateCheck, parse_against, run_check
 from receipts.analysis.compare import Comparison, compare_in_store
 from receipts.analysis.explain import (LEVELS, Explanation, Mode, RunComponents, StepChange, Value, explain)
+from receipts.analysis.explain_noise import calibration_for
 from receipts.analysis.lanes import TAG_PREFIX
 from receipts.analysis.stragglers import stored_report
 from receipts.errors import Remedy, UsageError
@@ -103,11 +105,12 @@ def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequen
     base_ids = [i for i in used if i in profiles and profiles[i]["has_steps"]]
     runs, rules = _runs(store, [c.receipt_id, *base_ids], names, profiles, baseline=base_ids)
     step = StepChange(c.verdict.verdict, c.baseline.median_step_ms, c.median_step_ms, c.message)
-    result = explain([runs[i] for i in base_ids], [runs[c.receipt_id]], step=step, mode="lane", levels=levels)
+    formats = tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]}))
+    result = explain([runs[i] for i in base_ids], [runs[c.receipt_id]], step=step, mode="lane", levels=levels,
+                     calibration=calibration_for(formats))
     return ExplainResult(c.receipt_id, c.run_name, against, "lane", result, None, names,
                          tuple(names[i] for i in used if i not in base_ids), _stragglers(store, c.receipt_id),
-                         tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]})),
-                         rules=rules, clock=_clock(store, base_ids, c.receipt_id, runs))
+                         formats, rules=rules, clock=_clock(store, base_ids, c.receipt_id, runs))
 
 
 def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Sequence[str] = LEVELS,
@@ -129,10 +132,12 @@ def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Seque
     why = c.detail.why if c.detail else c.reason
     step = StepChange(c.verdict or "inconclusive", c.a.step_ms.median if c.a.step_ms else None,
                       c.b.step_ms.median if c.b.step_ms else None, why)
-    result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels)
+    formats = tuple(sorted({profiles[i]["source_format"] for i in names}))
+    result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels,
+                     calibration=calibration_for(formats))
     return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (),
-                         _stragglers(store, c.b.id), tuple(sorted({profiles[i]["source_format"] for i in names})),
-                         rules=rules, clock=_clock(store, [c.a.id], c.b.id, runs))
+                         _stragglers(store, c.b.id), formats, rules=rules,
+                         clock=_clock(store, [c.a.id], c.b.id, runs))
 
 
 def _clock(store: "Store", base_ids: Sequence[str], candidate: str, runs: Mapping[str, RunComponents]
@@ -219,7 +224,7 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
         "baseline_runs_without_profile": list(r.unprofiled),
         "candidate_runs": [r.names.get(i, i) for i in e.candidate_runs],
         "levels": list(e.levels), "profile_formats": list(r.formats), "stragglers": list(r.stragglers),
-        "explained_ms_per_step": e.explained_ms, "residual_ms_per_step": e.residual_ms,
+        "explained_ms_per_step": e.explained_ms, "residual_ms_per_step": e.residual_ms, "period_note": e.period_note,
         "category_rules": None if r.rules is None else {
             **asdict(r.rules), "moved_runs": [r.names.get(i, i) for i in r.rules.moved_runs],
             "unknown": [r.names.get(i, i) for i in r.rules.unknown], "note": r.rules.note(r.names)},

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from receipts.ingest.intervals import union_ns
-from receipts.schema.categories import DECOMPOSITION, NOT_KERNELS, STEP_PARTS, CategoryRules
+from receipts.schema.categories import DECOMPOSITION, NOT_KERNELS, PERIOD_PARTS, CategoryRules
 
 # A run's busy-category component rows (level 'category') recomputed from its raw events under the given rules,
 # or None when it kept none.
@@ -93,7 +93,7 @@ def common_rules(frames: dict[str, pl.DataFrame], rules: Mapping[str, str | None
         out[rid] = _recategorised(frames[rid], kernels.with_columns(pl.Series("category", new, dtype=pl.Utf8)), raw)
     leave = pl.lit(False)
     if left_out:
-        busy = (pl.col("level") == "category") & ~pl.col("name").is_in([*STEP_PARTS, *NOT_KERNELS])
+        busy = (pl.col("level") == "category") & ~pl.col("name").is_in([*PERIOD_PARTS, *NOT_KERNELS])
         leave = leave | (busy if "*" in left_out else (pl.col("level") == "category") & pl.col("name").is_in(left_out))
     if kinds_changed:
         leave = leave | ((pl.col("level") == "category") & pl.col("name").is_in(DECOMPOSITION)) | (pl.col("level") == "rank")
@@ -108,7 +108,7 @@ def _recategorised(frame: pl.DataFrame, kernels: pl.DataFrame, raw: pl.DataFrame
     rest = frame.filter(pl.col("level") != "kernel")
     if raw is not None:
         rest = pl.concat([rest.filter(~((pl.col("level") == "category")
-                                        & ~pl.col("name").is_in([*STEP_PARTS, *NOT_KERNELS]))),
+                                        & ~pl.col("name").is_in([*PERIOD_PARTS, *NOT_KERNELS]))),
                           raw.select(frame.columns)], how="vertical_relaxed")
     return pl.concat([rest, kernels.select(frame.columns)], how="vertical_relaxed").sort("level", "name")
 

@@ -22,7 +22,6 @@ in one comparison. Aim: every plant of >= 0.5 % of the step named first; 0 false
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 import time
@@ -60,9 +59,9 @@ def _category(*names: str) -> Callable[[ComponentDelta], bool]:
 
 
 def _host_gap(c: ComponentDelta) -> bool:
-    """The step's time outside its GPU span (the `step N` range, or the Kineto step window, before its first
-    kernel): whatever the engine calls that component."""
-    return c.level == "category" and bool(re.search(r"host|outside|launch", c.name))
+    """The step's range outside its GPU span (the `step N` range or the ProfilerStep, before its first kernel or
+    after its last)."""
+    return c.level == "category" and c.name == "host_gap"
 
 
 _ATTENTION = lambda c: c.level == "kernel" and c.category == "attention"  # noqa: E731
@@ -73,15 +72,15 @@ PLANTS: dict[str, Plant] = {
     "stall05": Plant("0.5 ms host stall mid-step (GPU idle inside its span)", "category", "idle", _category("idle")),
     "stall1": Plant("1 ms host stall mid-step", "category", "idle", _category("idle")),
     "stall3": Plant("3 ms host stall mid-step", "category", "idle", _category("idle")),
-    "stall1start": Plant("1 ms host stall before the step's first launch", "category", "host gap (nsys); idle "
-                         "(Kineto)", lambda c: _host_gap(c) or _category("idle")(c)),
+    "stall1start": Plant("1 ms host stall before the step's first launch", "category", "host gap", _host_gap),
     "attn": Plant("SDPA flash -> memory-efficient", "kernel", "an attention kernel", _ATTENTION),
     "dtype": Plant("output projection fp32 (TF32) instead of bf16", "kernel", "a gemm kernel", _gemm),
     "recompute": Plant("activation recompute of block 1 of 4", "kernel", "a gemm kernel", _gemm),
     "d2h": Plant("+32 MiB device-to-host copy per step", "category", "memcpy_d2h / memcpy_only",
                  _category("memcpy_d2h", "memcpy_only")),
-    "loader": Plant("2 ms dataloader stall between steps", "category", "idle / host gap (Kineto: inside the "
-                    "ProfilerStep)", lambda c: _host_gap(c) or _category("idle")(c)),
+    "loader": Plant("2 ms dataloader stall between steps", "category", "between_steps (nsys: outside every "
+                    "`step N` range); host gap (Kineto: inside the ProfilerStep, which runs from one prof.step() "
+                    "to the next)", lambda c: _host_gap(c) or _category("between_steps")(c)),
 }
 
 

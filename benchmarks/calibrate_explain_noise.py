@@ -3,6 +3,7 @@ one run's value when nothing changes, measured on A/A runs of one configuration:
 their own steps explain (the model's tau^2 = s^2 - mean within-run variance, at least 0).
 
     .venv/bin/python benchmarks/calibrate_explain_noise.py [--db STORE --runs r1,r2,...]
+    .venv/bin/python benchmarks/calibrate_explain_noise.py --corpus nsys     # or kineto: the planted corpus's A/A
 
 Without --db: the six A/A runs of tests/data/explain (base_1..5, aa_1; 2 x H200, Nsight Systems), ingested into a
 temporary store. Per class (component_class), over the components whose mean is at least 1% of the step (smaller
@@ -22,20 +23,22 @@ from pathlib import Path
 
 import numpy as np
 
-from receipts.analysis.explain_noise import CALIBRATION, STEP_SCALED, component_class
+from receipts.analysis.explain_noise import CALIBRATION, CALIBRATIONS, STEP_SCALED, component_class
 from receipts.schema.categories import STEP_PARTS
 
 REPO = Path(__file__).resolve().parents[1]
 AA = [f"base_{i}" for i in range(1, 6)] + ["aa_1"]
+CORPUS = REPO / "tests" / "data" / "explain_corpus" / "store"
 
 
 def measure(db: str, names: list[str]) -> dict[str, list[tuple[float, str]]]:
+    from receipts.analysis import components as comp
     from receipts.analysis.explain_run import _runs
     from receipts.store import open_store
 
     with open_store(db, read_only=True) as store:
         ids = {store.resolve(n): n for n in names}
-        runs = _runs(store, list(ids), ids)
+        runs, _ = _runs(store, list(ids), ids, comp.profiled(store, list(ids)), baseline=list(ids))
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     within: dict[tuple[str, str], list[float]] = defaultdict(list)
     category: dict[tuple[str, str], str | None] = {}
@@ -59,15 +62,40 @@ def measure(db: str, names: list[str]) -> dict[str, list[tuple[float, str]]]:
     return out
 
 
+def corpus_store(db: str, profiler: str) -> list[str]:
+    """The planted one-GPU corpus (tests/data/explain_corpus/store) imported into `db`, brought to this build's
+    components by `receipts db upgrade`; the names of its A/A runs under `profiler` (tag aa-<profiler>)."""
+    import duckdb
+    from typer.testing import CliRunner
+
+    from receipts.cli.main import app
+
+    con = duckdb.connect(db)
+    con.execute(f"IMPORT DATABASE '{CORPUS}'")
+    names = [r[0] for r in con.execute("SELECT run_name FROM receipts WHERE superseded_by IS NULL AND tags_json "
+                                       "LIKE ? ORDER BY run_name", [f'%"aa-{profiler}"%']).fetchall()]
+    con.close()
+    result = CliRunner().invoke(app, ["--db", db, "db", "upgrade"])
+    if result.exit_code:
+        sys.exit(result.output)
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db")
     parser.add_argument("--runs", default=",".join(AA))
+    parser.add_argument("--corpus", choices=sorted(CALIBRATIONS),
+                        help="the planted one-H200 corpus's A/A runs under this profiler (tests/data/explain_corpus)")
     args = parser.parse_args()
     names = args.runs.split(",")
+    shipped = CALIBRATIONS[args.corpus] if args.corpus else CALIBRATION
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db
-        if db is None:
+        if args.corpus:
+            db = str(Path(tmp) / "corpus.duckdb")
+            names = corpus_store(db, args.corpus)
+        elif db is None:
             from typer.testing import CliRunner
 
             from receipts.cli.main import app
@@ -79,15 +107,16 @@ def main() -> None:
                 sys.exit(result.output)
         measured = measure(db, names)
     print(f"{len(names)} A/A runs; relative between-run sd of one run's value, components >= 1% of the step")
+    print(f"shipped: {shipped.source}")
     print(f"{'class':<8} {'n':>3} {'median':>7} {'largest':>8} {'shipped':>8}  largest at")
-    for klass in sorted(CALIBRATION.kappa_pct):
+    for klass in sorted(shipped.kappa_pct):
         rows = sorted(measured.get(klass, []))
         if not rows:
-            print(f"{klass:<8} {0:>3} {'-':>7} {'-':>8} {CALIBRATION.kappa_pct[klass]:>7.1f}%")
+            print(f"{klass:<8} {0:>3} {'-':>7} {'-':>8} {shipped.kappa_pct[klass]:>7.1f}%")
             continue
         rel = np.array([r for r, _ in rows])
         print(f"{klass:<8} {len(rows):>3} {100 * np.median(rel):>6.2f}% {100 * rel.max():>7.2f}% "
-              f"{CALIBRATION.kappa_pct[klass]:>7.1f}%  {rows[-1][1]}")
+              f"{shipped.kappa_pct[klass]:>7.1f}%  {rows[-1][1]}")
 
 
 if __name__ == "__main__":

@@ -2,13 +2,16 @@
 on the real A/A runs. What docs/statistics.md quotes.
 
     .venv/bin/python benchmarks/sim_explain_false_alarms.py [--lanes 400] [--seed 2026] [--real]
+    .venv/bin/python benchmarks/sim_explain_false_alarms.py --corpus kineto   # or nsys: the one-H200 corpus
 
 Simulated lanes take their components from a real run (tests/data/explain base_1: its ~73 components at every
 level, their values, classes and step-to-step spreads), then draw every run of one configuration as
 
     value = true value + between-run draw (sd kappa_class x value) + within-run draw (sd from the run's own steps)
 
-(the host gap's between-run sd a share of the step), so nothing changes between baseline and candidate; each lane is explained as `explain` does it (lane mode: n
+(the host gap's between-run sd a share of the step). A draw of sd 50% puts a CPU range below zero one time in 40,
+which no profile holds; the model keeps it (truncating at zero makes ranges that "appear" from a baseline of zeros,
+log-normal draws a right tail the t-test does not assume: docs/statistics.md), so nothing changes between baseline and candidate; each lane is explained as `explain` does it (lane mode: n
 baseline runs against one candidate; pairwise: one against one). `--inflate F` draws the between-run part F times
 wider than the calibration says, to show how the rate degrades when a lane is noisier than calibrated. A false
 alarm is a component called changed. With --real, the six real A/A runs of tests/data/explain are also counted:
@@ -26,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from receipts.analysis.explain import RunComponents, StepChange, Value, explain
-from receipts.analysis.explain_noise import CALIBRATION, STEP_SCALED, component_class
+from receipts.analysis.explain_noise import CALIBRATION, CALIBRATIONS, STEP_SCALED, Calibration, component_class
+from receipts.schema.categories import DECOMPOSITION
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "explain"
@@ -45,20 +49,36 @@ def _store(tmp: Path) -> str:
     return db
 
 
-def _template(db: str) -> RunComponents:
+def _corpus_store(tmp: Path, profiler: str) -> str:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from calibrate_explain_noise import corpus_store
+
+    db = str(tmp / "corpus.duckdb")
+    corpus_store(db, profiler)
+    return db
+
+
+def _loaded(db: str, names: list[str]) -> dict[str, RunComponents]:
+    from receipts.analysis import components as comp
     from receipts.analysis.explain_run import _runs
     from receipts.store import open_store
 
     with open_store(db, read_only=True) as store:
-        rid = store.resolve("base_1")
-        return _runs(store, [rid], {rid: "base_1"})[rid]
+        ids = {store.resolve(n): n for n in names}
+        runs, _ = _runs(store, list(ids), ids, comp.profiled(store, list(ids)), baseline=list(ids))
+    return runs
 
 
-def _draw(rng, template: RunComponents, name: str, inflate: float, step_ms: float) -> RunComponents:
+def _template(db: str, name: str) -> RunComponents:
+    return next(iter(_loaded(db, [name]).values()))
+
+
+def _draw(rng, template: RunComponents, name: str, inflate: float, step_ms: float,
+          calibration: Calibration = CALIBRATION) -> RunComponents:
     values = {}
     for key, v in template.values.items():
         klass = component_class(key[0], key[1], v.category)
-        kappa = CALIBRATION.kappa_pct[klass] / 100.0 * inflate
+        kappa = calibration.kappa_pct[klass] / 100.0 * inflate
         scale = step_ms if klass in STEP_SCALED else abs(v.ms_per_step)
         within = np.sqrt(v.step_var or 0.0)
         x = v.ms_per_step + rng.normal(0.0, kappa * scale) + rng.normal(0.0, within)
@@ -66,17 +86,18 @@ def _draw(rng, template: RunComponents, name: str, inflate: float, step_ms: floa
     return RunComponents(name, name, values)
 
 
-def simulate(template: RunComponents, *, n_a: int, lanes: int, seed: int, inflate: float) -> tuple[int, int, int]:
+def simulate(template: RunComponents, *, n_a: int, lanes: int, seed: int, inflate: float,
+             calibration: Calibration = CALIBRATION) -> tuple[int, int, int]:
     """(components named, components tested, comparisons with any named) over `lanes` A/A lanes."""
     rng = np.random.default_rng(seed)
     step_ms = sum(v.ms_per_step for (lv, n), v in template.values.items()
-                  if lv == "category" and n in ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle"))
+                  if lv == "category" and n in DECOMPOSITION)
     step = StepChange("no change", step_ms, step_ms, "")
     named = tested = any_named = 0
     for _ in range(lanes):
-        base = [_draw(rng, template, f"a{i}", inflate, step_ms) for i in range(n_a)]
-        e = explain(base, [_draw(rng, template, "b", inflate, step_ms)], step=step,
-                    mode="pairwise" if n_a == 1 else "lane")
+        base = [_draw(rng, template, f"a{i}", inflate, step_ms, calibration) for i in range(n_a)]
+        e = explain(base, [_draw(rng, template, "b", inflate, step_ms, calibration)], step=step,
+                    mode="pairwise" if n_a == 1 else "lane", calibration=calibration)
         named += len(e.changed)
         tested += e.family
         any_named += bool(e.changed)
@@ -95,17 +116,13 @@ def real(db: str) -> list[tuple[str, int, int, int]]:
                 e = explain_in_store(store, b, against=a, last=5).explanation
                 named, tested, hit = named + len(e.changed), tested + e.family, hit + bool(e.changed)
             out.append((label, len(pairs), named, tested) + (hit,))
-        from receipts.analysis.explain import explain as explain_runs
-        from receipts.analysis.explain_run import _runs
-
-        ids = {store.resolve(r): r for r in AA}
-        runs = _runs(store, list(ids), ids)
-        named = tested = hit = 0
-        for rid in ids:  # each A/A run against the other five as the lane
-            base = [runs[i] for i in ids if i != rid]
-            e = explain_runs(base, [runs[rid]], step=StepChange("no change", 55.9, 55.9, ""), mode="lane")
-            named, tested, hit = named + len(e.changed), tested + e.family, hit + bool(e.changed)
-        out.append(("lane, one against the other five", len(ids), named, tested, hit))
+    runs = _loaded(db, AA)  # keyed by receipt id
+    named = tested = hit = 0
+    for rid in runs:  # each A/A run against the other five as the lane
+        base = [runs[i] for i in runs if i != rid]
+        e = explain(base, [runs[rid]], step=StepChange("no change", 55.9, 55.9, ""), mode="lane")
+        named, tested, hit = named + len(e.changed), tested + e.family, hit + bool(e.changed)
+    out.append(("lane, one against the other five", len(runs), named, tested, hit))
     return out
 
 
@@ -115,18 +132,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--inflate", type=float, default=1.0)
     parser.add_argument("--real", action="store_true")
+    parser.add_argument("--corpus", choices=sorted(CALIBRATIONS),
+                        help="the template is the planted one-H200 corpus's base_1 under this profiler, the noise "
+                             "that profiler's calibration (tests/data/explain_corpus; its real A/A runs: "
+                             "benchmarks/bench_explain_power.py)")
     args = parser.parse_args()
+    calibration = CALIBRATIONS[args.corpus] if args.corpus else CALIBRATION
     with tempfile.TemporaryDirectory() as tmp:
-        db = _store(Path(tmp))
-        template = _template(db)
-        print(f"simulated A/A lanes from base_1's {len(template.values)} components, calibrated noise x{args.inflate:g}, "
-              f"{args.lanes} lanes each, seed {args.seed}")
+        db = _corpus_store(Path(tmp), args.corpus) if args.corpus else _store(Path(tmp))
+        template = _template(db, f"{args.corpus}_base_1" if args.corpus else "base_1")
+        print(f"simulated A/A lanes from {template.run_name}'s {len(template.values)} components, calibrated noise "
+              f"({calibration.source}) x{args.inflate:g}, {args.lanes} lanes each, seed {args.seed}")
         print(f"{'baseline runs':>14} {'tests':>8} {'named':>6} {'rate':>9} {'lanes with any':>15}")
         for n_a in (1, 2, 3, 5, 10):
             named, tested, hit = simulate(template, n_a=n_a, lanes=args.lanes, seed=args.seed + n_a,
-                                          inflate=args.inflate)
+                                          inflate=args.inflate, calibration=calibration)
             print(f"{n_a:>14} {tested:>8} {named:>6} {named / tested:>9.2e} {hit:>8} / {args.lanes}")
-        if args.real:
+        if args.real and not args.corpus:
             print("\nreal A/A runs (tests/data/explain: base_1..5, aa_1)")
             for label, comparisons, named, tested, hit in real(db):
                 print(f"  {label}: {comparisons} comparisons, {tested} component tests, {named} named, "

@@ -88,6 +88,8 @@ def text_lines(r: ExplainResult, *, show_all: bool = False) -> list[str]:
         lines.append(f"  {s.baseline_ms:.2f} -> {s.candidate_ms:.2f} ms per step "
                      f"({_signed(s.delta_ms)} ms, {100 * s.delta_ms / s.baseline_ms:+.1f}%)")
     lines += _wrap(s.why)
+    if e.period_note:
+        lines += _wrap(f"period: {e.period_note}")
     lines += _wrap(f"profiled baseline runs: {base}"
                    + (f" (without a profile, left out: {', '.join(r.unprofiled)})" if r.unprofiled else ""))
     lines += _wrap(f"noise: {e.noise_note}; Benjamini-Hochberg at {e.fdr:g} over all {e.family} components of "
@@ -169,6 +171,8 @@ def markdown_lines(r: ExplainResult, *, top: int = 8) -> list[str]:
             lines.append(f"\n_{len(changed) - top} more: `receipts explain {_md(r.run_name)} --against {_md(r.against)}`_")
     else:
         lines.append("No component moved beyond its own noise.")
+    if e.period_note:
+        lines += ["", f"Period: {_md(e.period_note)}."]
     if e.residual_ms is not None:
         lines += ["", f"Residual (not explained by the changed parts of the step): {e.residual_ms:+.2f} ms per step."]
     link = dashboard_link(r)

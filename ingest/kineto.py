@@ -13,9 +13,11 @@ is unattributed (counted, kept in raw_events, left out of the rows).
 
 Idle is measured on the GPU timeline the way HTA's temporal breakdown measures it (HTA 0.5.0
 get_temporal_breakdown: span from the first GPU start to the last GPU end, minus the union of GPU
-work). Per step, the GPU window of step N runs from the end of step N-1's GPU work (the start of
-step N's own first activity for the first step) to the end of step N's own work: the gap the GPU
-spends waiting for step N's launches is charged to step N, and the windows tile HTA's span. The
+work), per step: the span of step N runs from its own first GPU activity to the end of its own work,
+the same span Nsight Systems' anatomy uses, so under both profilers the step's range is the span's
+parts plus the host gap (the range outside the span, analysis/components.py). The GPU's wait between
+one step's last kernel and the next step's first is the host's time (a sleep before the first launch,
+a data loader), not the GPU's idle. The
 first profiled step per rank is marked warmup: it carries profiler start-up (CUPTI buffers, first
 allocations) and, in a kineto schedule, follows straight on the warmup phase.
 """
@@ -387,10 +389,11 @@ def _last_window(windows: np.ndarray, start: np.ndarray, end: np.ndarray, at: np
 
 
 def _spans(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """GPU window per (rank, step) for idle: from the end of the previous step's GPU work (its own first
-    activity for the first step) to the end of its own work, so the windows tile HTA's first-to-last span.
-    A step without work of its own starts at the end of the work before it (at its marker when there is none)
-    and ends where it starts. A rank without step markers is one window (step null) over all its work."""
+    """GPU span per (rank, step) for idle: from the step's own first GPU activity to the end of its own work, as
+    Nsight Systems' anatomy measures it, so the ProfilerStep range is its span's parts plus the host gap (the range
+    outside the span: a stall before the first launch, a data-loader wait at the step's end). A step without work
+    of its own has an empty span at its marker. A rank without step markers is one window (step null) over all
+    its work."""
     e_rank, e_step = events["rank"].to_numpy(), events["step"].fill_null(0).to_numpy()
     e_start, e_end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     s_rank, s_step, s_start = steps["rank"].to_numpy(), steps["step"].to_numpy(), steps["start_ns"].to_numpy()
@@ -413,12 +416,8 @@ def _spans(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         np.maximum.at(last, slot, e_end[mine])
         own = np.zeros(numbers.size, bool)
         own[slot] = True
-        # The end of all work so far (steps without work carry the one before them); unknown before any work.
-        end_so_far = np.maximum.accumulate(np.where(own, last, np.iinfo(np.int64).min))
-        known = np.maximum.accumulate(own)
-        prev_end, prev_known = np.r_[0, end_so_far[:-1]], np.r_[False, known[:-1]]
-        span_start = np.where(prev_known, prev_end, np.where(own, first, s_start[order]))
-        span_end = np.where(known, end_so_far, span_start)
+        span_start = np.where(own, first, s_start[order])
+        span_end = np.where(own, last, span_start)
         parts.append(pl.DataFrame({"rank": np.full(numbers.size, rank), "step": numbers,
                                    "span_start_ns": span_start, "span_end_ns": span_end}, schema=_SPAN_SCHEMA))
     return pl.concat(parts) if parts else pl.DataFrame(schema=_SPAN_SCHEMA)

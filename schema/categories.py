@@ -37,6 +37,10 @@ DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "
 # decomposition's parts, what a step's range sums to.
 HOST_GAP = "host_gap"
 STEP_PARTS = (*DECOMPOSITION, HOST_GAP)
+# From the end of one step marker's range to the start of the next (a data loader, a checkpoint, logging outside
+# the step): host time the step's range does not hold. With the step parts, what the step-to-step period sums to.
+BETWEEN_STEPS = "between_steps"
+PERIOD_PARTS = (*STEP_PARTS, BETWEEN_STEPS)
 # Categories no rule gives: a memcpy or memset by its activity, and a CUDA-graph replay traced as one activity
 # (nsys --cuda-graph-trace=graph): busy time whose kernels are not visible, so it cannot be split into the
 # rules' categories. 'other' is where a kernel no rule claims lands.

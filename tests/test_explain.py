@@ -203,7 +203,7 @@ def test_within_run_spread_enters_the_noise():
     # Satterthwaite: a noise that is mostly the runs' own step-to-step spread (76 steps) is known better than one
     # that is all calibration (d0) and three runs
     assert 2 <= quiet.df < jittery.df
-    pairwise = noise(a[:1], b, np.full(1, 0.5), np.full(1, 0.5), "gap", floor_ms=0.01, within_df=38)
+    pairwise = noise(a[:1], b, np.full(1, 0.5), np.full(1, 0.5), "busy", floor_ms=0.01, within_df=38)
     assert pairwise.df > 20 and noise(a[:1], b, np.zeros(1), np.zeros(1), "gap", floor_ms=0.01).df == CALIBRATION.df
     assert noise(np.array([5.0] * 3), np.array([5.0]), np.zeros(3), np.zeros(1), "busy", floor_ms=0.1).sigma >= 0.1
 

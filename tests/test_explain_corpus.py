@@ -254,3 +254,73 @@ def test_explain_names_the_sixteen_added_gemm_calls_first_among_kernels(corpus_s
     assert code == 0 and out["refused"] is None
     kernels = [c for c in out["components"] if c["level"] == "kernel" and c["verdict"] == "changed"]
     assert kernels[0]["name"].startswith("nvjet") and kernels[0]["calls_delta_per_step"] == pytest.approx(16.0)
+
+
+# ---------------------------------------------------------------------------------------- host time, from the store
+def _category_steps(export: duckdb.DuckDBPyConnection, run: str):
+    """Per steady step and category (host_gap, between_steps included): what the explain components are the
+    medians of, from the rows receipts' parsers stored for `run`."""
+    import polars as pl
+
+    from receipts.analysis import components as comp
+
+    (rid,) = export.execute("SELECT id FROM receipts WHERE run_name = ?", [run]).fetchone()
+    rows = export.execute("SELECT rank, step, category, time_ms, warmup FROM anatomy_rows WHERE receipt_id = ?",
+                          [rid]).pl()
+    steps = export.execute("SELECT rank, step, wall_ms, warmup, start_ns FROM anatomy_steps WHERE receipt_id = ?",
+                           [rid]).pl()
+    per_step = comp.category_steps(rows, steps)
+    wall = (steps.filter(~pl.col("warmup")).group_by("step").agg(pl.col("wall_ms").mean()))
+    return per_step, wall
+
+
+def _median(per_step, category: str) -> float:
+    import polars as pl
+
+    return float(per_step.filter(pl.col("category") == category)["ms"].median())
+
+
+@pytest.mark.parametrize("prof", ["nsys", "kineto"])
+def test_a_step_range_is_its_parts_plus_a_host_gap_that_holds_the_start_stall(export, prof):
+    """Under both profilers the step's range (the `step N` range; the ProfilerStep) is its GPU span's parts plus the
+    host gap, the span inside the range (the loss read waits for the GPU at each step's end, so no host gap is
+    negative), and the 1 ms sleep before the first launch is host gap."""
+    import numpy as np
+    import polars as pl
+
+    from receipts.schema.categories import STEP_PARTS
+
+    gaps = {}
+    for run in (f"{prof}_base_1", f"{prof}_stall1start"):
+        per_step, wall = _category_steps(export, run)
+        parts = per_step.filter(pl.col("category").is_in(STEP_PARTS)).group_by("step").agg(pl.col("ms").sum())
+        joined = parts.join(wall, on="step")
+        assert joined.height == STEPS - WARMUP and np.allclose(joined["ms"], joined["wall_ms"], atol=1e-6)
+        assert per_step.filter(pl.col("category") == "host_gap")["ms"].min() > -0.01
+        gaps[run] = _median(per_step, "host_gap")
+    assert gaps[f"{prof}_stall1start"] - gaps[f"{prof}_base_1"] >= 0.75 * START_STALL_MS
+
+
+def test_the_loader_stall_is_time_between_steps_under_nsys_and_host_gap_under_kineto(export):
+    """nsys: the sleep lies between one `step N` range and the next (between_steps), the step range untouched;
+    Kineto: a ProfilerStep runs from one prof.step() to the next, so the sleep is inside it, before the first
+    launch (host gap), and nothing lies between steps."""
+    nsys_loader, _ = _category_steps(export, "nsys_loader")
+    nsys_base, _ = _category_steps(export, "nsys_base_1")
+    assert _median(nsys_loader, "between_steps") >= LOADER_MS > 4 * _median(nsys_base, "between_steps")
+    assert abs(_median(nsys_loader, "host_gap") - _median(nsys_base, "host_gap")) < 0.1 * LOADER_MS
+    kineto_loader, _ = _category_steps(export, "kineto_loader")
+    kineto_base, _ = _category_steps(export, "kineto_base_1")
+    assert _median(kineto_loader, "host_gap") - _median(kineto_base, "host_gap") >= 0.75 * LOADER_MS
+    assert max(_median(kineto_loader, "between_steps"), _median(kineto_base, "between_steps")) < 0.1 * LOADER_MS
+
+
+@pytest.mark.slow
+def test_explain_names_the_loader_stall_and_says_the_period_moved_while_the_step_did_not(corpus_store):
+    code, out = cli_json(corpus_store, "explain", "nsys_loader", "--against", "tag:aa-nsys", "--last", "50")
+    assert code == 0 and out["verdict"] not in ("slower", "faster")
+    first = next(c for c in out["components"] if c["verdict"] == "changed" and c["level"] == "category")
+    assert first["name"] == "between_steps" and first["delta_ms_per_step"] >= LOADER_MS
+    assert "step-to-step period moved" in out["period_note"] and "did not" in out["period_note"]
+    text = cli(corpus_store, "explain", "nsys_loader", "--against", "tag:aa-nsys", "--last", "50").output
+    assert "period: the step-to-step period moved" in text and max(map(len, text.splitlines())) <= 80

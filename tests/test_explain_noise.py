@@ -85,7 +85,7 @@ def _named(out: dict) -> list[tuple[str, str]]:
 
 @pytest.mark.slow
 def test_identical_runs_name_nothing_pairwise_either_way_round(explain_lane):
-    """Every ordered pair of the six A/A runs (30 explanations of ~73 components: ~2,200 tests)."""
+    """Every ordered pair of the six A/A runs (30 explanations of ~74 components: ~2,200 tests)."""
     named, p = {}, {}
     for a, b in itertools.permutations(AA, 2):
         code, out = cli_json(explain_lane, "explain", b, "--against", a)
@@ -140,3 +140,32 @@ def test_the_aa_run_names_nothing_against_the_lane(explain_lane):
     assert code == 0 and _named(out) == [] and out["noise"]["source"] == "lane"
     host_gap = next(c for c in out["components"] if c["name"] == "host_gap")
     assert host_gap["level"] == "category" and host_gap["verdict"] != "changed"
+
+
+def test_each_profiler_has_its_own_calibration_and_a_mix_takes_the_larger_noise():
+    from receipts.analysis.explain_noise import CALIBRATIONS, calibration_for
+
+    assert calibration_for(["kineto"]) is CALIBRATIONS["kineto"] and calibration_for(["nsys"]) is CALIBRATIONS["nsys"]
+    # the host's pace differs by profiler; the GPU's kernel timestamps do not
+    assert CALIBRATIONS["kineto"].kappa_pct["gap"] > CALIBRATIONS["nsys"].kappa_pct["gap"]
+    assert CALIBRATIONS["kineto"].kappa_pct["compute"] == CALIBRATIONS["nsys"].kappa_pct["compute"]
+    mixed = calibration_for(["kineto", "nsys"])
+    assert all(mixed.kappa_pct[k] == max(c.kappa_pct[k] for c in CALIBRATIONS.values()) for k in mixed.kappa_pct)
+    assert mixed.df == min(c.df for c in CALIBRATIONS.values()) and "Nsight" in mixed.source
+    assert calibration_for(["chrome"]).kappa_pct == CALIBRATIONS["nsys"].kappa_pct  # unknown: the shipped default
+
+
+def test_pairwise_noise_scales_with_the_geometric_mean_either_way_round():
+    """One run a side: idle that grew eightfold (a stall) is judged on the pair's log-scale middle, not widened to
+    their mean; A against B is B against A."""
+    from receipts.analysis.explain_noise import CALIBRATION, noise
+
+    one, eight = np.array([1.0]), np.array([8.0])
+    ab = noise(one, eight, np.zeros(1), np.zeros(1), "gap", floor_ms=0.001)
+    ba = noise(eight, one, np.zeros(1), np.zeros(1), "gap", floor_ms=0.001)
+    assert ab == ba
+    assert ab.sigma == pytest.approx(CALIBRATION.kappa_pct["gap"] / 100.0 * np.sqrt(8.0))
+    absent = noise(np.array([0.0]), eight, np.zeros(1), np.zeros(1), "gap", floor_ms=0.001)
+    assert absent.sigma == pytest.approx(CALIBRATION.kappa_pct["gap"] / 100.0 * 4.0)  # one side lacks it: the mean
+    cpu = noise(one, eight, np.zeros(1), np.zeros(1), "cpu", floor_ms=0.001)  # a CPU range: the mean (_pair_scale)
+    assert cpu.sigma == pytest.approx(CALIBRATION.kappa_pct["cpu"] / 100.0 * 4.5)

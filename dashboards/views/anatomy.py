@@ -96,7 +96,7 @@ def render(data: Data) -> None:
         st.altair_chart(charts.nvtx_families(families.filter(pl.col("family").is_in(top["family"].implode()))))
     steps = data.query("anatomy_steps", **params)
     with st.expander("per-step table (wall, GPU busy, communication, overlap)"):
-        st.dataframe(readable(steps), hide_index=True, width="stretch")
+        st.dataframe(readable(steps.drop("start_ns", strict=False)), hide_index=True, width="stretch")
 
 
 # Offered for download up to this size: a browser holds the whole file. Read only when clicked.

@@ -73,6 +73,8 @@ def render(data: Data, a: str, b: str) -> None:
         st.warning(f"Kernel-category rules: {r.rules.note(r.names)}"
                    + (" (attach the exports with `receipts ingest --keep-raw` to re-categorise them)."
                       if r.rules.left_out else "."))
+    if e.period_note:
+        st.info(f"Period: {e.period_note}.")
     rows = frame(r)
     moving = rows.filter(pl.col("verdict") != "no change").head(TOP)
     if moving.height:
