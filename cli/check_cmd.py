@@ -25,7 +25,7 @@ from receipts.analysis.verdict import VerdictResult
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.cli.explain_render import markdown as explain_markdown
 from receipts.cli.output import Column, chosen_format, emit, format_option
-from receipts.cli.render import ratio_interval
+from receipts.cli.render import UNBOUNDED_SPAN, ratio_interval
 from receipts.cli.gate_cmd import escape_data, escape_prop
 from receipts.cli.words import with_remedy
 
@@ -127,6 +127,10 @@ def change_pct(v: VerdictResult) -> str:
 
 
 def interval_pct(v: VerdictResult) -> str:
+    """`[+0.48%, +4.74%]`, or words where the interval bounds nothing (cli/render.UNBOUNDED_SPAN): a headline
+    never prints "[-74.59%, +305.13%]" as if it measured."""
+    if v.ci_low <= 0 or v.ci_high / v.ci_low > UNBOUNDED_SPAN:
+        return "(too few runs to bound this)"
     return f"[{100 * (v.ci_low - 1):+.2f}%, {100 * (v.ci_high - 1):+.2f}%]"
 
 

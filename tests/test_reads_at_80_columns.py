@@ -69,6 +69,19 @@ def test_an_interval_that_bounds_nothing_is_said_in_words():
     assert ratio_interval(0.9546, 0.1563, 5.8306, unit="x").startswith("0.9546x (too few runs to bound this")
 
 
+def test_a_pr_headline_says_too_few_runs_instead_of_an_interval_that_bounds_nothing():
+    from dataclasses import replace
+
+    from receipts.analysis.noise import default_floor
+    from receipts.analysis.verdict import VerdictResult
+    from receipts.cli.check_cmd import change_pct, interval_pct
+
+    wide = VerdictResult("inconclusive", 1.0146, 0.2541, 4.0513, 0.95, 0.1, 300.0, 1.5, 0.01, default_floor(), 2, 1,
+                         "t on 1 df", None, "t")
+    assert f"{change_pct(wide)} {interval_pct(wide)}" == "+1.46% (too few runs to bound this)"
+    assert interval_pct(replace(wide, ci_low=1.0048, ci_high=1.0474)) == "[+0.48%, +4.74%]"
+
+
 def test_piped_floats_carry_no_artefact_of_binary_arithmetic():
     assert machine_text(23.130000000000003) == "23.13" and machine_text(0.1 + 0.2) == "0.3"
     assert machine_text(54.75894546508789) == "54.7589454650879" and machine_text(5.0) == "5.0"
