@@ -79,13 +79,12 @@ def spans_by_the_rule(events: list[dict], steps: list[dict]) -> list[tuple]:
         if not markers:
             out.append((rank, None, min(e["start_ns"] for e in mine), max(e["end_ns"] for e in mine)))
             continue
-        end_so_far = None
-        for m in markers:
+        for m in markers:  # a step's span is its own work, first start to last end, as nsys measures it
             own = [e for e in mine if e["step"] == m["step"]]
-            start = end_so_far if end_so_far is not None else min(e["start_ns"] for e in own) if own else m["start_ns"]
             if own:
-                end_so_far = max([e["end_ns"] for e in own] + ([end_so_far] if end_so_far is not None else []))
-            out.append((rank, m["step"], start, end_so_far if end_so_far is not None else start))
+                out.append((rank, m["step"], min(e["start_ns"] for e in own), max(e["end_ns"] for e in own)))
+            else:  # no work of its own: an empty span at its marker
+                out.append((rank, m["step"], m["start_ns"], m["start_ns"]))
     return sorted(out, key=lambda r: (r[0], r[1] is None, r[1]))
 
 
