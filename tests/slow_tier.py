@@ -20,7 +20,7 @@ from __future__ import annotations
 SLOW_MODULES = frozenset({
     "test_compare_warnings.py", "test_cuda_graphs.py", "test_dashboard_drilldown.py", "test_dashboard_server.py",
     "test_decomposition.py", "test_kineto_attribution.py", "test_list.py", "test_nsys_job.py", "test_nsys_stream.py",
-    "test_raw_events.py", "test_require_realdata.py", "test_summaries.py",
+    "test_raw_events.py", "test_require_realdata.py", "test_summaries.py", "test_workflows.py",
 })
 
 # These tests of these modules (a parametrized test by its function name: all its cases).
@@ -47,6 +47,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_two_ranks_append_one_file_without_interleaving",
     ),
     "test_check.py": (
+        "test_real_sub_floor_slowdowns_are_never_faster_and_pass",
         "test_a_candidate_that_carries_the_tag_is_not_its_own_baseline",
         "test_a_rumor_has_no_lane_and_exits_3",
         "test_a_slower_run_wins_over_a_missing_baseline_in_the_exit_code",
@@ -206,6 +207,9 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_ids_that_are_not_int64_are_unknown_on_both_paths",
     ),
     "test_lean_imports.py": (
+        "test_compare_and_explain_leave_yaml_and_pydantic_out",
+        "test_a_value_typer_would_check_is_checked_as_typer_checks_it",
+        "test_show_imports_no_frame_statistics_yaml_or_pydantic",
         "test_ingest_show_and_list_run_without_pandas_or_pyarrow",
         "test_list_json_loads_neither_polars_nor_numpy",
         "test_once_pandas_is_imported_it_stays",
@@ -224,6 +228,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_the_megatron_deepspeed_log_reads_to_its_awk_counts",
     ),
     "test_memory_geometry.py": (
+        "test_attach_names_what_a_file_it_cannot_take_is",
         "test_a_snapshot_needs_attach_and_attaches_once",
         "test_compare_json_memory_drift_names_the_bucket_that_moved",
         "test_dashboard_memory_view",
@@ -388,6 +393,12 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_baseline_group_against_fresh_aa_candidates_rarely_alarms",
         "test_power_on_a_planted_3_percent_slowdown",
         "test_real_aa_pairs_are_not_called_faster_or_slower",
+    ),
+    "test_docs.py": (
+        "test_the_cli_reference_is_generated_from_the_commands_help",
+    ),
+    "test_memory_drift.py": (
+        "test_snapshot_categories_are_mapped_onto_the_estimates_buckets",
     ),
 }
 
