@@ -110,7 +110,7 @@ receipt_memory = Table(
     Column("peak_reserved_bytes", BigInteger),
 )
 
-# v13: what NVML said while the run ran, one row per rank (or GPU) (schema/telemetry.py): medians over busy samples
+# v15: what NVML said while the run ran, one row per rank (or GPU) (schema/telemetry.py): medians over busy samples
 receipt_telemetry = Table(
     "receipt_telemetry", metadata,
     Column("receipt_id", Text, nullable=False),
