@@ -472,15 +472,11 @@ class _Reader:
         self.memo.pop(index, None)
 
     def slot(self, index: int) -> Any:
-        value = self.memo.get(index, _DROPPED)
-        if value is not _DROPPED:
-            return value
-        ref = self.refs[index] if index < len(self.refs) else 0
-        if ref > 0:
-            return self.values[ref - 1]
-        if ref <= -2:
-            return self.tokens[-2 - ref]
-        return _DROPPED if ref == -1 else None
+        """The value at a memo slot, or None where `get` would refuse it (an empty or a dropped slot)."""
+        try:
+            return self.get(index)
+        except Broken:
+            return None
 
     def get(self, index: int) -> Any:
         value = self.memo.get(index, _DROPPED)
