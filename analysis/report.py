@@ -22,6 +22,8 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
     steps, tokens = r.step_summary, r.tokens_summary
     # plain rows (store.query_rows): `show` imports neither polars nor numpy
     memory = store.query_rows("receipt_memory", {"receipt_id": receipt_id})
+    geo = geometry(load_sources(store, [receipt_id])[receipt_id], peak_allocated_bytes=r.peak_allocated_bytes,
+                   peak_reserved_bytes=r.peak_reserved_bytes)
     sources = store.query_rows("receipt_sources", {"receipt_id": receipt_id})
     row = store.query_rows("receipt", {"receipt_id": receipt_id})[0]
     history = store.query_rows("identity_history", {"receipt_id": receipt_id})
@@ -51,11 +53,8 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
             "warmup_steps": r.warmup_steps, "warmup_last_step": r.warmup_last_step,
             "window_rule": r.window_rule, "median_tokens_per_s": tokens.median if tokens else None,
         },
-        "memory": {"peak_allocated_bytes": r.peak_allocated_bytes, "peak_reserved_bytes": r.peak_reserved_bytes,
-                   "per_rank": memory},
-        "memory_geometry": geometry(load_sources(store, [receipt_id])[receipt_id],
-                                    peak_allocated_bytes=r.peak_allocated_bytes,
-                                    peak_reserved_bytes=r.peak_reserved_bytes),
+        "memory": _memory(r, memory, geo),
+        "memory_geometry": geo,
         "telemetry": _telemetry(store, receipt_id),
         "phases": json.loads(row["phases_json"]),
         "ended_early": r.ended_early,
@@ -70,6 +69,16 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         "ingested_at": r.ingested_at,
         "noise_floor": _lane_floor(store, r),
     }
+
+
+def _memory(r, per_rank: list[dict[str, Any]], geo: dict[str, Any]) -> dict[str, Any]:
+    """The run's peaks: its log's where it has them, else what a memory source measured (a receipt made from a
+    snapshot or a capture alone has no log peak). `source` names which."""
+    out: dict[str, Any] = {"source": "receipt" if r.peak_allocated_bytes is not None else geo["source"]}
+    for m, own in (("peak_allocated_bytes", r.peak_allocated_bytes), ("peak_reserved_bytes", r.peak_reserved_bytes)):
+        out[m] = own if own is not None else geo.get(m)
+    out["per_rank"] = per_rank
+    return out
 
 
 def _lane_floor(store: "Store", r) -> dict[str, Any] | None:

@@ -158,8 +158,9 @@ def render_report(r: dict[str, Any]) -> None:
     if floor:
         console.prose(f"lane noise floor: {floor['floor_pct']:.2f}% ({floor['source']}): {escape(floor['note'])}")
     mem = r["memory"]
+    origin = "" if mem.get("source") in (None, "receipt") else f" (from the {mem['source']})"
     console.prose(f"memory: peak allocated {fmt_bytes(mem['peak_allocated_bytes'])}, "
-                  f"peak reserved {fmt_bytes(mem['peak_reserved_bytes'])}")
+                  f"peak reserved {fmt_bytes(mem['peak_reserved_bytes'])}{origin}")
     if r.get("memory_geometry"):
         from receipts.cli.memory_render import render_geometry
 

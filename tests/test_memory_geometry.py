@@ -223,3 +223,23 @@ def test_attach_names_what_a_file_it_cannot_take_is(store, tmp_path, kind, said)
         path.write_bytes((DATA / "sgd_2gpu" / "run.log").read_bytes())
     result = cli(store, "ingest", str(path), "--attach", "sgd_2gpu")
     assert result.exit_code == 2 and f"this looks like {said}" in " ".join(result.stderr.split()), result.stderr
+
+
+def test_a_log_without_peaks_shows_the_snapshots_peak(tmp_path):
+    from conftest import write_native_log
+
+    db = str(tmp_path / "s.duckdb")
+    log = write_native_log(tmp_path / "run.log", [100.0] * 12, footer=False)
+    code, out = cli_json(db, "ingest", str(log))
+    assert code == 0, out
+    run = out[0]["run_name"]
+    assert "memory: peak allocated -" in cli(db, "show", run).stdout
+    snap = str(DATA / "adamw_1gpu" / "snapshot" / "rank0.pickle.gz")
+    assert cli(db, "ingest", snap, "--attach", run).exit_code == 0
+    code, out = cli_json(db, "show", run)
+    geo = out["memory_geometry"]
+    assert out["memory"]["source"] == "snapshot"
+    assert out["memory"]["peak_allocated_bytes"] == geo["peak_allocated_bytes"] is not None
+    text = cli(db, "show", run).stdout
+    gib = geo["peak_allocated_bytes"] / 2**30
+    assert f"memory: peak allocated {gib:.2f} GiB" in text and "(from the snapshot)" in text
