@@ -14,7 +14,7 @@ Each item carries the dashboard query that shows it (`receipts dashboard`, then 
 from __future__ import annotations
 
 import re
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -113,8 +113,7 @@ def dashboard_query(view: str, **params: str) -> str:
 
 
 def lane_link(lane: Lane) -> str:
-    # the dashboard's history view reads the lane as ?host=&preset=&regime= (dashboards/views/history.py)
-    return dashboard_query("history", **dict(zip(("host", "preset", "regime"), astuple(lane))))
+    return dashboard_query("history", **{k: v for k, v in lane.url_params().items() if v is not None})
 
 
 def period_report(store: "Store", *, since: datetime, until: datetime, against: str = "tag:main",

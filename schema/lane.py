@@ -21,6 +21,8 @@ from typing import Any
 RAW = {"host_lineage": "raw_host_lineage", "preset_family": "raw_preset", "launch_regime": "raw_regime"}
 OPTION = {"host_lineage": "host_lineage", "preset_family": "preset", "launch_regime": "regime"}
 LABEL = {"host_lineage": "host lineage", "preset_family": "preset family", "launch_regime": "launch regime"}
+# The dashboard's query parameters (?host=&preset=&regime=): links from `report` and the lanes view to a history.
+URL_PARAM = {"host_lineage": "host", "preset_family": "preset", "launch_regime": "regime"}
 RESOLVED_WITH = {"launch_regime": ("engine", "compile_mode", "parallel_json")}
 
 
@@ -38,6 +40,14 @@ class Lane:
         if isinstance(source, Mapping):
             return cls(*(source[f] for f in FIELDS))
         return cls(*(getattr(source, f) for f in FIELDS))
+
+    @classmethod
+    def from_url(cls, params: Mapping[str, Any]) -> Lane:
+        """The lane a dashboard link names (URL_PARAM); a missing parameter is None."""
+        return cls(*(params.get(URL_PARAM[f]) for f in FIELDS))
+
+    def url_params(self) -> dict[str, str | None]:
+        return {URL_PARAM[f]: getattr(self, f) for f in FIELDS}
 
     @classmethod
     def from_key(cls, key: str) -> Lane:

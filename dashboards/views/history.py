@@ -3,11 +3,13 @@ the change points of analysis.history (E-divisive means with a t-test confirmati
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import polars as pl
 import streamlit as st
 
 from receipts.analysis.lanes import lane_summary
-from receipts.schema.lane import FIELDS
+from receipts.schema.lane import FIELDS, LABEL, Lane
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 from receipts.dashboards.views._names import readable
@@ -22,12 +24,13 @@ def render(data: Data) -> None:
         return
     keys = list(zip(*(lanes[f] for f in FIELDS)))
     q = st.query_params
-    wanted = (q.get("host"), q.get("preset"), q.get("regime"))
+    wanted = astuple(Lane.from_url(q))
     if st.session_state.get("history_lane") not in keys:
         st.session_state["history_lane"] = wanted if wanted in keys else keys[0]
-    lane = st.selectbox("lane (host lineage · preset family · launch regime)", keys, format_func=" · ".join,
+    lane = st.selectbox(f"lane ({' · '.join(LABEL[f] for f in FIELDS)})", keys, format_func=" · ".join,
                         key="history_lane")
-    q["host"], q["preset"], q["regime"] = lane
+    for param, value in Lane(*lane).url_params().items():
+        q[param] = value
     history, floor = data.lane_history(*lane)
     from_ingest = bool((history["run_date_source"] == "ingest").any())
     # Runs without a date of their own are dated by their ingest, a batch's within a second: order spaces them.

@@ -9,7 +9,7 @@ import polars as pl
 import streamlit as st
 
 from receipts.analysis.lanes import lane_summary
-from receipts.schema.lane import FIELDS
+from receipts.schema.lane import FIELDS, LABEL, URL_PARAM, Lane
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 
@@ -39,17 +39,16 @@ def _to_url(values: dict[str, str | list[str] | None]) -> None:
 
 def _filters(data: Data) -> dict:
     opts = data.query("dash_filter_options", fields=list(FIELDS))
-    hosts_all, presets_all, regimes_all = (_options(opts, k) for k in FIELDS)
     tags_all = _options(opts, "tag")
-    cols = st.columns([3, 3, 3, 2])
-    hosts = cols[0].multiselect("host lineage", hosts_all, default=_from_url("host", hosts_all), key="lanes_host")
-    presets = cols[1].multiselect("preset family", presets_all, default=_from_url("preset", presets_all),
-                                  key="lanes_preset")
-    regimes = cols[2].multiselect("launch regime", regimes_all, default=_from_url("regime", regimes_all),
-                                  key="lanes_regime")
+    cols = st.columns([3] * len(FIELDS) + [2])
+    chosen = {}
+    for col, f in zip(cols, FIELDS):
+        options = _options(opts, f)
+        chosen[f] = col.multiselect(LABEL[f], options, default=_from_url(URL_PARAM[f], options),
+                                    key=f"lanes_{URL_PARAM[f]}")
     tag_choices = [None, *tags_all]
     url_tag = st.query_params.get("tag")
-    tag = cols[3].selectbox("lineage tag", tag_choices, format_func=lambda t: t or "any", key="lanes_tag",
+    tag = cols[-1].selectbox("lineage tag", tag_choices, format_func=lambda t: t or "any", key="lanes_tag",
                             index=tag_choices.index(url_tag) if url_tag in tag_choices else 0)
     cols = st.columns([3, 5])
     days = [date.fromisoformat(d) for d in _options(opts, "date")]
@@ -65,9 +64,8 @@ def _filters(data: Data) -> dict:
             since, until = (d.isoformat() for d in picked)
     search = cols[1].text_input("search (run name, id, hostname, raw identity)", value=st.query_params.get("q", ""),
                                 key="lanes_search").strip() or None
-    _to_url({"host": hosts, "preset": presets, "regime": regimes, "tag": tag, "since": since, "until": until,
-             "q": search})
-    return {"lane": [hosts or None, presets or None, regimes or None], "tag": tag,
+    _to_url({**{URL_PARAM[f]: chosen[f] for f in FIELDS}, "tag": tag, "since": since, "until": until, "q": search})
+    return {"lane": [chosen[f] or None for f in FIELDS], "tag": tag,
             "since": since, "until": until, "search": search}
 
 
@@ -92,7 +90,7 @@ def render(data: Data) -> None:
         lanes.with_columns(
             pl.struct(*FIELDS, "rumor").map_elements(
                 lambda r: None if r["rumor"] else "?" + urlencode(
-                    {"view": "history", **dict(zip(("host", "preset", "regime"), (r[f] for f in FIELDS)))}),
+                    {"view": "history", **Lane.of(r).url_params()}),
                 return_dtype=pl.Utf8).alias("history"))
         .select("lane", "n_receipts", "median_step_ms", "last_run_at", "history"),
         hide_index=True, width="stretch",
