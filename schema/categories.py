@@ -43,6 +43,7 @@ DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "
 # over steps) in the one-H200 nsys baselines and 0.01 ms on the 2 x H200 lane; the planted 0.5 ms stall leaves
 # one gap of 0.73 ms.
 LONG_GAP_NS = 500_000
+IDLE_LONG = "idle_long"
 # The step marker's range outside the GPU span (a stall before the first launch, launch gaps): with the
 # decomposition's parts, what a step's range sums to.
 HOST_GAP = "host_gap"
