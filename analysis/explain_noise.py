@@ -73,10 +73,10 @@ class Calibration:
 # freedom (d0) are the largest corpus's runs less one: 7 - 1 (nsys), 6 - 1 (Kineto).
 _GPU_SIDE = {"compute": 3.0, "busy": 1.0, "wait": 20.0}
 CALIBRATIONS = {
-    "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.3, "stall": 0.3, "cpu": 50.0}, 6,
+    "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.3, "stall": 0.1, "cpu": 50.0}, 6,
                         "Nsight Systems: 6 A/A runs of a 2xH200 FSDP2 lane (tests/data/explain) and 7 of a 1xH200 "
                         "one (tests/data/explain_corpus)"),
-    "kineto": Calibration({**_GPU_SIDE, "gap": 35.0, "host": 0.25, "stall": 0.3, "cpu": 50.0}, 5,
+    "kineto": Calibration({**_GPU_SIDE, "gap": 35.0, "host": 0.25, "stall": 0.1, "cpu": 50.0}, 5,
                           "the PyTorch profiler: 6 A/A runs of a 1xH200 FSDP2 lane (tests/data/explain_corpus); its "
                           "GPU-side classes as Nsight Systems'"),
 }
