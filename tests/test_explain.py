@@ -182,6 +182,22 @@ def test_one_component_one_verdict_whatever_levels_are_shown():
     assert alone.family == 80 and {c.level for c in alone.components} == {"category"}
 
 
+def test_a_run_stored_before_idle_was_split_is_compared_on_the_whole_idle():
+    """Two baseline runs stored before the split (all idle under `idle`) and a candidate split into idle 2 ms and
+    idle_long 1 ms that is the same run: compared on the sum, nothing moved; the split against a whole would have
+    read idle -1 ms and idle_long +1 ms. Three split runs keep their two parts."""
+    whole = [_run(f"a{i}", {("category", "compute_only"): 40.0, ("category", "idle"): 3.0 + 0.01 * i},
+                  within={("category", "idle"): 0.01}) for i in range(2)]
+    split = _run("b", {("category", "compute_only"): 40.0, ("category", "idle"): 2.0, ("category", "idle_long"): 1.0},
+                 within={("category", "idle"): 0.01, ("category", "idle_long"): 0.02})
+    e = explain(whole, [split], step=StepChange("no change", 43.0, 43.0, ""))
+    idle = {c.name: c for c in e.components if c.name.startswith("idle")}
+    assert set(idle) == {"idle"} and idle["idle"].candidate_ms_per_step == pytest.approx(3.0)
+    assert not e.changed
+    kept = explain([split, split], [split], step=StepChange("no change", 43.0, 43.0, ""))
+    assert {c.name for c in kept.components if c.name.startswith("idle")} == {"idle", "idle_long"}
+
+
 def test_pairwise_is_symmetric_and_uses_the_calibrated_noise():
     a = _run("a", {("category", "gemm"): 20.0, ("nvtx", "ablock"): 30.0})
     b = _run("b", {("category", "gemm"): 20.5, ("nvtx", "ablock"): 60.0})
