@@ -70,7 +70,9 @@ class Calibration:
 # are kernel timestamps, which the profiler does not change: both profilers take the larger of the two corpora. The
 # host-side classes (gap, host, cpu) are the host's pace, which the profiler's own overhead sets (Kineto's makes
 # stretches of the step launch-bound): each profiler its own, the larger of its measurements. The prior's degrees of
-# freedom (d0) are the largest corpus's runs less one: 7 - 1 (nsys), 6 - 1 (Kineto).
+# freedom (d0) are the largest corpus's runs less one: 7 - 1 (nsys), 6 - 1 (Kineto). The stall class (idle_long)
+# measured 0.00% of the step on all three (0 in every baseline's median step but kineto_base_6's, whose 1.26 ms the
+# model gives to its own steps' spread): kept at 0.1% of the step, the floor every component has.
 _GPU_SIDE = {"compute": 3.0, "busy": 1.0, "wait": 20.0}
 CALIBRATIONS = {
     "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.3, "stall": 0.1, "cpu": 50.0}, 6,
