@@ -6,7 +6,8 @@ stored as (the same function at ingest, over the parser's frames, and in `receip
 rows, so both give the same numbers):
 
   category  each anatomy category's ms per step: the exact non-overlapping decomposition of the step's GPU span
-            (compute_only + comm_hidden + exposed_comm + memcpy_only + idle, which sum to it), the host gap (the
+            (compute_only + comm_hidden + exposed_comm + memcpy_only + idle + idle_long, which sum to it; idle_long
+            the idle held in gaps of 0.5 ms or more, a host stall, schema/categories.py), the host gap (the
             step marker's range less that span: a stall before the first launch, launch gaps; with the span's parts
             it sums to the step's range), the time between steps (BETWEEN_STEPS: from the end of the step's
             range to the start of the next one, a data loader's wait the step's range never holds; with the

@@ -27,8 +27,8 @@ component counts 0):
              wait outside the step the step time never holds; when it changed, period_note says the step-to-step
              period moved beside (or without) the step range.
   residual   the step-time change minus the deltas of the changed parts of the step (compute only, communication
-             hidden, exposed communication, memcpy only, idle: they partition the GPU span; the host gap: the step's
-             range outside it), whether or not the category level is shown.
+             hidden, exposed communication, memcpy only, idle in short gaps, idle in long ones: they partition the
+             GPU span; the host gap: the step's range outside it), whether or not the category level is shown.
 
 Kernel keys: the demangled name in one spelling for every profiler (schema/kernel_names.py), without its argument
 list where no run compared holds two kernels under that (kernel_keys); the full name where one would.
@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -293,7 +293,8 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     side, the calibrated noise, a symmetric test."""
     if not baseline or not candidate:
         raise ValueError("explain needs at least one profiled run on each side")
-    runs = [*baseline, *candidate]
+    runs = _one_idle([*baseline, *candidate])
+    baseline, candidate = runs[:len(baseline)], runs[len(baseline):]
     n_a, n_b = len(baseline), len(candidate)
     if mode == "pairwise":  # symmetric: the scale is both sides'
         step_ms = float(np.mean([x for x in (step.baseline_ms, step.candidate_ms) if x] or
@@ -356,6 +357,29 @@ def _period_note(out: Sequence[ComponentDelta], step: StepChange) -> str | None:
     return (f"the step-to-step period moved {d:+.2f} ms per step {held}: the time between one step's range and "
             f"the next's went {between.baseline_ms_per_step:.2f} -> {between.candidate_ms_per_step:.2f} ms (host "
             f"work outside the step: a data loader, logging, a checkpoint)")
+
+
+_IDLE, _IDLE_LONG = ("category", "idle"), ("category", "idle_long")
+
+
+def _one_idle(runs: Sequence[RunComponents]) -> list[RunComponents]:
+    """The runs with one definition of idle. A profile stored before idle was split by gap length has its whole
+    idle under `idle` and no `idle_long`; beside one, every run's two parts are compared as their sum, `idle` (the
+    within-run variances added: the parts' covariance is unknown), rather than a split against a whole."""
+    if all(_IDLE_LONG in r.values for r in runs if _IDLE in r.values) or not any(_IDLE_LONG in r.values for r in runs):
+        return list(runs)
+    out = []
+    for r in runs:
+        values = dict(r.values)
+        long = values.pop(_IDLE_LONG, None)
+        if long is not None:
+            short = values.get(_IDLE, Value(0.0))
+            var = None if short.step_var is None and long.step_var is None else (short.step_var or 0.0) + (
+                long.step_var or 0.0)
+            values[_IDLE] = replace(short, ms_per_step=short.ms_per_step + long.ms_per_step, step_var=var,
+                                    n_steps=short.n_steps or long.n_steps)
+        out.append(replace(r, values=values))
+    return out
 
 
 def _span(run: RunComponents) -> float:

@@ -1,6 +1,6 @@
 """Power of `receipts explain` on the real 2 x H200 lane (tests/data/explain, README there): each planted run
-pairwise against each of the five baseline runs, and a host stall added to the A/A run's idle (its other components
-as measured) against the five baseline runs (lane) and against each alone (pairwise): the smallest stall named
+pairwise against each of the five baseline runs, and a host stall added to the A/A run's idle in long gaps (one gap
+of the stall's length: idle_long; its other components as measured) against the five baseline runs (lane) and against each alone (pairwise): the smallest stall named
 first. What docs/statistics.md quotes beside the false-alarm simulation.
 
     .venv/bin/python benchmarks/explain_real_lane_power.py
@@ -14,18 +14,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from receipts.analysis.explain import RunComponents, StepChange, explain
+from receipts.schema.categories import STEP_PARTS
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "explain"
 BASE = [f"base_{i}" for i in range(1, 6)]
-PLANTS = {"attn_1": "attention", "attn_2": "attention", "gemm_1": "gemm", "gemm_2": "gemm", "stall_1": "idle",
-          "stall_2": "idle", "fp32_1": "nccl", "fp32_2": "nccl"}
+PLANTS = {"attn_1": "attention", "attn_2": "attention", "gemm_1": "gemm", "gemm_2": "gemm", "stall_1": "idle_long",
+          "stall_2": "idle_long", "fp32_1": "nccl", "fp32_2": "nccl"}
 STALLS_MS = (0.3, 0.5, 1.0, 2.0)
 
 
 def _planted(c, what: str) -> bool:
-    if what == "idle":
-        return c.level == "category" and c.name == "idle"
+    if what == "idle_long":
+        return c.level == "category" and c.name == "idle_long"
     if what == "nccl":
         return ((c.level == "kernel" and c.name.startswith("ncclDevKernel_ReduceScatter"))
                 or c.name == "nccl_reduce_scatter")
@@ -65,18 +66,17 @@ def main() -> None:
         by_name = {r.run_name: r for r in runs.values()}
         base_runs = [by_name[b] for b in BASE]
         aa = by_name["aa_1"]
-        step = sum(v.ms_per_step for (lv, n), v in aa.values.items() if lv == "category" and n in
-                   ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle", "host_gap"))
+        step = sum(v.ms_per_step for (lv, n), v in aa.values.items() if lv == "category" and n in STEP_PARTS)
         for stall in STALLS_MS:
             values = dict(aa.values)
-            values[("category", "idle")] = replace(values[("category", "idle")],
-                                                   ms_per_step=values[("category", "idle")].ms_per_step + stall)
+            stalled_at = ("category", "idle_long")
+            values[stalled_at] = replace(values[stalled_at], ms_per_step=values[stalled_at].ms_per_step + stall)
             stalled = RunComponents("stalled", "stalled", values)
             lane = explain(base_runs, [stalled], step=StepChange("inconclusive", step, step + stall, ""), mode="lane")
             pairs = [explain([b], [stalled], step=StepChange("inconclusive", step, step + stall, ""), mode="pairwise")
                      for b in base_runs]
-            named = lambda e: bool(e.changed) and _planted(e.changed[0], "idle")  # noqa: E731
-            print(f"+{stall:.1f} ms idle ({100 * stall / step:.1f}% of the step): lane "
+            named = lambda e: bool(e.changed) and _planted(e.changed[0], "idle_long")  # noqa: E731
+            print(f"+{stall:.1f} ms idle_long ({100 * stall / step:.1f}% of the step): lane "
                   f"{'named first' if named(lane) else 'not named'}; pairwise named first against "
                   f"{sum(map(named, pairs))}/{len(pairs)} baseline runs")
     print("command: .venv/bin/python benchmarks/explain_real_lane_power.py")

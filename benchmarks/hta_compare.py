@@ -19,7 +19,7 @@ def hta_comparable(anatomy, rank: int) -> dict:
     """Our numbers over the window HTA analyses, in microseconds."""
     st = _hta_steps(anatomy, rank)
     rows = anatomy.rows.join(st.select("rank", "step"), on=["rank", "step"], nulls_equal=True)
-    idle_us = rows.filter(pl.col("category") == "idle")["time_ms"].sum() * 1e3
+    idle_us = rows.filter(pl.col("category").is_in(["idle", "idle_long"]))["time_ms"].sum() * 1e3
     busy_us = st["gpu_ms"].fill_null(0).sum() * 1e3
     comm = st["comm_ms"].fill_null(0)
     overlap = (st["overlap_pct"].fill_null(0) * comm).sum() / comm.sum() if comm.sum() > 0 else None

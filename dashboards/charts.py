@@ -16,8 +16,9 @@ import polars as pl
 from receipts.schema.categories import DECOMPOSITION
 
 GIB = float(1 << 30)
-# One colour per category everywhere, so a reader learns it once; idle grey, exposed comm black.
-DECOMPOSITION_SCALE = alt.Scale(domain=list(DECOMPOSITION), range=["#4c78a8", "#72b7b2", "#e45756", "#f58518", "#d3d3d3"])
+# One colour per category everywhere, so a reader learns it once; idle light grey, idle in long gaps (a stall) dark.
+DECOMPOSITION_SCALE = alt.Scale(domain=list(DECOMPOSITION), range=["#4c78a8", "#72b7b2", "#e45756", "#f58518", "#d3d3d3",
+                                                                   "#7f7f7f"])
 _DECOMPOSITION_ORDER = "indexof(" + str(list(DECOMPOSITION)).replace("'", '"') + ", datum.category)"
 WIDE = 720
 

@@ -21,7 +21,8 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from receipts.schema.categories import DECOMPOSITION, NOT_KERNELS
+from receipts.schema.categories import DECOMPOSITION, LONG_GAP_NS, NOT_KERNELS
+
 _KEYS = ["rank", "step"]
 
 
@@ -194,19 +195,24 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
         clipped, _ = _masked_unions(group[inside], clipped_start[inside], clipped_end[inside], n)
         busy_in, c_in, m_in = clipped(None), clipped(compute[inside]), clipped(comm[inside])
         cm = c_in + m_in - clipped(work[inside])
-    elif proper:
-        busy_in, c_in, m_in, cm = busy, compute_ns, comm_ns, both
+        long_idle = _long_gaps_ns(group[inside], clipped_start[inside], clipped_end[inside], spans[0], spans[1])
     else:
+        if proper:
+            busy_in, c_in, m_in, cm = busy, compute_ns, comm_ns, both
+        else:
+            positive = end > start
+            busy_in, c_in, m_in = union(positive), union(positive & compute), union(positive & comm)
+            cm = c_in + m_in - union(positive & work)
         positive = end > start
-        busy_in, c_in, m_in = union(positive), union(positive & compute), union(positive & comm)
-        cm = c_in + m_in - union(positive & work)
+        own_end = np.maximum.reduceat(end, first) if n else np.zeros(0, np.int64)
+        long_idle = _long_gaps_ns(group[positive], start[positive], end[positive], start[first], own_end)
     step_ns = pl.DataFrame({
         "key": key[first], "span_start_ns": start[first],
         "span_end_ns": np.maximum.reduceat(end, first) if n else np.zeros(0, np.int64),
         "union_ns": busy, "busy_in_span_ns": busy_in,
         "kernels": np.bincount(group[kernel if counted is None else kernel & counted],
                                minlength=n).astype(np.int64),
-        "comm_ns": comm_ns, "both_ns": both, "c_ns": c_in, "m_ns": m_in, "cm_ns": cm})
+        "comm_ns": comm_ns, "both_ns": both, "c_ns": c_in, "m_ns": m_in, "cm_ns": cm, "long_idle_ns": long_idle})
     keys, codes, unions = [], [], []
     for code in np.flatnonzero(np.bincount(category, minlength=len(categories))):
         rows = category == code
@@ -219,6 +225,37 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
         "category": categories.gather(np.concatenate(codes) if codes else np.zeros(0, np.uint32)),
         "union_ns": np.concatenate(unions) if unions else np.zeros(0, np.int64)})
     return step_ns, category_ns
+
+
+def _long_gaps_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                  ) -> np.ndarray:
+    """Per group (0..n-1, n = lo.size), the GPU's idle time inside [lo, hi) held in gaps of at least LONG_GAP_NS
+    (schema/categories.py): the stretches between the group's merged intervals, and from the span's start to the
+    first and from the last to its end, each counted whole when it is that long and not at all when shorter. The
+    intervals: of positive length, inside their span, sorted by (group, start). A group without any is one gap,
+    its span. The gaps of a group sum to its span less the union of its intervals (its idle)."""
+    n = lo.size
+    out = np.zeros(n, np.int64)
+    if not n:
+        return out
+    if not start.size:
+        gap = hi - lo
+        return np.where(gap >= LONG_GAP_NS, gap, 0).astype(np.int64)
+    base = int(min(int(start.min()), int(lo.min())))
+    reach = _segmented_running_max(end - base, group) + base   # the latest end so far within the group
+    first = np.r_[True, group[1:] != group[:-1]]
+    last = np.r_[group[1:] != group[:-1], True]
+    before = np.where(first, lo[group], np.r_[0, reach[:-1]])  # where the GPU went idle before this interval
+    gap = start - before
+    starts = np.flatnonzero(first)  # integers summed as integers: a float's 53 bits do not hold every export's ns
+    out[group[starts]] += np.add.reduceat(np.where(gap >= LONG_GAP_NS, gap, 0), starts)
+    tail = hi[group[last]] - reach[last]
+    out[group[last]] += np.where(tail >= LONG_GAP_NS, tail, 0)
+    empty = np.ones(n, bool)
+    empty[group] = False
+    whole = hi[empty] - lo[empty]
+    out[empty] = np.where(whole >= LONG_GAP_NS, whole, 0)
+    return out
 
 
 def _masked_unions(group: np.ndarray, start: np.ndarray, end: np.ndarray, n: int):
@@ -298,7 +335,9 @@ def anatomy_rows(events: pl.DataFrame, spans: pl.DataFrame, *, kinds: Mapping[st
     group_of = np.searchsorted(step_ns["key"].to_numpy(), category_ns["key"].to_numpy())  # keys ascend
     by_cat = key_rows[group_of].with_columns(category_ns["category"], category_ns["union_ns"])
     ints = pl.concat([key_rows, step_ns.select(STEP_NS)], how="horizontal")
+    whole = (pl.col("span_end_ns") - pl.col("span_start_ns")).clip(0)  # a span without work: one gap, itself
     totals = (sp.join(ints, on=_KEYS, how="left", nulls_equal=True, maintain_order="left")
+              .with_columns(pl.col("long_idle_ns").fill_null(pl.when(whole >= LONG_GAP_NS).then(whole).otherwise(0)))
               .with_columns(pl.col(*STEP_NS).fill_null(0)))
     return anatomy_from_ns(by_cat, totals)
 
@@ -320,8 +359,9 @@ def _category_codes(column: pl.Series) -> tuple[np.ndarray, pl.Series]:
 
 # Integers per (rank, step) that anatomy_from_ns turns into rows: the union of all work (union_ns), of the work
 # inside the span (busy_in_span_ns), kernels counted, the union of communication (comm_ns) and its overlap with
-# compute (both_ns); inside the span, the union of compute (c_ns), of communication (m_ns) and their overlap (cm_ns).
-STEP_NS = ("union_ns", "busy_in_span_ns", "kernels", "comm_ns", "both_ns", "c_ns", "m_ns", "cm_ns")
+# compute (both_ns); inside the span, the union of compute (c_ns), of communication (m_ns) and their overlap (cm_ns),
+# and the idle held in gaps of at least LONG_GAP_NS (long_idle_ns, _long_gaps_ns).
+STEP_NS = ("union_ns", "busy_in_span_ns", "kernels", "comm_ns", "both_ns", "c_ns", "m_ns", "cm_ns", "long_idle_ns")
 
 
 def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -330,8 +370,11 @@ def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.Data
     all steps, so whoever computed the integers (in chunks, or with numpy on sorted arrays) gets the same floats."""
     by_cat = by_cat.select(*_KEYS, pl.col("category").cast(pl.Utf8), (pl.col("union_ns") / 1e6).alias("time_ms"))
     # The non-overlapping decomposition of the span: compute only + communication hidden under compute +
-    # exposed communication + memory work under neither + idle = the span, exactly, so that a step's parts add up
-    # to its time and a change in one part is not counted twice in another.
+    # exposed communication + memory work under neither + idle in short gaps + idle in long gaps = the span,
+    # exactly, so that a step's parts add up to its time and a change in one part is not counted twice in another.
+    # The idle is split in integers (the long part at most the whole), so the two parts add up to it exactly.
+    idle_ns = (pl.col("span_end_ns") - pl.col("span_start_ns") - pl.col("busy_in_span_ns")).clip(0)
+    long_ns = pl.min_horizontal(pl.col("long_idle_ns"), idle_ns)
     per_step = totals.with_columns(
         ((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
         (pl.col("cm_ns") / 1e6).alias("comm_hidden"),
@@ -339,7 +382,8 @@ def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.Data
         ((pl.col("busy_in_span_ns") - (pl.col("c_ns") + pl.col("m_ns") - pl.col("cm_ns"))).clip(0)
          / 1e6).alias("memcpy_only"),
         (pl.col("union_ns") / 1e6).alias("gpu_ms"),
-        ((pl.col("span_end_ns") - pl.col("span_start_ns") - pl.col("busy_in_span_ns")).clip(0) / 1e6).alias("idle"),
+        ((idle_ns - long_ns) / 1e6).alias("idle"),
+        (long_ns / 1e6).alias("idle_long"),
         (pl.col("comm_ns") / 1e6).alias("comm_ms"),
         pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("both_ns") / pl.col("comm_ns")).otherwise(None).alias("overlap_pct"),
     )

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from receipts.ingest.intervals import STEP_NS, anatomy_from_ns, intersection_ns, union_ns
-from receipts.schema.categories import COMM_CATEGORIES, COMPUTE_CATEGORIES, KERNEL_CATEGORIES, NOT_KERNELS
+from receipts.ingest.intervals import STEP_NS, anatomy_from_ns, intersection_ns, islands, union_ns
+from receipts.schema.categories import (COMM_CATEGORIES, COMPUTE_CATEGORIES, KERNEL_CATEGORIES, LONG_GAP_NS,
+                                       NOT_KERNELS)
 
 KERNEL_ONLY = tuple(c for c in KERNEL_CATEGORIES if c not in NOT_KERNELS)
 
@@ -48,6 +49,18 @@ def anatomy_by_sets(events: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataF
     cm = intersection_ns(m_in, c_in, _KEYS).rename({"both_ns": "cm_ns"})
     totals = sp.select(*_KEYS, "span_start_ns", "span_end_ns")
     for part in (busy, busy_in_span, counts, comm_union, hidden,
-                 union_ns(c_in, _KEYS).rename({"union_ns": "c_ns"}), m_union, cm):
+                 union_ns(c_in, _KEYS).rename({"union_ns": "c_ns"}), m_union, cm, _long_idle(clipped, sp)):
         totals = totals.join(part, on=_KEYS, how="left", nulls_equal=True)
     return anatomy_from_ns(by_cat, totals.with_columns(pl.col(*STEP_NS).fill_null(0)))
+
+
+def _long_idle(clipped: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step), the span's idle held in gaps of at least LONG_GAP_NS: the complement of the work's islands
+    inside the span, gap by gap (a span without work is one gap)."""
+    isl = islands(clipped, _KEYS)
+    edges = (spans.select(*_KEYS, pl.col("span_start_ns").alias("start_ns"), pl.col("span_start_ns").alias("end_ns"))
+             .vstack(spans.select(*_KEYS, pl.col("span_end_ns").alias("start_ns"), pl.col("span_end_ns").alias("end_ns")))
+             .vstack(isl.select(*_KEYS, "start_ns", "end_ns").cast({"rank": pl.Int32, "step": pl.Int64})))
+    gaps = (edges.sort(*_KEYS, "start_ns", nulls_last=True)
+            .with_columns((pl.col("start_ns") - pl.col("end_ns").cum_max().shift(1).over(_KEYS)).alias("gap")))
+    return (gaps.filter(pl.col("gap") >= LONG_GAP_NS).group_by(_KEYS).agg(pl.col("gap").sum().alias("long_idle_ns")))

@@ -184,7 +184,9 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "test_intervals_sorted.py": (
         "test_anatomy_rows_clipped_to_spans",
+        "test_gaps_around_the_long_gap_threshold",
         "test_intervals_that_end_before_they_start",
+        "test_long_gaps_clipped_to_spans",
         "test_proper_intervals",
         "test_time_ranges_too_wide_to_lift",
     ),

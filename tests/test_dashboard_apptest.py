@@ -77,7 +77,7 @@ def test_anatomy_view_draws_categories_ranks_phases_and_nvtx(store_ids, monkeypa
     assert "mfu_2gpu_before.sqlite" in text
     assert len(_charts(at)) == 5  # per step x rank, per rank, categories (overlapping), warm-up vs steady, NVTX
     spec = json.dumps([c.proto.spec for c in _charts(at)])
-    assert "exposed_comm" in spec and "idle" in spec
+    assert "exposed_comm" in spec and "idle" in spec and "idle_long" in spec  # the idle of long gaps, its own part
     # the stacked charts stack only the parts that sum to the step, named for a reader
     assert "parts that sum to the step" in spec and "compute_only" in spec and "comm_hidden" in spec
     assert "categories overlap, not additive" in spec

@@ -39,10 +39,10 @@ def test_compare_view_linked_from_check_explains_against_the_lane(explain_lane, 
     _no_exception(at)
     text = _texts(at)
     assert "Against tag:main" in text and "noise from 5 profiled baseline runs" in text
-    assert "over all 74 components of every level" in text  # 73 and the time between steps
+    assert "over all 75 components of every level" in text  # 73, the time between steps and idle in long gaps
     table = next(d.value for d in at.dataframe if "delta_ms" in d.value.columns)
     first = table[table["verdict"] == "changed"].iloc[0]
-    assert (first["level"], first["component"]) == ("category", "idle")
+    assert (first["level"], first["component"]) == ("category", "idle_long")
 
 def test_the_report_beside_an_export_is_named_for_nsys_ui(tmp_path, monkeypatch):
     """tests/data/gpu keeps fsdp2_2gpu_nsys.nsys-rep beside its export: that report is the one to open."""

@@ -16,12 +16,13 @@ import pytest
 
 from cli_helpers import cli, cli_json
 from conftest import realdata
+from receipts.schema.categories import DECOMPOSITION
 from receipts.schema.model import STEP_KERNELS_REST
 
 DATA = Path(__file__).resolve().parent / "data" / "slow_step"
 RUN = DATA / "slowstep_1"
 SLOW_STEP, SLOW_K, STALL_STEP, STALL_MS = 12, 48, 17, 25.0  # tests/data/slow_step/machine.txt
-PARTS = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle")
+PARTS = DECOMPOSITION
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_the_planted_gemm_step_names_one_kernel_with_48_more_calls(db):
 def test_the_planted_stall_step_is_idle_with_no_kernel_changed(db):
     d = _drill(db, STALL_STEP)
     parts = [c for c in d.categories if c["part"]]
-    assert parts[0]["category"] == "idle" and STALL_MS - 1 < parts[0]["delta_ms"] < STALL_MS + 10, parts[0]
+    assert parts[0]["category"] == "idle_long" and STALL_MS - 1 < parts[0]["delta_ms"] < STALL_MS + 10, parts[0]
     named = [k for k in d.kernels if k["name"] != STEP_KERNELS_REST]
     assert all(abs(k["calls"] - k["typical_calls"]) < 0.5 for k in named)
     assert max(k["delta_ms"] for k in d.kernels) < 1.0

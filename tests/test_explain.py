@@ -182,6 +182,22 @@ def test_one_component_one_verdict_whatever_levels_are_shown():
     assert alone.family == 80 and {c.level for c in alone.components} == {"category"}
 
 
+def test_a_run_stored_before_idle_was_split_is_compared_on_the_whole_idle():
+    """Two baseline runs stored before the split (all idle under `idle`) and a candidate split into idle 2 ms and
+    idle_long 1 ms that is the same run: compared on the sum, nothing moved; the split against a whole would have
+    read idle -1 ms and idle_long +1 ms. Three split runs keep their two parts."""
+    whole = [_run(f"a{i}", {("category", "compute_only"): 40.0, ("category", "idle"): 3.0 + 0.01 * i},
+                  within={("category", "idle"): 0.01}) for i in range(2)]
+    split = _run("b", {("category", "compute_only"): 40.0, ("category", "idle"): 2.0, ("category", "idle_long"): 1.0},
+                 within={("category", "idle"): 0.01, ("category", "idle_long"): 0.02})
+    e = explain(whole, [split], step=StepChange("no change", 43.0, 43.0, ""))
+    idle = {c.name: c for c in e.components if c.name.startswith("idle")}
+    assert set(idle) == {"idle"} and idle["idle"].candidate_ms_per_step == pytest.approx(3.0)
+    assert not e.changed
+    kept = explain([split, split], [split], step=StepChange("no change", 43.0, 43.0, ""))
+    assert {c.name for c in kept.components if c.name.startswith("idle")} == {"idle", "idle_long"}
+
+
 def test_pairwise_is_symmetric_and_uses_the_calibrated_noise():
     a = _run("a", {("category", "gemm"): 20.0, ("nvtx", "ablock"): 30.0})
     b = _run("b", {("category", "gemm"): 20.5, ("nvtx", "ablock"): 60.0})
@@ -297,12 +313,13 @@ def test_extra_gemms_are_more_calls_per_step(explain_lane, run):
 @pytest.mark.slow
 @pytest.mark.parametrize("run", ["stall_1", "stall_2"])
 def test_a_host_stall_is_idle_and_no_kernel_is_blamed(explain_lane, run):
-    """The stall (a sync, then STALL_MS of sleep between forward and backward) is named first, as idle. What the
+    """The stall (a sync, then STALL_MS of sleep between forward and backward) is named first, as idle in a long gap
+    (idle_long: the GPU waited over 0.5 ms at once, where the baseline's idle is all gaps of microseconds). What the
     real runs also show, and the test states rather than hides: after the idle gap some kernels run a little
     faster (the flash backward by ~7%), so a kernel may be named, but only as faster and far smaller."""
     out = _explain(explain_lane, run)
     changed = [c for c in out["components"] if c["verdict"] == "changed"]
-    assert changed[0]["level"] == "category" and changed[0]["name"] == "idle"
+    assert changed[0]["level"] == "category" and changed[0]["name"] == "idle_long"
     assert STALL_MS <= changed[0]["delta_ms_per_step"] <= 1.5 * STALL_MS
     for k in _named(out, "kernel"):
         assert k["presence"] is None and k["delta_ms_per_step"] < 0

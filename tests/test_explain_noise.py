@@ -69,12 +69,12 @@ def test_the_step_parts_and_the_host_gap_sum_to_the_step_range_under_nsys(slow_a
 
 def test_a_slow_step_does_not_make_the_run_look_noisy(slow_anatomy):
     """Step 17 idles 25 ms, step 12 runs 48 extra GEMMs (README there): the run's value is a median and its
-    within-run spread a MAD, so neither planted step widens the noise of idle or gemm."""
+    within-run spread a MAD, so neither planted step widens the noise of idle in long gaps or of gemm."""
     steps = comp.category_steps(slow_anatomy.rows, slow_anatomy.steps)
-    idle = steps.filter(pl.col("category") == "idle").sort("step")
-    assert idle.filter(pl.col("step") == 17)["ms"][0] > 20.0       # the stall is there
+    idle = steps.filter(pl.col("category") == "idle_long").sort("step")
+    assert idle.filter(pl.col("step") == 17)["ms"][0] > 20.0       # the stall is there, one long gap
     spread = comp.step_spread(slow_anatomy.rows, slow_anatomy.steps)
-    var, n = spread[("category", "idle")]
+    var, n = spread[("category", "idle_long")]
     assert n == idle.height and np.sqrt(var) < 0.5                 # ms: the sd of the median, not of the stall
     assert np.sqrt(spread[("category", "gemm")][0]) < 0.5
 
@@ -103,7 +103,7 @@ def test_identical_runs_name_nothing_pairwise_either_way_round(explain_lane):
 def test_pairwise_names_the_plant_first(explain_lane, run):
     code, out = cli_json(explain_lane, "explain", run, "--against", "base_3")
     first = next(c for c in out["components"] if c["verdict"] == "changed")
-    expected = {"stall_1": ("category", "idle"),
+    expected = {"stall_1": ("category", "idle_long"),
                 "gemm_1": ("kernel", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"),
                 "attn_1": ("kernel", "fmha_cutlassB_bf16_aligned_128x128_k128_seqaligned_sm80"),
                 "fp32_1": ("kernel", "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL")}[run]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -68,6 +69,15 @@ def test_intervals_that_end_before_they_start(case):
     both_ways(*case)
 
 
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(activity(st.integers(0, 40), 200, False))
+def test_gaps_around_the_long_gap_threshold(case):
+    """Times in steps of 50 us, so gaps fall short of LONG_GAP_NS, reach it exactly and pass it: the idle split
+    into idle and idle_long as the reference splits it, gap by gap."""
+    steps, cats, starts, ends = case
+    both_ways(steps, cats, [50_000 * s for s in starts], [50_000 * e for e in ends])
+
+
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)
 @given(activity(st.integers(0, 2**40), 2**61, False))
 def test_time_ranges_too_wide_to_lift(case):
@@ -99,6 +109,32 @@ def spanned_activity(draw):
 def test_anatomy_rows_clipped_to_spans(case):
     events, spans = case
     same(anatomy_by_sets(events, spans), anatomy_rows(events, spans, kinds=KINDS))
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(spanned_activity())
+def test_long_gaps_clipped_to_spans(case):
+    """The same in steps of 25 us: a span that starts or ends far from its work, or holds none, has its long gaps
+    at its edges (or is one)."""
+    events, spans = case
+    scaled = [pl.col(c) * 25_000 for c in ("start_ns", "end_ns")]
+    events = events.with_columns(scaled)
+    spans = spans.with_columns([pl.col(c) * 25_000 for c in ("span_start_ns", "span_end_ns")])
+    same(anatomy_by_sets(events, spans), anatomy_rows(events, spans, kinds=KINDS))
+
+
+def test_idle_is_split_by_the_length_of_its_gaps():
+    """Work at 0-1 ms, 1.2-2 ms and 3-4 ms of a 0-5 ms span: gaps of 0.2 ms (idle), 1 ms and 1 ms at the span's
+    end (idle_long); a span with no work is one gap, its length deciding which part it is."""
+    events = pl.DataFrame({"rank": [0, 0, 0], "step": [1, 1, 1], "category": ["gemm", "gemm", "attention"],
+                           "start_ns": [0, 1_200_000, 3_000_000], "end_ns": [1_000_000, 2_000_000, 4_000_000]})
+    spans = pl.DataFrame({"rank": [0, 0, 0], "step": [1, 2, 3], "span_start_ns": [0, 0, 0],
+                          "span_end_ns": [5_000_000, 400_000, 500_000]})
+    rows, _ = anatomy_rows(events, spans, kinds=KINDS)
+    got = {(r["step"], r["category"]): r["time_ms"] for r in rows.filter(pl.col("category").is_in(["idle", "idle_long"]))
+           .iter_rows(named=True)}
+    assert got == pytest.approx({(1, "idle"): 0.2, (1, "idle_long"): 2.0, (2, "idle"): 0.4, (2, "idle_long"): 0.0,
+                                 (3, "idle"): 0.0, (3, "idle_long"): 0.5}, abs=1e-12)
 
 
 def test_anatomy_rows_of_text_categories():

@@ -77,7 +77,7 @@ def hta_comparable(anatomy, rank: int) -> dict:
     steps' idle plus the GPU's waits between them."""
     st = _hta_steps(anatomy, rank)
     rows = anatomy.rows.join(st.select("rank", "step"), on=["rank", "step"], nulls_equal=True)
-    idle_us = rows.filter(pl.col("category") == "idle")["time_ms"].sum() * 1e3
+    idle_us = rows.filter(pl.col("category").is_in(["idle", "idle_long"]))["time_ms"].sum() * 1e3
     if anatomy.raw_events is not None:
         idle_us += _waits_between_steps_us(anatomy, rank, st["step"].to_list())
     busy_us = st["gpu_ms"].fill_null(0).sum() * 1e3
