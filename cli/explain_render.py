@@ -75,7 +75,8 @@ def _shape_calls(changed: list[ShapeChange]) -> str:
         n = g.calls_delta_per_step
         why = ("a new shape" if g.new else
                f"its other {g.baseline_calls_per_step:g} taken as unchanged" if n > 0 else "")
-        words.append(f"{n:+g} calls of {shape} at {g.ms_per_call:.3f} ms each" + (f" ({why})" if why else ""))
+        calls = "call" if abs(n) == 1 else "calls"
+        words.append(f"{n:+g} {calls} of {shape} at {g.ms_per_call:.3f} ms each" + (f" ({why})" if why else ""))
     more = len(changed) - _SHOWN_SHAPES
     return "; ".join(words) + (f"; and {more} more shape{'s' if more != 1 else ''}" if more > 0 else "")
 
