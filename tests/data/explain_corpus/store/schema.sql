@@ -1,4 +1,5 @@
 CREATE TABLE anatomy_kernels(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, category VARCHAR NOT NULL, "name" VARCHAR NOT NULL, calls BIGINT NOT NULL, total_ms DOUBLE NOT NULL, steps BIGINT NOT NULL);;
+CREATE TABLE anatomy_kernel_shapes(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, "name" VARCHAR NOT NULL, shape VARCHAR NOT NULL, calls BIGINT NOT NULL, total_ms DOUBLE NOT NULL, steps BIGINT NOT NULL);;
 CREATE TABLE anatomy_nvtx(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, range_name VARCHAR NOT NULL, count BIGINT NOT NULL, total_ms DOUBLE NOT NULL, gpu_ms DOUBLE);;
 CREATE TABLE anatomy_rows(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, step BIGINT, category VARCHAR NOT NULL, time_ms DOUBLE NOT NULL, warmup BOOLEAN NOT NULL);;
 CREATE TABLE anatomy_sources(receipt_id VARCHAR, source_sha256 VARCHAR, source_format VARCHAR NOT NULL, schema_version VARCHAR, step_marker VARCHAR NOT NULL, attribution VARCHAR NOT NULL, unattributed BIGINT NOT NULL, raw_events_path VARCHAR, warnings_json VARCHAR NOT NULL, stragglers_json VARCHAR, category_rules_version INTEGER, category_rules_sha256 VARCHAR, category_rules_json VARCHAR, PRIMARY KEY(receipt_id, source_sha256));;
@@ -15,8 +16,10 @@ CREATE TABLE receipt_memory(receipt_id VARCHAR NOT NULL, rank INTEGER, peak_allo
 CREATE TABLE receipt_sources(receipt_id VARCHAR, sha256 VARCHAR, path VARCHAR NOT NULL, size_bytes BIGINT NOT NULL, format VARCHAR NOT NULL, "role" VARCHAR NOT NULL, ingested_at VARCHAR NOT NULL, forced VARCHAR, PRIMARY KEY(receipt_id, sha256));;
 CREATE TABLE receipt_steps(receipt_id VARCHAR NOT NULL, step BIGINT NOT NULL, rank INTEGER, step_ms DOUBLE, tokens_per_s DOUBLE, loss DOUBLE, mfu_pct DOUBLE, allocated_bytes BIGINT, reserved_bytes BIGINT, line BIGINT, warmup BOOLEAN NOT NULL);;
 CREATE TABLE receipt_summaries(receipt_id VARCHAR, "rule" VARCHAR NOT NULL, n_steady_steps INTEGER NOT NULL, median_step_ms DOUBLE, summary_json VARCHAR NOT NULL, PRIMARY KEY(receipt_id));;
+CREATE TABLE receipt_telemetry(receipt_id VARCHAR NOT NULL, rank INTEGER, gpu_index INTEGER, gpu_name VARCHAR, pci_bus_id VARCHAR, samples INTEGER NOT NULL, busy_samples INTEGER NOT NULL, interval_s DOUBLE, sm_clock_mhz DOUBLE, sm_clock_min_mhz DOUBLE, sm_clock_max_mhz DOUBLE, mem_clock_mhz DOUBLE, power_w DOUBLE, power_limit_w DOUBLE, temperature_c DOUBLE, gpu_util_pct DOUBLE, mem_util_pct DOUBLE, throttle_json VARCHAR NOT NULL, ecc_corrected_added BIGINT, ecc_uncorrected_added BIGINT, xids_json VARCHAR NOT NULL);;
 CREATE TABLE schema_meta("key" VARCHAR, "value" VARCHAR NOT NULL, PRIMARY KEY("key"));;
 CREATE INDEX ix_anatomy_kernels_receipt ON anatomy_kernels(receipt_id);;
+CREATE INDEX ix_anatomy_kernel_shapes_receipt ON anatomy_kernel_shapes(receipt_id);;
 CREATE INDEX ix_anatomy_nvtx_receipt ON anatomy_nvtx(receipt_id);;
 CREATE INDEX ix_anatomy_rows_receipt ON anatomy_rows(receipt_id);;
 CREATE INDEX ix_anatomy_steps_receipt ON anatomy_steps(receipt_id);;
@@ -32,4 +35,5 @@ CREATE INDEX ix_receipts_run_key ON receipts(run_key);;
 CREATE INDEX ix_receipts_run_name ON receipts(run_name);;
 CREATE INDEX ix_receipt_components_receipt ON receipt_components(receipt_id);;
 CREATE INDEX ix_receipt_memory_receipt ON receipt_memory(receipt_id);;
+CREATE INDEX ix_receipt_telemetry_receipt ON receipt_telemetry(receipt_id);;
 
