@@ -73,10 +73,11 @@ def _shape_calls(changed: list[ShapeChange]) -> str:
     for g in changed[:_SHOWN_SHAPES]:
         shape = g.shape or "no recorded shape"
         n = g.calls_delta_per_step
-        why = ("a new shape" if g.new else
-               f"its other {g.baseline_calls_per_step:g} taken as unchanged" if n > 0 else "")
+        kept = min(g.baseline_calls_per_step, g.candidate_calls_per_step)  # the group's calls taken as unchanged
+        why = ("a new shape" if g.new else "no longer launched" if g.candidate_calls_per_step == 0.0
+               else f"its other {kept:g} taken as unchanged")
         calls = "call" if abs(n) == 1 else "calls"
-        words.append(f"{n:+g} {calls} of {shape} at {g.ms_per_call:.3f} ms each" + (f" ({why})" if why else ""))
+        words.append(f"{n:+g} {calls} of {shape} at {g.ms_per_call:.3f} ms each ({why})")
     more = len(changed) - _SHOWN_SHAPES
     return "; ".join(words) + (f"; and {more} more shape{'s' if more != 1 else ''}" if more > 0 else "")
 
