@@ -254,16 +254,6 @@ def _args_of(events: list[_Event]) -> list[_Args]:
     return [a if a is not None else _NO_ARGS for a in args] if None in args else args
 
 
-def _shapes(args: list[_Args], typed: bool) -> list[str | None]:
-    """Each GPU event's launch shape (launch_shape.label). Typed, grid and block are tuples or None: each distinct
-    pair is labelled once and the rest is a dict lookup per event, in C."""
-    if not typed:
-        return list(map(label, map(_grid, args), map(_block, args)))
-    pairs = list(zip(map(_grid, args), map(_block, args)))
-    named = {pair: label(*pair) for pair in set(pairs)}
-    return list(map(named.__getitem__, pairs))
-
-
 def _pids(events: list[_Event]) -> list[str] | pl.Series:
     """Each event's pid as text, as str() writes it; integers (real traces) through one polars cast."""
     pids = list(map(_pid, events))
@@ -327,7 +317,7 @@ def _keep_events(kept: _Kept, trace: Trace, events: list[_Event], *, typed: bool
                          "ts": g_ts, "dur": g_dur, "device": _ids(list(map(attrgetter("device"), args))),
                          "stream": _ids(list(map(attrgetter("stream"), args))),
                          "corr": _ids(list(map(attrgetter("correlation"), args))),
-                         "shape": _shapes(args, typed)})
+                         "shape": list(map(label, map(_grid, args), map(_block, args)))})
     if markers:  # ProfilerStep#N: a cpu_op (or user_annotation) on the CPU side
         named = compress(events, map(_step_prefix, map(_name, events)))  # a handful: test them one by one
         steps = [e for e in named if e.cat in _STEP_CATS and _STEP_NAME.match(e.name)]
