@@ -21,6 +21,8 @@ from receipts.ingest import kineto, nsys
 from receipts.ingest.launch_shape import label
 from receipts.schema.categories import load_category_rules
 
+from conftest import realdata
+
 CORPUS = Path(__file__).resolve().parent / "data" / "explain_corpus"
 RUNS = CORPUS / "runs"
 GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
@@ -174,4 +176,22 @@ def test_kineto_shapes_are_the_trace_s_args_and_malformed_args_are_no_shape(tmp_
     assert sum(c for (_, s), c in got.items() if s is None) >= seen // 5 > 0
     # the kept kernels (those a step claimed) are the trace's by name and shape
     assert all(want[key] >= n for key, n in got.items())
+    assert a.rows.equals(b.rows) and a.steps.equals(b.steps) and _by_name(a) == _by_name(b)
+
+
+@pytest.mark.slow
+def test_an_nsys_kernel_table_without_shape_columns_gives_no_shapes_and_the_same_anatomy(tmp_path):
+    """A real export (../shared/realdata, MANIFEST: con_kernel.sqlite) as an nsys version without gridX..blockZ
+    would write it: no shapes, no warning about them, and every frame as with them."""
+    source = realdata("nsys", "con_kernel.sqlite")
+    bare = tmp_path / "no_shapes.sqlite"
+    bare.write_bytes(source.read_bytes())
+    with sqlite3.connect(bare) as db:
+        for (view,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'view'").fetchall():
+            db.execute(f'DROP VIEW "{view}"')  # a view of the kernel table's columns would refuse the drop
+        for column in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"):
+            db.execute(f"ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN {column}")
+    a, b = nsys.parse(source, rules=RULES), nsys.parse(bare, rules=RULES)
+    assert a.kernel_steps["shape"].null_count() == 0 < a.kernel_steps.height
+    assert b.kernel_steps["shape"].null_count() == b.kernel_steps.height and a.warnings == b.warnings
     assert a.rows.equals(b.rows) and a.steps.equals(b.steps) and _by_name(a) == _by_name(b)
