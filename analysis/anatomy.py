@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from receipts.errors import Remedy, UsageError
-from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_STEP_KERNEL_SCHEMA, STEP_KERNELS_KEPT,
+from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_KERNEL_SHAPE_SCHEMA, ANATOMY_STEP_KERNEL_SCHEMA,
+                                   STEP_KERNELS_KEPT,
                                      STEP_KERNELS_REST)
 
 if TYPE_CHECKING:
@@ -145,6 +146,23 @@ def steady_kernel_totals(kernel_steps: pl.DataFrame, steps: pl.DataFrame) -> pl.
             .sort("rank", "total_ms", "name", descending=[False, True, False]))
 
 
+def steady_kernel_shapes(kernel_steps: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Kernel calls and time by (rank, name, launch shape) over each rank's steady steps, as steady_kernel_totals,
+    for the calls whose shape the profile records (kernel_steps' `shape`, null where none): ANATOMY_KERNEL_SHAPE_SCHEMA."""
+    if "shape" not in kernel_steps.columns:
+        return pl.DataFrame(schema=ANATOMY_KERNEL_SHAPE_SCHEMA)
+    steady = steps.filter(~pl.col("warmup")).select("rank", "step")
+    n_steps = steady.group_by("rank").agg(pl.len().cast(pl.Int64).alias("steps"))
+    return (kernel_steps.filter(pl.col("shape").is_not_null())
+            .join(steady, on=["rank", "step"], nulls_equal=True)
+            .group_by("rank", "name", "shape")
+            .agg(pl.col("calls").sum().cast(pl.Int64),
+                 ((pl.col("time_ms") * 1e6).round().cast(pl.Int64).sum() / 1e6).alias("total_ms"))
+            .join(n_steps, on="rank")
+            .select([pl.col(c).cast(t) for c, t in ANATOMY_KERNEL_SHAPE_SCHEMA.items()])
+            .sort("rank", "name", "total_ms", descending=[False, False, True]))
+
+
 def step_kernel_rows(kernel_steps: pl.DataFrame, kept: int = STEP_KERNELS_KEPT) -> pl.DataFrame:
     """Per rank and step (warm-up steps too), the `kept` longest kernel names with their calls and time, and the
     rest of the step's kernels summed in one STEP_KERNELS_REST row (category null): ANATOMY_STEP_KERNEL_SCHEMA.
@@ -154,6 +172,8 @@ def step_kernel_rows(kernel_steps: pl.DataFrame, kept: int = STEP_KERNELS_KEPT) 
     ranked = (kernel_steps.with_columns(pl.col("category").cast(pl.Utf8), pl.col("name").cast(pl.Utf8),
                                         # whole nanoseconds, as the steady totals: sums that do not drift in the last bit
                                         (pl.col("time_ms") * 1e6).round().cast(pl.Int64).alias("ns"))
+              .group_by("rank", "step", "category", "name")  # a name's launch shapes as one
+              .agg(pl.col("calls").sum(), pl.col("ns").sum())
               .with_columns(pl.col("ns").rank("ordinal", descending=True).over("rank", "step").alias("place")))
     kept_rows = ranked.filter(pl.col("place") <= kept)
     rest = (ranked.filter(pl.col("place") > kept).group_by("rank", "step")

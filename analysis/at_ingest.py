@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from receipts.analysis import stragglers
-from receipts.analysis.anatomy import steady_kernel_totals, step_kernel_rows
+from receipts.analysis.anatomy import steady_kernel_shapes, steady_kernel_totals, step_kernel_rows
 from receipts.analysis.components import components
 from receipts.analysis.window import cut_short_tail, in_window
 from receipts.ingest import profiler
@@ -48,11 +48,13 @@ def receipt_from_anatomy(anatomy: Anatomy) -> ParsedRun:
 
 def in_receipt_window(anatomy: Anatomy, window: StepWindow) -> Anatomy:
     """The anatomy under its receipt's steady window (one window per receipt), with what is computed over the
-    steady steps: the straggler report, the kernel totals by name and the per-run component summaries."""
+    steady steps: the straggler report, the kernel totals by name (and by launch shape) and the per-run component
+    summaries."""
     anatomy = with_stragglers(replace(anatomy, steps=in_window(anatomy.steps, window)))
     if anatomy.kernel_steps is not None:
         anatomy = replace(anatomy, kernels=steady_kernel_totals(anatomy.kernel_steps, anatomy.steps),
-                          step_kernels=step_kernel_rows(anatomy.kernel_steps))
+                          step_kernels=step_kernel_rows(anatomy.kernel_steps),
+                          kernel_shapes=steady_kernel_shapes(anatomy.kernel_steps, anatomy.steps))
     return replace(anatomy, components=components(anatomy.rows, anatomy.steps, anatomy.kernels, anatomy.nvtx))
 
 

@@ -230,6 +230,19 @@ def stored_many(store: "Store", ids: list[str]) -> dict[str, pl.DataFrame]:
             for key, part in frame.partition_by("receipt_id", as_dict=True).items()}
 
 
+def shapes_many(store: "Store", ids: list[str]) -> dict[str, dict[str, dict[str, tuple[float, float]]]]:
+    """Each receipt's kernels by launch shape (its newest attached export's, sql/explain_kernel_shapes.sql): kernel
+    name -> shape -> (calls, ms) per rank-step. A receipt whose profile recorded no shapes (or that was stored
+    before schema 16) is absent."""
+    out: dict[str, dict[str, dict[str, tuple[float, float]]]] = {}
+    if not ids:
+        return out
+    for r in store.query_rows("explain_kernel_shapes", {"ids": ids}):
+        kernel = out.setdefault(r["receipt_id"], {}).setdefault(r["name"], {})
+        kernel[r["shape"]] = (float(r["calls_per_step"]), float(r["ms_per_step"]))
+    return out
+
+
 def profiled(store: "Store", ids: list[str]) -> dict[str, dict]:
     """The newest attached export of each of `ids` that has one: source_sha256, source_format (nsys / kineto) and
     has_steps (whether it has steady steps, hence component rows)."""

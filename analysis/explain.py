@@ -21,8 +21,11 @@ component counts 0):
              no change     the interval d +- t_crit x se lies inside +-max(min_effect, sigma)
              inconclusive  anything else, with how many more profiled runs of each side would settle it if the
                            difference and the noise held (None when no number would)
-  kernels    calls per step; the same calls: the change is slower (faster) calls; more calls: the change priced
-             at the added calls' own duration (d per added call), never at the old calls' mean (_calls).
+  kernels    calls per step; the same calls: the change is slower (faster) calls; more calls: split by launch shape
+             where the profiles record it (analysis/explain_shapes.py): a shape whose calls changed is more calls,
+             its added calls priced at its own change per added call (a new shape: its own mean), a shape that kept
+             its calls is slower calls; without shapes, the kernel is one group: d per added call, never the old
+             calls' mean (_calls). Shapes are evidence in the kernel's explanation, not components.
   period     the time between steps (from one step range's end to the next's start) is a component too: a
              wait outside the step the step time never holds; when it changed, period_note says the step-to-step
              period moved beside (or without) the step range.
@@ -45,6 +48,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 import numpy as np
 
 from receipts.analysis.explain_noise import CALIBRATION, Calibration, component_class, noise, structural
+from receipts.analysis.explain_shapes import ShapeChange, ShapeRows, shape_table, split
 from receipts.analysis.stats import CONFIDENCE
 from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, STEP_PARTS
 from receipts.schema.kernel_names import canonical_kernel_name
@@ -78,6 +82,7 @@ class RunComponents:
     receipt_id: str
     run_name: str
     values: Mapping[tuple[str, str], Value]
+    shapes: ShapeRows = field(default_factory=dict)  # kernel name -> launch shape -> (calls, ms) per rank-step
 
 
 @dataclass(frozen=True)
@@ -118,8 +123,9 @@ class ComponentDelta:
     candidate_calls_per_step: float | None = None
     calls_delta_per_step: float | None = None
     more_calls_ms_per_step: float | None = None   # the added calls at their own duration (_calls); 0 if no more
-    slower_calls_ms_per_step: float | None = None  # the same calls, slower: set only when the calls are the same
-    ms_per_added_call: float | None = None         # more calls: the change per added call
+    slower_calls_ms_per_step: float | None = None  # the same calls, slower: None when no call (shape) kept its calls
+    ms_per_added_call: float | None = None         # more calls: their change over the calls added
+    shapes: tuple[ShapeChange, ...] = ()           # the split by launch shape (explain_shapes.py); () unrecorded
     evidence: str = "timing"                       # 'structural': a call count that changed (certain); 'timing'
     noise_df: float = math.inf                     # degrees of freedom of noise_ms
 
@@ -305,6 +311,7 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     floor_ms = MIN_FLOOR_STEP_PCT / 100.0 * step_ms
     keys = kernel_keys([[n for (lv, n) in r.values if lv == "kernel"] for r in runs])
     table = _by_component(runs, keys)
+    shaped = shape_table([r.shapes for r in runs], keys)
     judged = []
     for (level, key), (short, category, ms, calls, within, steps) in table.items():
         a, b = ms[:n_a], ms[n_a:]
@@ -332,7 +339,8 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
             share=d / step_delta if moved and step_delta else None, verdict=verdict,
             presence=_presence(a, b, calls, n_a), noise_ms=nz.sigma, noise_source=nz.source, ci_low_ms=d - half,
             ci_high_ms=d + half, p_value=float(p_i), q_value=float(q_i), runs_needed=needed,
-            evidence="structural" if counted else "timing", noise_df=nz.df, **_calls(a, b, calls, n_a, level)))
+            evidence="structural" if counted else "timing", noise_df=nz.df,
+            **_calls(a, b, calls, n_a, level, None if shaped is None else shaped.get(key, {}))))
     rank = {"changed": 0, "inconclusive": 1, "no change": 2}
     out.sort(key=lambda c: (rank[c.verdict], -abs(c.delta_ms_per_step), c.level, c.name))
     explained = float(sum(c.delta_ms_per_step for c in out if c.verdict == "changed" and c.partition))
@@ -421,21 +429,25 @@ def _presence(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int) 
     return None
 
 
-def _calls(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int, level: str) -> dict[str, float | None]:
-    """Calls per step and the change's split. Same calls: all of it is slower (or faster) calls. More calls: one
-    kernel name can cover several shapes (a GEMM of another size), so the added calls are priced at their own
-    duration, the change per added call (the other calls taken as unchanged), never at the old calls' mean."""
+def _calls(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int, level: str,
+           groups: Mapping[str, tuple[np.ndarray, np.ndarray]] | None) -> dict:
+    """Calls per step and the change's split. Same calls in every shape: all of it is slower (or faster) calls.
+    Otherwise one kernel name can cover several shapes (a GEMM of another size): the change splits over its launch
+    shapes (`groups`, explain_shapes.split; None: no shapes recorded, the kernel one group), a shape whose calls
+    changed priced at its own change per added call, never at the old calls' mean."""
     if calls is None or level != "kernel":
         return {}
     ca, cb = float(np.mean(calls[:n_a])), float(np.mean(calls[n_a:]))
-    out: dict[str, float | None] = {"baseline_calls_per_step": ca, "candidate_calls_per_step": cb,
-                                    "calls_delta_per_step": cb - ca}
+    out: dict = {"baseline_calls_per_step": ca, "candidate_calls_per_step": cb, "calls_delta_per_step": cb - ca}
     if ca > 0 and cb > 0:
-        d = float(np.mean(b) - np.mean(a))
-        if abs(cb - ca) <= 1e-9 * max(1.0, ca):
-            out["more_calls_ms_per_step"], out["slower_calls_ms_per_step"] = 0.0, d
+        parts = split(a, b, calls, n_a, groups)
+        out["shapes"] = parts.groups if groups else ()
+        if not parts.changed:
+            out["more_calls_ms_per_step"], out["slower_calls_ms_per_step"] = 0.0, float(np.mean(b) - np.mean(a))
         else:
-            out["more_calls_ms_per_step"], out["ms_per_added_call"] = d, d / (cb - ca)
+            added = sum(g.calls_delta_per_step for g in parts.changed)
+            out["more_calls_ms_per_step"], out["slower_calls_ms_per_step"] = parts.more_calls_ms, parts.slower_calls_ms
+            out["ms_per_added_call"] = parts.more_calls_ms / added if abs(added) > 1e-12 else None
     return out
 
 

@@ -188,7 +188,9 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
                                       baseline, from_raw)
     # The step-to-step spread is read from the stored per-step rows, made under each run's own rules.
     spread = comp.spread_many(store, ids)
-    runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {}))) for rid in ids}
+    shapes = comp.shapes_many(store, ids)  # evidence for pricing added calls, not components
+    runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {})),
+                               shapes.get(rid, {})) for rid in ids}
     return runs, difference
 
 
@@ -238,6 +240,9 @@ def _component_json(c) -> dict[str, Any]:
     out["noise_df"] = c.noise_df if math.isfinite(c.noise_df) else None  # JSON has no infinity
     if c.level != "kernel":
         for key in ("baseline_calls_per_step", "candidate_calls_per_step", "calls_delta_per_step",
-                    "more_calls_ms_per_step", "slower_calls_ms_per_step", "ms_per_added_call"):
+                    "more_calls_ms_per_step", "slower_calls_ms_per_step", "ms_per_added_call", "shapes"):
             out.pop(key)
+    else:
+        out["shapes"] = [{**asdict(g), "calls_delta_per_step": g.calls_delta_per_step,
+                          "delta_ms_per_step": g.delta_ms_per_step, "new": g.new} for g in c.shapes]
     return out

@@ -33,10 +33,11 @@ TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACT
           "CUPTI_ACTIVITY_KIND_RUNTIME")
 # The columns nsys.parse reads from each large table of such an export, as `receipts ingest` runs it (no
 # --keep-raw): ingest/nsys_activity.py _activity_select (the stream and the short name go only to the raw events,
-# graphNodeId says whether a kernel ran inside a graph replay) and sql/_nsys_launches.sql. None other, none fewer.
+# graphNodeId says whether a kernel ran inside a graph replay, gridX..blockZ its launch shape) and
+# sql/_nsys_launches.sql. None other, none fewer.
 READS = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("globalPid", "deviceId", "correlationId", "start", "end", "demangledName",
-                                   "graphNodeId"),
+                                   "graphNodeId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"),
     "CUPTI_ACTIVITY_KIND_MEMCPY": ("globalPid", "deviceId", "correlationId", "start", "end", "copyKind"),
     "CUPTI_ACTIVITY_KIND_MEMSET": ("globalPid", "deviceId", "correlationId", "start", "end"),
     "CUPTI_ACTIVITY_KIND_RUNTIME": ("globalTid", "correlationId", "start"),

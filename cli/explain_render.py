@@ -8,11 +8,13 @@ import textwrap
 from typing import Iterable
 
 from receipts.analysis.explain import LEVELS, ComponentDelta
+from receipts.analysis.explain_shapes import ShapeChange
 from receipts.analysis.explain_run import ExplainResult
 
 WIDTH = 80
 _NAME = 30     # characters of a component's name in the text table
 _SHOWN_UNDECIDED = 3  # inconclusive components named per level (the largest)
+_SHOWN_SHAPES = 3  # launch shapes whose calls changed named per kernel (the largest changes)
 _TITLES = {"category": "category (ms per step; * = a part of the step: GPU span parts, host gap)", "kernel": "kernel",
            "nvtx": "nvtx (CPU-side range time, whole capture)", "rank": "rank (exposed communication)"}
 
@@ -50,13 +52,34 @@ def _row(c: ComponentDelta) -> list[str]:
         detail = f"{c.baseline_calls_per_step:g} -> {c.candidate_calls_per_step:g} calls/step"
         if c.evidence == "structural":
             detail += " in every run (a fact)"
-        if c.ms_per_added_call is not None and c.more_calls_ms_per_step is not None:
+        changed = [g for g in c.shapes if g.ms_per_call is not None]
+        if changed and c.more_calls_ms_per_step is not None:
+            detail += f": {_shape_calls(changed)}: more calls {_signed(c.more_calls_ms_per_step)} ms"
+            if c.slower_calls_ms_per_step is not None:
+                detail += f", slower calls {_signed(c.slower_calls_ms_per_step)} ms"
+        elif c.ms_per_added_call is not None and c.more_calls_ms_per_step is not None:
             detail += (f": more calls {_signed(c.more_calls_ms_per_step)} ms, {c.ms_per_added_call:.3f} ms per "
                        f"added call")
         elif c.slower_calls_ms_per_step is not None and c.verdict != "no change":
             detail += f": the same calls, {_signed(c.slower_calls_ms_per_step)} ms"
         out += _wrap(detail, "      ")
     return out
+
+
+def _shape_calls(changed: list[ShapeChange]) -> str:
+    """The calls added (removed) by launch shape, at their price: '+16 calls of grid (2,66,1) block (384,1,1) at
+    0.175 ms each (its other 13 taken as unchanged)'."""
+    words = []
+    for g in changed[:_SHOWN_SHAPES]:
+        shape = g.shape or "no recorded shape"
+        n = g.calls_delta_per_step
+        kept = min(g.baseline_calls_per_step, g.candidate_calls_per_step)  # the group's calls taken as unchanged
+        why = ("a new shape" if g.new else "no longer launched" if g.candidate_calls_per_step == 0.0
+               else f"its other {kept:g} taken as unchanged")
+        calls = "call" if abs(n) == 1 else "calls"
+        words.append(f"{n:+g} {calls} of {shape} at {g.ms_per_call:.3f} ms each ({why})")
+    more = len(changed) - _SHOWN_SHAPES
+    return "; ".join(words) + (f"; and {more} more shape{'s' if more != 1 else ''}" if more > 0 else "")
 
 
 def dashboard_link(r: ExplainResult) -> str | None:

@@ -393,10 +393,12 @@ def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.Data
 
 
 def kernel_steps(kernels: pl.DataFrame) -> pl.DataFrame:
-    """Kernel time per (rank, step, category, name) from kernel activities (rank, step, category, name,
-    start_ns, end_ns): calls and the sum of durations in ms. Activities without a rank are left out; step null is
-    the one window of a capture without step markers (the caller passes only attributed activities otherwise)."""
+    """Kernel time per (rank, step, category, name, shape) from kernel activities (rank, step, category, name,
+    start_ns, end_ns and, where known, shape: the launch shape, ingest/launch_shape.py): calls and the sum of
+    durations in ms. Activities without a rank are left out; step null is the one window of a capture without step
+    markers (the caller passes only attributed activities otherwise)."""
+    shape = pl.col("shape") if "shape" in kernels.columns else pl.lit(None, dtype=pl.Utf8).alias("shape")
     return (kernels.filter(pl.col("rank").is_not_null())
-            .group_by("rank", "step", "category", pl.col("name").fill_null("(unnamed)"))
+            .group_by("rank", "step", "category", pl.col("name").fill_null("(unnamed)"), shape)
             .agg(pl.len().cast(pl.Int64).alias("calls"),
                  ((pl.col("end_ns") - pl.col("start_ns")).sum() / 1e6).alias("time_ms")))

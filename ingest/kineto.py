@@ -141,8 +141,8 @@ def read_rank(path: Path, position: int, *, rules: CategoryRules, keep_raw: bool
 
 
 _EVENT_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "category": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
-_KERNEL_STEP_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "category": pl.Utf8, "name": pl.Utf8, "calls": pl.Int64,
-                       "time_ms": pl.Float64}
+_KERNEL_STEP_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "category": pl.Utf8, "name": pl.Utf8, "shape": pl.Utf8,
+                       "calls": pl.Int64, "time_ms": pl.Float64}
 _RAW_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "category": pl.Utf8, "name": pl.Utf8, "start_ns": pl.Int64,
                "end_ns": pl.Int64, "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64,
                "launch_ns": pl.Int64, "attributed_by": pl.Utf8}
@@ -291,7 +291,7 @@ def _frames(t: Trace, rank: int) -> tuple[pl.DataFrame, ...]:
     r = pl.lit(rank, dtype=pl.Int32).alias("rank")
     dur_ns = (pl.col("dur") * 1000).round().cast(pl.Int64).clip(lower_bound=0)
     gpu = t.gpu.select(r, "name", "kind", _ns("ts", base).alias("start_ns"), (_ns("ts", base) + dur_ns).alias("end_ns"),
-                       "device", "stream", "corr")
+                       "device", "stream", "corr", "shape")
     launch = (t.launch.select(r, "corr", pl.col("pid").alias("l_pid"), _ns("ts", base).alias("l_ns"))
               .unique(["rank", "corr"], keep="first"))
     steps = (t.step.select(r, "step", "pid", _ns("ts", base).alias("start_ns"), dur_ns.alias("dur_ns"))

@@ -3,7 +3,7 @@
 FORMATS.md: traces of hundreds of MB are common (HTA #250 needed 950 GB for 200 GB in memory), so the
 file is streamed in blocks of whole events (cut at the separator the writer used between top-level
 events) and nothing but the kept columns outlives a block. Each block is decoded in one msgspec call
-into a typed struct holding only the fields the anatomy reads (category, name, pid, ts, dur and three
+into a typed struct holding only the fields the anatomy reads (category, name, pid, ts, dur and five
 args): every other key is skipped in C, no Python object is built for it, and picking the kept events
 (GPU kernels, memcpy, memset; runtime/driver launches, for correlation; user annotations;
 ProfilerStep#N) is a few list comprehensions per block, not a Python call per event.
@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from receipts.errors import InputError
+from receipts.ingest.launch_shape import label
 
 _GzipError: tuple[type[Exception], ...] = (EOFError, OSError, zlib.error)
 _gzip_open: Callable[..., Any] = gzip.open
@@ -69,7 +70,7 @@ _STEP_NAME = re.compile(r"^ProfilerStep\s*#\s*(\d{1,18})$")
 # are categorical: a few thousand distinct names over 10^5..10^6 activities, each 100-300 bytes long,
 # were most of the memory a large trace kept and every join and sort of the anatomy copied.
 GPU_SCHEMA = {"name": pl.Categorical, "kind": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64,
-              "device": pl.Int64, "stream": pl.Int64, "corr": pl.Int64}
+              "device": pl.Int64, "stream": pl.Int64, "corr": pl.Int64, "shape": pl.Categorical}
 LAUNCH_SCHEMA = {"corr": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64}
 STEP_SCHEMA = {"step": pl.Int64, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64}
 NOTE_SCHEMA = {"name": pl.Utf8, "pid": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64}
@@ -77,11 +78,15 @@ _SCHEMAS: dict[str, dict[str, Any]] = {"gpu": GPU_SCHEMA, "launch": LAUNCH_SCHEM
 
 
 class _Args(msgspec.Struct, gc=False):
-    """The args the anatomy reads; any type is accepted here and judged per kept event (_ids)."""
+    """The args the anatomy reads; any type is accepted here and judged per kept event (_ids), but for a kernel's
+    launch shape: a grid or block that is not 3 integers sends its block to the untyped decoder, where
+    launch_shape.label reads it as no shape."""
 
     device: Any = None
     stream: Any = None
     correlation: Any = None
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -203,12 +208,14 @@ def _untyped(values: list) -> list[_Event]:
             args = v.get("args")
             events.append(_Event(cat=_text(v.get("cat", "")), name=_text(v.get("name", "")), pid=v.get("pid"),
                                  ts=v.get("ts"), dur=v.get("dur"),
-                                 args=_Args(args.get("device"), args.get("stream"), args.get("correlation"))
+                                 args=_Args(args.get("device"), args.get("stream"), args.get("correlation"),
+                                            args.get("grid"), args.get("block"))
                                  if isinstance(args, dict) else None))
     return events
 
 
 _cat, _name, _pid, _ts, _dur, _args = (attrgetter(k) for k in ("cat", "name", "pid", "ts", "dur", "args"))
+_grid, _block = attrgetter("grid"), attrgetter("block")
 _step_prefix = methodcaller("startswith", "ProfilerStep")
 
 
@@ -309,7 +316,8 @@ def _keep_events(kept: _Kept, trace: Trace, events: list[_Event], *, typed: bool
         kept.add("gpu", {"name": list(map(_name, gpu)), "kind": list(map(_GPU_KIND.__getitem__, map(_cat, gpu))),
                          "ts": g_ts, "dur": g_dur, "device": _ids(list(map(attrgetter("device"), args))),
                          "stream": _ids(list(map(attrgetter("stream"), args))),
-                         "corr": _ids(list(map(attrgetter("correlation"), args)))})
+                         "corr": _ids(list(map(attrgetter("correlation"), args))),
+                         "shape": list(map(label, map(_grid, args), map(_block, args)))})
     if markers:  # ProfilerStep#N: a cpu_op (or user_annotation) on the CPU side
         named = compress(events, map(_step_prefix, map(_name, events)))  # a handful: test them one by one
         steps = [e for e in named if e.cat in _STEP_CATS and _STEP_NAME.match(e.name)]

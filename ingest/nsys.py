@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from receipts.ingest.nsys_activity import Progress, read_activity
+from receipts.ingest.nsys_activity import Progress, ShapesUnreadable, read_activity
 from receipts.ingest.nsys_anatomy import anatomy_frames, nvtx_frame, raw_events
 from receipts.ingest.nsys_ranks import env_evidence, parse_environment, ranks
 from receipts.ingest.nsys_schema import MEMCPY, MEMSET, ExportFacts, read_facts
@@ -35,12 +35,19 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
     `events` a lazy scan of those files; else all of them are held in memory."""
     path = Path(path)
     facts = read_facts(path)
-    read = read_activity(path, facts, rules=rules, step_pattern=step_pattern, keep_raw=keep_raw, progress=progress,
-                         spill=spill)
+    shape_note = []
+    try:
+        read = read_activity(path, facts, rules=rules, step_pattern=step_pattern, keep_raw=keep_raw,
+                             progress=progress, spill=spill)
+    except ShapesUnreadable as exc:  # launch shapes are evidence, not the anatomy: read again without them
+        shape_note.append(f"the kernels' launch shapes are left out: column {exc.column} of CUPTI_ACTIVITY_KIND_KERNEL "
+                          f"holds a value that is no integer ({exc.why}); added kernel calls are priced without them")
+        read = read_activity(path, facts, rules=rules, step_pattern=step_pattern, keep_raw=keep_raw,
+                             progress=progress, spill=spill, shapes=False)
     environ = parse_environment(facts.env_rows.get("DeviceEnvironment"))
     rank_of, attribution_rank, world, ranks_stated = ranks(read.devices, environ, read.thread_ranks)
     has_steps = read.step_ranges.height > 0
-    warnings = [*_missing_tables(facts), *read.warnings]
+    warnings = [*_missing_tables(facts), *shape_note, *read.warnings]
     if has_steps:
         unattributed = read.activity.unclaimed(read.with_graphs)
         marker = f"NVTX ranges matching {step_pattern!r} in table {facts.nvtx_table}"

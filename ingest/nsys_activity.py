@@ -40,6 +40,7 @@ from receipts import duck
 from receipts.errors import InputError
 from receipts.ingest.column_bins import ColumnBins, quantile_bounds
 from receipts.ingest.correlation import Launches, StepRanges
+from receipts.ingest.launch_shape import SHAPE_COLUMNS
 from receipts.ingest.nsys_schema import (ACTIVITY_COLS, GRAPH, KERNEL, MEMCPY, MEMSET, RUNTIME, ExportFacts,
                                          damaged_table, first_line, has_activity_cols, require)
 from receipts.schema.categories import CategoryRules
@@ -68,17 +69,19 @@ class ActivityRead:
 
 
 def read_activity(path: Path, facts: ExportFacts, *, rules: CategoryRules, step_pattern: str, keep_raw: bool,
-                  progress: Progress | None = None, spill: Path | None = None) -> ActivityRead:
+                  progress: Progress | None = None, spill: Path | None = None, shapes: bool = True) -> ActivityRead:
     """The step ranges, then the runtime calls, then the GPU activity, streamed out of DuckDB. `progress`: called
     with the fraction of the large tables' rows streamed so far. `spill`: a directory (the caller's) where the
-    runtime calls and the kept activity wait as they stream in; else they are held in memory."""
+    runtime calls and the kept activity wait as they stream in; else they are held in memory. `shapes`: read the
+    kernels' launch shapes (gridX..blockZ); a value there that is no integer raises ShapesUnreadable, and the
+    caller reads the export again without them."""
     schema, nvtx_table = facts.schema, facts.nvtx_table
     streamed = _RowsStreamed(sum(facts.estimate.values()), progress)
     con = duck.connect(extensions=("sqlite_scanner",))
     try:
         # ATTACH takes no bound parameters: the path is a quoted literal.
         con.execute(f"ATTACH '{str(path.resolve()).replace(chr(39), chr(39) * 2)}' AS nsys (TYPE sqlite, READ_ONLY)")
-        activity_query = _make_views(con, path, schema, facts.kernel_cols, nvtx_table, keep_raw)
+        activity_query = _make_views(con, path, schema, facts.kernel_cols, nvtx_table, keep_raw, shapes)
         ranges = con.sql(load_query("_nsys_ranges")).pl() if nvtx_table else _empty_ranges()
         step_of = _step_numbers(ranges["text"].unique().to_list(), step_pattern, path)
         step_ranges = (ranges.with_columns(pl.col("text").replace_strict(step_of, default=None, return_dtype=pl.Int64)
@@ -106,6 +109,8 @@ def read_activity(path: Path, facts: ExportFacts, *, rules: CategoryRules, step_
                                f"row{'s' if exc.rows != 1 else ''} in the first batch holding one; nsys writes ns "
                                "since the session started): the table is damaged", table=exc.table) from exc
     except (duckdb.Error, RuntimeError) as exc:  # the sqlite scanner raises a bare RuntimeError on a bad page
+        if shapes and (column := _shape_column(exc)) is not None:
+            raise ShapesUnreadable(column, first_line(exc)) from exc
         bad_table, what = damaged_table(path, schema, nvtx_table)
         raise InputError(path, f"cannot read the export: {what or first_line(exc)}; the file may be cut short or "
                                "corrupt", table=bad_table) from exc
@@ -133,7 +138,7 @@ def read_activity(path: Path, facts: ExportFacts, *, rules: CategoryRules, step_
 
 
 def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_table: str | None,
-                keep_raw: bool = True) -> str:
+                keep_raw: bool = True, shapes: bool = True) -> str:
     """Fixed column names over the export's version-dependent ones: a temp view `_nvtx`, and the returned
     activity query (sql/_nsys_activity.sql behind `WITH _gpu AS (...)`). `_gpu` is a WITH clause, not a view:
     DuckDB binds a view once when it is created and again in each query, and each bind of an attached SQLite
@@ -141,7 +146,7 @@ def _make_views(con, path: Path, schema: dict, kernel_cols: list[str], nvtx_tabl
     checked against PRAGMA table_info.
     Graph replays (GRAPH_TRACE) are always in `_gpu`: whether they count is decided after the one scan
     (`_graph_mode`), from the kernels' in_graph column, so no probe scans the kernel table first."""
-    parts = [_activity_select(KERNEL, kernel_cols, "kernel", keep_raw)]
+    parts = [_activity_select(KERNEL, kernel_cols, "kernel", keep_raw, shapes)]
     for table, kind in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
         if table in schema:
             parts.append(_activity_select(table, require(path, schema, table, ACTIVITY_COLS,
@@ -188,7 +193,7 @@ def _graph_note(activity: Activity, graph_trace: str) -> str:
             "/ communication detail inside graphs needs re-profiling with --cuda-graph-trace=node")
 
 
-def _activity_select(table: str, cols: list[str], kind: str, keep_raw: bool) -> str:
+def _activity_select(table: str, cols: list[str], kind: str, keep_raw: bool, shapes: bool = False) -> str:
     # Kernels carry globalPid since nsys 2021; older / other exports carry globalTid only.
     pid = "globalPid" if "globalPid" in cols else f"globalTid - (globalTid & {_PID_MASK})"
     name = "demangledName" if "demangledName" in cols else "shortName" if "shortName" in cols else "NULL"
@@ -197,12 +202,34 @@ def _activity_select(table: str, cols: list[str], kind: str, keep_raw: bool) -> 
     short, stream = (short, "streamId") if keep_raw else ("NULL", "NULL::BIGINT")
     copy = "copyKind" if "copyKind" in cols else "NULL"
     in_graph = "graphNodeId IS NOT NULL" if kind == "kernel" and "graphNodeId" in cols else "false"
+    # A kernel's launch shape where the export has all six columns; a value past INTEGER is none (TRY_CAST).
+    shaped = shapes and kind == "kernel" and all(c in cols for c in _SHAPE_SOURCE)
+    shape = ", ".join(f"{f'TRY_CAST({src} AS INTEGER)' if shaped else 'NULL::INTEGER'} AS {col}"
+                      for src, col in zip(_SHAPE_SOURCE, SHAPE_COLUMNS))
     return (f"SELECT {pid} AS pid_key, deviceId AS device_id, {stream} AS stream_id, correlationId AS corr_id, "
             f"start AS start_ns, \"end\" AS end_ns, {KIND[kind]}::UTINYINT AS kind, "
             f"{name if kind == 'kernel' else 'NULL'}::BIGINT AS name_id, "
             f"{short if kind == 'kernel' else 'NULL'}::BIGINT AS short_id, "
-            f"{copy if kind == 'memcpy' else 'NULL'}::BIGINT AS copy_kind, {in_graph} AS in_graph "
+            f"{copy if kind == 'memcpy' else 'NULL'}::BIGINT AS copy_kind, {in_graph} AS in_graph, {shape} "
             f"FROM nsys.\"{table}\"")
+
+
+_SHAPE_SOURCE = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")  # the kernel table's, in SHAPE_COLUMNS' order
+_MISMATCH = re.compile(r'column "(' + "|".join(_SHAPE_SOURCE) + r')"')
+
+
+class ShapesUnreadable(Exception):
+    """A launch-shape column of the kernel table holds a value the scanner cannot read as its declared integer."""
+
+    def __init__(self, column: str, why: str) -> None:
+        super().__init__(column, why)
+        self.column, self.why = column, why
+
+
+def _shape_column(exc: BaseException) -> str | None:
+    """The launch-shape column a scanner error names, if it names one."""
+    found = _MISMATCH.search(str(exc))
+    return found.group(1) if found else None
 
 
 def _batches(con, query: str):
@@ -245,14 +272,15 @@ class _RowsStreamed:
 
 _BATCH_ROWS = 1 << 17  # activities (or runtime calls) per streamed batch: what one batch's frames hold (two in
 # flight); 2^19 held ~100 MiB more at the stream's peak (5M and 10M kernels), for no time saved
-_KERNEL_KEYS = ("pid_key", "code", "name_id")  # a kernel's category is its name's
+_KERNEL_KEYS = ("pid_key", "code", "name_id", *SHAPE_COLUMNS)  # a kernel's category is its name's
 _NO_TIME = np.iinfo(np.int64).min  # a NULL start or end (a damaged export), as the interval arithmetic reads it
 
 
 class Activity:
     """The GPU activity as it streams in, kept as only what the anatomy reads: per process, graph replays apart
     (left out when graphs were traced per node), each activity's step code (-1: none; no steps: all -1, else only
-    claimed activities are kept), category code, start and end; kernel calls and time per (process, step, name),
+    claimed activities are kept), category code, start and end; kernel calls and time per (process, step, name,
+    launch shape),
     summed batch by batch; the counts the warnings need; with keep_raw, the batches too. No frame keeps
     correlation ids, launch times, devices or names per activity.
 
@@ -353,7 +381,7 @@ class Activity:
         return codes
 
     def kernel_sums(self) -> pl.DataFrame:
-        """Kernel calls and time (ns) per (pid_key, step code, name id), over the batches so far."""
+        """Kernel calls and time (ns) per (pid_key, step code, name id, launch shape), over the batches so far."""
         return pl.concat(self._sums).group_by(_KERNEL_KEYS).agg(pl.col("calls", "ns").sum())
 
     def unclaimed(self, with_graphs: bool) -> int:

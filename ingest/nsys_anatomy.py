@@ -21,6 +21,7 @@ import polars as pl
 
 from receipts.ingest.heap import trim_c_heap
 from receipts.ingest.intervals import STEP_NS, anatomy_from_ns, sort_order, sorted_step_ns
+from receipts.ingest.launch_shape import shape_expr
 from receipts.ingest.nsys_activity import KIND, Activity, step_of_codes
 from receipts.schema.model import ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA
 
@@ -196,9 +197,10 @@ def _ranked(frame: pl.DataFrame, rank: int, step_values: np.ndarray) -> pl.DataF
 
 
 def _kernel_steps(activity: Activity, rank_of: dict, names: dict[int, str]) -> pl.DataFrame:
-    """Kernel calls and time per (rank, step, category, name), from the sums the stream kept per name id. Name and
-    category are Categorical: a row per step and kernel name is the one output that grows with a capture's steps,
-    and a demangled name is hundreds of bytes (19 MB of text at 2,788 steps of the 5M-kernel benchmark)."""
+    """Kernel calls and time per (rank, step, category, name, launch shape), from the sums the stream kept per name
+    id and shape (shape null where the export has none). Name, category and shape are Categorical: a row per step
+    and kernel name is the one output that grows with a capture's steps, and a demangled name is hundreds of bytes
+    (19 MB of text at 2,788 steps of the 5M-kernel benchmark)."""
     sums = activity.kernel_sums()
     ids = sorted(sums["name_id"].drop_nulls().unique().to_list())
     # As _categorise: by name; a name id without a name is '(unnamed)' in category 'other', as is no name id.
@@ -209,9 +211,9 @@ def _kernel_steps(activity: Activity, rank_of: dict, names: dict[int, str]) -> p
     at = at.fill_null(len(ids))
     return (sums.select(pl.col("pid_key").replace_strict(rank_of, default=None, return_dtype=pl.Int32).alias("rank"),
                         step_of_codes(sums["code"].to_numpy(), activity.step_values), category.gather(at), label.gather(at),
-                        "calls", "ns")
+                        shape_expr().cast(pl.Categorical), "calls", "ns")
             .filter(pl.col("rank").is_not_null())
-            .group_by("rank", "step", "category", "name")
+            .group_by("rank", "step", "category", "name", "shape")
             .agg(pl.col("calls").sum(), (pl.col("ns").sum() / 1e6).alias("time_ms")))
 
 

@@ -348,6 +348,17 @@ ANATOMY_STEP_KERNEL_SCHEMA: dict[str, pl.DataType] = {
 STEP_KERNELS_KEPT = 24
 STEP_KERNELS_REST = "(other kernels)"
 
+# Kernels by name and launch shape, steady steps only, where the profile records the shape (ingest/launch_shape.py):
+# what `explain` prices added calls by. A name's rows sum to its anatomy_kernels row less its calls without a shape.
+ANATOMY_KERNEL_SHAPE_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "name": pl.Utf8(),
+    "shape": pl.Utf8(),       # 'grid (2,66,1) block (384,1,1)'
+    "calls": pl.Int64(),
+    "total_ms": pl.Float64(),
+    "steps": pl.Int64(),      # the rank's steady steps the totals are over
+}
+
 ANATOMY_NVTX_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "range_name": pl.Utf8(),   # NVTX text / user annotation, e.g. 'ablock', 'step 12'
@@ -408,6 +419,7 @@ class Anatomy:
     kernel_steps: "pl.DataFrame | None" = None
     kernels: "pl.DataFrame | None" = None           # ANATOMY_KERNEL_SCHEMA
     step_kernels: "pl.DataFrame | None" = None      # ANATOMY_STEP_KERNEL_SCHEMA, every step of the profile
+    kernel_shapes: "pl.DataFrame | None" = None     # ANATOMY_KERNEL_SHAPE_SCHEMA, steady steps
     # Filled by the pipeline from analysis/stragglers.py, stored with the anatomy (straggler_* tables).
     straggler_steps: "pl.DataFrame | None" = None   # rank, step, wait_ms, imposed_ms, last_arrivals, collectives
     straggler_summary: "dict | None" = None          # report_json without per_step

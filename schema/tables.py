@@ -235,6 +235,20 @@ anatomy_step_kernels = Table(
     Column("time_ms", Double, nullable=False),            # ms, sum of the kernel's durations in the step
 )
 
+# v16: each kernel's calls by launch shape (grid and block), steady totals: evidence for `explain`'s pricing of added
+# calls; a kernel whose profile records no shape has no rows.
+anatomy_kernel_shapes = Table(
+    "anatomy_kernel_shapes", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rank", Integer),
+    Column("name", Text, nullable=False),                 # kernel name as the export states it (anatomy_kernels')
+    Column("shape", Text, nullable=False),                # 'grid (2,66,1) block (384,1,1)' (ingest/launch_shape.py)
+    Column("calls", BigInteger, nullable=False),          # steady steps only (the receipt's window)
+    Column("total_ms", Double, nullable=False),           # ms, sum of the calls' durations
+    Column("steps", BigInteger, nullable=False),          # the rank's steady steps the totals are over
+)
+
 anatomy_sources = Table(
     "anatomy_sources", metadata,
     Column("receipt_id", Text, nullable=False),
@@ -318,6 +332,7 @@ Index("ix_anatomy_steps_receipt", anatomy_steps.c.receipt_id)
 Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)
 Index("ix_anatomy_kernels_receipt", anatomy_kernels.c.receipt_id)
 Index("ix_anatomy_step_kernels_receipt", anatomy_step_kernels.c.receipt_id)
+Index("ix_anatomy_kernel_shapes_receipt", anatomy_kernel_shapes.c.receipt_id)
 Index("ix_receipt_components_receipt", receipt_components.c.receipt_id)
 Index("ix_memory_ranks_receipt", memory_ranks.c.receipt_id)
 Index("ix_memory_categories_receipt", memory_categories.c.receipt_id)
@@ -330,7 +345,7 @@ Index("ix_receipts_log_head", receipts.c.log_head_sha256)
 Index("ix_receipts_lane_key", receipts.c.lane_key)
 
 BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels",
-               "anatomy_step_kernels")
+               "anatomy_step_kernels", "anatomy_kernel_shapes")
 
 
 def ddl_statements(backend: str) -> list[str]:

@@ -10,7 +10,8 @@ from typing import Any
 import polars as pl
 
 from receipts.schema.identity import identity_columns
-from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA,
+from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_KERNEL_SHAPE_SCHEMA, ANATOMY_NVTX_SCHEMA,
+                                   ANATOMY_ROW_SCHEMA,
                                    ANATOMY_STEP_KERNEL_SCHEMA, ANATOMY_STEP_SCHEMA, COMPONENT_SCHEMA,
                                    RECEIPT_MODEL_VERSION,
                                    Anatomy, Receipt, SourceFile, Steps, as_text, mark_warmup)
@@ -167,6 +168,8 @@ def anatomy_frames(receipt_id: str, source_sha256: str, anatomy: Anatomy) -> dic
                                   ANATOMY_KERNEL_SCHEMA).select(*prefix, *ANATOMY_KERNEL_SCHEMA),
         "anatomy_step_kernels": _typed(anatomy.step_kernels if anatomy.step_kernels is not None else pl.DataFrame(),
                                        ANATOMY_STEP_KERNEL_SCHEMA).select(*prefix, *ANATOMY_STEP_KERNEL_SCHEMA),
+        "anatomy_kernel_shapes": _typed(anatomy.kernel_shapes if anatomy.kernel_shapes is not None else pl.DataFrame(),
+                                        ANATOMY_KERNEL_SHAPE_SCHEMA).select(*prefix, *ANATOMY_KERNEL_SHAPE_SCHEMA),
     }
 
 

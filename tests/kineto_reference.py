@@ -2,7 +2,7 @@
 standard json module, then every event judged on its own, in Python, one at a time.
 
 It keeps what the anatomy needs by the same rules, written out plainly per event: GPU activities (kernel,
-gpu_memcpy, gpu_memset and Kineto ~2021's capitalised names) with device, stream and correlation id;
+gpu_memcpy, gpu_memset and Kineto ~2021's capitalised names) with device, stream, correlation id and launch shape;
 launch-like runtime/driver calls with a correlation id; ProfilerStep#N markers; user annotations. Nothing of
 the streaming reader's machinery is shared (blocks, typed msgspec decoding, columns built per block): only
 the table schemas, the Trace it returns and the wording of a damaged time, so tests can compare messages.
@@ -34,6 +34,20 @@ def _id(value) -> int | None:
     return value if type(value) is int and -(2**63) <= value < 2**63 else None
 
 
+def _shape(args: dict) -> str | None:
+    """'grid (x,y,z) block (x,y,z)' when both args are lists of 3 positive integers (below 2^31), else None."""
+    dims = []
+    for key in ("grid", "block"):
+        value = args.get(key)
+        if not isinstance(value, list) or len(value) != 3:
+            return None
+        for v in value:
+            if type(v) is not int or v <= 0 or v >= 2**31:
+                return None
+        dims.append(",".join(str(v) for v in value))
+    return f"grid ({dims[0]}) block ({dims[1]})"
+
+
 def _us(path: Path, ev: dict, key: str) -> float:
     value = ev[key]
     if type(value) not in (int, float) or not -_MAX_US < value < _MAX_US:
@@ -61,7 +75,7 @@ def stream_trace(path: Path) -> Trace:
         step = _STEP_NAME.match(name)
         if cat in _GPU_KIND:
             rows["gpu"].append((name, _GPU_KIND[cat], _us(path, ev, "ts"), _us(path, ev, "dur"), _id(args.get("device")),
-                                _id(args.get("stream")), _id(args.get("correlation"))))
+                                _id(args.get("stream")), _id(args.get("correlation")), _shape(args)))
         elif step is not None and cat in _STEP_CATS:
             rows["step"].append((int(step.group(1)), str(ev.get("pid")), _us(path, ev, "ts"), _us(path, ev, "dur")))
         elif cat == "user_annotation":

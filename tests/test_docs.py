@@ -143,7 +143,7 @@ SQL_INTERPOLATIONS = {
     "ingest/nsys_activity.py": {"pid", "KIND[kind]", "name if kind == 'kernel' else 'NULL'",
                                 "short if kind == 'kernel' else 'NULL'", "copy if kind == 'memcpy' else 'NULL'",
                                 "in_graph", "table", "str(path.resolve()).replace(chr(39), chr(39) * 2)", "_PID_MASK",
-                                "domain", "text", "nvtx_table", "join", "stream", "gpu"},
+                                "domain", "text", "nvtx_table", "join", "stream", "gpu", "shape"},
     "ingest/nsys_schema.py": {"table", "', '.join(select)", "col"},
 }
 

@@ -223,7 +223,8 @@ def subset_store(tmp_path_factory) -> duckdb.DuckDBPyConnection:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("table", ["anatomy_steps", "anatomy_rows", "anatomy_step_kernels", "anatomy_kernels"])
+@pytest.mark.parametrize("table", ["anatomy_steps", "anatomy_rows", "anatomy_step_kernels", "anatomy_kernels",
+                                   "anatomy_kernel_shapes"])
 def test_the_export_is_what_this_build_makes_of_the_shipped_runs(export, subset_store, table):
     """The export's anatomy of each shipped run equals this build's ingest of the same files: when the parsers change
     what they store, this says the export must be made again (README: --raw ... --write-export)."""
@@ -254,6 +255,14 @@ def test_explain_names_the_sixteen_added_gemm_calls_first_among_kernels(corpus_s
     assert code == 0 and out["refused"] is None
     kernels = [c for c in out["components"] if c["level"] == "kernel" and c["verdict"] == "changed"]
     assert kernels[0]["name"].startswith("nvjet") and kernels[0]["calls_delta_per_step"] == pytest.approx(16.0)
+    # one launch shape, the model's calls' too (a persistent kernel): the 16 added calls are priced at the shape's
+    # change per added call, the 4096³ GEMM's own ~0.18 ms, not at the shape's mean (0.26 ms with them)
+    (shape,) = kernels[0]["shapes"]
+    assert shape["shape"] == "grid (2,66,1) block (384,1,1)" and not shape["new"]
+    assert shape["calls_delta_per_step"] == pytest.approx(16.0) and 0.15 < shape["ms_per_call"] < 0.21
+    assert kernels[0]["more_calls_ms_per_step"] == pytest.approx(kernels[0]["delta_ms_per_step"])
+    text = cli(corpus_store, "explain", f"{prof}_gemm16", "--against", f"tag:aa-{prof}", "--last", "50").output
+    assert "+16 calls of grid (2,66,1) block (384,1,1) at 0.1" in " ".join(text.split())
 
 
 # ---------------------------------------------------------------------------------------- host time, from the store

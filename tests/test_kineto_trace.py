@@ -48,7 +48,7 @@ def _same_anatomy(paths: list[Path], monkeypatch) -> None:
     ref = kineto.parse_files(paths, rules=RULES, keep_raw=True)
     for name in ("rows", "steps", "nvtx", "events", "raw_events"):
         assert getattr(fast, name).equals(getattr(ref, name), null_equal=True), name
-    order = ["rank", "step", "category", "name"]
+    order = ["rank", "step", "category", "name", "shape"]
     assert fast.kernel_steps.sort(order).equals(ref.kernel_steps.sort(order))
     assert (fast.warnings, fast.unattributed, fast.gpu_model, fast.started_at) == \
            (ref.warnings, ref.unattributed, ref.gpu_model, ref.started_at)

@@ -54,11 +54,22 @@ def _digest(df: pl.DataFrame | pl.LazyFrame | None) -> dict | None:
             "sha256": hashlib.sha256(df.write_csv().encode()).hexdigest()}
 
 
+def _by_name(kernel_steps: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The kernel rows per (rank, step, category, name), a name's launch shapes summed as whole nanoseconds (so the
+    milliseconds are the very floats one row per name held): what was pinned before the parser read shapes."""
+    if kernel_steps is None or "shape" not in kernel_steps.columns:
+        return kernel_steps
+    return (kernel_steps.with_columns(pl.col(pl.Categorical).cast(pl.Utf8))
+            .group_by("rank", "step", "category", "name")
+            .agg(pl.col("calls").sum(), ((pl.col("time_ms") * 1e6).round().cast(pl.Int64).sum() / 1e6).alias("time_ms"))
+            .with_columns(pl.col("category", "name").cast(pl.Categorical)))
+
+
 def snapshot(a) -> dict:
     """Everything parse() returns, in a form JSON holds exactly."""
     return {
         "rows": _frame(a.rows), "steps": _frame(a.steps), "nvtx": _digest(a.nvtx),
-        "events": _digest(a.events), "raw_events": _digest(a.raw_events), "kernel_steps": _digest(a.kernel_steps),
+        "events": _digest(a.events), "raw_events": _digest(a.raw_events), "kernel_steps": _digest(_by_name(a.kernel_steps)),
         "scalars": {k: getattr(a, k) for k in ("source_format", "schema_version", "step_marker", "attribution",
                                                "unattributed", "gpu_model", "gpu_count", "world_size",
                                                "ranks_traced", "gpus_on_host", "software")},

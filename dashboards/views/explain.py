@@ -16,6 +16,7 @@ from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 
 if TYPE_CHECKING:
+    from receipts.analysis.explain import ComponentDelta
     from receipts.analysis.explain_run import ExplainResult
 
 TOP = 15  # components drawn, the largest changed and inconclusive ones
@@ -31,12 +32,20 @@ def frame(r: "ExplainResult") -> pl.DataFrame:
           "candidate_ms": c.candidate_ms_per_step, "delta_ms": c.delta_ms_per_step, "low_ms": c.ci_low_ms,
           "high_ms": c.ci_high_ms, "noise_ms": c.noise_ms, "share_pct": None if c.share is None else 100 * c.share,
           "verdict": c.verdict, "evidence": c.evidence, "presence": c.presence or "",
-          "calls_delta": c.calls_delta_per_step, "ms_per_added_call": c.ms_per_added_call}
+          "calls_delta": c.calls_delta_per_step, "ms_per_added_call": c.ms_per_added_call,
+          "calls_by_shape": _by_shape(c)}
          for c in e.components],
         schema={"level": pl.Utf8, "component": pl.Utf8, "baseline_ms": pl.Float64, "candidate_ms": pl.Float64,
                 "delta_ms": pl.Float64, "low_ms": pl.Float64, "high_ms": pl.Float64, "noise_ms": pl.Float64,
                 "share_pct": pl.Float64, "verdict": pl.Utf8, "evidence": pl.Utf8, "presence": pl.Utf8,
-                "calls_delta": pl.Float64, "ms_per_added_call": pl.Float64})
+                "calls_delta": pl.Float64, "ms_per_added_call": pl.Float64, "calls_by_shape": pl.Utf8})
+
+
+def _by_shape(c: "ComponentDelta") -> str:
+    """The calls added (removed) by launch shape with their price each, e.g. '+16 of grid (2,66,1) block (384,1,1)
+    at 0.175 ms'; empty when the calls kept their shapes or none were recorded."""
+    return "; ".join(f"{g.calls_delta_per_step:+g} of {g.shape or 'no recorded shape'} at {g.ms_per_call:.3f} ms"
+                     for g in c.shapes if g.ms_per_call is not None)
 
 
 def chart(rows: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:

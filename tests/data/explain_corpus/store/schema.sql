@@ -1,4 +1,5 @@
 CREATE TABLE anatomy_kernels(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, category VARCHAR NOT NULL, "name" VARCHAR NOT NULL, calls BIGINT NOT NULL, total_ms DOUBLE NOT NULL, steps BIGINT NOT NULL);;
+CREATE TABLE anatomy_kernel_shapes(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, "name" VARCHAR NOT NULL, shape VARCHAR NOT NULL, calls BIGINT NOT NULL, total_ms DOUBLE NOT NULL, steps BIGINT NOT NULL);;
 CREATE TABLE anatomy_nvtx(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, range_name VARCHAR NOT NULL, count BIGINT NOT NULL, total_ms DOUBLE NOT NULL, gpu_ms DOUBLE);;
 CREATE TABLE anatomy_rows(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, step BIGINT, category VARCHAR NOT NULL, time_ms DOUBLE NOT NULL, warmup BOOLEAN NOT NULL);;
 CREATE TABLE anatomy_sources(receipt_id VARCHAR, source_sha256 VARCHAR, source_format VARCHAR NOT NULL, schema_version VARCHAR, step_marker VARCHAR NOT NULL, attribution VARCHAR NOT NULL, unattributed BIGINT NOT NULL, raw_events_path VARCHAR, warnings_json VARCHAR NOT NULL, stragglers_json VARCHAR, category_rules_version INTEGER, category_rules_sha256 VARCHAR, category_rules_json VARCHAR, PRIMARY KEY(receipt_id, source_sha256));;
@@ -18,6 +19,7 @@ CREATE TABLE receipt_summaries(receipt_id VARCHAR, "rule" VARCHAR NOT NULL, n_st
 CREATE TABLE receipt_telemetry(receipt_id VARCHAR NOT NULL, rank INTEGER, gpu_index INTEGER, gpu_name VARCHAR, pci_bus_id VARCHAR, samples INTEGER NOT NULL, busy_samples INTEGER NOT NULL, interval_s DOUBLE, sm_clock_mhz DOUBLE, sm_clock_min_mhz DOUBLE, sm_clock_max_mhz DOUBLE, mem_clock_mhz DOUBLE, power_w DOUBLE, power_limit_w DOUBLE, temperature_c DOUBLE, gpu_util_pct DOUBLE, mem_util_pct DOUBLE, throttle_json VARCHAR NOT NULL, ecc_corrected_added BIGINT, ecc_uncorrected_added BIGINT, xids_json VARCHAR NOT NULL);;
 CREATE TABLE schema_meta("key" VARCHAR, "value" VARCHAR NOT NULL, PRIMARY KEY("key"));;
 CREATE INDEX ix_anatomy_kernels_receipt ON anatomy_kernels(receipt_id);;
+CREATE INDEX ix_anatomy_kernel_shapes_receipt ON anatomy_kernel_shapes(receipt_id);;
 CREATE INDEX ix_anatomy_nvtx_receipt ON anatomy_nvtx(receipt_id);;
 CREATE INDEX ix_anatomy_rows_receipt ON anatomy_rows(receipt_id);;
 CREATE INDEX ix_anatomy_steps_receipt ON anatomy_steps(receipt_id);;
