@@ -230,7 +230,7 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
             rows[Lane.from_key(r["lane_key"])].append(r)
     eligible = rows
     if profiled_only:
-        from receipts.analysis.components import profiled
+        from receipts.analysis.profiles import profiled
 
         found = profiled(store, [r["receipt_id"] for lane_rows in rows.values() for r in lane_rows])
         eligible = {lane: [r for r in lane_rows if found.get(r["receipt_id"], {}).get("has_steps")]

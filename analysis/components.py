@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import polars as pl
 
+from receipts.analysis.profiles import profiled
 from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, HOST_GAP, PERIOD_PARTS
 from receipts.schema.model import COMPONENT_SCHEMA
 
@@ -227,14 +228,6 @@ def stored_many(store: "Store", ids: list[str]) -> dict[str, pl.DataFrame]:
     frame = store.query("explain_components", {"ids": ids, "rule": RULE})
     return {key[0]: part.drop("receipt_id", "source_sha256")
             for key, part in frame.partition_by("receipt_id", as_dict=True).items()}
-
-
-def profiled(store: "Store", ids: list[str]) -> dict[str, dict]:
-    """The newest attached export of each of `ids` that has one: source_sha256, source_format (nsys / kineto) and
-    has_steps (whether it has steady steps, hence component rows)."""
-    if not ids:
-        return {}
-    return {r["receipt_id"]: r for r in store.query_rows("explain_profiled", {"ids": ids})}
 
 
 def spread_many(store: "Store", ids: list[str]) -> dict[str, dict[tuple[str, str], tuple[float, int]]]:
