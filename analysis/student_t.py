@@ -58,13 +58,19 @@ def _beta_fraction(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, _MAX_TERMS):
         m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > _TINY else _TINY)
-            c = 1.0 + aa / c
-            c = c if abs(c) > _TINY else _TINY
-            step = d * c
-            h *= step
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))  # the even step
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = 1.0 + aa / c
+        c = c if abs(c) > _TINY else _TINY
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))  # the odd step
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = 1.0 + aa / c
+        c = c if abs(c) > _TINY else _TINY
+        step = d * c
+        h *= step
         if abs(step - 1.0) < _EPS:
             return h
     raise ArithmeticError(f"the incomplete beta's continued fraction did not converge (a={a}, b={b}, x={x})")
@@ -102,6 +108,25 @@ def _t_pdf(t: float, df: float) -> float:
     return math.exp(-(0.5 * df + 0.5) * math.log1p(t * t / df) - 0.5 * math.log(df) - _log_beta_half(0.5 * df))
 
 
+def _start(p: float, df: float) -> float:
+    """A first t for the upper tail p: exact for 1 and 2 degrees of freedom, else the Cornish-Fisher expansion of
+    the normal quantile in 1/df (Abramowitz & Stegun 26.7.5) from 3 df, the normal quantile below (left of the
+    answer: a t's tail is heavier than the normal's)."""
+    if df == 1.0:
+        return math.tan(math.pi * (0.5 - p))
+    if df == 2.0:
+        return (1.0 - 2.0 * p) / math.sqrt(2.0 * p * (1.0 - p))
+    z = -normal_quantile(p)
+    if df < 3.0:
+        return z
+    z2 = z * z
+    g1 = (z2 + 1.0) * z / 4.0
+    g2 = ((5.0 * z2 + 16.0) * z2 + 3.0) * z / 96.0
+    g3 = (((3.0 * z2 + 19.0) * z2 + 17.0) * z2 - 15.0) * z / 384.0
+    g4 = ((((79.0 * z2 + 776.0) * z2 + 1482.0) * z2 - 1920.0) * z2 - 945.0) * z / 92160.0
+    return z + (g1 + (g2 + (g3 + g4 / df) / df) / df) / df
+
+
 def t_quantile(q: float, df: float) -> float:
     """The t with P(T <= t) = q for Student's t with df > 0 degrees of freedom (inf: the normal), 0 < q < 1."""
     if not df > 0:
@@ -113,22 +138,22 @@ def t_quantile(q: float, df: float) -> float:
     if q == 0.5:
         return 0.0
     p = min(q, 1.0 - q)  # the tail beyond |t|: found on the upper side, its sign set at the end
-    lo, hi = 0.0, max(1.0, abs(normal_quantile(p)))
-    while _t_tail(hi, df) > p:  # a heavy tail (few df) reaches far beyond the normal's
-        lo, hi = hi, 2.0 * hi
-    t = hi
-    for _ in range(200):
+    # Newton's method on the tail, convex for t > 0: from either side of the answer a step lands on its left, and
+    # from there it climbs to it without overshooting. A step out of the bracket (a heavy tail's nearly flat pdf far
+    # to the right) bisects instead.
+    t, lo, hi = _start(p, df), 0.0, math.inf
+    for _ in range(400):
         tail = _t_tail(t, df)
         if tail > p:
             lo = t
         else:
             hi = t
-        step = (tail - p) / _t_pdf(t, df)  # Newton on the tail, whose derivative is -pdf
+        step = (tail - p) / _t_pdf(t, df)
         nxt = t + step
-        if not lo < nxt < hi:  # outside the bracket: bisect instead
-            nxt = 0.5 * (lo + hi)
-        if abs(nxt - t) <= 4e-16 * abs(nxt) or hi - lo <= 4e-16 * hi:
-            t = nxt
-            break
+        if not lo < nxt < hi:
+            nxt = 0.5 * (lo + hi) if hi < math.inf else 2.0 * lo
+        converged = abs(nxt - t) <= 1e-13 * nxt  # the next step would be below 1e-16 of t
         t = nxt
+        if converged:
+            break
     return t if q > 0.5 else -t
