@@ -33,12 +33,11 @@ A profile without steady steps (no step markers, or every step in the warm-up) g
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Mapping, cast
 
 import numpy as np
 import polars as pl
 
-from receipts.analysis.profiles import profiled
 from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, HOST_GAP, PERIOD_PARTS
 from receipts.schema.model import COMPONENT_SCHEMA
 
@@ -230,11 +229,12 @@ def stored_many(store: "Store", ids: list[str]) -> dict[str, pl.DataFrame]:
             for key, part in frame.partition_by("receipt_id", as_dict=True).items()}
 
 
-def spread_many(store: "Store", ids: list[str]) -> dict[str, dict[tuple[str, str], tuple[float, int]]]:
-    """step_spread of each receipt's newest attached export, from its stored per-step rows (a few hundred rows a
-    run: read when explained, not stored)."""
+def spread_many(store: "Store", profiles: Mapping[str, Mapping[str, Any]]
+                ) -> dict[str, dict[tuple[str, str], tuple[float, int]]]:
+    """step_spread of each receipt's newest attached export (`profiles`: analysis/profiles.py's, by receipt id),
+    from its stored per-step rows (a few hundred rows a run: read when explained, not stored)."""
     out = {}
-    for rid, profile in profiled(store, ids).items():
+    for rid, profile in profiles.items():
         params = {"receipt_id": rid, "source_sha256": profile["source_sha256"]}
         out[rid] = step_spread(store.query("anatomy_rows", params), store.query("anatomy_steps", params))
     return out

@@ -202,7 +202,7 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
     stored, difference = common_rules(stored, {rid: profiles[rid].get("category_rules_json") for rid in ids},
                                       baseline, from_raw)
     # The step-to-step spread is read from the stored per-step rows, made under each run's own rules.
-    spread = comp.spread_many(store, ids)
+    spread = comp.spread_many(store, {rid: profiles[rid] for rid in ids if rid in profiles})
     runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {}))) for rid in ids}
     return runs, difference
 
