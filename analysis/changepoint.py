@@ -2,7 +2,7 @@
 
 The method of Apache Otava (formerly Hunter, Fleming et al., "Hunter: Using Change Point Detection to
 Hunt for Performance Regressions", ICPE 2023) and of MongoDB's signal-processing-algorithms, written
-here in numpy/scipy (apache-otava brings a CLI and database clients the gate must not install):
+here in numpy (apache-otava brings a CLI and database clients the gate must not install):
 
 1. Split (E-divisive means, Matteson & James 2014): within a segment, the candidate is the split tau
    (with a right end kappa) that maximises the energy statistic
@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from receipts.analysis.student_t import t_cdf
 
 MAX_PVALUE = 0.001     # Otava's default: a change point is a strong statement about a whole history
 MIN_MAGNITUDE = 0.01   # relative change of the mean (1%: the verdicts' min_effect); 0 disables
@@ -79,9 +81,7 @@ def _candidate(x: np.ndarray) -> tuple[int, float] | None:
 
 def _ttest(left: np.ndarray, right: np.ndarray) -> float:
     """Student's two-sample t-test, pooled variance, two-sided: scipy.stats.ttest_ind(equal_var=True)'s p-value,
-    spelled out over scipy.special's t distribution (importing scipy.stats took 0.6 s of a lane history's 2)."""
-    from scipy.special import stdtr
-
+    spelled out over Student's t (analysis/student_t.py; importing scipy.stats took 0.6 s of a lane history's 2)."""
     if left.size + right.size < 3:
         return 1.0
     if np.ptp(np.concatenate([left, right])) == 0:
@@ -93,22 +93,20 @@ def _ttest(left: np.ndarray, right: np.ndarray) -> float:
     with np.errstate(divide="ignore"):
         t = (left.mean() - right.mean()) / np.sqrt(pooled * (1.0 / n1 + 1.0 / n2))
     # both sides constant, different values: t is infinite, p 0 (as different as data can be)
-    return float(2.0 * stdtr(df, -abs(t)))
+    return 2.0 * t_cdf(-abs(float(t)), df)
 
 
 def _ttest_before(left: np.ndarray, right: np.ndarray) -> float:
     """Two-sided t-test of the mean after against the mean before, with the variance of the side before alone:
     (mean_r - mean_l) / (s_l sqrt(1/n_l + 1/n_r)) is Student t on n_l - 1 df when nothing changed. 1 with fewer
     than 3 runs before (no spread worth the name) or none of them apart."""
-    from scipy.special import stdtr
-
     if left.size < 3 or right.size < 1:
         return 1.0
     s = float(np.std(left, ddof=1))
     if s == 0:
         return 1.0
     t = (right.mean() - left.mean()) / (s * np.sqrt(1.0 / left.size + 1.0 / right.size))
-    return float(2.0 * stdtr(left.size - 1, -abs(t)))
+    return 2.0 * t_cdf(-abs(float(t)), left.size - 1)
 
 
 def _test(left: np.ndarray, right: np.ndarray) -> float:

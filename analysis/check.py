@@ -29,18 +29,17 @@ candidate could not be judged; else 0.
 from __future__ import annotations
 
 import functools
+import statistics
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
-
-import numpy as np
 
 from receipts.analysis import telemetry
 from receipts.analysis.commits import CommitRange, between
 from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, with_telemetry
-from receipts.analysis.lanes import DEFAULT_BASELINE_LAST, TAG_PREFIX, Lane, lane_of, lane_runs
+from receipts.analysis.figures import RunInterval
+from receipts.analysis.lanes import DEFAULT_BASELINE_LAST, TAG_PREFIX, Lane, lane_of, lane_run_rows
 from receipts.analysis.noise import FLOOR_WINDOW, MAD_TO_SIGMA, MIN_FLOOR_PCT, NoiseFloor, noise_floor
 from receipts.analysis.record import StoredReceipt, load_many
-from receipts.analysis.stats import RunInterval, median_interval
 from receipts.analysis.verdict import VerdictResult, decide
 from receipts.errors import Remedy, UsageError
 from receipts.schema.lane import OPTION
@@ -217,20 +216,21 @@ class LaneReads:
 
 
 def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: str, last: int,
-               profiled_only: bool = False) -> LaneReads:
+               profiled_only: bool = False, series: bool = True) -> LaneReads:
     """The tagged runs of every candidate's lane in one query, and the baseline receipts in one load.
     `profiled_only`: the baseline is the `last` most recent tagged runs with a profile that has steady steps
-    (explain's components need one), however far back they are; the floor still reads every tagged run."""
+    (explain's components need one), however far back they are; the floor still reads every tagged run.
+    `series`: the baseline receipts with their step series (the gate's evidence reads them; check's verdicts need
+    only the stored intervals)."""
     lanes = sorted({lane for r in candidates.values() if (lane := lane_of(r)) is not None}, key=str)
     rows: dict[Lane, list[dict]] = {lane: [] for lane in lanes}
     if lanes:
-        frame = lane_runs(store, lanes, tag=tag,
-                          last=None if profiled_only else max(last, FLOOR_WINDOW) + len(candidates))
-        for r in frame.iter_rows(named=True):
+        for r in lane_run_rows(store, lanes, tag=tag,
+                               last=None if profiled_only else max(last, FLOOR_WINDOW) + len(candidates)):
             rows[Lane.from_key(r["lane_key"])].append(r)
     eligible = rows
     if profiled_only:
-        from receipts.analysis.components import profiled
+        from receipts.analysis.profiles import profiled
 
         found = profiled(store, [r["receipt_id"] for lane_rows in rows.values() for r in lane_rows])
         eligible = {lane: [r for r in lane_rows if found.get(r["receipt_id"], {}).get("has_steps")]
@@ -240,7 +240,7 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
     ids = [r["receipt_id"] for chosen in picked.values() for r in chosen]
     own = {lane: sum(r["receipt_id"] in candidates for r in lane_rows) for lane, lane_rows in rows.items()}
     return LaneReads(picked, {lane: _floor_rows(lane_rows, candidates.keys()) for lane, lane_rows in rows.items()},
-                     load_many(store, ids) if ids else {}, own,
+                     load_many(store, ids, series=series) if ids else {}, own,
                      tag_hint(store, tag) if not any(rows.values()) else None,
                      telemetry.load(store, [*candidates, *ids]))
 
@@ -254,8 +254,10 @@ def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = 
     if last < 1:
         raise UsageError(f"{last}: the baseline needs at least 1 run", option="last")
     pairs = resolve_candidates(store, refs)
-    candidates = load_many(store, [rid for _, rid in pairs])
-    reads = read_lanes(store, candidates, tag=tag, last=last, profiled_only=profiled_only)
+    # A run's interval is the one stored with its summary (analysis/summary.py: median_interval over the same steady
+    # series at ingest): no step series read, no bootstrap recomputed, no numpy.
+    candidates = load_many(store, [rid for _, rid in pairs], series=False)
+    reads = read_lanes(store, candidates, tag=tag, last=last, profiled_only=profiled_only, series=False)
     checks = tuple(judge(ref, candidates[rid], tag=tag, last=last, reads=reads) for ref, rid in pairs)
     return CheckResult(against, last, checks, pool(checks, candidates), each)
 
@@ -280,9 +282,8 @@ def outliers(medians: Mapping[str, float], floor: NoiseFloor) -> dict[str, float
     by chance to 0.1%, and a run one floor away from them is ordinary noise, not an outlier."""
     if len(medians) < MIN_RUNS_FOR_OUTLIERS:
         return {}
-    x = np.array(list(medians.values()))
-    center = float(np.median(x))
-    sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(x - center))), floor.fraction * center,
+    center = statistics.median(medians.values())
+    sigma = max(MAD_TO_SIGMA * statistics.median(abs(m - center) for m in medians.values()), floor.fraction * center,
                 MIN_FLOOR_PCT / 100.0 * center)
     return {rid: abs(m - center) / sigma for rid, m in medians.items() if abs(m - center) / sigma > OUTLIER_Z}
 
@@ -298,7 +299,7 @@ def baseline_for(candidate: StoredReceipt, *, tag: str, last: int, reads: LaneRe
         why = None
         if r.ended_early:
             why = f"ended early: {r.ended_early}"
-        elif (interval := median_interval(r.step_series)) is None:
+        elif (interval := r.step_interval) is None:
             why = "fewer than 2 steady-state steps"
         else:
             intervals[r.id] = interval
@@ -308,7 +309,7 @@ def baseline_for(candidate: StoredReceipt, *, tag: str, last: int, reads: LaneRe
     floor = replace(floor, basis=f"{floor.n_runs} run{'s' if floor.n_runs != 1 else ''} tagged {tag}")
     far = outliers({rid: i.median for rid, i in intervals.items()}, floor)
     kept = {rid: i for rid, i in intervals.items() if rid not in far}
-    center = float(np.median([i.median for i in kept.values()])) if kept else None
+    center = statistics.median(i.median for i in kept.values()) if kept else None
     runs = [replace(b, excluded=f"outlier: median {b.median_step_ms:.2f} ms is {far[b.id]:.1f} robust z-scores from "
                                  f"the baseline's {center:.2f} ms (> {OUTLIER_Z:g})") if b.id in far else b for b in runs]
     return Baseline(tag, last, tuple(runs), center, floor, kept)
@@ -351,7 +352,7 @@ def no_baseline_remedy(baseline: Baseline) -> Remedy:
 
 def judge(ref: str, candidate: StoredReceipt, *, tag: str, last: int, reads: LaneReads) -> CandidateCheck:
     """The verdict on one candidate against its baseline."""
-    own = median_interval(candidate.step_series)
+    own = candidate.step_interval
     base = functools.partial(CandidateCheck, ref=ref, receipt_id=candidate.id, run_name=candidate.run_name,
                              lane=lane_of(candidate), median_step_ms=own.median if own else None,
                              ended_early=candidate.ended_early, git_rev=candidate.provenance.get("git_rev"))
@@ -391,12 +392,12 @@ def pool(checks: Sequence[CandidateCheck], candidates: Mapping[str, StoredReceip
     for lane, group in lanes.items():
         baseline = group[0].baseline
         assert baseline is not None
-        own = [median_interval(candidates[c.receipt_id].step_series) for c in group]
+        own = [candidates[c.receipt_id].step_interval for c in group]
         verdict = decide([baseline.intervals[b.id] for b in baseline.used], [i for i in own if i is not None],
                          baseline.floor, grow="candidate")
         if verdict is None:
             continue
         out.append(PooledCheck(lane, tuple(c.receipt_id for c in group), tuple(c.run_name for c in group),
-                               float(np.median([c.median_step_ms for c in group if c.median_step_ms is not None])),
+                               statistics.median(c.median_step_ms for c in group if c.median_step_ms is not None),
                                baseline, verdict))
     return tuple(out)

@@ -20,7 +20,7 @@ from receipts.analysis.listing import series_headline
 from receipts.analysis.noise import NoiseFloor, default_floor, floor_json
 from receipts.analysis.record import StoredReceipt
 from receipts.analysis.figures import RatioCI, RunInterval, Summary
-from receipts.analysis.stragglers import explains, stored_report
+from receipts.analysis.straggler_reports import explains, stored_report
 from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
 
 from receipts.schema.lane import FIELDS, RAW
@@ -75,7 +75,7 @@ class Comparison:
     drift: dict[str, tuple[Difference, ...]] | None = None
     noise_floor: NoiseFloor | None = None
     detail: VerdictResult | None = None  # the step-time verdict with its why and runs_needed
-    straggler: dict[str, Any] | None = None  # analysis.stragglers.explains: does a straggler explain the difference
+    straggler: dict[str, Any] | None = None  # analysis.straggler_reports.explains: does a straggler explain the difference
     memory_drift: list[dict[str, Any]] | None = None  # analysis.memory_geometry.drift: which bucket moved
     warnings: tuple[str, ...] = ()      # what makes the comparison weaker than it looks (comparison_warnings)
 

@@ -34,7 +34,7 @@ A profile without steady steps (no step markers, or every step in the warm-up) g
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Mapping, cast
 
 import numpy as np
 import polars as pl
@@ -243,19 +243,12 @@ def shapes_many(store: "Store", ids: list[str]) -> dict[str, dict[str, dict[str,
     return out
 
 
-def profiled(store: "Store", ids: list[str]) -> dict[str, dict]:
-    """The newest attached export of each of `ids` that has one: source_sha256, source_format (nsys / kineto) and
-    has_steps (whether it has steady steps, hence component rows)."""
-    if not ids:
-        return {}
-    return {r["receipt_id"]: r for r in store.query_rows("explain_profiled", {"ids": ids})}
-
-
-def spread_many(store: "Store", ids: list[str]) -> dict[str, dict[tuple[str, str], tuple[float, int]]]:
-    """step_spread of each receipt's newest attached export, from its stored per-step rows (a few hundred rows a
-    run: read when explained, not stored)."""
+def spread_many(store: "Store", profiles: Mapping[str, Mapping[str, Any]]
+                ) -> dict[str, dict[tuple[str, str], tuple[float, int]]]:
+    """step_spread of each receipt's newest attached export (`profiles`: analysis/profiles.py's, by receipt id),
+    from its stored per-step rows (a few hundred rows a run: read when explained, not stored)."""
     out = {}
-    for rid, profile in profiled(store, ids).items():
+    for rid, profile in profiles.items():
         params = {"receipt_id": rid, "source_sha256": profile["source_sha256"]}
         out[rid] = step_spread(store.query("anatomy_rows", params), store.query("anatomy_steps", params))
     return out

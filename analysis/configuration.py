@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from receipts.analysis.lanes import Lane, lane_of, lane_runs
+from receipts.analysis.lanes import Lane, lane_of, lane_run_rows
 from receipts.analysis.noise import FLOOR_WINDOW, MIN_RUNS, NoiseFloor, noise_floor
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def _lane_reads(store: "Store", keys: set[tuple[Lane, tuple[str, ...]]]) -> dict
         by_tag.setdefault(tags[0] if tags else None, set()).add(lane)
     rows: dict[tuple[Lane, str | None], list[dict]] = {}
     for tag, lanes in by_tag.items():
-        for r in lane_runs(store, sorted(lanes, key=str), tag=tag, last=_SCAN).iter_rows(named=True):
+        for r in lane_run_rows(store, sorted(lanes, key=str), tag=tag, last=_SCAN):
             lane = Lane.from_key(r["lane_key"])
             rows.setdefault((lane, tag), []).append(r)
     return {(lane, tags): rows.get((lane, tags[0] if tags else None), []) for lane, tags in keys}

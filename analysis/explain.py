@@ -50,6 +50,7 @@ import numpy as np
 from receipts.analysis.explain_noise import CALIBRATION, Calibration, component_class, noise, structural
 from receipts.analysis.explain_shapes import ShapeChange, ShapeRows, shape_table, split
 from receipts.analysis.stats import CONFIDENCE
+from receipts.analysis.student_t import normal_cdf, normal_quantile, t_cdf, t_quantile
 from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, STEP_PARTS
 from receipts.schema.kernel_names import canonical_kernel_name
 
@@ -237,19 +238,14 @@ def _spread(n_a: int, n_b: int) -> float:
 @functools.lru_cache(maxsize=256)
 def _critical(confidence: float, df: float | None) -> float:
     """The two-sided critical value at `confidence`: Student's t with df degrees of freedom, the normal for None."""
-    from scipy import special
-
     q = 0.5 + confidence / 2.0
-    return float(special.ndtri(q) if df is None or not math.isfinite(df) else special.stdtrit(df, q))
+    return normal_quantile(q) if df is None or not math.isfinite(df) else t_quantile(q, df)
 
 
 def _p_values(z: np.ndarray, df: np.ndarray) -> np.ndarray:
-    """Two-sided p of each z against Student's t with its df (inf: the normal)."""
-    from scipy import special
-
-    tail = np.abs(z)
-    finite = np.isfinite(df)
-    return 2.0 * np.where(finite, special.stdtr(np.where(finite, df, 1.0), -tail), special.ndtr(-tail))
+    """Two-sided p of each z against Student's t with its df (inf: the normal; analysis/student_t.py)."""
+    return np.array([2.0 * (t_cdf(-abs(zi), di) if math.isfinite(di) else normal_cdf(-abs(zi)))
+                     for zi, di in zip(z.tolist(), df.tolist())], dtype=float)
 
 
 def bh_adjusted(p: np.ndarray) -> np.ndarray:

@@ -12,6 +12,9 @@ calibration is the profiler's (analysis/explain_noise.py calibration_for: the ru
 A refusal is a result with one line saying why, like a refused comparison: a candidate without a profile (saying
 which profile to attach), one whose profile has no steady steps, a baseline without any profiled run, or check's
 and compare's own refusals (no baseline, incomplete identity, not the same lane).
+
+The judgement's machinery (component frames, numpy; check's baseline selection) is imported once both sides have a
+profile, in the functions that use it: a `compare` of runs without one never loads it (tests/test_lean_imports.py).
 """
 
 from __future__ import annotations
@@ -21,19 +24,18 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import polars as pl
-
-from receipts.analysis import components as comp
 from receipts.analysis import telemetry
-from receipts.analysis.check import CandidateCheck, parse_against, run_check
 from receipts.analysis.compare import Comparison, compare_in_store
-from receipts.analysis.explain import (LEVELS, Explanation, Mode, RunComponents, StepChange, Value, explain)
-from receipts.analysis.explain_noise import calibration_for
 from receipts.analysis.lanes import TAG_PREFIX
-from receipts.analysis.stragglers import stored_report
+from receipts.analysis.profiles import profiled
+from receipts.analysis.straggler_reports import stored_report
 from receipts.errors import Remedy, UsageError
 
 if TYPE_CHECKING:
+    import polars as pl
+
+    from receipts.analysis.check import CandidateCheck
+    from receipts.analysis.explain import Explanation, Mode, RunComponents, Value
     from receipts.analysis.recategorise import RulesDifference
     from receipts.schema.categories import CategoryRules
     from receipts.store import Store
@@ -66,9 +68,13 @@ class ExplainResult:
         return EXIT_REFUSED if self.explanation is None else EXIT_OK
 
 
-def explain_in_store(store: "Store", ref: str, *, against: str, last: int, levels: Sequence[str] = LEVELS
+def explain_in_store(store: "Store", ref: str, *, against: str, last: int, levels: Sequence[str] | None = None
                      ) -> ExplainResult:
-    """Explain run `ref` against `tag:T` (the lane's baseline) or against one run."""
+    """Explain run `ref` against `tag:T` (the lane's baseline) or against one run; `levels` to show (default all)."""
+    from receipts.analysis.check import parse_against, run_check
+    from receipts.analysis.explain import LEVELS
+
+    levels = LEVELS if levels is None else levels
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad:
         raise UsageError(f"{bad[0]!r}: expected one of {', '.join(LEVELS)}", option="level")
@@ -85,14 +91,15 @@ def explain_in_store(store: "Store", ref: str, *, against: str, last: int, level
     return result
 
 
-def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequence[str] = LEVELS) -> ExplainResult:
+def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequence[str] | None = None
+              ) -> ExplainResult:
     """The explanation of one of check's candidates against its baseline (check's result, not read again)."""
     names = {c.receipt_id: c.run_name}
     if c.outcome != "judged" or c.verdict is None or c.baseline is None:
         return ExplainResult(c.receipt_id, c.run_name, against, "lane", None, c.message, names)
     used = [b.id for b in c.baseline.used]
     names |= {b.id: b.run_name for b in c.baseline.used}
-    profiles = comp.profiled(store, [c.receipt_id, *used])
+    profiles = profiled(store, [c.receipt_id, *used])
     base_format = _majority([profiles[i]["source_format"] for i in used if i in profiles])
     refusal = _own_profile(c.run_name, profiles.get(c.receipt_id), base_format)
     if refusal is None and not any(i in profiles for i in used):
@@ -102,25 +109,28 @@ def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequen
         remedy = (Remedy("attach", c.run_name) if c.receipt_id not in profiles
                   else None if any(i in profiles for i in used) else Remedy("attach"))
         return ExplainResult(c.receipt_id, c.run_name, against, "lane", None, refusal, names, remedy=remedy)
+    from receipts.analysis.explain import LEVELS, StepChange, explain
+    from receipts.analysis.explain_noise import calibration_for
+
     base_ids = [i for i in used if i in profiles and profiles[i]["has_steps"]]
     runs, rules = _runs(store, [c.receipt_id, *base_ids], names, profiles, baseline=base_ids)
     step = StepChange(c.verdict.verdict, c.baseline.median_step_ms, c.median_step_ms, c.message)
     formats = tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]}))
-    result = explain([runs[i] for i in base_ids], [runs[c.receipt_id]], step=step, mode="lane", levels=levels,
+    result = explain([runs[i] for i in base_ids], [runs[c.receipt_id]], step=step, mode="lane", levels=levels or LEVELS,
                      calibration=calibration_for(formats))
     return ExplainResult(c.receipt_id, c.run_name, against, "lane", result, None, names,
                          tuple(names[i] for i in used if i not in base_ids), _stragglers(store, c.receipt_id),
                          formats, rules=rules, clock=_clock(store, base_ids, c.receipt_id, runs))
 
 
-def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Sequence[str] = LEVELS,
+def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Sequence[str] | None = None,
                    refuse_unprofiled: bool = False) -> ExplainResult | None:
     """The pairwise explanation of a comparable pair (B against A). Without a profile on both sides: a refusal
     when `refuse_unprofiled` (explain), else None (compare shows nothing then)."""
     names = {c.a.id: c.a.run_name, c.b.id: c.b.run_name}
     if not c.comparable:
         return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", None, c.reason, names)
-    profiles = comp.profiled(store, [c.a.id, c.b.id])
+    profiles = profiled(store, [c.a.id, c.b.id])
     refusal = (_own_profile(c.b.run_name, profiles.get(c.b.id), _format(profiles.get(c.a.id)))
                or _own_profile(c.a.run_name, profiles.get(c.a.id), _format(profiles.get(c.b.id))))
     if refusal is not None:
@@ -128,12 +138,15 @@ def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Seque
         return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", None, refusal, names,
                              remedy=Remedy("attach", lacking) if lacking else None) if refuse_unprofiled \
             else None
+    from receipts.analysis.explain import LEVELS, StepChange, explain
+    from receipts.analysis.explain_noise import calibration_for
+
     runs, rules = _runs(store, [c.a.id, c.b.id], names, profiles, baseline=[c.a.id])
     why = c.detail.why if c.detail else c.reason
     step = StepChange(c.verdict or "inconclusive", c.a.step_ms.median if c.a.step_ms else None,
                       c.b.step_ms.median if c.b.step_ms else None, why)
     formats = tuple(sorted({profiles[i]["source_format"] for i in names}))
-    result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels,
+    result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels or LEVELS,
                      calibration=calibration_for(formats))
     return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (),
                          _stragglers(store, c.b.id), formats, rules=rules,
@@ -174,7 +187,9 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
     """Each receipt's stored components; a profile stored before they existed is summarised from its anatomy rows
     on read (what `receipts db upgrade` stores), with the same numbers. Profiles categorised under different
     kernel-category rules are brought to the baseline's (analysis/recategorise.py); the note says so."""
-    from receipts.analysis.recategorise import common_rules  # only with profiles on both sides: not at start-up
+    from receipts.analysis import components as comp
+    from receipts.analysis.explain import RunComponents
+    from receipts.analysis.recategorise import common_rules
 
     stored = comp.stored_many(store, ids)
     for rid in ids:
@@ -187,7 +202,7 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
     stored, difference = common_rules(stored, {rid: profiles[rid].get("category_rules_json") for rid in ids},
                                       baseline, from_raw)
     # The step-to-step spread is read from the stored per-step rows, made under each run's own rules.
-    spread = comp.spread_many(store, ids)
+    spread = comp.spread_many(store, {rid: profiles[rid] for rid in ids if rid in profiles})
     shapes = comp.shapes_many(store, ids)  # evidence for pricing added calls, not components
     runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {})),
                                shapes.get(rid, {})) for rid in ids}
@@ -195,6 +210,8 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
 
 
 def _values(frame: pl.DataFrame, spread: Mapping[tuple[str, str], tuple[float, int]]) -> dict[tuple[str, str], Value]:
+    from receipts.analysis.explain import Value
+
     out = {}
     for r in frame.iter_rows(named=True):
         key = (r["level"], r["name"])

@@ -28,7 +28,7 @@ from receipts.analysis.lanes import Lane, floors_from_runs, lane_named, lane_of,
 from receipts.analysis.noise import FLOOR_WINDOW, NoiseFloor
 from receipts.analysis import summary
 from receipts.analysis.stats import RunInterval, median_interval
-from receipts.analysis.stragglers import stored_report_many
+from receipts.analysis.straggler_reports import stored_report_many
 
 if TYPE_CHECKING:
     from receipts.store import Store

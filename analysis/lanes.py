@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 TAG_PREFIX = "tag:"
 DEFAULT_BASELINE_LAST = 10
 
-__all__ = ["TAG_PREFIX", "DEFAULT_BASELINE_LAST", "Lane", "lane_of", "lane_named", "lane_runs", "floors_from_runs",
-           "lane_floors", "lane_summary"]
+__all__ = ["TAG_PREFIX", "DEFAULT_BASELINE_LAST", "Lane", "lane_of", "lane_named", "lane_runs", "lane_run_rows",
+           "floors_from_runs", "lane_floors", "lane_summary"]
 
 _LANE_SPLIT = re.compile(r"\s*·\s*|\s+")
 
@@ -43,6 +43,12 @@ def lane_runs(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, 
     """Current runs of the lanes in run order (columns: sql/lane_runs.sql), one query for all of them (and one
     for the receipts without a stored summary, whose medians it takes from their steps)."""
     return store.query("lane_runs", _lane_params(store, lanes, tag=tag, last=last))
+
+
+def lane_run_rows(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None, last: int | None = None
+                  ) -> list[dict[str, Any]]:
+    """lane_runs as plain rows: what a noise floor reads (a few dozen runs), without polars."""
+    return store.query_rows("lane_runs", _lane_params(store, lanes, tag=tag, last=last))
 
 
 def _lane_params(store: "Store", lanes: Iterable[Lane], *, tag: str | None, last: int | None) -> dict[str, Any]:
@@ -70,7 +76,7 @@ def lane_floors(store: "Store", lanes: Iterable[Lane], *, tag: str | None = None
     if not lanes:
         return {}
     # plain rows: a floor is a few medians per lane, and `show` imports no polars for it
-    return floors_from_runs(store.query_rows("lane_runs", _lane_params(store, lanes, tag=tag, last=last)), lanes)
+    return floors_from_runs(lane_run_rows(store, lanes, tag=tag, last=last), lanes)
 
 
 def lane_summary(receipts: pl.DataFrame) -> pl.DataFrame:

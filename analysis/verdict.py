@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-import numpy as np
-
+from receipts.analysis.figures import CONFIDENCE, RunInterval
 from receipts.analysis.noise import DEFAULT_FLOOR_PCT, NoiseFloor
-from receipts.analysis.stats import CONFIDENCE, RunInterval
+from receipts.analysis.student_t import normal_quantile, t_quantile
 
 Verdict = Literal["faster", "slower", "no change", "inconclusive"]
 VERDICTS: tuple[Verdict, ...] = ("faster", "slower", "no change", "inconclusive")
@@ -98,15 +98,8 @@ def _se(floor: float, within_a: float, n_a: int, within_b: float, n_b: int) -> f
 
 @functools.lru_cache(maxsize=512)
 def _quantile(q: float, df: int | None) -> float:
-    """Normal (df None) or Student t quantile. scipy.special is imported here, on the first verdict against a
-    measured floor, so that the CLI's start-up and the default-floor path never import it."""
-    if df is None:
-        from statistics import NormalDist
-
-        return NormalDist().inv_cdf(q)
-    from scipy.special import stdtrit
-
-    return float(stdtrit(df, q))
+    """Normal (df None) or Student t quantile (analysis/student_t.py: the standard library, not scipy's import)."""
+    return normal_quantile(q) if df is None else t_quantile(q, df)
 
 
 def _half(floor: NoiseFloor, within_a: float, n_a: int, within_b: float, n_b: int,
@@ -147,9 +140,10 @@ def decide(a: Sequence[RunInterval], b: Sequence[RunInterval], floor: NoiseFloor
     b = [r for r in b if r is not None and r.median > 0]
     if not a or not b:
         return None
-    within_a = float(np.mean([r.log_se ** 2 for r in a]))
-    within_b = float(np.mean([r.log_se ** 2 for r in b]))
-    d = math.log(float(np.median([r.median for r in b]))) - math.log(float(np.median([r.median for r in a])))
+    # a few run medians: plain floats (sum in order, as numpy does below 8 values), so a verdict imports no numpy
+    within_a = sum(r.log_se ** 2 for r in a) / len(a)
+    within_b = sum(r.log_se ** 2 for r in b) / len(b)
+    d = math.log(statistics.median(r.median for r in b)) - math.log(statistics.median(r.median for r in a))
     if not lower_is_better:
         d = -d  # decide on the time-like scale; the ratio reported stays in the metric's own direction
     half, se = _half(floor, within_a, len(a), within_b, len(b), confidence)

@@ -12,6 +12,8 @@ of the child, from getrusage: the steadier figure on a shared machine) beside wa
   show, compare,   on a small store made first from tests/data/explain (base_1..base_3 and attn_1: real 2 x H200
   explain          runs, each log with its nsys export): `show base_1`, `compare base_1 attn_1` (a verdict against
                    the lane's measured noise floor, and the pairwise explain), `explain attn_1 --against tag:main`
+  compare, logs    `compare base_1 attn_1` on a store of the same four runs' logs alone (no profile: the verdict,
+                   drift and memory, no explanation)
   import           `python -c "import receipts.cli.main"`
   eager            every command module imported: what each start-up paid before commands loaded lazily
 Each command's CPU is also given over `import duckdb`'s, measured in the same run (aim: show, compare and explain
@@ -64,10 +66,11 @@ def median_s(cmd: list[str], repeat: int) -> tuple[float, float]:
     return statistics.median(cpu), statistics.median(wall)
 
 
-def small_store(folder: Path) -> str:
-    """A store of four real runs of tests/data/explain, each log with its nsys export attached."""
-    db = str(folder / "small.duckdb")
-    subprocess.run([str(RECEIPTS), "--db", db, "ingest", *(str(EXPLAIN_RUNS / r) for r in STORE_RUNS)],
+def small_store(folder: Path, *, logs_only: bool = False) -> str:
+    """A store of four real runs of tests/data/explain, each log with its nsys export attached (or the logs alone)."""
+    db = str(folder / ("logs.duckdb" if logs_only else "small.duckdb"))
+    paths = [EXPLAIN_RUNS / r / "run.log" if logs_only else EXPLAIN_RUNS / r for r in STORE_RUNS]
+    subprocess.run([str(RECEIPTS), "--db", db, "ingest", *map(str, paths)],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     return db
 
@@ -76,6 +79,7 @@ def startup(repeat: int) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp:
         db = small_store(Path(tmp))
         on = [str(RECEIPTS), "--db", db]
+        logs = [str(RECEIPTS), "--db", small_store(Path(tmp), logs_only=True)]
         cases = [
             ("reference: python -c pass", [sys.executable, "-c", "pass"]),
             ("reference: python -c 'import duckdb'", [sys.executable, "-c", "import duckdb"]),
@@ -85,6 +89,7 @@ def startup(repeat: int) -> None:
             ("receipts show base_1", [*on, "show", "base_1"]),
             ("receipts compare base_1 attn_1", [*on, "compare", "base_1", "attn_1"]),
             ("receipts explain attn_1 --against tag:main", [*on, "explain", "attn_1", "--against", "tag:main"]),
+            ("receipts compare base_1 attn_1 (logs only)", [*logs, "compare", "base_1", "attn_1"]),
             ("python -c 'import receipts.cli.main'", [sys.executable, "-c", "import receipts.cli.main"]),
             # what every start-up cost before commands loaded lazily: each command module imported
             ("every command module imported (eager)", [sys.executable, "-c", EAGER]),

@@ -32,13 +32,13 @@ CORPUS = REPO / "tests" / "data" / "explain_corpus" / "store"
 
 
 def measure(db: str, names: list[str]) -> dict[str, list[tuple[float, str]]]:
-    from receipts.analysis import components as comp
+    from receipts.analysis.profiles import profiled
     from receipts.analysis.explain_run import _runs
     from receipts.store import open_store
 
     with open_store(db, read_only=True) as store:
         ids = {store.resolve(n): n for n in names}
-        runs, _ = _runs(store, list(ids), ids, comp.profiled(store, list(ids)), baseline=list(ids))
+        runs, _ = _runs(store, list(ids), ids, profiled(store, list(ids)), baseline=list(ids))
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     within: dict[tuple[str, str], list[float]] = defaultdict(list)
     category: dict[tuple[str, str], str | None] = {}

@@ -40,7 +40,7 @@ def main() -> None:
     from receipts.cli.main import app
     from receipts.store import open_store
 
-    from receipts.analysis import components as comp
+    from receipts.analysis.profiles import profiled
     from receipts.analysis.explain_run import _runs
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,7 +62,7 @@ def main() -> None:
         print(f"plants pairwise against each baseline run, named first: {hits}/{total}")
         with open_store(db, read_only=True) as store:
             ids = {store.resolve(n): n for n in [*BASE, "aa_1"]}
-            runs, _ = _runs(store, list(ids), ids, comp.profiled(store, list(ids)), baseline=list(ids))
+            runs, _ = _runs(store, list(ids), ids, profiled(store, list(ids)), baseline=list(ids))
         by_name = {r.run_name: r for r in runs.values()}
         base_runs = [by_name[b] for b in BASE]
         aa = by_name["aa_1"]

@@ -59,13 +59,13 @@ def _corpus_store(tmp: Path, profiler: str) -> str:
 
 
 def _loaded(db: str, names: list[str]) -> dict[str, RunComponents]:
-    from receipts.analysis import components as comp
+    from receipts.analysis.profiles import profiled
     from receipts.analysis.explain_run import _runs
     from receipts.store import open_store
 
     with open_store(db, read_only=True) as store:
         ids = {store.resolve(n): n for n in names}
-        runs, _ = _runs(store, list(ids), ids, comp.profiled(store, list(ids)), baseline=list(ids))
+        runs, _ = _runs(store, list(ids), ids, profiled(store, list(ids)), baseline=list(ids))
     return runs
 
 

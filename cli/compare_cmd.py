@@ -13,7 +13,6 @@ from receipts.analysis.explain_run import for_comparison
 from receipts.analysis.explain_run import to_json as explain_json
 from receipts.cli.context import EXIT_REFUSED, console, err_console, handle_errors, settings
 from receipts.cli.output import chosen_format, emit_record, format_option
-from receipts.cli.explain_render import echo, text_lines
 from receipts.cli.render import ended_early_line, fmt_bytes, fmt_duration, fmt_ms, ratio_interval
 
 
@@ -45,7 +44,9 @@ def compare(
         emit_record({**to_json(result), "explain": explain_json(why) if why else None}, fmt)
     else:
         _render(result)
-        if why is not None:
+        if why is not None:  # both runs profiled: the explanation's renderer (and its numpy) only then
+            from receipts.cli.explain_render import echo, text_lines
+
             echo(["", "why B differs (pairwise explain; against the lane's noise:",
                   "  receipts explain B --against tag:T):", *text_lines(why)[1:]])
     if not result.comparable:

@@ -16,9 +16,12 @@ start-up, to hand back the `str` the shell gave or the default the command decla
 each parameter a coercion that returns such values as they are (a str for a str, a list of str for a list of
 str, an int or float default for a number, in its bounds) and hands any other value to Typer's own, built then:
 a path, a number typed on the command line, a choice, an environment variable's text (a value left out, None,
-never reaches either: Typer returns it first). What a command receives,
-and every error message, is Typer's; only who is asked first changes. Under a Typer without these internals every
-value goes to Typer's coercion, as before (tests/test_lean_imports.py fails, saying so).
+is answered as Typer answers it, () or None). What a command receives, and every error message, is Typer's; only
+who is asked first changes. Typer has no public way to choose a parameter's coercion (a `parser=` is wrapped in a
+TypeAdapter too), so this fills the one slot Typer reads it from, `_runtime_param`, which Typer's
+`get_runtime_param` fills on first use: nothing of Typer is imported or subclassed, and Typer builds its own coercion
+there for the values it must check. A Typer without that slot gets nothing changed: every value goes to its
+coercion, as before (tests/test_lean_imports.py fails, saying so).
 """
 
 from __future__ import annotations
@@ -68,25 +71,17 @@ class pandas_allowed:
             sys.meta_path[:0] = self.removed
 
 
-try:  # Typer's own coercion: the fallback for every value this does not take as it is
-    from typer._coercion import RuntimeParam, build_runtime_param
-    _TYPER_COERCES = True
-except ImportError:  # pragma: no cover - another Typer: its coercion for every value
-    _TYPER_COERCES = False
-
-
 def plain_values_first(command: Any) -> None:
     """Each parameter of `command` (and of its subcommands) returns plain values as they are, and hands other
     values to Typer's coercion (module docstring)."""
-    if not _TYPER_COERCES:
-        return
     import typer
 
     # --help too: its option is made on first use, with the command's context (and cached there)
     for param in [*command.params, command.get_help_option(typer.Context(command))]:
         desc = getattr(param, "type_descriptor", None)
-        if desc is not None and getattr(param, "_runtime_param", False) is None:
-            param._runtime_param = _PlainFirst(desc.parameter_info, desc.annotation)
+        if (desc is not None and getattr(param, "_runtime_param", False) is None
+                and callable(getattr(param, "get_runtime_param", None))):
+            param._runtime_param = _PlainFirst(_plain(desc), get_origin(desc.annotation) is list, desc.parameter_info)
     for sub in getattr(command, "commands", {}).values():
         plain_values_first(sub)
 
@@ -100,18 +95,26 @@ def _plain(desc: Any) -> type | None:
     return kind if kind in (str, int, float) else None
 
 
-if _TYPER_COERCES:
-    @dataclass(frozen=True)
-    class _PlainFirst(RuntimeParam):
-        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            kind = _plain(param.type_descriptor)
-            if get_origin(self.annotation) is list:
-                if isinstance(value, (list, tuple)) and all(type(v) is kind for v in value):
-                    return list(value)  # what Typer's list coercion returns
-            elif type(value) is kind and (kind is str or _in_bounds(value, self.parameter_info)):
-                return value
-            param._runtime_param = own = build_runtime_param(param.type_descriptor)
-            return own._coerce_value(value, param=param, ctx=ctx)
+@dataclass(frozen=True)
+class _PlainFirst:
+    """What a Typer parameter asks to coerce a value (its `_runtime_param` slot, filled by `get_runtime_param` on
+    first use): a value left out, and a plain one, answered here; any other value makes Typer build its own
+    coercion in the slot, which answers it and every later value."""
+
+    kind: type | None  # _plain's
+    is_list: bool
+    info: Any          # the parameter's ParameterInfo: its bounds
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None:  # Typer's own answer to a value left out, before it would coerce anything
+            return () if param.multiple or param.nargs == -1 else None
+        if self.is_list:
+            if isinstance(value, (list, tuple)) and self.kind is not None and all(type(v) is self.kind for v in value):
+                return list(value)  # what Typer's list coercion returns
+        elif self.kind is not None and type(value) is self.kind and (self.kind is str or _in_bounds(value, self.info)):
+            return value
+        param._runtime_param = None  # Typer's get_runtime_param builds its coercion here, kept from now on
+        return param.get_runtime_param().coerce(value, param=param, ctx=ctx)
 
 
 def _in_bounds(value: Any, info: Any) -> bool:

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from receipts.analysis.stragglers import stored_reports
+from receipts.analysis.straggler_reports import stored_reports
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.cli.output import Column, chosen_format, emit, format_option
 from receipts.errors import UsageError

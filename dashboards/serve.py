@@ -1,7 +1,7 @@
 """Start Streamlit on the dashboard with its modules already imported: `python -m receipts.dashboards.serve`.
 
 `streamlit run` imports an app's modules inside the first visitor's first script run, so the first page
-after a server start paid for altair, polars, duckdb, scipy and the views (over a second on a small box,
+after a server start paid for altair, polars, duckdb, numpy and the views (over a second on a small box,
 most of the cold first paint). Streamlit runs every script in this same process, so importing them here,
 before its CLI opens the port, moves that cost to server start: /_stcore/health answers once they are in.
 Arguments are those of `streamlit run`.
@@ -14,7 +14,7 @@ import logging
 import sys
 
 # What app.py imports, and what its cached functions import lazily (the receipt, anatomy, compare and
-# history views): the first visit to any view should not be the one that loads scipy.
+# history views): the first visit to any view should not be the one that loads the analysis modules.
 PRELOAD = (
     "receipts.dashboards.views",
     "receipts.dashboards.views._data",

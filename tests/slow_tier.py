@@ -210,6 +210,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "test_lean_imports.py": (
         "test_compare_and_explain_leave_yaml_and_pydantic_out",
+        "test_compare_without_profiles_imports_no_frame_or_statistics_library",
         "test_a_value_typer_would_check_is_checked_as_typer_checks_it",
         "test_show_imports_no_frame_statistics_yaml_or_pydantic",
         "test_ingest_show_and_list_run_without_pandas_or_pyarrow",

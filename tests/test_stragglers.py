@@ -258,7 +258,7 @@ def test_a_lazy_steady_selection_reports_what_a_joined_copy_reports(run):
 
 def test_the_reports_of_many_receipts_in_one_query_are_each_ones_own(store):
     # history reads a lane's reports in one query (one per run would take 4 s of 7 over a lane of 278 runs)
-    from receipts.analysis.stragglers import stored_report, stored_report_many
+    from receipts.analysis.straggler_reports import stored_report, stored_report_many
     from receipts.store import open_store
 
     with open_store(store, read_only=True) as s:

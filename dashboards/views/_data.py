@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from receipts.analysis.explain_run import ExplainResult
     from receipts.analysis.noise import NoiseFloor
 
-# The analysis imports below sit inside the cached functions: compare pulls in scipy, seconds of import on
-# a small box, and the lane view (the first paint) never needs it.
+# The analysis imports below sit inside the cached functions: compare pulls in the explanation's modules and numpy,
+# and the lane view (the first paint) never needs them.
 
 _TTL_S = 3600  # entries of older versions age out; the key already makes them unreachable
 

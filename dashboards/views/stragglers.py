@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from receipts.analysis.stragglers import stored_reports
+from receipts.analysis.straggler_reports import stored_reports
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data, seed_from_url
 from receipts.dashboards.views._names import readable
