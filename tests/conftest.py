@@ -115,6 +115,17 @@ def noise_db(tmp_path_factory) -> str:
     return store_built_once(tmp_path_factory, "noise", build)
 
 
+@pytest.fixture(scope="session")
+def warm_writers(tmp_path_factory):
+    """16 processes that have imported the CLI, for races between processes (tests/warm_writers.py); started on
+    the first race a test session (or xdist worker) runs, shared by the races after it."""
+    from warm_writers import WarmWriters
+
+    writers = WarmWriters(16, tmp_path_factory.mktemp("writers"))
+    yield writers
+    writers.close()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """With RECEIPTS_REQUIRE_REALDATA=1 (scripts/test.sh, hence CI) a test skipped because real data is absent
