@@ -51,6 +51,16 @@ def write_native_log(path: Path, step_ms: list[float], *, host_lineage: str | No
     return path
 
 
+# Hypothesis examples of the slow tier's property tests and fuzz campaigns: the full count with RECEIPTS_FUZZ=full,
+# else a quarter of it (at least 10). A derandomised test runs the same cases on every run, so the full count adds
+# cases, not a check: every property runs either way, at a quarter of the CPU.
+FULL_EXAMPLES = os.environ.get("RECEIPTS_FUZZ") == "full"
+
+
+def examples(full: int) -> int:
+    return full if FULL_EXAMPLES else max(10, full // 4)
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return str(tmp_path / "receipts.duckdb")
