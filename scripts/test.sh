@@ -13,6 +13,10 @@ eval "$(bash .ci/postgres_setup.sh | grep '^export ')"
 export RECEIPTS_REQUIRE_POSTGRES=1
 export CI=${CI:-1}  # the browser test fails instead of skipping when chromium is missing
 export RECEIPTS_REQUIRE_REALDATA=1  # a test skipped for lack of ../shared/realdata fails instead (tests/conftest.py)
+# Compiled modules are kept (__pycache__, git-ignored): with PYTHONDONTWRITEBYTECODE set (as some shells and
+# containers do) every CLI subprocess, xdist worker and spawned pool worker compiled the package again (~10% of the
+# CPU of the tests that start processes).
+unset PYTHONDONTWRITEBYTECODE
 # Chromium + chromedriver from Debian for the dashboard's end-to-end test.
 bash .ci/browser_setup.sh
 

@@ -51,6 +51,16 @@ def write_native_log(path: Path, step_ms: list[float], *, host_lineage: str | No
     return path
 
 
+# Hypothesis examples of the slow tier's property tests and fuzz campaigns: the full count with RECEIPTS_FUZZ=full,
+# else a quarter of it (at least 10). A derandomised test runs the same cases on every run, so the full count adds
+# cases, not a check: every property runs either way, at a quarter of the CPU.
+FULL_EXAMPLES = os.environ.get("RECEIPTS_FUZZ") == "full"
+
+
+def examples(full: int) -> int:
+    return full if FULL_EXAMPLES else max(10, full // 4)
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return str(tmp_path / "receipts.duckdb")
@@ -113,6 +123,17 @@ def noise_db(tmp_path_factory) -> str:
         assert result.exit_code == 0, result.stdout + result.stderr
 
     return store_built_once(tmp_path_factory, "noise", build)
+
+
+@pytest.fixture(scope="session")
+def warm_writers(tmp_path_factory):
+    """16 processes that have imported the CLI, for races between processes (tests/warm_writers.py); started on
+    the first race a test session (or xdist worker) runs, shared by the races after it."""
+    from warm_writers import WarmWriters
+
+    writers = WarmWriters(16, tmp_path_factory.mktemp("writers"))
+    yield writers
+    writers.close()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from receipts.ingest import correlation
 from receipts.ingest.column_bins import ColumnBins
 from receipts.ingest.correlation import Launches, StepRanges
@@ -61,7 +62,7 @@ def _captures(draw):
     return calls, ranges, spread
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(capture=_captures(), batch=st.integers(1, 64), part_calls=st.integers(1, 40), cached=st.integers(1, 3),
        in_files=st.booleans(), seed=st.integers(0, 2**32 - 1))
 def test_lookup_equals_the_plain_reference(capture, batch, part_calls, cached, in_files, seed, tmp_path_factory):

@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 
 from receipts.ingest.intervals import anatomy_from_ns, anatomy_rows, sort_order, sorted_step_ns
 from receipts.schema.categories import KERNEL_CATEGORIES, MEMORY_CATEGORIES, load_category_rules
+from tests.conftest import examples
 from tests.interval_reference import anatomy_by_sets
 
 CATEGORIES = pl.Series(sorted({*KERNEL_CATEGORIES, *MEMORY_CATEGORIES}), dtype=pl.Enum(sorted({*KERNEL_CATEGORIES,
@@ -56,20 +57,20 @@ def activity(draw, lengths: st.SearchStrategy[int], width: int, distinct_starts:
             starts, [s + draw(lengths) for s in starts])
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(300), deadline=None, derandomize=True, database=None)
 @given(activity(st.integers(0, 40), 200, False))
 def test_proper_intervals(case):
     both_ways(*case)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(300), deadline=None, derandomize=True, database=None)
 @given(activity(st.integers(-30, 40), 200, True))
 def test_intervals_that_end_before_they_start(case):
     # Distinct starts: with such intervals anatomy_rows' own result depends on how its sort breaks ties.
     both_ways(*case)
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(200), deadline=None, derandomize=True, database=None)
 @given(activity(st.integers(0, 40), 200, False))
 def test_gaps_around_the_long_gap_threshold(case):
     """Times in steps of 50 us, so gaps fall short of LONG_GAP_NS, reach it exactly and pass it: the idle split
@@ -78,7 +79,7 @@ def test_gaps_around_the_long_gap_threshold(case):
     both_ways(steps, cats, [50_000 * s for s in starts], [50_000 * e for e in ends])
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(100), deadline=None, derandomize=True, database=None)
 @given(activity(st.integers(0, 2**40), 2**61, False))
 def test_time_ranges_too_wide_to_lift(case):
     both_ways(*case)
@@ -104,14 +105,14 @@ def spanned_activity(draw):
     return events, spans
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(200), deadline=None, derandomize=True, database=None)
 @given(spanned_activity())
 def test_anatomy_rows_clipped_to_spans(case):
     events, spans = case
     same(anatomy_by_sets(events, spans), anatomy_rows(events, spans, kinds=KINDS))
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(100), deadline=None, derandomize=True, database=None)
 @given(spanned_activity())
 def test_long_gaps_clipped_to_spans(case):
     """The same in steps of 25 us: a span that starts or ends far from its work, or holds none, has its long gaps

@@ -13,6 +13,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from receipts.ingest.kineto import _attribute, _spans
 
 
@@ -57,7 +58,7 @@ def trace(draw):
     return gpu, launch, steps
 
 
-@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(400), deadline=None, derandomize=True, database=None)
 @given(trace())
 def test_attribution_follows_the_rule(case):
     gpu, launch, steps = case
@@ -101,7 +102,7 @@ def stepped_events(draw):
     return events, steps
 
 
-@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(400), deadline=None, derandomize=True, database=None)
 @given(stepped_events())
 def test_spans_follow_the_rule(case):
     events, steps = case

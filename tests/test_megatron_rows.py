@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import realdata
+from conftest import examples, realdata
 from receipts.errors import InputError
 from receipts.ingest import megatron
 from receipts.ingest.textlog import read_chunks
@@ -248,7 +248,7 @@ def _iteration_line(draw) -> str:
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=st.lists(st.one_of(_iteration_line(), st.sampled_from(MEGATRON_EDGES)), min_size=1, max_size=12),
        terminated=st.booleans())
 def test_any_iteration_lines_parse_to_stable_rows(lines: list[str], terminated: bool) -> None:
@@ -266,7 +266,7 @@ _MUTANT_BYTES = st.sampled_from([b"\n", b"\r", b"\r\n", b"|", b"| lm loss: ", b"
 
 
 @pytest.mark.slow
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 40), _MUTANT_BYTES), min_size=1, max_size=25),
        cut=st.one_of(st.none(), st.floats(0.05, 1)))
 def test_a_mutated_real_log_parses_to_stable_rows(edits, cut) -> None:

@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 
 from receipts.ingest import nsys_activity, nsys_anatomy
 from receipts.schema.categories import load_category_rules
+from tests.conftest import examples
 from tests.test_intervals_sorted import CATEGORIES, KINDS
 
 _NO_STEPS = np.zeros(0, np.int64)
@@ -62,7 +63,7 @@ def _check(case) -> None:
     _same(whole[2], events)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(300), deadline=None, derandomize=True, database=None)
 @given(_windows(st.integers(0, 400)))
 def test_bins_add_up_to_the_window(case):
     _check(case)

@@ -127,29 +127,23 @@ def _logs(folder: Path, n: int, *, steps: int = 8) -> list[Path]:
 
 
 # ---- races ---------------------------------------------------------------------------------------
+# Warm writers (tests/warm_writers.py) start their ingests together: 10 logs each overlap from the first one (cold
+# interpreters started over some 10 s on two cores needed 50 each to overlap at all).
 @pytest.mark.slow
-def test_16_concurrent_ingesters_store_every_receipt_exactly_once(pg_url, tmp_path):
-    paths = _logs(tmp_path / "logs", 800)
-    procs = [subprocess.Popen([*CLI, "--db", pg_url, "ingest", *map(str, paths[i::16])],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(16)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 16, [e for _, e in outs if e][:2]
-    assert _psql(pg_url, "SELECT count(*), count(DISTINCT content_sha256) FROM receipts") == [(800, 800)]
-    assert _psql(pg_url, "SELECT count(*) FROM receipt_steps") == [(800 * 8,)]
+def test_16_concurrent_ingesters_store_every_receipt_exactly_once(pg_url, tmp_path, warm_writers):
+    paths = _logs(tmp_path / "logs", 160)
+    warm_writers.race([["--db", pg_url, "ingest", *map(str, paths[i::16])] for i in range(16)])
+    assert _psql(pg_url, "SELECT count(*), count(DISTINCT content_sha256) FROM receipts") == [(160, 160)]
+    assert _psql(pg_url, "SELECT count(*) FROM receipt_steps") == [(160 * 8,)]
     assert _psql(pg_url, "SELECT count(*) FROM (SELECT receipt_id FROM receipt_steps GROUP BY receipt_id "
                          "HAVING count(*) <> 8) odd") == [(0,)]
 
 
-def test_same_file_by_8_processes_is_one_receipt(pg_url, tmp_path):
+def test_same_file_by_8_processes_is_one_receipt(pg_url, tmp_path, warm_writers):
     (path,) = _logs(tmp_path, 1, steps=2000)
-    procs = [subprocess.Popen([*CLI, "--db", pg_url, "ingest", str(path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
-    both = [p.communicate(timeout=300) for p in procs]
-    outs = [out for out, _ in both]
-    # (one process in one full run, of 24 runs of this test, exited 2: its error is now in the failure)
-    assert [p.returncode for p in procs] == [0] * 8, [err for _, err in both if err]
-    assert sum(o.startswith("ingested") for o in outs) == 1
-    assert sum(o.startswith("unchanged") for o in outs) == 7
+    outs = [out for _, out in warm_writers.race([["--db", pg_url, "ingest", str(path)]] * 8)]  # each exits 0
+    assert sum(o.startswith("ingested") for o in outs) == 1, outs
+    assert sum(o.startswith("unchanged") for o in outs) == 7, outs
     assert _psql(pg_url, "SELECT count(*) FROM receipts") == [(1,)]
     assert _psql(pg_url, "SELECT count(*) FROM receipt_steps") == [(2000,)]
 

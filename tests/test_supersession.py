@@ -4,8 +4,6 @@ of one run converge on one current receipt; the ingest line names the run as sto
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +11,6 @@ import pytest
 from cli_helpers import cli, cli_json
 from conftest import realdata
 from test_postgres import pg_server  # noqa: F401  (fixture: databases on the server of RECEIPTS_TEST_PG)
-
-CLI = [sys.executable, "-m", "receipts.cli.main"]
 
 
 def views(folder: Path, fractions: tuple[float, ...]) -> list[Path]:
@@ -79,68 +75,24 @@ def test_the_ingest_line_names_the_run_as_stored(db, tmp_path):
     assert f"-> receipt {listed[0]['id']} (two_ranks)" in result.output
 
 
-# A writer process that has imported the CLI once, then runs `receipts ARGS...` for each tab-separated line on its
-# stdin and answers with a line naming the exit code. Eight of them start an ingest within a millisecond of each
-# other (a fresh interpreter per ingest spreads the starts over its ~1 s of imports), and 20 rounds cost 8
-# interpreter starts, not 160.
-WRITER = r"""
-import sys
-from receipts.cli.main import main
-print("\0ready", flush=True)
-for line in sys.stdin:
-    sys.argv = ["receipts", *line.rstrip("\n").split("\t")]
-    try:
-        main()
-        code = 0
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
-    print(f"\0exit {code}", flush=True)
-"""
-
-
-def _answer(proc: subprocess.Popen) -> str:
-    """The writer's next protocol line (the CLI's own output lines are skipped)."""
-    while True:
-        line = proc.stdout.readline()
-        assert line, f"writer {proc.pid} exited ({proc.poll()})"
-        if line.startswith("\0"):
-            return line[1:].strip()
-
-
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_writers_racing_with_views_of_one_run_leave_one_current_receipt(pg_server, tmp_path):
-    """8 processes at once, each ingesting one view of a run (7 prefixes and the whole log), 20 times over."""
+def test_writers_racing_with_views_of_one_run_leave_one_current_receipt(pg_server, tmp_path, warm_writers):
+    """8 processes at once (tests/warm_writers.py), each ingesting one view of a run (7 prefixes and the whole log),
+    8 times over: the view each writer gets rotates, so every writer lands every view once."""
+    import psycopg
+
     paths = views(tmp_path / "views", (0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9))
     full_id = cli_json(str(tmp_path / "probe.duckdb"), "ingest", str(paths[-1]))[1][0]["receipt_id"]
-    errs = [open(tmp_path / f"writer{i}.err", "w") for i in range(8)]
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=err, text=True) for err in errs]
-    try:
-        assert [_answer(w) for w in writers] == ["ready"] * 8
-        outcomes = []
-        for attempt in range(20):
-            url = pg_server["fresh"]()
-            assert cli(url, "db", "init").exit_code == 0
-            order = paths[attempt % 8:] + paths[:attempt % 8]       # which writer gets which view rotates
-            for writer, path in zip(writers, order):
-                writer.stdin.write(f"--db\t{url}\tingest\t{path}\n")
-                writer.stdin.flush()
-            codes = [_answer(w) for w in writers]
-            assert codes == ["exit 0"] * 8, (codes, [(tmp_path / f"writer{i}.err").read_text()[-2000:]
-                                                     for i, c in enumerate(codes) if c != "exit 0"][:2])
-            import psycopg
-
-            with psycopg.connect(url) as conn:
-                current = [r[0] for r in conn.execute("SELECT id FROM receipts WHERE superseded_by IS NULL")]
-                total = conn.execute("SELECT count(*) FROM receipts").fetchone()[0]
-            outcomes.append((len(current), total))
-            assert current == [full_id] and total == 8, (attempt, current, total)
-        assert outcomes == [(1, 8)] * 20
-    finally:
-        for writer in writers:
-            writer.stdin.close()
-        for writer in writers:
-            writer.wait(timeout=60)
-        for err in errs:
-            err.close()
+    outcomes = []
+    for attempt in range(8):
+        url = pg_server["fresh"]()
+        assert cli(url, "db", "init").exit_code == 0
+        order = paths[attempt:] + paths[:attempt]       # which writer gets which view rotates
+        warm_writers.race([["--db", url, "ingest", str(path)] for path in order])   # each exits 0
+        with psycopg.connect(url) as conn:
+            current = [r[0] for r in conn.execute("SELECT id FROM receipts WHERE superseded_by IS NULL")]
+            total = conn.execute("SELECT count(*) FROM receipts").fetchone()[0]
+        outcomes.append((len(current), total))
+        assert current == [full_id] and total == 8, (attempt, current, total)
+    assert outcomes == [(1, 8)] * 8
