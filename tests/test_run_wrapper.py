@@ -120,7 +120,8 @@ def _start_wrapped(tmp_path: Path, script: str, *extra: str, env: dict | None = 
                              "--run-dir", str(run_dir), "--", sys.executable, "-c", script],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     log = run_dir / "run.log"
-    deadline = time.monotonic() + 30
+    # a guard against a hang, not a speed bound: a cold `receipts run` on a machine at load 80 took over 30 s
+    deadline = time.monotonic() + 180
     while not (log.exists() and "ready" in log.read_text().splitlines()):  # the header quotes the script
         assert time.monotonic() < deadline and proc.poll() is None, "child never got ready"
         time.sleep(0.05)
