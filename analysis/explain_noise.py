@@ -110,6 +110,101 @@ def component_class(level: str, name: str, category: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class Prior:
+    """The prior of every component's between-run variance: `scale` times the calibration's (kappa x value)^2 (its
+    shape), on `df` degrees of freedom (inf: the shape alone, no component differs from it beyond sampling)."""
+    scale: float
+    df: float
+    components: int                         # the components it was fitted to (0: the calibration's)
+    source: Literal["lane", "calibrated"]   # fitted to the baseline runs | the calibration itself
+
+
+MIN_PRIOR_RUNS = 3         # baseline runs before the lane's own prior: two give each component one df
+MIN_PRIOR_COMPONENTS = 8   # components the fit needs (at least FIT_SHARE of the step, or step-scaled)
+FIT_SHARE = 0.01           # smaller components are held by the floors and the minimum effect, not by their spread
+
+
+def calibrated_prior(calibration: Calibration = CALIBRATION) -> Prior:
+    """The calibration as the prior: its kappa, on its d0 (pairwise; fewer than MIN_PRIOR_RUNS baseline runs)."""
+    return Prior(1.0, float(calibration.df), 0, "calibrated")
+
+
+def fitted(x: np.ndarray, d: float) -> tuple[float, float]:
+    """Smyth's (2004) moment estimate of a scaled F distribution: (s0^2, d0) such that x ~ s0^2 F(d, d0), from the
+    mean and variance of log x (limma's fitFDist without a covariate). d0 is inf when log x varies no more than
+    sampling on d df alone makes it vary; then s0^2 is x's mean (the pooled variance, limma's choice there)."""
+    from scipy import special
+
+    x = np.maximum(np.asarray(x, dtype=float), 0.0)
+    middle = float(np.median(x)) or 1.0
+    x = np.maximum(x, 1e-5 * middle)  # an exactly zero variance (a value that did not move) has no log
+    e = np.log(x) - special.digamma(d / 2.0) + math.log(d / 2.0)
+    excess = float(np.var(e, ddof=1)) - float(special.polygamma(1, d / 2.0))
+    if excess <= 0:
+        return float(np.mean(x)), math.inf
+    d0 = 2.0 * _trigamma_inverse(excess)
+    return float(math.exp(float(np.mean(e)) + special.digamma(d0 / 2.0) - math.log(d0 / 2.0))), d0
+
+
+def _trigamma_inverse(x: float) -> float:
+    """y with trigamma(y) = x: Newton's method from limma's start (trigammaInverse)."""
+    from scipy import special
+
+    if x > 1e7:
+        return 1.0 / math.sqrt(x)
+    if x < 1e-6:
+        return 1.0 / x
+    y = 0.5 + 1.0 / x
+    for _ in range(50):
+        tri = float(special.polygamma(1, y))
+        step = tri * (1.0 - tri / x) / float(special.polygamma(2, y))
+        y += step
+        if -step / y < 1e-8:
+            break
+    return y
+
+
+def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_ms: float,
+               calibration: Calibration = CALIBRATION) -> Prior:
+    """The prior fitted to the baseline runs themselves (empirical Bayes, Smyth 2004): each component's sample
+    variance over the baseline runs, s^2 on n_A - 1 df, is taken as (scale x b + w) F(n_A - 1, d0), b the
+    calibration's (kappa_class x value)^2 and w the runs' mean within-run variance; `scale` is the one that makes
+    the fitted F's own scale 1 (bisection on its log), d0 the fit's at that scale. The calibration gives the shape
+    (which classes, which values are noisier), the lane its level and how far its components stray from that
+    shape. `baseline`: per component, the baseline runs' values, their within-run variances and its class. The
+    calibration itself (calibrated_prior) below MIN_PRIOR_RUNS runs or MIN_PRIOR_COMPONENTS components."""
+    s2, b, w = [], [], []
+    n_a = 0
+    for values, within, klass in baseline:
+        n_a = values.size
+        mean = float(np.mean(values))
+        step_scaled = klass in STEP_SCALED
+        if n_a < MIN_PRIOR_RUNS or not (step_scaled or abs(mean) >= FIT_SHARE * step_ms):
+            continue
+        s2.append(float(np.var(values, ddof=1)))
+        b.append((calibration.kappa_pct[klass] / 100.0 * (step_ms if step_scaled else abs(mean))) ** 2)
+        w.append(float(np.mean(within)))
+    if n_a < MIN_PRIOR_RUNS or len(s2) < MIN_PRIOR_COMPONENTS:
+        return calibrated_prior(calibration)
+    s2_, b_, w_ = np.array(s2), np.array(b), np.array(w)
+    d = float(n_a - 1)
+
+    def excess(log_scale: float) -> float:  # log of the fitted F's scale: 0 at the prior's scale, falling in it
+        return math.log(fitted(s2_ / (math.exp(log_scale) * b_ + w_), d)[0])
+
+    from scipy import optimize
+
+    lo, hi = math.log(1e-8), math.log(1e4)
+    if excess(lo) <= 0.0:  # the runs' own steps explain all of their spread
+        scale = math.exp(lo)
+    elif excess(hi) >= 0.0:
+        scale = math.exp(hi)
+    else:
+        scale = math.exp(optimize.brentq(excess, lo, hi, xtol=1e-6))
+    return Prior(scale, fitted(s2_ / (scale * b_ + w_), d)[1], len(s2), "lane")
+
+
+@dataclass(frozen=True)
 class Noise:
     sigma: float        # sd of one baseline run's value, ms
     se: float           # sd of the difference of the sides' means, ms
@@ -118,12 +213,15 @@ class Noise:
 
 
 def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: str, *, floor_ms: float,
-          step_ms: float = 0.0, within_df: float = math.inf, calibration: Calibration = CALIBRATION) -> Noise:
+          step_ms: float = 0.0, within_df: float = math.inf, calibration: Calibration = CALIBRATION,
+          prior: Prior | None = None) -> Noise:
     """The two-level moderated noise of one component (module docstring). `a`, `b`: the sides' run values; `wa`,
     `wb`: their within-run variances (0 where unknown); `within_df`: the steps those were measured from, less one a
-    run. `floor_ms`: the least sigma; `step_ms`: the scale of the STEP_SCALED classes. The test's degrees of freedom
-    are Satterthwaite's over the parts of se(d)^2: the calibration's (d0), the baseline runs' sample variance
-    (n_A - 1) and the runs' own steps (within_df), so a noise that is mostly step-to-step spread is known well."""
+    run. `floor_ms`: the least sigma; `step_ms`: the scale of the STEP_SCALED classes; `prior`: the between-run
+    prior (lane_prior; None: the calibration's). The test's degrees of freedom are Satterthwaite's over the parts of
+    se(d)^2: the prior's (d0), the baseline runs' sample variance (n_A - 1) and the runs' own steps (within_df), so
+    a noise that is mostly step-to-step spread is known well."""
+    prior = prior or calibrated_prior(calibration)
     n_a, n_b = a.size, b.size
     w_a, w_b = float(np.mean(wa)), float(np.mean(wb))
     kappa = calibration.kappa_pct[klass] / 100.0
@@ -133,16 +231,22 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
         scale, within = _pair_scale(a, b, geometric=klass in PAIR_GEOMETRIC), (w_a + w_b) / 2.0
     if klass in STEP_SCALED:
         scale = step_ms
-    between = (kappa * scale) ** 2
-    d0 = float(calibration.df)
+    between = prior.scale * (kappa * scale) ** 2
+    d0 = prior.df
     spread = 1.0 / n_a + 1.0 / n_b
     if n_a >= 2:
-        pooled = d0 + n_a - 1
+        # the prior's share and the sample's: d0 and n_A - 1 degrees of freedom (a prior on infinite df is all)
+        own = 0.0 if math.isinf(d0) else (n_a - 1) / (d0 + n_a - 1)
         sample = float(np.var(a, ddof=1))
-        var = (d0 * (between + within) + (n_a - 1) * sample) / pooled
+        var = (1.0 - own) * (between + within) + own * sample
         # the candidate's own within-run variance replaces the baseline's (a stall makes steps jittery)
         var_b = var - within + w_b
-        parts = [(d0 * between / pooled * spread, d0), ((n_a - 1) * sample / pooled * spread, float(n_a - 1))]
+        if prior.source == "lane":
+            # a prior fitted to the lane: its d0 is the spread of the components' true variances about it, so the
+            # moderated between-run variance is one estimate on d0 + n_A - 1 df (Smyth 2004's moderated t)
+            parts = [(((1.0 - own) * between + own * sample) * spread, d0 + n_a - 1)]
+        else:
+            parts = [((1.0 - own) * between * spread, d0), (own * sample * spread, float(n_a - 1))]
         source: Literal["lane", "calibrated"] = "lane"
     else:
         var = var_b = between + within
