@@ -9,9 +9,10 @@ component counts 0):
   delta      d = mean(b) - mean(a), ms per step; share = d / the step-time change (null unless the step verdict
              is faster or slower: a share of a change within the noise says nothing)
   noise      analysis/explain_noise.py: a two-level model, each run's within-run variance from its own steps plus
-             a between-run variance moderated by the calibrated spread of the component's class (lane: pooled with
-             the baseline runs' sample variance; pairwise: the calibration alone, on both sides' scale, so the test
-             is symmetric); floors MIN_FLOOR_PCT of the value and MIN_FLOOR_STEP_PCT of the step.
+             a between-run variance moderated by a prior (lane: the baseline runs' sample variance pooled with a
+             prior fitted to the baseline runs' components, the calibration its shape, from 3 runs; pairwise: the
+             calibration alone, on both sides' scale, so the test is symmetric); floors MIN_FLOOR_PCT of the value
+             and MIN_FLOOR_STEP_PCT of the step.
   test       t = d / se(d) against Student's t with the moderated degrees of freedom; two-sided p.
   structure  a kernel whose calls per step are the same in every run of each side and differ between the sides
              changed, p = 0 (explain_noise.structural): appeared and vanished are that fact too.
@@ -44,8 +45,8 @@ from typing import Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from receipts.analysis.explain_noise import (CALIBRATION, Calibration, Prior, component_class, lane_prior, noise,
-                                             structural)
+from receipts.analysis.explain_noise import (CALIBRATION, MIN_PRIOR_RUNS, Calibration, Prior, component_class,
+                                             lane_prior, noise, structural)
 from receipts.analysis.stats import CONFIDENCE
 from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, STEP_PARTS
 from receipts.schema.kernel_names import canonical_kernel_name
@@ -421,17 +422,17 @@ def _calls(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int, lev
 
 
 def _noise_note(source: NoiseSource, n_a: int, mode: Mode, calibration: Calibration, prior: Prior) -> str:
-    cal = f"from {calibration.source}"
     if source == "lane":
         df = "inf" if math.isinf(prior.df) else f"{prior.df:.1f}"
         total = "the normal" if math.isinf(prior.df) else f"t with {prior.df + n_a - 1:.1f} df"
-        if prior.source == "lane":
-            how = (f"a prior fitted to these runs' {prior.components} components (empirical Bayes: "
-                   f"{prior.scale:.3g} x the calibrated variance, {df} df; calibration {cal})")
-        else:
-            how = f"its class's calibrated noise ({df} df, {cal}: too few runs or components to fit a prior)"
+        how = (f"a prior fitted to their {prior.components} components ({prior.scale:.2g} x the calibrated "
+               f"between-run variance, {df} df; the calibration's shape from {calibration.source})"
+               if prior.source == "lane" else
+               f"its class's calibrated noise ({df} df, from {calibration.source}; too few "
+               f"{'runs' if n_a < MIN_PRIOR_RUNS else 'components'} to fit a prior)")
         return (f"each component's run-to-run noise from {n_a} profiled baseline runs pooled with {how}, plus each "
                 f"run's step-to-step spread; {total}")
     what = "pairwise: one run each side" if mode == "pairwise" else f"{n_a} profiled baseline run"
     return (f"{what}, no run-to-run spread measured: each component's calibrated between-run noise "
-            f"({calibration.df} df, {cal}) plus both runs' step-to-step spread, the same test either way round")
+            f"({calibration.df} df, from {calibration.source}) plus both runs' step-to-step spread, the same test "
+            f"either way round")

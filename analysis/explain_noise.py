@@ -10,13 +10,19 @@ step_spread: pi/2 x (1.4826 MAD)^2 / n for a median), with as many degrees of fr
 and NVTX ranges keep no per-step series, so their w is 0 and the between-run part carries all of it.
 
 The between-run part is a moderated variance (Smyth 2004, limma's moderated t: thousands of features, a handful of
-replicates): a prior, the calibrated between-run spread of the component's class with d0 degrees of freedom (the
-calibration's), is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedom):
+replicates): a prior with d0 degrees of freedom is pooled with the baseline runs' own sample variance (n_A - 1):
 
-    sigma^2 = (d0 s0^2 + (n_A - 1) s^2) / (d0 + n_A - 1),  s0^2 = (kappa_class x value)^2 + w
+    sigma^2 = (d0 s0^2 + (n_A - 1) s^2) / (d0 + n_A - 1),  s0^2 = scale x (kappa_class x value)^2 + w
 
-tested with Student's t on Satterthwaite's degrees of freedom over the parts of se(d)^2 (the calibration's d0, the
-baseline runs' n_A - 1, the steps' sum of n - 1): a noise that is mostly step-to-step spread is well known.
+The prior is the baseline runs' own (lane_prior, empirical Bayes): the calibration's kappa gives its shape (which
+class, which value is noisier), and Smyth's moment fit of the F distribution (fitFDist) over the lane's components
+of at least 1% of the step gives its level (`scale`) and how far the components stray from that shape (d0); a
+component's sigma then stands on d0 + n_A - 1 degrees of freedom. A quiet lane is judged by its own quietness, a
+loud one by its loudness, and never by the runs judged. With fewer than MIN_PRIOR_RUNS baseline runs (one degree of
+freedom a component gives no fit) or MIN_PRIOR_COMPONENTS components, the prior is the calibration itself (scale 1,
+its d0), the test's degrees of freedom Satterthwaite's over the parts of se(d)^2 (the calibration's d0, the
+baseline runs' n_A - 1, the steps' sum of n - 1). Either way a noise that is mostly step-to-step spread is well
+known.
 
 With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the mean of
 the two sides' values (idle: their geometric mean, so a stall that multiplies it does not widen its own noise as
@@ -135,15 +141,25 @@ def fitted(x: np.ndarray, d: float) -> tuple[float, float]:
     sampling on d df alone makes it vary; then s0^2 is x's mean (the pooled variance, limma's choice there)."""
     from scipy import special
 
-    x = np.maximum(np.asarray(x, dtype=float), 0.0)
-    middle = float(np.median(x)) or 1.0
-    x = np.maximum(x, 1e-5 * middle)  # an exactly zero variance (a value that did not move) has no log
-    e = np.log(x) - special.digamma(d / 2.0) + math.log(d / 2.0)
+    x = _positive(x)
+    e = _log_f(x, d)
     excess = float(np.var(e, ddof=1)) - float(special.polygamma(1, d / 2.0))
     if excess <= 0:
         return float(np.mean(x)), math.inf
     d0 = 2.0 * _trigamma_inverse(excess)
     return float(math.exp(float(np.mean(e)) + special.digamma(d0 / 2.0) - math.log(d0 / 2.0))), d0
+
+
+def _positive(x: np.ndarray) -> np.ndarray:
+    x = np.maximum(np.asarray(x, dtype=float), 0.0)
+    return np.maximum(x, 1e-5 * (float(np.median(x)) or 1.0))  # an exactly zero variance has no log
+
+
+def _log_f(x: np.ndarray, d: float) -> np.ndarray:
+    """log x less the mean of log(chi^2_d / d): centred on the log of the F distribution's scale."""
+    from scipy import special
+
+    return np.log(x) - special.digamma(d / 2.0) + math.log(d / 2.0)
 
 
 def _trigamma_inverse(x: float) -> float:
@@ -169,10 +185,12 @@ def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_m
     """The prior fitted to the baseline runs themselves (empirical Bayes, Smyth 2004): each component's sample
     variance over the baseline runs, s^2 on n_A - 1 df, is taken as (scale x b + w) F(n_A - 1, d0), b the
     calibration's (kappa_class x value)^2 and w the runs' mean within-run variance; `scale` is the one that makes
-    the fitted F's own scale 1 (bisection on its log), d0 the fit's at that scale. The calibration gives the shape
+    the fitted F's own scale 1 (a root of its log), d0 the fit's at that scale. The calibration gives the shape
     (which classes, which values are noisier), the lane its level and how far its components stray from that
-    shape. `baseline`: per component, the baseline runs' values, their within-run variances and its class. The
-    calibration itself (calibrated_prior) below MIN_PRIOR_RUNS runs or MIN_PRIOR_COMPONENTS components."""
+    shape. `baseline`: per component, the baseline runs' values, their within-run variances and its class. Fitted
+    to the components of at least FIT_SHARE of the step whose calibrated between-run variance is at least their
+    within-run one (of the others, s^2 says how well the steps' own spread predicts the runs', not the between-run
+    level). The calibration itself (calibrated_prior) below MIN_PRIOR_RUNS runs or MIN_PRIOR_COMPONENTS components."""
     s2, b, w = [], [], []
     n_a = 0
     for values, within, klass in baseline:
@@ -181,8 +199,11 @@ def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_m
         step_scaled = klass in STEP_SCALED
         if n_a < MIN_PRIOR_RUNS or not (step_scaled or abs(mean) >= FIT_SHARE * step_ms):
             continue
+        shape = (calibration.kappa_pct[klass] / 100.0 * (step_ms if step_scaled else abs(mean))) ** 2
+        if shape < float(np.mean(within)):  # its own steps explain its spread: nothing of the between-run part
+            continue
         s2.append(float(np.var(values, ddof=1)))
-        b.append((calibration.kappa_pct[klass] / 100.0 * (step_ms if step_scaled else abs(mean))) ** 2)
+        b.append(shape)
         w.append(float(np.mean(within)))
     if n_a < MIN_PRIOR_RUNS or len(s2) < MIN_PRIOR_COMPONENTS:
         return calibrated_prior(calibration)
@@ -201,7 +222,17 @@ def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_m
         scale = math.exp(hi)
     else:
         scale = math.exp(optimize.brentq(excess, lo, hi, xtol=1e-6))
-    return Prior(scale, fitted(s2_ / (scale * b_ + w_), d)[1], len(s2), "lane")
+    # d0 is how far the components' true variances stray from the prior; the prior's level is itself estimated
+    # from these G components (limma's thousands make that error nil, a lane's ~40 do not): the variance of its
+    # log is var(e) / (G rho^2), rho the between-run share of the prior a component holds (a component whose
+    # variance its own steps explain says nothing of the level). Both errors of the prior as an estimate of one
+    # component's variance, on the log scale 2/d0 and 2/df_level, add: the prior's degrees of freedom.
+    fit = s2_ / (scale * b_ + w_)
+    rho = float(np.mean(scale * b_ / (scale * b_ + w_)))
+    spread = float(np.var(_log_f(_positive(fit), d), ddof=1))
+    df_level = 2.0 * len(s2) * rho * rho / spread if spread > 0 else math.inf
+    d0 = 1.0 / (1.0 / fitted(fit, d)[1] + 1.0 / df_level) if df_level > 0 else 0.0
+    return Prior(scale, d0, len(s2), "lane")
 
 
 @dataclass(frozen=True)
@@ -233,6 +264,10 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
         scale = step_ms
     between = prior.scale * (kappa * scale) ** 2
     d0 = prior.df
+    if prior.source == "lane" and klass not in STEP_SCALED and scale > 0:
+        # the prior's shape is scaled by the baseline runs' mean, itself an estimate: its square's relative variance,
+        # 4 (between + w) / (n_A mean^2), as a chi-square's 2 / df (a CPU range at 50% over three runs: 6 df)
+        d0 = 1.0 / (1.0 / d0 + 2.0 * (between + within) / (n_a * scale * scale)) if d0 > 0 else 0.0
     spread = 1.0 / n_a + 1.0 / n_b
     if n_a >= 2:
         # the prior's share and the sample's: d0 and n_A - 1 degrees of freedom (a prior on infinite df is all)

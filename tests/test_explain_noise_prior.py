@@ -68,7 +68,7 @@ def test_the_noise_never_reads_the_candidates():
     step = StepChange("no change", 50.0, 50.0, "")
     calm, wild = _lane(rng, 1, 0.3), _lane(rng, 1, 30.0)
     e1, e2 = explain(base, calm, step=step), explain(base, wild, step=step)
-    assert e1.noise_note == e2.noise_note and "fitted to these runs' 31 components" in e1.noise_note
+    assert e1.noise_note == e2.noise_note and "fitted to their 31 components" in e1.noise_note
     assert {c.name: c.noise_ms for c in e1.components} == {c.name: c.noise_ms for c in e2.components}
 
 
