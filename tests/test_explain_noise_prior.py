@@ -97,3 +97,28 @@ def test_a_class_the_calibration_adds_needs_no_other_edit():
     nz = noise(rows[0][0], np.array([1.0]), rows[0][1], np.zeros(1), "long_gap", floor_ms=0.01, calibration=cal,
                prior=prior)
     assert math.isfinite(nz.se) and nz.source == "lane"
+
+
+@pytest.mark.slow
+def test_the_quiet_2xh200_lane_names_one_ms_of_idle_against_its_own_runs(explain_lane):
+    """tests/data/explain: idle spreads 3.3% between its runs where the nsys calibration says 25% (a noisier one-GPU
+    corpus set it). 1 ms more idle in the A/A run, against the five baseline runs, is named first: the lane's own
+    runs set its noise (under the calibrated prior it took 2 ms)."""
+    from dataclasses import replace
+
+    from receipts.analysis import components as comp
+    from receipts.analysis.explain_run import _runs
+    from receipts.store import open_store
+
+    names = [f"base_{i}" for i in range(1, 6)] + ["aa_1"]
+    with open_store(explain_lane, read_only=True) as store:
+        ids = {store.resolve(n): n for n in names}
+        runs, _ = _runs(store, list(ids), ids, comp.profiled(store, list(ids)), baseline=list(ids))
+    by_name = {r.run_name: r for r in runs.values()}
+    aa = by_name["aa_1"]
+    idle = aa.values[("category", "idle")]
+    stalled = RunComponents("stalled", "stalled", {**aa.values, ("category", "idle"): replace(
+        idle, ms_per_step=idle.ms_per_step + 1.0)})
+    e = explain([by_name[n] for n in names[:5]], [stalled], step=StepChange("inconclusive", 55.9, 56.9, ""))
+    assert e.changed and (e.changed[0].level, e.changed[0].name) == ("category", "idle")
+    assert "fitted to their" in e.noise_note
