@@ -3,6 +3,7 @@ on the real A/A runs. What docs/statistics.md quotes.
 
     .venv/bin/python benchmarks/sim_explain_false_alarms.py [--lanes 400] [--seed 2026] [--real]
     .venv/bin/python benchmarks/sim_explain_false_alarms.py --corpus kineto   # or nsys: the one-H200 corpus
+    .venv/bin/python benchmarks/sim_explain_false_alarms.py --inflate 2       # or --measured
 
 Simulated lanes take their components from a real run (tests/data/explain base_1: its ~73 components at every
 level, their values, classes and step-to-step spreads), then draw every run of one configuration as
@@ -12,8 +13,11 @@ level, their values, classes and step-to-step spreads), then draw every run of o
 (the host gap's between-run sd a share of the step). A draw of sd 50% puts a CPU range below zero one time in 40,
 which no profile holds; the model keeps it (truncating at zero makes ranges that "appear" from a baseline of zeros,
 log-normal draws a right tail the t-test does not assume: docs/statistics.md), so nothing changes between baseline and candidate; each lane is explained as `explain` does it (lane mode: n
-baseline runs against one candidate; pairwise: one against one). `--inflate F` draws the between-run part F times
-wider than the calibration says, to show how the rate degrades when a lane is noisier than calibrated. A false
+baseline runs against one candidate; pairwise: one against one; from 3 baseline runs `explain` fits the prior to
+the lane's own runs, explain_noise.lane_prior). `--inflate F` draws the between-run part F times wider than the
+calibration says: a lane noisier than calibrated, which pairwise and 2 baseline runs judge by the calibration and
+3 or more by their own runs. `--measured` draws each component's between-run sd as the template's real A/A runs
+measure it (as quiet and as uneven about the calibration's shape as a real lane is). A false
 alarm is a component called changed. With --real, the six real A/A runs of tests/data/explain are also counted:
 every ordered pair pairwise, and each run against the other five as the lane.
 """
