@@ -307,9 +307,10 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     keys = kernel_keys([[n for (lv, n) in r.values if lv == "kernel"] for r in runs])
     table = _by_component(runs, keys)
     classes = {k: component_class(k[0], k[1], row[1]) for k, row in table.items()}
-    # the prior of the between-run variance from the baseline runs alone, never the candidates' (lane_prior)
-    prior = lane_prior(((row[2][:n_a], row[4][:n_a], classes[k]) for k, row in table.items()), step_ms=step_ms,
-                       calibration=calibration)
+    # the prior of the between-run variance from the baseline runs alone, never the candidates' (lane_prior); in
+    # the components' order, so that where the runs were read from (stored rows, anatomy) cannot move its last digit
+    prior = lane_prior(((row[2][:n_a], row[4][:n_a], classes[k]) for k, row in sorted(table.items(), key=lambda kv: kv[0])),
+                       step_ms=step_ms, calibration=calibration)
     judged = []
     for (level, key), (short, category, ms, calls, within, steps) in table.items():
         a, b = ms[:n_a], ms[n_a:]

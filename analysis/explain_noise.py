@@ -252,8 +252,9 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     prior (lane_prior; None: the calibration's). The test's degrees of freedom are Satterthwaite's over the parts of
     se(d)^2: the prior's (d0), the baseline runs' sample variance (n_A - 1) and the runs' own steps (within_df), so
     a noise that is mostly step-to-step spread is known well."""
-    prior = prior or calibrated_prior(calibration)
     n_a, n_b = a.size, b.size
+    prior = prior if prior is not None and n_a >= 2 else calibrated_prior(calibration)  # one run: no lane to fit
+    fitted_prior = prior.source == "lane"
     w_a, w_b = float(np.mean(wa)), float(np.mean(wb))
     kappa = calibration.kappa_pct[klass] / 100.0
     if n_a >= 2:
@@ -264,7 +265,7 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
         scale = step_ms
     between = prior.scale * (kappa * scale) ** 2
     d0 = prior.df
-    if prior.source == "lane" and klass not in STEP_SCALED and scale > 0:
+    if fitted_prior and klass not in STEP_SCALED and scale > 0:
         # the prior's shape is scaled by the baseline runs' mean, itself an estimate: its square's relative variance,
         # 4 (between + w) / (n_A mean^2), as a chi-square's 2 / df (a CPU range at 50% over three runs: 6 df)
         d0 = 1.0 / (1.0 / d0 + 2.0 * (between + within) / (n_a * scale * scale)) if d0 > 0 else 0.0
@@ -276,19 +277,22 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
         var = (1.0 - own) * (between + within) + own * sample
         # the candidate's own within-run variance replaces the baseline's (a stall makes steps jittery)
         var_b = var - within + w_b
-        if prior.source == "lane":
-            # a prior fitted to the lane: its d0 is the spread of the components' true variances about it, so the
-            # moderated between-run variance is one estimate on d0 + n_A - 1 df (Smyth 2004's moderated t)
-            parts = [(((1.0 - own) * between + own * sample) * spread, d0 + n_a - 1)]
-        else:
-            parts = [((1.0 - own) * between * spread, d0), (own * sample * spread, float(n_a - 1))]
+        parts = [((1.0 - own) * between * spread, d0), (own * sample * spread, float(n_a - 1))]
         source: Literal["lane", "calibrated"] = "lane"
     else:
         var = var_b = between + within
         parts, source = [(between * spread, d0)], "calibrated"
-    se2 = var / n_a + var_b / n_b
-    parts.append((max(0.0, se2 - sum(p for p, _ in parts)), within_df))
-    df = _satterthwaite(parts)
+    if fitted_prior:
+        # a prior fitted to the lane: its d0 is how far the components' true variances stray from it, so the
+        # moderated variance is one estimate on d0 + n_A - 1 df (Smyth 2004's moderated t). s^2 holds the runs'
+        # within-run spread too; Satterthwaite would lend the whole the steps' many df exactly when a chance-low
+        # s^2 (two or three df) makes w look the most of it, the s^2 that shrinks the test's se (a 3-run lane of
+        # the measured one-GPU corpus named idle or the host gap in 6% of lanes so)
+        df = d0 + n_a - 1
+    else:
+        se2 = var / n_a + var_b / n_b
+        parts.append((max(0.0, se2 - sum(p for p, _ in parts)), within_df))
+        df = _satterthwaite(parts)
     var, var_b = max(var, floor_ms ** 2), max(var_b, floor_ms ** 2)
     return Noise(float(np.sqrt(var)), float(np.sqrt(var / n_a + var_b / n_b)), df, source)
 

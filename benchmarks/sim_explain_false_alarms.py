@@ -149,6 +149,9 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=400)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--inflate", type=float, default=1.0)
+    parser.add_argument("--sizes", default="1,2,3,5,10",
+                        help="baseline runs per lane, comma-separated (each size has its own seed: a size's row is "
+                             "the same alone or among others)")
     parser.add_argument("--real", action="store_true")
     parser.add_argument("--measured", action="store_true",
                         help="each component's between-run sd as its template's real A/A runs measure it (a lane "
@@ -170,7 +173,7 @@ def main() -> None:
         print(f"simulated A/A lanes from {template.run_name}'s {len(template.values)} components, {noise} "
               f"x{args.inflate:g}, {args.lanes} lanes each, seed {args.seed}")
         print(f"{'baseline runs':>14} {'tests':>8} {'named':>6} {'rate':>9} {'lanes with any':>15}")
-        for n_a in (1, 2, 3, 5, 10):
+        for n_a in map(int, args.sizes.split(",")):
             named, tested, hit = simulate(template, n_a=n_a, lanes=args.lanes, seed=args.seed + n_a,
                                           inflate=args.inflate, calibration=calibration, measured=measured)
             print(f"{n_a:>14} {tested:>8} {named:>6} {named / tested:>9.2e} {hit:>8} / {args.lanes}")
