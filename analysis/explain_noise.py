@@ -18,7 +18,8 @@ The prior is the baseline runs' own (lane_prior, empirical Bayes): the calibrati
 class, which value is noisier), and Smyth's moment fit of the F distribution (fitFDist) over the lane's components
 of at least 1% of the step gives its level (`scale`) and how far the components stray from that shape (d0); a
 component's sigma then stands on d0 + n_A - 1 degrees of freedom. A quiet lane is judged by its own quietness, a
-loud one by its loudness, and never by the runs judged. With fewer than MIN_PRIOR_RUNS baseline runs (one degree of
+loud one by its loudness, and never by the runs judged (the ENVELOPE classes, CPU-side ranges whose warm-up can
+jump in one run of many, keep the calibrated prior). With fewer than MIN_PRIOR_RUNS baseline runs (one degree of
 freedom a component gives no fit) or MIN_PRIOR_COMPONENTS components, the prior is the calibration itself (scale 1,
 its d0), the test's degrees of freedom Satterthwaite's over the parts of se(d)^2 (the calibration's d0, the
 baseline runs' n_A - 1, the steps' sum of n - 1). Either way a noise that is mostly step-to-step spread is well
@@ -100,6 +101,11 @@ def calibration_for(formats: Iterable[str]) -> Calibration:
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
 STEP_SCALED = ("host",)  # classes whose kappa is a share of the step, not of the component's value
 PAIR_GEOMETRIC = ("gap",)  # pairwise: the scale is the two values' geometric mean (_pair_scale)
+# Classes judged by the calibrated prior in lane mode too, and left out of the lane's fit: CPU-side ranges over the
+# whole capture, warm-up included, jump between identical runs in a way no handful of baseline runs shows (on the
+# 2 x H200 lane `ablock` is 27.1-29.4 ms in five runs and 66.5 ms in the sixth, whose warm-up was slow): their
+# calibrated 50% is that envelope, and a prior fitted to five quiet runs named the sixth changed.
+ENVELOPE = ("cpu",)
 
 
 def component_class(level: str, name: str, category: str | None) -> str:
@@ -197,7 +203,7 @@ def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_m
         n_a = values.size
         mean = float(np.mean(values))
         step_scaled = klass in STEP_SCALED
-        if n_a < MIN_PRIOR_RUNS or not (step_scaled or abs(mean) >= FIT_SHARE * step_ms):
+        if n_a < MIN_PRIOR_RUNS or klass in ENVELOPE or not (step_scaled or abs(mean) >= FIT_SHARE * step_ms):
             continue
         shape = (calibration.kappa_pct[klass] / 100.0 * (step_ms if step_scaled else abs(mean))) ** 2
         if shape < float(np.mean(within)):  # its own steps explain its spread: nothing of the between-run part
@@ -253,7 +259,8 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     se(d)^2: the prior's (d0), the baseline runs' sample variance (n_A - 1) and the runs' own steps (within_df), so
     a noise that is mostly step-to-step spread is known well."""
     n_a, n_b = a.size, b.size
-    prior = prior if prior is not None and n_a >= 2 else calibrated_prior(calibration)  # one run: no lane to fit
+    # one run: no lane to fit; an ENVELOPE class: its calibration is what a few runs cannot show
+    prior = prior if prior is not None and n_a >= 2 and klass not in ENVELOPE else calibrated_prior(calibration)
     fitted_prior = prior.source == "lane"
     w_a, w_b = float(np.mean(wa)), float(np.mean(wb))
     kappa = calibration.kappa_pct[klass] / 100.0
