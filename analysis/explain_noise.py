@@ -17,13 +17,12 @@ replicates): a prior with d0 degrees of freedom is pooled with the baseline runs
 The prior is the baseline runs' own (lane_prior, empirical Bayes): the calibration's kappa gives its shape (which
 class, which value is noisier), and Smyth's moment fit of the F distribution (fitFDist) over the lane's components
 of at least 1% of the step gives its level (`scale`) and how far the components stray from that shape (d0); a
-component's sigma then stands on d0 + n_A - 1 degrees of freedom. A quiet lane is judged by its own quietness, a
+component's sigma then stands on d0 + n_A - 1 degrees of freedom (limma's: s^2 holds the steps' spread too). A quiet lane is judged by its own quietness, a
 loud one by its loudness, and never by the runs judged (the ENVELOPE classes, CPU-side ranges whose warm-up can
 jump in one run of many, keep the calibrated prior). With fewer than MIN_PRIOR_RUNS baseline runs (one degree of
 freedom a component gives no fit) or MIN_PRIOR_COMPONENTS components, the prior is the calibration itself (scale 1,
 its d0), the test's degrees of freedom Satterthwaite's over the parts of se(d)^2 (the calibration's d0, the
-baseline runs' n_A - 1, the steps' sum of n - 1). Either way a noise that is mostly step-to-step spread is well
-known.
+baseline runs' n_A - 1, the steps' sum of n - 1): there a noise that is mostly step-to-step spread is well known.
 
 With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the mean of
 the two sides' values (idle: their geometric mean, so a stall that multiplies it does not widen its own noise as
@@ -255,9 +254,10 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     """The two-level moderated noise of one component (module docstring). `a`, `b`: the sides' run values; `wa`,
     `wb`: their within-run variances (0 where unknown); `within_df`: the steps those were measured from, less one a
     run. `floor_ms`: the least sigma; `step_ms`: the scale of the STEP_SCALED classes; `prior`: the between-run
-    prior (lane_prior; None: the calibration's). The test's degrees of freedom are Satterthwaite's over the parts of
-    se(d)^2: the prior's (d0), the baseline runs' sample variance (n_A - 1) and the runs' own steps (within_df), so
-    a noise that is mostly step-to-step spread is known well."""
+    prior (lane_prior; None: the calibration's). The test's degrees of freedom: under a fitted prior d0 + n_A - 1
+    (limma's); under the calibrated one Satterthwaite's over the parts of se(d)^2: the prior's (d0), the baseline
+    runs' sample variance (n_A - 1) and the runs' own steps (within_df), so a noise that is mostly step-to-step
+    spread is known well."""
     n_a, n_b = a.size, b.size
     # one run: no lane to fit; an ENVELOPE class: its calibration is what a few runs cannot show
     prior = prior if prior is not None and n_a >= 2 and klass not in ENVELOPE else calibrated_prior(calibration)
