@@ -9,9 +9,10 @@ component counts 0):
   delta      d = mean(b) - mean(a), ms per step; share = d / the step-time change (null unless the step verdict
              is faster or slower: a share of a change within the noise says nothing)
   noise      analysis/explain_noise.py: a two-level model, each run's within-run variance from its own steps plus
-             a between-run variance moderated by the calibrated spread of the component's class (lane: pooled with
-             the baseline runs' sample variance; pairwise: the calibration alone, on both sides' scale, so the test
-             is symmetric); floors MIN_FLOOR_PCT of the value and MIN_FLOOR_STEP_PCT of the step.
+             a between-run variance moderated by a prior (lane: the baseline runs' sample variance pooled with a
+             prior fitted to the baseline runs' components, the calibration its shape, from 3 runs; pairwise: the
+             calibration alone, on both sides' scale, so the test is symmetric); floors MIN_FLOOR_PCT of the value
+             and MIN_FLOOR_STEP_PCT of the step.
   test       t = d / se(d) against Student's t with the moderated degrees of freedom; two-sided p.
   structure  a kernel whose calls per step are the same in every run of each side and differ between the sides
              changed, p = 0 (explain_noise.structural): appeared and vanished are that fact too.
@@ -47,7 +48,8 @@ from typing import Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from receipts.analysis.explain_noise import CALIBRATION, Calibration, component_class, noise, structural
+from receipts.analysis.explain_noise import (CALIBRATION, MIN_PRIOR_RUNS, Calibration, Prior, component_class,
+                                             lane_prior, noise, structural)
 from receipts.analysis.explain_shapes import ShapeChange, ShapeRows, shape_table, split
 from receipts.analysis.stats import CONFIDENCE
 from receipts.analysis.student_t import normal_cdf, normal_quantile, t_cdf, t_quantile
@@ -271,7 +273,7 @@ def _decided(d: float, half: float, sigma: float, min_effect: float, significant
     return "inconclusive"
 
 
-def _runs_needed(d: float, sigma: float, n_a: int, n_b: int, prior_df: int, min_effect: float, confidence: float,
+def _runs_needed(d: float, sigma: float, n_a: int, n_b: int, prior_df: float, min_effect: float, confidence: float,
                  alpha: float) -> int | None:
     """Fewest extra profiled runs of each side after which the same d and sigma would be decided (at the
     unadjusted level `alpha`: the adjustment for many components depends on the others)."""
@@ -308,13 +310,18 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     keys = kernel_keys([[n for (lv, n) in r.values if lv == "kernel"] for r in runs])
     table = _by_component(runs, keys)
     shaped = shape_table([r.shapes for r in runs], keys)
+    classes = {k: component_class(k[0], k[1], row[1]) for k, row in table.items()}
+    # the prior of the between-run variance from the baseline runs alone, never the candidates' (lane_prior); in
+    # the components' order, so that where the runs were read from (stored rows, anatomy) cannot move its last digit
+    prior = lane_prior(((row[2][:n_a], row[4][:n_a], classes[k]) for k, row in sorted(table.items(), key=lambda kv: kv[0])),
+                       step_ms=step_ms, calibration=calibration)
     judged = []
     for (level, key), (short, category, ms, calls, within, steps) in table.items():
         a, b = ms[:n_a], ms[n_a:]
-        klass = component_class(level, key, category)
+        klass = classes[(level, key)]
         nz = noise(a, b, within[:n_a], within[n_a:], klass, floor_ms=max(floor_ms, MIN_FLOOR_PCT / 100.0 * float(
             np.mean(np.abs(a if n_a >= 2 else ms)))), step_ms=step_ms, within_df=float(np.sum(np.maximum(steps - 1, 0))),
-            calibration=calibration)
+            calibration=calibration, prior=prior)
         counted = structural(calls[:n_a], calls[n_a:]) if calls is not None and level == "kernel" else False
         judged.append((level, key, short, category, a, b, calls, float(np.mean(b) - np.mean(a)), nz, counted))
     z = np.array([j[7] / j[8].se for j in judged])
@@ -327,7 +334,7 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     for (level, key, short, category, a, b, calls, d, nz, counted), p_i, q_i in zip(judged, p, q):
         half = _critical(confidence, nz.df) * nz.se
         verdict = "changed" if counted else _decided(d, half, nz.sigma, min_effect, bool(q_i <= fdr))
-        needed = (_runs_needed(d, nz.sigma, n_a, n_b, calibration.df, min_effect, confidence, fdr)
+        needed = (_runs_needed(d, nz.sigma, n_a, n_b, prior.df, min_effect, confidence, fdr)
                   if verdict == "inconclusive" else None)
         out.append(ComponentDelta(
             level=level, name=key, short_name=short, category=category, baseline_ms_per_step=float(np.mean(a)),
@@ -342,7 +349,7 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     explained = float(sum(c.delta_ms_per_step for c in out if c.verdict == "changed" and c.partition))
     source: NoiseSource = "lane" if n_a >= 2 else "calibrated"
     shown = tuple(c for c in out if c.level in levels)
-    return Explanation(step, mode, source, _noise_note(source, n_a, mode, calibration),
+    return Explanation(step, mode, source, _noise_note(source, n_a, mode, calibration, prior),
                        tuple(r.receipt_id for r in baseline), tuple(r.receipt_id for r in candidate), tuple(levels),
                        fdr, min_effect, confidence, shown, family=len(out), parts_explained_ms=explained,
                        period_note=_period_note(out, step))
@@ -447,11 +454,18 @@ def _calls(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int, lev
     return out
 
 
-def _noise_note(source: NoiseSource, n_a: int, mode: Mode, calibration: Calibration) -> str:
-    prior = f"{calibration.df} df, from {calibration.source}"
+def _noise_note(source: NoiseSource, n_a: int, mode: Mode, calibration: Calibration, prior: Prior) -> str:
     if source == "lane":
-        return (f"each component's run-to-run noise from {n_a} profiled baseline runs pooled with its class's "
-                f"calibrated noise ({prior}), plus each run's step-to-step spread; t with {calibration.df + n_a - 1} df")
+        df = "inf" if math.isinf(prior.df) else f"{prior.df:.1f}"
+        total = "the normal" if math.isinf(prior.df) else f"t with {prior.df + n_a - 1:.1f} df"
+        how = (f"a prior fitted to their {prior.components} components ({prior.scale:.2g} x the calibrated "
+               f"between-run variance, {df} df; the calibration's shape from {calibration.source})"
+               if prior.source == "lane" else
+               f"its class's calibrated noise ({df} df, from {calibration.source}; too few "
+               f"{'runs' if n_a < MIN_PRIOR_RUNS else 'components'} to fit a prior)")
+        return (f"each component's run-to-run noise from {n_a} profiled baseline runs pooled with {how}, plus each "
+                f"run's step-to-step spread; {total}")
     what = "pairwise: one run each side" if mode == "pairwise" else f"{n_a} profiled baseline run"
-    return (f"{what}, no run-to-run spread measured: each component's calibrated between-run noise ({prior}) plus "
-            f"both runs' step-to-step spread, the same test either way round")
+    return (f"{what}, no run-to-run spread measured: each component's calibrated between-run noise "
+            f"({calibration.df} df, from {calibration.source}) plus both runs' step-to-step spread, the same test "
+            f"either way round")

@@ -10,13 +10,19 @@ step_spread: pi/2 x (1.4826 MAD)^2 / n for a median), with as many degrees of fr
 and NVTX ranges keep no per-step series, so their w is 0 and the between-run part carries all of it.
 
 The between-run part is a moderated variance (Smyth 2004, limma's moderated t: thousands of features, a handful of
-replicates): a prior, the calibrated between-run spread of the component's class with d0 degrees of freedom (the
-calibration's), is pooled with the baseline runs' own sample variance (n_A - 1 degrees of freedom):
+replicates): a prior with d0 degrees of freedom is pooled with the baseline runs' own sample variance (n_A - 1):
 
-    sigma^2 = (d0 s0^2 + (n_A - 1) s^2) / (d0 + n_A - 1),  s0^2 = (kappa_class x value)^2 + w
+    sigma^2 = (d0 s0^2 + (n_A - 1) s^2) / (d0 + n_A - 1),  s0^2 = scale x (kappa_class x value)^2 + w
 
-tested with Student's t on Satterthwaite's degrees of freedom over the parts of se(d)^2 (the calibration's d0, the
-baseline runs' n_A - 1, the steps' sum of n - 1): a noise that is mostly step-to-step spread is well known.
+The prior is the baseline runs' own (lane_prior, empirical Bayes): the calibration's kappa gives its shape (which
+class, which value is noisier), and Smyth's moment fit of the F distribution (fitFDist) over the lane's components
+of at least 1% of the step gives its level (`scale`) and how far the components stray from that shape (d0); a
+component's sigma then stands on d0 + n_A - 1 degrees of freedom (limma's: s^2 holds the steps' spread too). A quiet lane is judged by its own quietness, a
+loud one by its loudness, and never by the runs judged (the ENVELOPE classes, CPU-side ranges whose warm-up can
+jump in one run of many, keep the calibrated prior). With fewer than MIN_PRIOR_RUNS baseline runs (one degree of
+freedom a component gives no fit) or MIN_PRIOR_COMPONENTS components, the prior is the calibration itself (scale 1,
+its d0), the test's degrees of freedom Satterthwaite's over the parts of se(d)^2 (the calibration's d0, the
+baseline runs' n_A - 1, the steps' sum of n - 1): there a noise that is mostly step-to-step spread is well known.
 
 With one run a side (pairwise) s^2 does not exist and sigma^2 = s0^2: the calibration alone, its scale the mean of
 the two sides' values (idle: their geometric mean, so a stall that multiplies it does not widen its own noise as
@@ -49,6 +55,7 @@ from typing import Iterable, Literal, Mapping
 
 import numpy as np
 
+from receipts.analysis.polygamma import digamma, tetragamma, trigamma
 from receipts.schema.categories import BETWEEN_STEPS, HOST_GAP, IDLE_LONG
 
 
@@ -98,6 +105,11 @@ def calibration_for(formats: Iterable[str]) -> Calibration:
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
 STEP_SCALED = ("host", "stall")  # classes whose kappa is a share of the step, not of the component's value
 PAIR_GEOMETRIC = ("gap",)  # pairwise: the scale is the two values' geometric mean (_pair_scale)
+# Classes judged by the calibrated prior in lane mode too, and left out of the lane's fit: CPU-side ranges over the
+# whole capture, warm-up included, jump between identical runs in a way no handful of baseline runs shows (on the
+# 2 x H200 lane `ablock` is 27.1-29.4 ms in five runs and 66.5 ms in the sixth, whose warm-up was slow): their
+# calibrated 50% is that envelope, and a prior fitted to five quiet runs named the sixth changed.
+ENVELOPE = ("cpu",)
 
 
 def component_class(level: str, name: str, category: str | None) -> str:
@@ -116,6 +128,127 @@ def component_class(level: str, name: str, category: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class Prior:
+    """The prior of every component's between-run variance: `scale` times the calibration's (kappa x value)^2 (its
+    shape), on `df` degrees of freedom (inf: the shape alone, no component differs from it beyond sampling)."""
+    scale: float
+    df: float
+    components: int                         # the components it was fitted to (0: the calibration's)
+    source: Literal["lane", "calibrated"]   # fitted to the baseline runs | the calibration itself
+
+
+MIN_PRIOR_RUNS = 3         # baseline runs before the lane's own prior: two give each component one df
+MIN_PRIOR_COMPONENTS = 8   # components the fit needs (at least FIT_SHARE of the step, or step-scaled)
+FIT_SHARE = 0.01           # smaller components are held by the floors and the minimum effect, not by their spread
+
+
+def calibrated_prior(calibration: Calibration = CALIBRATION) -> Prior:
+    """The calibration as the prior: its kappa, on its d0 (pairwise; fewer than MIN_PRIOR_RUNS baseline runs)."""
+    return Prior(1.0, float(calibration.df), 0, "calibrated")
+
+
+def fitted(x: np.ndarray, d: float) -> tuple[float, float]:
+    """Smyth's (2004) moment estimate of a scaled F distribution: (s0^2, d0) such that x ~ s0^2 F(d, d0), from the
+    mean and variance of log x (limma's fitFDist without a covariate). d0 is inf when log x varies no more than
+    sampling on d df alone makes it vary; then s0^2 is x's mean (the pooled variance, limma's choice there)."""
+    x = _positive(x)
+    e = _log_f(x, d)
+    excess = float(np.var(e, ddof=1)) - trigamma(d / 2.0)
+    if excess <= 0:
+        return float(np.mean(x)), math.inf
+    d0 = 2.0 * _trigamma_inverse(excess)
+    return float(math.exp(float(np.mean(e)) + digamma(d0 / 2.0) - math.log(d0 / 2.0))), d0
+
+
+def _positive(x: np.ndarray) -> np.ndarray:
+    x = np.maximum(np.asarray(x, dtype=float), 0.0)
+    return np.maximum(x, 1e-5 * (float(np.median(x)) or 1.0))  # an exactly zero variance has no log
+
+
+def _log_f(x: np.ndarray, d: float) -> np.ndarray:
+    """log x less the mean of log(chi^2_d / d): centred on the log of the F distribution's scale."""
+    return np.log(x) - digamma(d / 2.0) + math.log(d / 2.0)
+
+
+def _trigamma_inverse(x: float) -> float:
+    """y with trigamma(y) = x: Newton's method from limma's start (trigammaInverse)."""
+    if x > 1e7:
+        return 1.0 / math.sqrt(x)
+    if x < 1e-6:
+        return 1.0 / x
+    y = 0.5 + 1.0 / x
+    for _ in range(50):
+        tri = trigamma(y)
+        step = tri * (1.0 - tri / x) / tetragamma(y)
+        y += step
+        if -step / y < 1e-8:
+            break
+    return y
+
+
+def _root(f, lo: float, hi: float, *, xtol: float) -> float:
+    """The root of a function falling from f(lo) > 0 to f(hi) < 0, by bisection to xtol (~35 halvings here: a few
+    milliseconds, where SciPy's brentq would cost its import)."""
+    while hi - lo > xtol:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) > 0.0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_ms: float,
+               calibration: Calibration = CALIBRATION) -> Prior:
+    """The prior fitted to the baseline runs themselves (empirical Bayes, Smyth 2004): each component's sample
+    variance over the baseline runs, s^2 on n_A - 1 df, is taken as (scale x b + w) F(n_A - 1, d0), b the
+    calibration's (kappa_class x value)^2 and w the runs' mean within-run variance; `scale` is the one that makes
+    the fitted F's own scale 1 (a root of its log), d0 the fit's at that scale. The calibration gives the shape
+    (which classes, which values are noisier), the lane its level and how far its components stray from that
+    shape. `baseline`: per component, the baseline runs' values, their within-run variances and its class. Fitted
+    to the components of at least FIT_SHARE of the step whose calibrated between-run variance is at least their
+    within-run one (of the others, s^2 says how well the steps' own spread predicts the runs', not the between-run
+    level). The calibration itself (calibrated_prior) below MIN_PRIOR_RUNS runs or MIN_PRIOR_COMPONENTS components."""
+    s2, b, w = [], [], []
+    n_a = 0
+    for values, within, klass in baseline:
+        n_a = values.size
+        mean = float(np.mean(values))
+        step_scaled = klass in STEP_SCALED
+        if n_a < MIN_PRIOR_RUNS or klass in ENVELOPE or not (step_scaled or abs(mean) >= FIT_SHARE * step_ms):
+            continue
+        shape = (calibration.kappa_pct[klass] / 100.0 * (step_ms if step_scaled else abs(mean))) ** 2
+        if shape < float(np.mean(within)):  # its own steps explain its spread: nothing of the between-run part
+            continue
+        s2.append(float(np.var(values, ddof=1)))
+        b.append(shape)
+        w.append(float(np.mean(within)))
+    if n_a < MIN_PRIOR_RUNS or len(s2) < MIN_PRIOR_COMPONENTS:
+        return calibrated_prior(calibration)
+    s2_, b_, w_ = np.array(s2), np.array(b), np.array(w)
+    d = float(n_a - 1)
+
+    def excess(log_scale: float) -> float:  # log of the fitted F's scale: 0 at the prior's scale, falling in it
+        return math.log(fitted(s2_ / (math.exp(log_scale) * b_ + w_), d)[0])
+
+    lo, hi = math.log(1e-8), math.log(1e4)
+    if excess(lo) <= 0.0:  # the runs' own steps explain all of their spread
+        scale = math.exp(lo)
+    elif excess(hi) >= 0.0:
+        scale = math.exp(hi)
+    else:
+        scale = math.exp(_root(excess, lo, hi, xtol=1e-6))
+    # d0 is how far the components' true variances stray from the prior; the prior's level is itself estimated
+    # from these G components (limma's thousands make that error nil, a lane's ~40 do not): the variance of its
+    # log is var(e) / (G rho^2), rho the between-run share of the prior a component holds (a component whose
+    # variance its own steps explain says nothing of the level). Both errors of the prior as an estimate of one
+    # component's variance, on the log scale 2/d0 and 2/df_level, add: the prior's degrees of freedom.
+    fit = s2_ / (scale * b_ + w_)
+    rho = float(np.mean(scale * b_ / (scale * b_ + w_)))
+    spread = float(np.var(_log_f(_positive(fit), d), ddof=1))
+    df_level = 2.0 * len(s2) * rho * rho / spread if spread > 0 else math.inf
+    d0 = 1.0 / (1.0 / fitted(fit, d)[1] + 1.0 / df_level) if df_level > 0 else 0.0
+    return Prior(scale, d0, len(s2), "lane")
+
+
+@dataclass(frozen=True)
 class Noise:
     sigma: float        # sd of one baseline run's value, ms
     se: float           # sd of the difference of the sides' means, ms
@@ -124,13 +257,19 @@ class Noise:
 
 
 def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: str, *, floor_ms: float,
-          step_ms: float = 0.0, within_df: float = math.inf, calibration: Calibration = CALIBRATION) -> Noise:
+          step_ms: float = 0.0, within_df: float = math.inf, calibration: Calibration = CALIBRATION,
+          prior: Prior | None = None) -> Noise:
     """The two-level moderated noise of one component (module docstring). `a`, `b`: the sides' run values; `wa`,
     `wb`: their within-run variances (0 where unknown); `within_df`: the steps those were measured from, less one a
-    run. `floor_ms`: the least sigma; `step_ms`: the scale of the STEP_SCALED classes. The test's degrees of freedom
-    are Satterthwaite's over the parts of se(d)^2: the calibration's (d0), the baseline runs' sample variance
-    (n_A - 1) and the runs' own steps (within_df), so a noise that is mostly step-to-step spread is known well."""
+    run. `floor_ms`: the least sigma; `step_ms`: the scale of the STEP_SCALED classes; `prior`: the between-run
+    prior (lane_prior; None: the calibration's). The test's degrees of freedom: under a fitted prior d0 + n_A - 1
+    (limma's); under the calibrated one Satterthwaite's over the parts of se(d)^2: the prior's (d0), the baseline
+    runs' sample variance (n_A - 1) and the runs' own steps (within_df), so a noise that is mostly step-to-step
+    spread is known well."""
     n_a, n_b = a.size, b.size
+    # one run: no lane to fit; an ENVELOPE class: its calibration is what a few runs cannot show
+    prior = prior if prior is not None and n_a >= 2 and klass not in ENVELOPE else calibrated_prior(calibration)
+    fitted_prior = prior.source == "lane"
     w_a, w_b = float(np.mean(wa)), float(np.mean(wb))
     kappa = calibration.kappa_pct[klass] / 100.0
     if n_a >= 2:
@@ -139,23 +278,36 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
         scale, within = _pair_scale(a, b, geometric=klass in PAIR_GEOMETRIC), (w_a + w_b) / 2.0
     if klass in STEP_SCALED:
         scale = step_ms
-    between = (kappa * scale) ** 2
-    d0 = float(calibration.df)
+    between = prior.scale * (kappa * scale) ** 2
+    d0 = prior.df
+    if fitted_prior and klass not in STEP_SCALED and scale > 0:
+        # the prior's shape is scaled by the baseline runs' mean, itself an estimate: its square's relative variance,
+        # 4 (between + w) / (n_A mean^2), as a chi-square's 2 / df (a CPU range at 50% over three runs: 6 df)
+        d0 = 1.0 / (1.0 / d0 + 2.0 * (between + within) / (n_a * scale * scale)) if d0 > 0 else 0.0
     spread = 1.0 / n_a + 1.0 / n_b
     if n_a >= 2:
-        pooled = d0 + n_a - 1
+        # the prior's share and the sample's: d0 and n_A - 1 degrees of freedom (a prior on infinite df is all)
+        own = 0.0 if math.isinf(d0) else (n_a - 1) / (d0 + n_a - 1)
         sample = float(np.var(a, ddof=1))
-        var = (d0 * (between + within) + (n_a - 1) * sample) / pooled
+        var = (1.0 - own) * (between + within) + own * sample
         # the candidate's own within-run variance replaces the baseline's (a stall makes steps jittery)
         var_b = var - within + w_b
-        parts = [(d0 * between / pooled * spread, d0), ((n_a - 1) * sample / pooled * spread, float(n_a - 1))]
+        parts = [((1.0 - own) * between * spread, d0), (own * sample * spread, float(n_a - 1))]
         source: Literal["lane", "calibrated"] = "lane"
     else:
         var = var_b = between + within
         parts, source = [(between * spread, d0)], "calibrated"
-    se2 = var / n_a + var_b / n_b
-    parts.append((max(0.0, se2 - sum(p for p, _ in parts)), within_df))
-    df = _satterthwaite(parts)
+    if fitted_prior:
+        # a prior fitted to the lane: its d0 is how far the components' true variances stray from it, so the
+        # moderated variance is one estimate on d0 + n_A - 1 df (Smyth 2004's moderated t). s^2 holds the runs'
+        # within-run spread too; Satterthwaite would lend the whole the steps' many df exactly when a chance-low
+        # s^2 (two or three df) makes w look the most of it, the s^2 that shrinks the test's se (a 3-run lane of
+        # the measured one-GPU corpus named idle or the host gap in 6% of lanes so)
+        df = d0 + n_a - 1
+    else:
+        se2 = var / n_a + var_b / n_b
+        parts.append((max(0.0, se2 - sum(p for p, _ in parts)), within_df))
+        df = _satterthwaite(parts)
     var, var_b = max(var, floor_ms ** 2), max(var_b, floor_ms ** 2)
     return Noise(float(np.sqrt(var)), float(np.sqrt(var / n_a + var_b / n_b)), df, source)
 

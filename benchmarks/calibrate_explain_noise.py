@@ -10,7 +10,9 @@ temporary store. Per class (component_class), over the components whose mean is 
 ones are held by the step floor and the minimum effect, not by their relative spread), it prints the largest and the
 median relative sd (the host gap's relative to the step: its own value swings around zero), and the component
 with the largest: CALIBRATION takes the largest, rounded up. Run it on a new
-corpus of A/A runs (another GPU, another profiler) to see whether the shipped calibration covers it.
+corpus of A/A runs (another GPU, another profiler) to see whether the shipped calibration covers it. Last, the prior
+`explain` fits to these runs when they are a lane's baseline (explain_noise.lane_prior): the calibration is the
+envelope pairwise needs, the fitted prior what the lane's own runs say.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from receipts.analysis.explain_noise import CALIBRATION, CALIBRATIONS, STEP_SCALED, component_class
+from receipts.analysis.explain_noise import (CALIBRATION, CALIBRATIONS, FIT_SHARE, STEP_SCALED, Calibration, Prior,
+                                             component_class, lane_prior)
 from receipts.schema.categories import STEP_PARTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +34,10 @@ AA = [f"base_{i}" for i in range(1, 6)] + ["aa_1"]
 CORPUS = REPO / "tests" / "data" / "explain_corpus" / "store"
 
 
-def measure(db: str, names: list[str]) -> dict[str, list[tuple[float, str]]]:
+def measure(db: str, names: list[str], calibration: Calibration = CALIBRATION
+            ) -> tuple[dict[str, list[tuple[float, str]]], Prior]:
+    """Per class, each component's relative between-run sd (and its name); and the prior `explain` fits to these
+    runs as a lane (explain_noise.lane_prior: the calibration's shape, these runs' level and spread about it)."""
     from receipts.analysis.profiles import profiled
     from receipts.analysis.explain_run import _runs
     from receipts.store import open_store
@@ -50,16 +56,19 @@ def measure(db: str, names: list[str]) -> dict[str, list[tuple[float, str]]]:
     step = float(np.mean([sum(v.ms_per_step for (lv, n), v in r.values.items() if lv == "category" and n in STEP_PARTS
                                and n != "host_gap") for r in runs.values()]))
     out: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    rows = []
     for key, xs in values.items():
         x = np.array(xs + [0.0] * (len(runs) - len(xs)))
+        rows.append((x, np.array(within[key] + [0.0] * (len(runs) - len(xs))),
+                     component_class(key[0], key[1], category[key])))
         mean = float(np.mean(x))
         klass = component_class(key[0], key[1], category[key])
         scale = step if klass in STEP_SCALED else abs(mean)
         # the model's between-run part: the runs' variance less what their own steps explain
         between = np.sqrt(max(0.0, float(np.var(x, ddof=1)) - float(np.mean(within[key]))))
-        if klass in STEP_SCALED or abs(mean) >= 0.01 * step:
+        if klass in STEP_SCALED or abs(mean) >= FIT_SHARE * step:
             out[klass].append((between / scale, f"{key[0]}:{key[1][:40]}"))
-    return out
+    return out, lane_prior(rows, step_ms=step, calibration=calibration)
 
 
 def corpus_store(db: str, profiler: str) -> list[str]:
@@ -105,7 +114,7 @@ def main() -> None:
                                               *(str(REPO / "tests" / "data" / "explain" / r) for r in names)])
             if result.exit_code:
                 sys.exit(result.output)
-        measured = measure(db, names)
+        measured, prior = measure(db, names, shipped)
     print(f"{len(names)} A/A runs; relative between-run sd of one run's value, components >= 1% of the step")
     print(f"shipped: {shipped.source}")
     print(f"{'class':<8} {'n':>3} {'median':>7} {'largest':>8} {'shipped':>8}  largest at")
@@ -117,6 +126,9 @@ def main() -> None:
         rel = np.array([r for r, _ in rows])
         print(f"{klass:<8} {len(rows):>3} {100 * np.median(rel):>6.2f}% {100 * rel.max():>7.2f}% "
               f"{shipped.kappa_pct[klass]:>7.1f}%  {rows[-1][1]}")
+    print(f"the prior `explain` fits to these runs as a lane ({prior.components} components): "
+          f"{prior.scale:.3g} x the calibrated between-run variance (sd x{np.sqrt(prior.scale):.2f}), "
+          f"d0 {prior.df:.1f} (its components' spread about the calibration's shape)")
 
 
 if __name__ == "__main__":

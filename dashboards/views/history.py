@@ -30,7 +30,8 @@ def render(data: Data) -> None:
     lane = st.selectbox(f"lane ({' · '.join(LABEL[f] for f in FIELDS)})", keys, format_func=" · ".join,
                         key="history_lane")
     for param, value in Lane(*lane).url_params().items():
-        q[param] = value
+        if value is not None:  # a lane in the list is complete
+            q[param] = value
     history, floor = data.lane_history(*lane)
     from_ingest = bool((history["run_date_source"] == "ingest").any())
     # Runs without a date of their own are dated by their ingest, a batch's within a second: order spaces them.
