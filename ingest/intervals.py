@@ -374,7 +374,9 @@ def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.Data
     # exactly, so that a step's parts add up to its time and a change in one part is not counted twice in another.
     # The idle is split in integers (the long part at most the whole), so the two parts add up to it exactly.
     idle_ns = (pl.col("span_end_ns") - pl.col("span_start_ns") - pl.col("busy_in_span_ns")).clip(0)
-    long_ns = pl.min_horizontal(pl.col("long_idle_ns"), idle_ns)
+    # A stall is a step's: a window without steps (step null) keeps its idle whole, as its length decides how it is
+    # read (in bins of time past a size, where a gap across a bin's end would count as two shorter ones).
+    long_ns = pl.when(pl.col("step").is_null()).then(0).otherwise(pl.min_horizontal(pl.col("long_idle_ns"), idle_ns))
     per_step = totals.with_columns(
         ((pl.col("c_ns") - pl.col("cm_ns")) / 1e6).alias("compute_only"),
         (pl.col("cm_ns") / 1e6).alias("comm_hidden"),

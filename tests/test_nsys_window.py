@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from receipts.ingest.launch_shape import SHAPE_COLUMNS
 from receipts.ingest import nsys_activity, nsys_anatomy
 from receipts.schema.categories import load_category_rules
 from tests.conftest import examples
@@ -77,7 +78,8 @@ def _batch(starts: list[int], ends: list[int]):
         "start_ns": pa.array(starts, pa.int64()), "end_ns": pa.array(ends, pa.int64()),
         "kind": pa.array([0] * n, pa.uint8()), "name_id": pa.array([1] * n, pa.int64()),
         "short_id": pa.array([1] * n, pa.int64()), "copy_kind": pa.array([None] * n, pa.int64()),
-        "in_graph": pa.array([False] * n)})
+        "in_graph": pa.array([False] * n),
+        **{c: pa.array([None] * n, pa.int32()) for c in SHAPE_COLUMNS}})  # as the select gives an unshaped export
 
 
 @pytest.mark.parametrize("odd", [None, "ends before it starts", "no end", "no start"])
