@@ -40,8 +40,9 @@ command -v npm >/dev/null || { $SUDO apt-get update -qq && $SUDO apt-get install
 .venv/bin/lint-imports
 .venv/bin/mypy
 # One pytest-xdist worker per core; session stores of real data are built once and shared (tests/conftest.py).
-# The 25 slowest tests are listed at the end, so a test that grew shows up in CI's log. Exit 5 (no test
-# collected) fails like any other non-zero status.
-.venv/bin/pytest -q -p no:cacheprovider -n "$(nproc)" --durations=25
+# Work stealing: a worker that runs out takes queued tests from the other, so one long file does not leave a
+# core idle at the end. The 25 slowest tests are listed at the end, so a test that grew shows up in CI's log.
+# Exit 5 (no test collected) fails like any other non-zero status.
+.venv/bin/pytest -q -p no:cacheprovider -n "$(nproc)" --dist worksteal --durations=25
 # The gate over example claims: true ones must pass, false ones must be rejected.
 bash .ci/gate_examples.sh
