@@ -2,7 +2,8 @@
 -- run's steady-state median, a receipt's tags and source revision. Store connections create them on open
 -- (store/base.py Store._create_macros), DuckDB and the PostgreSQL reader alike; a macro binds the tables it
 -- reads when created, so it is created on a connection that already sees the store's tables.
--- Reads: receipt_steps (step_times), receipt_summaries (run_medians).
+-- Reads: receipt_steps (step_times), receipt_summaries (run_medians), anatomy_sources and receipt_sources
+--        (newest_exports).
 -- Params: the macros' own arguments, below.
 -- Columns:
 --   step_times(ids VARCHAR[], steady_only BOOLEAN), steady_step_times(ids VARCHAR[]) -> receipt_id, step,
@@ -15,6 +16,7 @@
 --   git_rev(provenance_json) -> text (null when unrecorded);
 --   lane_label(identity_complete, lane_key) -> text.
 --   lane_values(lane_key) -> VARCHAR[] (the lane's values, in schema/lane.py FIELDS' order).
+--   newest_exports(ids VARCHAR[]) -> the anatomy_sources row of each receipt's newest attached profiler export.
 
 -- "A step's time is its slowest rank's" (a step ends when its last rank does), over the steps of the given
 -- receipts (only the steady ones when steady_only); steps without a time are left out. The SEMI JOIN over
@@ -32,6 +34,16 @@ GROUP BY s.receipt_id, s.step;
 
 -- The steady state's step times: warm-up steps left out.
 CREATE OR REPLACE TEMP MACRO steady_step_times(ids) AS TABLE SELECT * FROM step_times(ids, true);
+
+-- Each receipt's newest attached profiler export (an nsys export, Kineto traces): the one `receipts anatomy`
+-- shows and `explain` reads components, shapes and rules from; the latest ingested, a tie broken by its sha256.
+-- A receipt without one has no row.
+CREATE OR REPLACE TEMP MACRO newest_exports(ids) AS TABLE
+SELECT a.*
+FROM anatomy_sources a SEMI JOIN (SELECT unnest(ids) AS id) wanted ON wanted.id = a.receipt_id
+LEFT JOIN receipt_sources s ON s.receipt_id = a.receipt_id AND s.sha256 = a.source_sha256
+WHERE a.receipt_id BETWEEN list_min(ids) AND list_max(ids)
+QUALIFY row_number() OVER (PARTITION BY a.receipt_id ORDER BY s.ingested_at DESC, a.source_sha256) = 1;
 
 -- Each receipt's steady-state median: the summary stored at ingest (analysis/summary.py: numpy's linear
 -- percentiles, as quantile_cont), else computed from its steady step times. `unsummarised`: the receipts

@@ -5,14 +5,8 @@
 -- Columns: receipt_id, source_sha256, level ('category' | 'kernel' | 'nvtx' | 'rank'), name, category (a kernel's
 --          category, 'exposed_comm' for a rank, else null), ms_per_step (ms per steady step), calls_per_step
 --          (kernel calls or NVTX ranges per rank-step; null for the other levels), n_steps (steady steps).
-WITH wanted AS (
-    SELECT unnest(CAST($ids AS VARCHAR[])) AS id
-), newest AS (
-    SELECT a.receipt_id, a.source_sha256
-    FROM anatomy_sources a SEMI JOIN wanted w ON w.id = a.receipt_id
-    LEFT JOIN receipt_sources s ON s.receipt_id = a.receipt_id AND s.sha256 = a.source_sha256
-    WHERE a.receipt_id BETWEEN list_min($ids) AND list_max($ids)
-    QUALIFY row_number() OVER (PARTITION BY a.receipt_id ORDER BY s.ingested_at DESC, a.source_sha256) = 1
+WITH newest AS (  -- sql/_macros.sql
+    SELECT receipt_id, source_sha256 FROM newest_exports(CAST($ids AS VARCHAR[]))
 )
 SELECT c.receipt_id, c.source_sha256, c.level, c.name, c.category, c.ms_per_step, c.calls_per_step, c.n_steps
 FROM receipt_components c

@@ -4,14 +4,8 @@
 -- Reads: anatomy_kernel_shapes, anatomy_kernels, anatomy_sources, receipt_sources.  Params: $ids (VARCHAR[]).
 -- Columns: receipt_id, name (kernel name as the export states it), shape ('grid (x,y,z) block (x,y,z)'),
 --          calls_per_step (calls per rank-step), ms_per_step (ms per rank-step, sum of the calls' durations).
-WITH wanted AS (
-    SELECT unnest(CAST($ids AS VARCHAR[])) AS id
-), newest AS (
-    SELECT a.receipt_id, a.source_sha256
-    FROM anatomy_sources a SEMI JOIN wanted w ON w.id = a.receipt_id
-    LEFT JOIN receipt_sources s ON s.receipt_id = a.receipt_id AND s.sha256 = a.source_sha256
-    WHERE a.receipt_id BETWEEN list_min($ids) AND list_max($ids)
-    QUALIFY row_number() OVER (PARTITION BY a.receipt_id ORDER BY s.ingested_at DESC, a.source_sha256) = 1
+WITH newest AS (  -- sql/_macros.sql
+    SELECT receipt_id, source_sha256 FROM newest_exports(CAST($ids AS VARCHAR[]))
 ), _rank_steps AS (
     SELECT r.receipt_id, r.source_sha256, sum(r.steps) AS rank_steps
     FROM (SELECT DISTINCT k.receipt_id, k.source_sha256, k.rank, k.steps
