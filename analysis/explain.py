@@ -53,7 +53,7 @@ from receipts.analysis.explain_noise import (CALIBRATION, MIN_PRIOR_RUNS, Calibr
 from receipts.analysis.explain_shapes import ShapeChange, ShapeRows, shape_table, split
 from receipts.analysis.stats import CONFIDENCE
 from receipts.analysis.student_t import normal_cdf, normal_quantile, t_cdf, t_quantile
-from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, STEP_PARTS
+from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, IDLE_LONG, STEP_PARTS
 from receipts.schema.kernel_names import canonical_kernel_name
 
 Level = Literal["category", "kernel", "nvtx", "rank"]
@@ -370,7 +370,7 @@ def _period_note(out: Sequence[ComponentDelta], step: StepChange) -> str | None:
             f"work outside the step: a data loader, logging, a checkpoint)")
 
 
-_IDLE, _IDLE_LONG = ("category", "idle"), ("category", "idle_long")
+_IDLE, _IDLE_LONG = ("category", "idle"), ("category", IDLE_LONG)
 
 
 def _one_idle(runs: Sequence[RunComponents]) -> list[RunComponents]:

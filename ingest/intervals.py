@@ -21,7 +21,7 @@ from typing import cast
 import numpy as np
 import polars as pl
 
-from receipts.schema.categories import DECOMPOSITION, LONG_GAP_NS, NOT_KERNELS
+from receipts.schema.categories import DECOMPOSITION, IDLE_LONG, LONG_GAP_NS, NOT_KERNELS
 
 _KEYS = ["rank", "step"]
 
@@ -385,7 +385,7 @@ def anatomy_from_ns(by_cat: pl.DataFrame, totals: pl.DataFrame) -> tuple[pl.Data
          / 1e6).alias("memcpy_only"),
         (pl.col("union_ns") / 1e6).alias("gpu_ms"),
         ((idle_ns - long_ns) / 1e6).alias("idle"),
-        (long_ns / 1e6).alias("idle_long"),
+        (long_ns / 1e6).alias(IDLE_LONG),
         (pl.col("comm_ns") / 1e6).alias("comm_ms"),
         pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("both_ns") / pl.col("comm_ns")).otherwise(None).alias("overlap_pct"),
     )

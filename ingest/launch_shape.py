@@ -15,6 +15,7 @@ import polars as pl
 
 SHAPE_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 _MAX_DIM = (1 << 31) - 1  # CUDA's largest grid dimension; anything past it is damage
+_LABEL = "grid ({},{},{}) block ({},{},{})"  # the one spelling, for a launch (label) and for a frame (shape_expr)
 
 
 def _dims(value: Any) -> tuple[int, int, int] | None:
@@ -28,7 +29,7 @@ def _dims(value: Any) -> tuple[int, int, int] | None:
 @functools.lru_cache(maxsize=4096)
 def _label(grid: tuple, block: tuple) -> str | None:
     g, b = _dims(grid), _dims(block)
-    return None if g is None or b is None else f"grid ({g[0]},{g[1]},{g[2]}) block ({b[0]},{b[1]},{b[2]})"
+    return None if g is None or b is None else _LABEL.format(*g, *b)
 
 
 def label(grid: Any, block: Any) -> str | None:
@@ -44,5 +45,5 @@ def shape_expr() -> pl.Expr:
     text; null where any of the six is missing or not positive."""
     cols = [pl.col(c) for c in SHAPE_COLUMNS]
     valid = pl.all_horizontal([c.is_not_null() & (c > 0) for c in cols])
-    return (pl.when(valid).then(pl.format("grid ({},{},{}) block ({},{},{})", *cols))
+    return (pl.when(valid).then(pl.format(_LABEL, *cols))
             .otherwise(pl.lit(None, dtype=pl.Utf8)).alias("shape"))
