@@ -55,7 +55,8 @@ def in_receipt_window(anatomy: Anatomy, window: StepWindow) -> Anatomy:
         anatomy = replace(anatomy, kernels=steady_kernel_totals(anatomy.kernel_steps, anatomy.steps),
                           step_kernels=step_kernel_rows(anatomy.kernel_steps),
                           kernel_shapes=steady_kernel_shapes(anatomy.kernel_steps, anatomy.steps))
-    return replace(anatomy, components=components(anatomy.rows, anatomy.steps, anatomy.kernels, anatomy.nvtx))
+    return replace(anatomy, components=components(anatomy.rows, anatomy.steps, anatomy.kernels, anatomy.nvtx,
+                                                  anatomy.gap_places))
 
 
 def with_stragglers(anatomy: Anatomy) -> Anatomy:

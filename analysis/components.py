@@ -20,6 +20,11 @@ rows, so both give the same numbers):
             ms_per_step). A mean, not a median: ms_per_step = calls_per_step x mean ms per call exactly, so a
             change splits into more calls and slower calls (analysis/explain.py). The stored kernel totals hold
             no per-step series, so `db upgrade` could not give a median anyway.
+  gap       per place of a long GPU gap (ingest/gap_places.py: after which call of which kernel or copy, 'NAME
+            #CALL'), its gap time per rank-step, the mean over the steady rank-steps (a step without a gap there
+            counts 0, so the places sum to idle_long's mean), with the share of rank-steps that have one there as
+            its calls_per_step: a stall planted in the loop is one place in every step, a profiler's pause a place
+            in a few. Within-run variance from the steps' own series (step_spread).
   nvtx      per NVTX range name, its CPU-side durations summed over the whole capture (the anatomy stores NVTX
             ranges per rank over the capture, warm-up included, as nsys nvtx_sum reports them) per profiled
             rank-step, with its count per rank-step. A range seen once per rank (a step marker, an init) is left
@@ -47,15 +52,17 @@ if TYPE_CHECKING:
     from receipts.store import Store
 
 # Bump when a level's definition changes: `receipts db upgrade` recomputes rows stored under another rule.
-RULE = "components-v3"
+RULE = "components-v4"
+GAP_START = "(span start)"  # the place of a gap before a step span's first activity
 _EXPOSED = "exposed_comm"
 
 
 def components(rows: pl.DataFrame, steps: pl.DataFrame, kernels: pl.DataFrame | None,
-               nvtx: pl.DataFrame | None) -> pl.DataFrame:
+               nvtx: pl.DataFrame | None, gaps: pl.DataFrame | None = None) -> pl.DataFrame:
     """COMPONENT_SCHEMA rows of one profile from its anatomy frames: `rows` (rank, step, category, time_ms),
     `steps` (rank, step, warmup: the receipt's window), `kernels` (ANATOMY_KERNEL_SCHEMA, steady totals; None when
-    the export kept no kernel names) and `nvtx` (ANATOMY_NVTX_SCHEMA)."""
+    the export kept no kernel names), `nvtx` (ANATOMY_NVTX_SCHEMA) and `gaps` (ANATOMY_GAP_SCHEMA; None: the
+    profile's gaps were not placed)."""
     steady = _steady(steps)
     if steady.height == 0:
         return pl.DataFrame(schema=COMPONENT_SCHEMA)
@@ -64,6 +71,8 @@ def components(rows: pl.DataFrame, steps: pl.DataFrame, kernels: pl.DataFrame | 
         parts.append(_kernels(kernels))
     if nvtx is not None and nvtx.height:
         parts.append(_nvtx(nvtx, steps))
+    if gaps is not None and gaps.height:
+        parts.append(_gaps(gaps, steady))
     kept = [p.with_columns(pl.lit(RULE).alias("rule")).select([pl.col(c).cast(t) for c, t in COMPONENT_SCHEMA.items()])
             for p in parts if p.height]
     return pl.concat(kept) if kept else pl.DataFrame(schema=COMPONENT_SCHEMA)
@@ -132,15 +141,30 @@ def rank_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             .select("rank", "step", pl.col("time_ms").fill_null(0.0).alias("ms")))
 
 
-def step_spread(rows: pl.DataFrame, steps: pl.DataFrame) -> dict[tuple[str, str], tuple[float, int]]:
+def step_spread(rows: pl.DataFrame, steps: pl.DataFrame, gaps: pl.DataFrame | None = None
+                ) -> dict[tuple[str, str], tuple[float, int]]:
     """Per (level, name) of the category and rank levels: (the within-run variance of the run's value, ms², the
     effective number of independent steps it rests on). The value is a median over steps, so its variance is
     pi/2 x s^2 / n, s the steps' robust spread (1.4826 x MAD: one slow step does not make a component look noisy),
     times the AR(1) factor (1 + r) / (1 - r) of the steps' lag-1 autocorrelation r (in [0, 0.9]: a host gap that
     drifts from step to step, where the CPU runs ahead of the GPU, is known far less well than its step count
     says), which also divides the steps into effective ones. A within-run part: the between-run part comes from
-    the runs (analysis/explain_noise.py)."""
+    the runs (analysis/explain_noise.py).
+
+    The gap level's value is a mean over steps, mostly zeros: its variance is s^2 / n with s the steps' sample
+    standard deviation (a MAD of a place that has a gap in a third of the steps is 0), times the same AR(1)
+    factor (a profiler's pauses come in runs of steps)."""
     out: dict[tuple[str, str], tuple[float, int]] = {}
+    if gaps is not None and gaps.height:
+        steady = _steady(steps)
+        series = gap_steps(gaps, steady)
+        all_steps = steady.select("step").unique().sort("step")
+        for (name,), part in series.partition_by("name", as_dict=True, maintain_order=True).items():
+            x = all_steps.join(part, on="step", how="left")["ms"].fill_null(0.0).to_numpy()
+            n = x.size
+            factor = (1.0 + (r := _lag1(x))) / (1.0 - r)
+            var = float(np.var(x, ddof=1)) if n > 1 else 0.0
+            out[("gap", str(name))] = (var / max(n, 1) * factor, max(1, int(n / factor)))
     per = [("category", category_steps(rows, steps).rename({"category": "name"})),
            ("rank", rank_steps(rows, steps).with_columns(pl.format("rank {}", pl.col("rank")).alias("name")))]
     for level, frame in per:
@@ -203,6 +227,36 @@ def _kernels(kernels: pl.DataFrame) -> pl.DataFrame:
                     pl.lit(int(cast(int, kernels["steps"].max()))).alias("n_steps")))
 
 
+def _place() -> pl.Expr:
+    """A gap's place as one name: 'NAME #CALL' (GAP_START for a gap before the span's first activity)."""
+    return (pl.when(pl.col("after").is_null()).then(pl.lit(GAP_START))
+            .otherwise(pl.format("{} #{}", pl.col("after"), pl.col("call"))).alias("name"))
+
+
+def gap_steps(gaps: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
+    """Per steady step and gap place, the gap time there, the mean over the steady ranks of the step (a rank-step
+    without one counts 0): columns step, name, ms. Steps without a gap anywhere have no rows."""
+    ranks_in_step = steady.group_by("step").agg(pl.len().alias("n_ranks"))
+    placed = (gaps.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), _place(), "gap_ms")
+              .join(steady, on=["rank", "step"], how="semi"))
+    return (placed.group_by("step", "name").agg(pl.col("gap_ms").sum())
+            .join(ranks_in_step, on="step").select("step", "name", (pl.col("gap_ms") / pl.col("n_ranks")).alias("ms")))
+
+
+def _gaps(gaps: pl.DataFrame, steady: pl.DataFrame) -> pl.DataFrame:
+    rank_steps = steady.height
+    placed = (gaps.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), _place(), "gap_ms")
+              .join(steady, on=["rank", "step"], how="semi"))
+    if not rank_steps or placed.height == 0:
+        return pl.DataFrame(schema=COMPONENT_SCHEMA)
+    per_rank = int(cast(int, steady.group_by("rank").len()["len"].max()))
+    return (placed.group_by("name").agg(pl.col("gap_ms").sum(), pl.len().alias("n"))
+            .sort("name")
+            .select(pl.lit("gap").alias("level"), "name", pl.lit(None).alias("category"),
+                    (pl.col("gap_ms") / rank_steps).alias("ms_per_step"), (pl.col("n") / rank_steps).alias("calls_per_step"),
+                    pl.lit(per_rank).alias("n_steps")))
+
+
 def _nvtx(nvtx: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     profiled = (steps.filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null())
                 .group_by("rank").agg(pl.col("step").n_unique().alias("steps")))
@@ -250,7 +304,8 @@ def spread_many(store: "Store", profiles: Mapping[str, Mapping[str, Any]]
     out = {}
     for rid, profile in profiles.items():
         params = {"receipt_id": rid, "source_sha256": profile["source_sha256"]}
-        out[rid] = step_spread(store.query("anatomy_rows", params), store.query("anatomy_steps", params))
+        out[rid] = step_spread(store.query("anatomy_rows", params), store.query("anatomy_steps", params),
+                               store.query("anatomy_gaps", params))
     return out
 
 
@@ -266,7 +321,8 @@ def computed(store: "Store", receipt_id: str) -> pl.DataFrame:
 def _from_store(store: "Store", receipt_id: str, source_sha256: str) -> pl.DataFrame:
     params = {"receipt_id": receipt_id, "source_sha256": source_sha256}
     return components(store.query("anatomy_rows", params), store.query("anatomy_steps", params),
-                      store.query("explain_kernel_totals", params), store.query("anatomy_nvtx", params))
+                      store.query("explain_kernel_totals", params), store.query("anatomy_nvtx", params),
+                      store.query("anatomy_gaps", params))
 
 
 def busy_from_raw(store: "Store", receipt_id: str, source_sha256: str, raw_events_path: str | None,

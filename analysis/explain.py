@@ -15,7 +15,9 @@ component counts 0):
              and MIN_FLOOR_STEP_PCT of the step.
   test       t = d / se(d) against Student's t with the moderated degrees of freedom; two-sided p.
   structure  a kernel whose calls per step are the same in every run of each side and differ between the sides
-             changed, p = 0 (explain_noise.structural): appeared and vanished are that fact too.
+             changed, p = 0 (explain_noise.structural): appeared and vanished are that fact too. A long gap's
+             place alike: a gap there in every steady step of every run of one side and in none of the other's
+             (its share of steps 1 and 0), each run holding at least MIN_GAP_STEPS steady steps.
   many       Benjamini-Hochberg over every component of every level at once (bh_adjusted), whatever `levels`
              shows: a component's verdict never depends on what is displayed.
   verdict    changed       structural, or BH-adjusted p <= fdr AND |d| >= min_effect (MIN_EFFECT_STEP of the step)
@@ -56,8 +58,8 @@ from receipts.analysis.student_t import normal_cdf, normal_quantile, t_cdf, t_qu
 from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, IDLE_LONG, STEP_PARTS
 from receipts.schema.kernel_names import canonical_kernel_name
 
-Level = Literal["category", "kernel", "nvtx", "rank"]
-LEVELS: tuple[Level, ...] = ("category", "kernel", "nvtx", "rank")
+Level = Literal["category", "kernel", "gap", "nvtx", "rank"]
+LEVELS: tuple[Level, ...] = ("category", "kernel", "gap", "nvtx", "rank")
 ComponentVerdict = Literal["changed", "no change", "inconclusive"]
 Mode = Literal["lane", "pairwise"]
 NoiseSource = Literal["lane", "calibrated"]
@@ -77,6 +79,7 @@ class Value:
     category: str | None = None           # a kernel's category
     step_var: float | None = None         # within-run variance of the value from the run's steps, ms² (None: unknown)
     n_steps: int | None = None            # the steps step_var was measured from
+    steady_steps: int | None = None       # the run's steady steps (per rank) the value is over
 
 
 @dataclass(frozen=True)
@@ -309,6 +312,7 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     floor_ms = MIN_FLOOR_STEP_PCT / 100.0 * step_ms
     keys = kernel_keys([[n for (lv, n) in r.values if lv == "kernel"] for r in runs])
     table = _by_component(runs, keys)
+    run_steps = np.array([_steady_steps(r) for r in runs], dtype=float)
     shaped = shape_table([r.shapes for r in runs], keys)
     classes = {k: component_class(k[0], k[1], row[1]) for k, row in table.items()}
     # the prior of the between-run variance from the baseline runs alone, never the candidates' (lane_prior); in
@@ -322,7 +326,8 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
         nz = noise(a, b, within[:n_a], within[n_a:], klass, floor_ms=max(floor_ms, MIN_FLOOR_PCT / 100.0 * float(
             np.mean(np.abs(a if n_a >= 2 else ms)))), step_ms=step_ms, within_df=float(np.sum(np.maximum(steps - 1, 0))),
             calibration=calibration, prior=prior)
-        counted = structural(calls[:n_a], calls[n_a:]) if calls is not None and level == "kernel" else False
+        counted = (structural(calls[:n_a], calls[n_a:]) if calls is not None and level == "kernel" else
+                   _gap_moved(calls, run_steps, n_a) if calls is not None and level == "gap" else False)
         judged.append((level, key, short, category, a, b, calls, float(np.mean(b) - np.mean(a)), nz, counted))
     z = np.array([j[7] / j[8].se for j in judged])
     p = _p_values(z, np.array([j[8].df for j in judged], dtype=float))
@@ -347,6 +352,9 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     rank = {"changed": 0, "inconclusive": 1, "no change": 2}
     out.sort(key=lambda c: (rank[c.verdict], -abs(c.delta_ms_per_step), c.level, c.name))
     explained = float(sum(c.delta_ms_per_step for c in out if c.verdict == "changed" and c.partition))
+    if not any(c.verdict == "changed" and (c.level, c.name) == _IDLE_LONG for c in out):
+        # the places of idle_long's gaps are its parts: named where idle_long as a whole is not, they explain
+        explained += float(sum(c.delta_ms_per_step for c in out if c.verdict == "changed" and c.level == "gap"))
     source: NoiseSource = "lane" if n_a >= 2 else "calibrated"
     shown = tuple(c for c in out if c.level in levels)
     return Explanation(step, mode, source, _noise_note(source, n_a, mode, calibration, prior),
@@ -371,6 +379,20 @@ def _period_note(out: Sequence[ComponentDelta], step: StepChange) -> str | None:
 
 
 _IDLE, _IDLE_LONG = ("category", "idle"), ("category", IDLE_LONG)
+# Steady steps each run needs before a gap's place at every step of one side and none of the other is a fact: a
+# profiler's pause that recurs at one place (the most recurrent in the one-H200 Kineto corpus: 9 of 15 steps) is at
+# all of 8 steps by chance about once in 60 runs, and then only if the other side never paused there.
+MIN_GAP_STEPS = 8
+
+
+def _gap_moved(share: np.ndarray, steps: np.ndarray, n_a: int) -> bool:
+    """A long gap's place in every steady step of every run of one side and in none of the other's, each run with
+    at least MIN_GAP_STEPS steady steps (`share`: each run's share of steps with a gap there; `steps`: each run's
+    steps the share was measured over, 0 where unknown)."""
+    a, b = share[:n_a], share[n_a:]
+    enough = bool(np.all(steps >= MIN_GAP_STEPS))
+    return enough and ((bool(np.all(a == 0.0)) and bool(np.all(b == 1.0)))
+                       or (bool(np.all(a == 1.0)) and bool(np.all(b == 0.0))))
 
 
 def _one_idle(runs: Sequence[RunComponents]) -> list[RunComponents]:
@@ -393,6 +415,11 @@ def _one_idle(runs: Sequence[RunComponents]) -> list[RunComponents]:
     return out
 
 
+def _steady_steps(run: RunComponents) -> int:
+    """A run's steady steps (per rank): what its category values are medians over (0: unknown)."""
+    return max((v.steady_steps or 0 for (level, _), v in run.values.items() if level == "category"), default=0)
+
+
 def _span(run: RunComponents) -> float:
     """A run's GPU span per step: the sum of its decomposition parts."""
     return sum(v.ms_per_step for (level, name), v in run.values.items() if level == "category" and name in DECOMPOSITION)
@@ -407,7 +434,7 @@ def _by_component(runs: Sequence[RunComponents], keys: Mapping[str, tuple[str, s
     table: dict[tuple[str, str], _Row] = {}
     for i, run in enumerate(runs):
         for (level, name), v in run.values.items():
-            key, short = keys[name] if level == "kernel" else (name, name)
+            key, short = keys[name] if level == "kernel" else gap_key(name) if level == "gap" else (name, name)
             if (level, key) not in table:
                 counted = v.calls_per_step is not None
                 table[(level, key)] = (short, v.category, np.zeros(len(runs)),
@@ -432,16 +459,28 @@ def _presence(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int) 
     return None
 
 
+def gap_key(name: str) -> tuple[str, str]:
+    """(key, short name) of a gap's place 'NAME #CALL' (analysis/components.py): its kernel name in one spelling for
+    every profiler without its argument list, and with template arguments elided for 80 columns."""
+    kernel, sep, call = name.rpartition(" #")
+    if not sep:
+        return name, name
+    key = strip_arguments(canonical_kernel_name(kernel))
+    return f"{key} #{call}", f"{_elide_templates(key).rsplit('::', 1)[-1]} #{call}"
+
+
 def _calls(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int, level: str,
            groups: Mapping[str, tuple[np.ndarray, np.ndarray]] | None) -> dict:
     """Calls per step and the change's split. Same calls in every shape: all of it is slower (or faster) calls.
     Otherwise one kernel name can cover several shapes (a GEMM of another size): the change splits over its launch
     shapes (`groups`, explain_shapes.split; None: no shapes recorded, the kernel one group), a shape whose calls
     changed priced at its own change per added call, never at the old calls' mean."""
-    if calls is None or level != "kernel":
+    if calls is None or level not in ("kernel", "gap"):
         return {}
     ca, cb = float(np.mean(calls[:n_a])), float(np.mean(calls[n_a:]))
     out: dict = {"baseline_calls_per_step": ca, "candidate_calls_per_step": cb, "calls_delta_per_step": cb - ca}
+    if level == "gap":  # the share of steps with a gap there: no calls to price
+        return out
     if ca > 0 and cb > 0:
         parts = split(a, b, calls, n_a, groups)
         out["shapes"] = parts.groups if groups else ()

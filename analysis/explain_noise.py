@@ -37,6 +37,9 @@ relative between-run standard deviation of one run's value, percent; CALIBRATION
            kappa a share of the step (a host gap's value swings around 0)
   stall    idle_long: the GPU's idle held in gaps of 0.5 ms or more (schema/categories.py), near 0 when nothing
            stalls the host: kappa a share of the step, as the host class's
+  place    a long gap's place (the gap level: idle_long by where its gaps lie): a share of the step; judged by its
+           calibration in lane mode too, and left out of the lane's fit (most places are 0 in every run but one,
+           whose pauses would set the level of every other component)
   busy     the other categories (gemm, attention, other, compute_only, copies): unions of many kernels
   compute  the other kernels (GEMM, attention, elementwise): one name, fewer calls, more spread
 
@@ -80,12 +83,13 @@ class Calibration:
 # freedom (d0) are the largest corpus's runs less one: 7 - 1 (nsys), 6 - 1 (Kineto). The stall class (idle_long)
 # measured 0.00% of the step on all three (0 in every baseline's median step but kineto_base_6's, whose 1.26 ms the
 # model gives to its own steps' spread): kept at 0.1% of the step, the floor every component has.
+PLACE_PCT = 0.5  # provisional
 _GPU_SIDE = {"compute": 3.0, "busy": 1.0, "wait": 20.0}
 CALIBRATIONS = {
-    "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.3, "stall": 0.1, "cpu": 50.0}, 6,
+    "nsys": Calibration({**_GPU_SIDE, "gap": 25.0, "host": 0.3, "stall": 0.1, "place": PLACE_PCT, "cpu": 50.0}, 6,
                         "Nsight Systems: 6 A/A runs of a 2xH200 FSDP2 lane (tests/data/explain) and 7 of a 1xH200 "
                         "one (tests/data/explain_corpus)"),
-    "kineto": Calibration({**_GPU_SIDE, "gap": 35.0, "host": 0.25, "stall": 0.1, "cpu": 50.0}, 5,
+    "kineto": Calibration({**_GPU_SIDE, "gap": 35.0, "host": 0.25, "stall": 0.1, "place": PLACE_PCT, "cpu": 50.0}, 5,
                           "the PyTorch profiler: 6 A/A runs of a 1xH200 FSDP2 lane (tests/data/explain_corpus); its "
                           "GPU-side classes as Nsight Systems'"),
 }
@@ -103,13 +107,14 @@ def calibration_for(formats: Iterable[str]) -> Calibration:
     return Calibration(kappa, min(c.df for c in chosen), "each class's largest of " + "; ".join(c.source for c in chosen))
 
 _WAIT_PARTS = ("comm_hidden", "exposed_comm")
-STEP_SCALED = ("host", "stall")  # classes whose kappa is a share of the step, not of the component's value
+STEP_SCALED = ("host", "stall", "place")  # classes whose kappa is a share of the step, not of the component's value
 PAIR_GEOMETRIC = ("gap",)  # pairwise: the scale is the two values' geometric mean (_pair_scale)
 # Classes judged by the calibrated prior in lane mode too, and left out of the lane's fit: CPU-side ranges over the
 # whole capture, warm-up included, jump between identical runs in a way no handful of baseline runs shows (on the
 # 2 x H200 lane `ablock` is 27.1-29.4 ms in five runs and 66.5 ms in the sixth, whose warm-up was slow): their
 # calibrated 50% is that envelope, and a prior fitted to five quiet runs named the sixth changed.
 ENVELOPE = ("cpu",)
+UNFITTED = (*ENVELOPE, "place")  # judged by the calibrated prior in lane mode and left out of the lane's fit
 
 
 def component_class(level: str, name: str, category: str | None) -> str:
@@ -118,6 +123,8 @@ def component_class(level: str, name: str, category: str | None) -> str:
         return "cpu"
     if level == "rank":
         return "wait"
+    if level == "gap":
+        return "place"
     if level == "category":
         if name.startswith("nccl_") or name in _WAIT_PARTS:
             return "wait"
@@ -212,7 +219,7 @@ def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_m
         n_a = values.size
         mean = float(np.mean(values))
         step_scaled = klass in STEP_SCALED
-        if n_a < MIN_PRIOR_RUNS or klass in ENVELOPE or not (step_scaled or abs(mean) >= FIT_SHARE * step_ms):
+        if n_a < MIN_PRIOR_RUNS or klass in UNFITTED or not (step_scaled or abs(mean) >= FIT_SHARE * step_ms):
             continue
         shape = (calibration.kappa_pct[klass] / 100.0 * (step_ms if step_scaled else abs(mean))) ** 2
         if shape < float(np.mean(within)):  # its own steps explain its spread: nothing of the between-run part
@@ -268,7 +275,7 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     spread is known well."""
     n_a, n_b = a.size, b.size
     # one run: no lane to fit; an ENVELOPE class: its calibration is what a few runs cannot show
-    prior = prior if prior is not None and n_a >= 2 and klass not in ENVELOPE else calibrated_prior(calibration)
+    prior = prior if prior is not None and n_a >= 2 and klass not in UNFITTED else calibrated_prior(calibration)
     fitted_prior = prior.source == "lane"
     w_a, w_b = float(np.mean(wa)), float(np.mean(wb))
     kappa = calibration.kappa_pct[klass] / 100.0

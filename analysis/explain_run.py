@@ -216,7 +216,7 @@ def _values(frame: pl.DataFrame, spread: Mapping[tuple[str, str], tuple[float, i
     for r in frame.iter_rows(named=True):
         key = (r["level"], r["name"])
         var, steps = spread.get(key, (None, None))
-        out[key] = Value(r["ms_per_step"], r["calls_per_step"], r["category"], var, steps)
+        out[key] = Value(r["ms_per_step"], r["calls_per_step"], r["category"], var, steps, r["n_steps"])
     return out
 
 
@@ -255,7 +255,10 @@ def to_json(r: ExplainResult) -> dict[str, Any]:
 def _component_json(c) -> dict[str, Any]:
     out = asdict(c)
     out["noise_df"] = c.noise_df if math.isfinite(c.noise_df) else None  # JSON has no infinity
-    if c.level != "kernel":
+    if c.level == "gap":  # its calls are the share of steps with a gap there
+        for key in ("more_calls_ms_per_step", "slower_calls_ms_per_step", "ms_per_added_call", "shapes"):
+            out.pop(key)
+    elif c.level != "kernel":
         for key in ("baseline_calls_per_step", "candidate_calls_per_step", "calls_delta_per_step",
                     "more_calls_ms_per_step", "slower_calls_ms_per_step", "ms_per_added_call", "shapes"):
             out.pop(key)

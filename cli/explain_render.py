@@ -16,6 +16,7 @@ _NAME = 30     # characters of a component's name in the text table
 _SHOWN_UNDECIDED = 3  # inconclusive components named per level (the largest)
 _SHOWN_SHAPES = 3  # launch shapes whose calls changed named per kernel (the largest changes)
 _TITLES = {"category": "category (ms per step; * = a part of the step: GPU span parts, host gap)", "kernel": "kernel",
+           "gap": "gap (idle_long by place: the GPU idle 0.5 ms or more after call N of a kernel)",
            "nvtx": "nvtx (CPU-side range time, whole capture)", "rank": "rank (exposed communication)"}
 
 
@@ -48,7 +49,10 @@ def _row(c: ComponentDelta) -> list[str]:
                f"{_share(c):>5} {_label(c)}")
     out = [_cut(f"  {mark}{c.short_name}", WIDTH)] if long else []
     out.append(_cut(f"  {mark}{'' if long else c.short_name:<{_NAME}} {numbers}", WIDTH))
-    if c.calls_delta_per_step is not None:
+    if c.level == "gap" and c.baseline_calls_per_step is not None and c.candidate_calls_per_step is not None:
+        detail = f"a gap there in {_pct(c.baseline_calls_per_step)} -> {_pct(c.candidate_calls_per_step)} of steps"
+        out += _wrap(detail + (" in every run (a fact)" if c.evidence == "structural" else ""), "      ")
+    elif c.calls_delta_per_step is not None:
         detail = f"{c.baseline_calls_per_step:g} -> {c.candidate_calls_per_step:g} calls/step"
         if c.evidence == "structural":
             detail += " in every run (a fact)"
@@ -64,6 +68,10 @@ def _row(c: ComponentDelta) -> list[str]:
             detail += f": the same calls, {_signed(c.slower_calls_ms_per_step)} ms"
         out += _wrap(detail, "      ")
     return out
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f}%"
 
 
 def _shape_calls(changed: list[ShapeChange]) -> str:
@@ -185,7 +193,10 @@ def markdown_lines(r: ExplainResult, *, top: int = 8) -> list[str]:
     if changed:
         lines += ["| level | component | baseline ms | candidate ms | delta ms | share | |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
         for c in changed[:top]:
-            calls = (f" ({c.calls_delta_per_step:+g} calls/step"
+            calls = (f" (a gap there in {_pct(c.baseline_calls_per_step or 0.0)} -> "
+                     f"{_pct(c.candidate_calls_per_step or 0.0)} of steps"
+                     + (", in every run" if c.evidence == "structural" else "") + ")" if c.level == "gap" else
+                     f" ({c.calls_delta_per_step:+g} calls/step"
                      + (", in every run" if c.evidence == "structural" else "") + ")" if c.calls_delta_per_step else "")
             lines.append(f"| {c.level} | {_md(_cut(c.short_name, 80))}{_md(calls)} | {c.baseline_ms_per_step:.2f} | "
                          f"{c.candidate_ms_per_step:.2f} | {c.delta_ms_per_step:+.2f} | {_md(_share(c)) or '-'} | "

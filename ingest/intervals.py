@@ -79,7 +79,7 @@ def _grouped(events: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, np.nd
     return key_rows, group, start[order], end[order]
 
 
-def _segmented_running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+def segmented_running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     """Running max of `values` that restarts at each group (groups contiguous, values >= 0)."""
     if values.size == 0:
         return values
@@ -102,7 +102,7 @@ def _islands(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.
         return group, start, end
     base = min(int(start.min()), int(end.min()))
     s, e = start - base, end - base
-    run_max = _segmented_running_max(e, group)
+    run_max = segmented_running_max(e, group)
     prev_max = np.r_[-1, run_max[:-1]]
     new = np.r_[True, group[1:] != group[:-1]] | (s > prev_max)
     idx = np.flatnonzero(new)
@@ -242,7 +242,7 @@ def _long_gaps_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.
         gap = hi - lo
         return np.where(gap >= LONG_GAP_NS, gap, 0).astype(np.int64)
     base = int(min(int(start.min()), int(lo.min())))
-    reach = _segmented_running_max(end - base, group) + base   # the latest end so far within the group
+    reach = segmented_running_max(end - base, group) + base   # the latest end so far within the group
     first = np.r_[True, group[1:] != group[:-1]]
     last = np.r_[group[1:] != group[:-1], True]
     before = np.where(first, lo[group], np.r_[0, reach[:-1]])  # where the GPU went idle before this interval

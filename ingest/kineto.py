@@ -35,6 +35,7 @@ import polars as pl
 from receipts.errors import InputError
 from receipts.ingest import sniff
 from receipts.ingest.rank_files import natural_order
+from receipts.ingest.gap_places import gap_frame
 from receipts.ingest.intervals import anatomy_rows, kernel_steps
 from receipts.ingest.kineto_trace import KINETO_KEYS, Trace, stream_trace
 from receipts.schema.categories import CategoryRules
@@ -96,6 +97,7 @@ class RankTrace:
     nvtx: pl.DataFrame
     events: pl.DataFrame
     kernel_steps: pl.DataFrame
+    gap_places: pl.DataFrame         # ANATOMY_GAP_SCHEMA: where each long GPU gap of a step lies
     raw_events: pl.DataFrame | pl.LazyFrame | None  # lazy: staged as Parquet by a worker (pipeline/execution.py)
 
 
@@ -134,6 +136,7 @@ def read_rank(path: Path, position: int, *, rules: CategoryRules, keep_raw: bool
         nvtx=_typed(nvtx, ANATOMY_NVTX_SCHEMA),
         events=_typed(events.select("rank", "step", "category", "start_ns", "end_ns"), _EVENT_SCHEMA),
         kernel_steps=_typed(kernel_steps(events.filter(pl.col("kind") == "kernel")), _KERNEL_STEP_SCHEMA),
+        gap_places=gap_frame(events.select("rank", "step", "name", "start_ns", "end_ns"), spans),
         raw_events=_typed(gpu.select("rank", "step", "category", "name", "start_ns", "end_ns", "device", "stream",
                                      pl.col("corr").alias("correlation"), "launch_ns", "attributed_by"), _RAW_SCHEMA)
         if keep_raw else None,
@@ -225,6 +228,7 @@ def combine(parts: list[RankTrace]) -> Anatomy:
         warnings=tuple(warnings),
         events=pl.concat([p.events for p in parts]),
         kernel_steps=pl.concat([p.kernel_steps for p in parts]),
+        gap_places=pl.concat([p.gap_places for p in parts]),
         raw_events=pl.concat([cast(pl.DataFrame, p.raw_events) for p in parts])  # all frames, or all lazy
         if all(p.raw_events is not None for p in parts) else None,
     )

@@ -57,7 +57,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         if facts.nvtx_table is not None:  # without the table, its warning says there are no ranges
             warnings.append(f"no NVTX ranges matching {step_pattern!r} found in table {facts.nvtx_table}")
     raw = raw_events(read.activity.raw_frame(read.with_graphs, rank_of), facts.names) if keep_raw else None
-    rows, steps, kernels, events = anatomy_frames(read.activity, read.with_graphs, read.step_ranges, rank_of,
+    rows, steps, kernels, events, gaps = anatomy_frames(read.activity, read.with_graphs, read.step_ranges, rank_of,
                                                   has_steps, facts.names, spill)
     gpu_model, gpus_on_host, gpu_count = _machine(facts, read.devices)
     if not facts.gpus:
@@ -86,6 +86,7 @@ def parse(path: Path, *, rules: CategoryRules, step_pattern: str = r"^step[ _#:]
         raw_events=raw,
         events=events,
         kernel_steps=kernels,
+        gap_places=gaps,
     )
 
 

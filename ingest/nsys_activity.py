@@ -348,7 +348,8 @@ class Activity:
               replay: np.ndarray) -> None:
         """A batch's kept arrays into their bins: by process, graph replay or not, and step group."""
         columns = (codes, activity["category"].to_physical().to_numpy(),
-                   activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy())
+                   activity["start_ns"].fill_null(_NO_TIME).to_numpy(), activity["end_ns"].fill_null(_NO_TIME).to_numpy(),
+                   _labels(activity))
         by_graph = {False: ~replay, True: replay} if replay.any() else {False: None}
         if not self.has_steps:  # only a window without steps is cut by time
             self._odd_times = self._odd_times or bool((columns[2] == _NO_TIME).any())
@@ -395,18 +396,19 @@ class Activity:
         return sorted({g for p, _, g in self._kept.keys() if p == pid})
 
     def take(self, pid: int | None, group: int, with_graphs: bool
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(step code, category code, start, end) of the kept activities of a process's step group, given up by
-        the store (graph replays read only if they count)."""
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(step code, category code, start, end, label) of the kept activities of a process's step group, given up
+        by the store (graph replays read only if they count)."""
         if not with_graphs:
             self._kept.drop((pid, True, group))
-        code, category, start, end = _joined([self._kept.take((pid, is_graph, group)) for is_graph in (False, True)])
-        return code, category, start, end
+        code, category, start, end, label = _joined([self._kept.take((pid, is_graph, group))
+                                                     for is_graph in (False, True)])
+        return code, category, start, end, label
 
     def window(self, pid: int | None, with_graphs: bool) -> Iterator[tuple[tuple[np.ndarray, ...], int | None]]:
         """Without steps, a process's kept activities (its one window), given up, in bins of consecutive ranges
         of start times of about _GROUP_ACTIVITIES activities each (the ranges from a sample of the starts): each
-        bin's (step code, category code, start, end) and the start of the next bin's range (None for the last).
+        bin's (step code, category code, start, end, label) and the start of the next bin's range (None for the last).
         One bin when an activity has no start: how such an interval (its end before its start, as the interval
         arithmetic reads a NULL) counts depends on the intervals it merges with (intervals.sorted_step_ns), so only
         the whole window gives the whole window's numbers."""
@@ -463,8 +465,19 @@ def _sane_times(activity: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return activity, ended_early
 
 
-_PART_DTYPES = (np.int32, np.uint8, np.int64, np.int64)  # what Activity keeps of each activity: step code,
-# category code, start, end
+_PART_DTYPES = (np.int32, np.uint8, np.int64, np.int64, np.int64)  # what Activity keeps of each activity: step
+# code, category code, start, end, label (_labels)
+# A label names an activity where a long gap follows it (ingest/gap_places.py): a kernel's name id; a copy's, a set's
+# or a graph replay's category code past COPY_LABEL (name ids are row numbers of StringIds, far below it).
+COPY_LABEL = 1 << 40
+
+
+def _labels(activity: pl.DataFrame) -> np.ndarray:
+    """Each activity's label: its name id (a kernel), else COPY_LABEL + its category code; a kernel without a name
+    id is COPY_LABEL - 1 ('(unnamed)')."""
+    kernel = (activity["kind"] == KIND["kernel"]).to_numpy()
+    name = activity["name_id"].fill_null(COPY_LABEL - 1).to_numpy().astype(np.int64)
+    return np.where(kernel, name, COPY_LABEL + activity["category"].to_physical().to_numpy().astype(np.int64))
 _GROUP_ACTIVITIES = 1 << 20  # activities of the whole capture per step group, as the tables' row counts estimate
 # (without steps: of a process per bin of start times)
 _SAMPLE_EVERY = 64  # without steps, one start in 64 sets the bins' time ranges

@@ -20,10 +20,11 @@ import numpy as np
 import polars as pl
 
 from receipts.ingest.heap import trim_c_heap
+from receipts.ingest.gap_places import START_LABEL, own_span_places
 from receipts.ingest.intervals import STEP_NS, anatomy_from_ns, sort_order, sorted_step_ns
 from receipts.ingest.launch_shape import shape_expr
-from receipts.ingest.nsys_activity import KIND, Activity, step_of_codes
-from receipts.schema.model import ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA
+from receipts.ingest.nsys_activity import COPY_LABEL, KIND, Activity, step_of_codes
+from receipts.schema.model import ANATOMY_GAP_SCHEMA, ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA
 
 _spilled = itertools.count()  # names the events' files apart, in a scratch folder parses may share
 
@@ -44,8 +45,9 @@ def raw_events(activity: pl.DataFrame, names: dict[int, str]) -> pl.DataFrame:
 
 def anatomy_frames(activity: Activity, with_graphs: bool, step_ranges: pl.DataFrame, rank_of: dict, has_steps: bool,
              names: dict[int, str], spill: Path | None = None
-             ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame | pl.LazyFrame]:
-    """(rows, steps, kernel_steps, events) from the kept activity of ranked processes. Each step group of each
+             ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame | pl.LazyFrame, pl.DataFrame]:
+    """(rows, steps, kernel_steps, events, gap places: ANATOMY_GAP_SCHEMA) from the kept activity of ranked
+    processes. Each step group of each
     process (Activity) is sorted once by (step, start); every number is per (rank, step), so the interval arithmetic
     runs over chunks of whole steps of those sorted arrays (its intermediates follow the chunk, not the capture),
     giving integers per step that intervals.anatomy_from_ns turns into milliseconds for all steps at once."""
@@ -53,6 +55,7 @@ def anatomy_frames(activity: Activity, with_graphs: bool, step_ranges: pl.DataFr
     kinds = activity.rules.kinds
     per_step: list[pl.DataFrame] = []
     per_category: list[pl.DataFrame] = []
+    per_gap: list[pl.DataFrame] = []
     events: list[pl.DataFrame] = []
     spilled: list[Path] = []
     trim_c_heap()  # what the stream freed
@@ -64,11 +67,13 @@ def anatomy_frames(activity: Activity, with_graphs: bool, step_ranges: pl.DataFr
         pieces = (((activity.take(pid, group, with_graphs), None, None) for group in activity.groups(pid))
                   if has_steps else window_pieces(activity.window(pid, with_graphs)))
         for columns, counted, until in pieces:
-            step_parts, category_parts, made = piece_anatomy(columns, counted, until, rank, activity.step_values,
-                                                              categories, spill, kinds=kinds)
+            step_parts, category_parts, made, gap_parts = piece_anatomy(columns, counted, until, rank,
+                                                                        activity.step_values, categories, spill,
+                                                                        kinds=kinds)
             del columns
             per_step += step_parts
             per_category += category_parts
+            per_gap += gap_parts
             if isinstance(made, pl.DataFrame):
                 events.append(made)
             else:
@@ -105,7 +110,8 @@ def anatomy_frames(activity: Activity, with_graphs: bool, step_ranges: pl.DataFr
             _kernel_steps(activity, rank_of, names),
             pl.scan_parquet(spilled) if spilled else pl.concat(events) if events else pl.DataFrame(schema={
                 "rank": pl.Int32, "step": pl.Int64, "category": activity.rules.enum, "start_ns": pl.Int64,
-                "end_ns": pl.Int64}))
+                "end_ns": pl.Int64}),
+            _gap_rows(per_gap, names, categories))
 
 
 def window_pieces(bins: Iterator[tuple[tuple[np.ndarray, ...], int | None]]
@@ -121,9 +127,10 @@ def window_pieces(bins: Iterator[tuple[tuple[np.ndarray, ...], int | None]]
             counted = np.r_[np.zeros(carry[0].size, bool), np.ones(columns[0].size, bool)]
             columns = tuple(np.concatenate(pair) for pair in zip(carry, columns))
             carry = None
-        code, cat, start, end = columns
+        start, end = columns[2], columns[3]
         if bin_end is not None and (over := end > bin_end).any():
-            carry = (code[over], cat[over], np.full(int(np.count_nonzero(over)), bin_end, np.int64), end[over])
+            carry = tuple(np.full(int(np.count_nonzero(over)), bin_end, np.int64) if i == 2 else column[over]
+                          for i, column in enumerate(columns))
         yield columns, counted, bin_end
 
 
@@ -139,28 +146,35 @@ def added_up(totals: pl.DataFrame, by_category: pl.DataFrame) -> tuple[pl.DataFr
 def piece_anatomy(columns: tuple[np.ndarray, ...], counted: np.ndarray | None, until: int | None, rank: int,
                    step_values: np.ndarray, categories: pl.Series, spill: Path | None = None, *,
                    kinds: Mapping[str, str]
-                   ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame | list[Path]]:
+                   ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame | list[Path], list[pl.DataFrame]]:
     """One piece of one process's kept activity (a step group, or a bin of a window without steps, window_pieces:
     `counted` the rows that are activities, not continuations, None: all; `until` where its time ends, the
     intervals counted up to there, None: no end): its integers per step and per (step, category)
-    (sorted_step_ns, by chunk) and its events: a frame, or with `spill` the Parquet files they were written to, a
-    file per chunk as it is made (a frame of a whole process's events, 29 B an activity, was the anatomy's peak).
-    The caller gives the arrays up, so that the unsorted ones go as the sorted ones come."""
-    code, cat, start, end = columns
+    (sorted_step_ns, by chunk), its events: a frame, or with `spill` the Parquet files they were written to, a
+    file per chunk as it is made (a frame of a whole process's events, 29 B an activity, was the anatomy's peak),
+    and where its steps' long gaps lie (gap_places.own_span_places: columns rank, step, label, call, gap_ns; none
+    for a window without steps, whose idle is kept whole, or without labels). The caller gives the arrays up, so
+    that the unsorted ones go as the sorted ones come."""
+    code, cat, start, end = columns[:4]
+    label = columns[4] if len(columns) > 4 else None
     order = sort_order(code, start, stable=False)
     # One array at a time, each copy replacing its original.
     code = code[order]
     cat = cat[order]
     start = start[order]
     end = end[order]
+    if label is not None:
+        label = label[order]
     if counted is not None:
         counted = counted[order]
     del order
 
-    def one(rows: slice) -> tuple[pl.DataFrame, pl.DataFrame]:
-        return sorted_step_ns(code[rows], cat[rows], start[rows],
-                              end[rows] if until is None else np.minimum(end[rows], until), categories,
-                              counted=None if counted is None else counted[rows], kinds=kinds)
+    def one(rows: slice) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
+        ends = end[rows] if until is None else np.minimum(end[rows], until)
+        gaps = (own_span_places(code[rows], label[rows], start[rows], ends)
+                if label is not None and counted is None and until is None and step_values.size else None)
+        return (*sorted_step_ns(code[rows], cat[rows], start[rows], ends, categories,
+                                counted=None if counted is None else counted[rows], kinds=kinds), gaps)
 
     def events(rows: slice) -> pl.DataFrame:
         # start and end are the sorted arrays themselves (no copy): only rank, step and the category are new, the
@@ -186,8 +200,22 @@ def piece_anatomy(columns: tuple[np.ndarray, ...], counted: np.ndarray | None, u
         for rows in chunks:
             made.append(spill / f"events-{next(_spilled)}.parquet")
             events(rows).write_parquet(made[-1], compression="uncompressed", statistics=False)
-    return ([_ranked(step_ns, rank, step_values) for step_ns, _ in done],
-            [_ranked(category_ns, rank, step_values) for _, category_ns in done], made)
+    return ([_ranked(step_ns, rank, step_values) for step_ns, _, _ in done],
+            [_ranked(category_ns, rank, step_values) for _, category_ns, _ in done], made,
+            [_ranked(gaps, rank, step_values) for _, _, gaps in done if gaps is not None and gaps.height])
+
+
+def _gap_rows(parts: list[pl.DataFrame], names: dict[int, str], categories: pl.Series) -> pl.DataFrame:
+    """The gap places of every piece as ANATOMY_GAP_SCHEMA rows: each label named (nsys_activity._labels)."""
+    if not parts:
+        return pl.DataFrame(schema=ANATOMY_GAP_SCHEMA)
+    gaps = pl.concat(parts)
+    text = {}
+    for label in gaps["label"].unique().to_list():
+        text[label] = (None if label == START_LABEL else "(unnamed)" if label == COPY_LABEL - 1
+                       else str(categories[label - COPY_LABEL]) if label >= COPY_LABEL else names.get(label, "(unnamed)"))
+    return gaps.select("rank", "step", pl.col("label").replace_strict(text, return_dtype=pl.Utf8).alias("after"),
+                       "call", (pl.col("gap_ns") / 1e6).alias("gap_ms")).cast(ANATOMY_GAP_SCHEMA)
 
 
 def _ranked(frame: pl.DataFrame, rank: int, step_values: np.ndarray) -> pl.DataFrame:

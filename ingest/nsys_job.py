@@ -159,7 +159,8 @@ def combine(parts: list[ExportPart]) -> Anatomy:
         if len(values) > 1:
             warnings.append(f"exports differ in {key}: {', '.join(sorted(str(v) for v in values))}")
     seen: dict[int, str] = {}
-    frames: dict[str, list] = {name: [] for name in ("rows", "steps", "nvtx", "events", "kernel_steps", "raw_events")}
+    frames: dict[str, list] = {name: [] for name in ("rows", "steps", "nvtx", "events", "kernel_steps", "gap_places",
+                                                     "raw_events")}
     for part, offset, shift in zip(parts, offsets, shifts):
         a = part.anatomy
         for rank in a.steps["rank"].unique().drop_nulls().to_list() or a.rows["rank"].unique().drop_nulls().to_list():
@@ -183,6 +184,7 @@ def combine(parts: list[ExportPart]) -> Anatomy:
         nvtx=pl.concat(frames["nvtx"]).sort("rank", "range_name"),
         events=pl.concat(frames["events"]) if frames["events"] else None,
         kernel_steps=pl.concat(frames["kernel_steps"]) if frames["kernel_steps"] else None,
+        gap_places=pl.concat(frames["gap_places"]) if len(frames["gap_places"]) == len(parts) else None,
         raw_events=pl.concat(frames["raw_events"]) if len(frames["raw_events"]) == len(parts) else None,
         attribution=f"{len(parts)} exports of one job, ranks side by side on the earliest session's clock; "
                     f"in each: {first.attribution}",

@@ -368,13 +368,25 @@ ANATOMY_NVTX_SCHEMA: dict[str, pl.DataType] = {
 }
 
 # Per-run component summaries (analysis/components.py), one row per (level, name), stored in receipt_components.
+# Every GPU gap of at least LONG_GAP_NS inside a step's span (warm-up steps too), where it lies: after which call of
+# which kernel (or copy) the GPU went idle (ingest/gap_places.py). A step's gaps sum to its idle_long.
+ANATOMY_GAP_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int64(),
+    "after": pl.Utf8(),     # the name of the activity the gap follows (a kernel's, a copy's category); null: none
+    "call": pl.Int64(),     # which call of that name in the step, from 1 (0: from the span's start)
+    "gap_ms": pl.Float64(),
+}
+
 COMPONENT_SCHEMA: dict[str, pl.DataType] = {
     "rule": pl.Utf8(),            # analysis/components.py RULE that made the row
-    "level": pl.Utf8(),           # 'category' | 'kernel' | 'nvtx' | 'rank'
-    "name": pl.Utf8(),            # category, kernel name as the export states it, NVTX range, 'rank N'
+    "level": pl.Utf8(),           # 'category' | 'kernel' | 'gap' | 'nvtx' | 'rank'
+    "name": pl.Utf8(),            # category, kernel name as the export states it, a gap's place ('NAME #CALL'),
+                                  # NVTX range, 'rank N'
     "category": pl.Utf8(),        # a kernel's category; 'exposed_comm' for a rank; null otherwise
     "ms_per_step": pl.Float64(),  # ms per steady step (see analysis/components.py for each level's statistic)
-    "calls_per_step": pl.Float64(),  # kernel calls / NVTX ranges per rank-step; null for the other levels
+    "calls_per_step": pl.Float64(),  # kernel calls / NVTX ranges per rank-step; gaps: the share of rank-steps with
+                                     # one there; null for the other levels
     "n_steps": pl.Int64(),        # steady steps (per rank) the value is over
 }
 
@@ -420,6 +432,7 @@ class Anatomy:
     kernels: "pl.DataFrame | None" = None           # ANATOMY_KERNEL_SCHEMA
     step_kernels: "pl.DataFrame | None" = None      # ANATOMY_STEP_KERNEL_SCHEMA, every step of the profile
     kernel_shapes: "pl.DataFrame | None" = None     # ANATOMY_KERNEL_SHAPE_SCHEMA, steady steps
+    gap_places: "pl.DataFrame | None" = None        # ANATOMY_GAP_SCHEMA, every step (None: the parser keeps none)
     # Filled by the pipeline from analysis/stragglers.py, stored with the anatomy (straggler_* tables).
     straggler_steps: "pl.DataFrame | None" = None   # rank, step, wait_ms, imposed_ms, last_arrivals, collectives
     straggler_summary: "dict | None" = None          # report_json without per_step

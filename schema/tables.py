@@ -249,6 +249,19 @@ anatomy_kernel_shapes = Table(
     Column("steps", BigInteger, nullable=False),          # the rank's steady steps the totals are over
 )
 
+# v17: every long GPU gap (0.5 ms or more) of each step, where it lies: after which call of which kernel or copy
+# (ingest/gap_places.py); a step's gaps sum to its idle_long. What `explain`'s gap level is made of.
+anatomy_gaps = Table(
+    "anatomy_gaps", metadata,
+    Column("receipt_id", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False),
+    Column("rank", Integer),
+    Column("step", BigInteger),
+    Column("after", Text),                                # kernel name as the export states it, a copy's category
+    Column("call", BigInteger, nullable=False),           # which call of it in the step, from 1 (0: none before)
+    Column("gap_ms", Double, nullable=False),
+)
+
 anatomy_sources = Table(
     "anatomy_sources", metadata,
     Column("receipt_id", Text, nullable=False),
@@ -333,6 +346,7 @@ Index("ix_anatomy_nvtx_receipt", anatomy_nvtx.c.receipt_id)
 Index("ix_anatomy_kernels_receipt", anatomy_kernels.c.receipt_id)
 Index("ix_anatomy_step_kernels_receipt", anatomy_step_kernels.c.receipt_id)
 Index("ix_anatomy_kernel_shapes_receipt", anatomy_kernel_shapes.c.receipt_id)
+Index("ix_anatomy_gaps_receipt", anatomy_gaps.c.receipt_id)
 Index("ix_receipt_components_receipt", receipt_components.c.receipt_id)
 Index("ix_memory_ranks_receipt", memory_ranks.c.receipt_id)
 Index("ix_memory_categories_receipt", memory_categories.c.receipt_id)
@@ -345,7 +359,7 @@ Index("ix_receipts_log_head", receipts.c.log_head_sha256)
 Index("ix_receipts_lane_key", receipts.c.lane_key)
 
 BULK_TABLES = ("receipt_steps", "anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels",
-               "anatomy_step_kernels", "anatomy_kernel_shapes")
+               "anatomy_step_kernels", "anatomy_kernel_shapes", "anatomy_gaps")
 
 
 def ddl_statements(backend: str) -> list[str]:

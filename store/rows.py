@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from receipts.schema.identity import identity_columns
-from receipts.schema.model import (ANATOMY_KERNEL_SCHEMA, ANATOMY_KERNEL_SHAPE_SCHEMA, ANATOMY_NVTX_SCHEMA,
+from receipts.schema.model import (ANATOMY_GAP_SCHEMA, ANATOMY_KERNEL_SCHEMA, ANATOMY_KERNEL_SHAPE_SCHEMA, ANATOMY_NVTX_SCHEMA,
                                    ANATOMY_ROW_SCHEMA,
                                    ANATOMY_STEP_KERNEL_SCHEMA, ANATOMY_STEP_SCHEMA, COMPONENT_SCHEMA,
                                    RECEIPT_MODEL_VERSION,
@@ -170,6 +170,8 @@ def anatomy_frames(receipt_id: str, source_sha256: str, anatomy: Anatomy) -> dic
                                        ANATOMY_STEP_KERNEL_SCHEMA).select(*prefix, *ANATOMY_STEP_KERNEL_SCHEMA),
         "anatomy_kernel_shapes": _typed(anatomy.kernel_shapes if anatomy.kernel_shapes is not None else pl.DataFrame(),
                                         ANATOMY_KERNEL_SHAPE_SCHEMA).select(*prefix, *ANATOMY_KERNEL_SHAPE_SCHEMA),
+        "anatomy_gaps": _typed(anatomy.gap_places if anatomy.gap_places is not None else pl.DataFrame(),
+                               ANATOMY_GAP_SCHEMA).select(*prefix, *ANATOMY_GAP_SCHEMA),
     }
 
 

@@ -27,7 +27,7 @@ from receipts.store.base import RETAG_COLUMNS, ReceiptRows, Store
 RECEIPT_TABLES = ("receipt_steps", "receipt_env", "receipt_memory", "receipt_telemetry", "receipt_summaries",
                   "receipt_sources", "identity_history", "memory_sources", "memory_ranks", "memory_categories")
 ANATOMY_TABLES = ("anatomy_rows", "anatomy_steps", "anatomy_nvtx", "anatomy_kernels", "anatomy_step_kernels",
-                  "anatomy_kernel_shapes", "receipt_components")
+                  "anatomy_kernel_shapes", "anatomy_gaps", "receipt_components")
 
 
 @dataclass

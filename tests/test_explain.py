@@ -314,13 +314,19 @@ def test_extra_gemms_are_more_calls_per_step(explain_lane, run):
 @pytest.mark.parametrize("run", ["stall_1", "stall_2"])
 def test_a_host_stall_is_idle_and_no_kernel_is_blamed(explain_lane, run):
     """The stall (a sync, then STALL_MS of sleep between forward and backward) is named first, as idle in a long gap
-    (idle_long: the GPU waited over 0.5 ms at once, where the baseline's idle is all gaps of microseconds). What the
+    (idle_long: the GPU waited over 0.5 ms at once, where the baseline's idle is all gaps of microseconds) and at
+    its place (the gap level: after one call of one kernel, in every step, a fact), the two the same time. What the
     real runs also show, and the test states rather than hides: after the idle gap some kernels run a little
     faster (the flash backward by ~7%), so a kernel may be named, but only as faster and far smaller."""
     out = _explain(explain_lane, run)
     changed = [c for c in out["components"] if c["verdict"] == "changed"]
-    assert changed[0]["level"] == "category" and changed[0]["name"] == "idle_long"
-    assert STALL_MS <= changed[0]["delta_ms_per_step"] <= 1.5 * STALL_MS
+    assert (changed[0]["level"], changed[0]["name"]) in (("category", "idle_long"), ("gap", changed[0]["name"]))
+    idle_long = next(c for c in changed if c["name"] == "idle_long")
+    place = _named(out, "gap")
+    assert len(place) == 1 and place[0]["evidence"] == "structural" and place[0]["presence"] == "appeared"
+    assert place[0]["baseline_calls_per_step"] == 0.0 and place[0]["candidate_calls_per_step"] == 1.0
+    assert place[0]["delta_ms_per_step"] == pytest.approx(idle_long["delta_ms_per_step"], rel=0.1)
+    assert STALL_MS <= idle_long["delta_ms_per_step"] <= 1.5 * STALL_MS
     for k in _named(out, "kernel"):
         assert k["presence"] is None and k["delta_ms_per_step"] < 0
         assert abs(k["delta_ms_per_step"]) < 0.1 * changed[0]["delta_ms_per_step"]
@@ -440,7 +446,8 @@ def test_explain_reads_components_stored_at_ingest(explain_lane):
     with duckdb.connect(explain_lane, read_only=True) as con:
         rows = con.sql("SELECT level, count(*) FROM receipt_components GROUP BY level ORDER BY level").fetchall()
         rules = con.sql("SELECT DISTINCT rule FROM receipt_components").fetchall()
-    assert [lv for lv, _ in rows] == ["category", "kernel", "nvtx", "rank"] and rules == [(comp.RULE,)]
+    # the gap level from the stall runs' gaps (the baseline runs' steps hold none of 0.5 ms: their longest is 0.01 ms)
+    assert [lv for lv, _ in rows] == ["category", "gap", "kernel", "nvtx", "rank"] and rules == [(comp.RULE,)]
     assert json.dumps(rows)  # (one row per component per export: a few hundred, not the anatomy's thousands)
 
 
