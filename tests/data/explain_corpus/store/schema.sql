@@ -1,3 +1,4 @@
+CREATE TABLE anatomy_gaps(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, step BIGINT, "after" VARCHAR, "call" BIGINT NOT NULL, gap_ms DOUBLE NOT NULL);;
 CREATE TABLE anatomy_kernels(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, category VARCHAR NOT NULL, "name" VARCHAR NOT NULL, calls BIGINT NOT NULL, total_ms DOUBLE NOT NULL, steps BIGINT NOT NULL);;
 CREATE TABLE anatomy_kernel_shapes(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, "name" VARCHAR NOT NULL, shape VARCHAR NOT NULL, calls BIGINT NOT NULL, total_ms DOUBLE NOT NULL, steps BIGINT NOT NULL);;
 CREATE TABLE anatomy_nvtx(receipt_id VARCHAR NOT NULL, source_sha256 VARCHAR NOT NULL, rank INTEGER, range_name VARCHAR NOT NULL, count BIGINT NOT NULL, total_ms DOUBLE NOT NULL, gpu_ms DOUBLE);;
@@ -18,6 +19,7 @@ CREATE TABLE receipt_steps(receipt_id VARCHAR NOT NULL, step BIGINT NOT NULL, ra
 CREATE TABLE receipt_summaries(receipt_id VARCHAR, "rule" VARCHAR NOT NULL, n_steady_steps INTEGER NOT NULL, median_step_ms DOUBLE, summary_json VARCHAR NOT NULL, PRIMARY KEY(receipt_id));;
 CREATE TABLE receipt_telemetry(receipt_id VARCHAR NOT NULL, rank INTEGER, gpu_index INTEGER, gpu_name VARCHAR, pci_bus_id VARCHAR, samples INTEGER NOT NULL, busy_samples INTEGER NOT NULL, interval_s DOUBLE, sm_clock_mhz DOUBLE, sm_clock_min_mhz DOUBLE, sm_clock_max_mhz DOUBLE, mem_clock_mhz DOUBLE, power_w DOUBLE, power_limit_w DOUBLE, temperature_c DOUBLE, gpu_util_pct DOUBLE, mem_util_pct DOUBLE, throttle_json VARCHAR NOT NULL, ecc_corrected_added BIGINT, ecc_uncorrected_added BIGINT, xids_json VARCHAR NOT NULL);;
 CREATE TABLE schema_meta("key" VARCHAR, "value" VARCHAR NOT NULL, PRIMARY KEY("key"));;
+CREATE INDEX ix_anatomy_gaps_receipt ON anatomy_gaps(receipt_id);;
 CREATE INDEX ix_anatomy_kernels_receipt ON anatomy_kernels(receipt_id);;
 CREATE INDEX ix_anatomy_kernel_shapes_receipt ON anatomy_kernel_shapes(receipt_id);;
 CREATE INDEX ix_anatomy_nvtx_receipt ON anatomy_nvtx(receipt_id);;
