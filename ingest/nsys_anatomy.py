@@ -127,7 +127,7 @@ def window_pieces(bins: Iterator[tuple[tuple[np.ndarray, ...], int | None]]
             counted = np.r_[np.zeros(carry[0].size, bool), np.ones(columns[0].size, bool)]
             columns = tuple(np.concatenate(pair) for pair in zip(carry, columns))
             carry = None
-        start, end = columns[2], columns[3]
+        end = columns[3]
         if bin_end is not None and (over := end > bin_end).any():
             carry = tuple(np.full(int(np.count_nonzero(over)), bin_end, np.int64) if i == 2 else column[over]
                           for i, column in enumerate(columns))

@@ -39,7 +39,7 @@ def test_compare_view_linked_from_check_explains_against_the_lane(explain_lane, 
     _no_exception(at)
     text = _texts(at)
     assert "Against tag:main" in text and "noise from 5 profiled baseline runs" in text
-    assert "over all 75 components of every level" in text  # 73, the time between steps and idle in long gaps
+    assert "over all 77 components of every level" in text  # 73, the time between steps, idle in long gaps, 2 places
     table = next(d.value for d in at.dataframe if "delta_ms" in d.value.columns)
     first = table[table["verdict"] == "changed"].iloc[0]
     assert (first["level"], first["component"]) == ("category", "idle_long")

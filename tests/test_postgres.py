@@ -484,7 +484,7 @@ def test_a_writer_before_the_grants_is_told_to_ask_the_owner(pg_url, pg_server, 
     writer_url = writer_url_for(pg_url, [])
     done = _cli("--db", writer_url, "ingest", str(log), check=False)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "role receipts_writer may not SELECT from anatomy_kernel_shapes, anatomy_kernels, anatomy_nvtx" in done.stderr
+    assert "role receipts_writer may not SELECT from anatomy_gaps, anatomy_kernel_shapes, anatomy_kernels" in done.stderr
     assert "as the store's owner, grant this role a writer's rights" in done.stderr
     assert "InsufficientPrivilege" not in done.stderr and "CREATE" not in done.stderr
     assert _psql(pg_url, "SELECT count(*) FROM receipts") == [(0,)]

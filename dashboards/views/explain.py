@@ -32,7 +32,8 @@ def frame(r: "ExplainResult") -> pl.DataFrame:
           "candidate_ms": c.candidate_ms_per_step, "delta_ms": c.delta_ms_per_step, "low_ms": c.ci_low_ms,
           "high_ms": c.ci_high_ms, "noise_ms": c.noise_ms, "share_pct": None if c.share is None else 100 * c.share,
           "verdict": c.verdict, "evidence": c.evidence, "presence": c.presence or "",
-          "calls_delta": c.calls_delta_per_step, "ms_per_added_call": c.ms_per_added_call,
+          # a gap's place has no calls: its share of steps with a gap there is in the component's evidence
+          "calls_delta": None if c.level == "gap" else c.calls_delta_per_step, "ms_per_added_call": c.ms_per_added_call,
           "calls_by_shape": _by_shape(c)}
          for c in e.components],
         schema={"level": pl.Utf8, "component": pl.Utf8, "baseline_ms": pl.Float64, "candidate_ms": pl.Float64,
