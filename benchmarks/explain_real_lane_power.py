@@ -25,8 +25,8 @@ STALLS_MS = (0.3, 0.5, 1.0, 2.0)
 
 
 def _planted(c, what: str) -> bool:
-    if what == "idle_long":
-        return c.level == "category" and c.name == "idle_long"
+    if what == "idle_long":  # or the stall's place: the long gap's, in every step (the gap level)
+        return (c.level == "category" and c.name == "idle_long") or c.level == "gap"
     if what == "nccl":
         return ((c.level == "kernel" and c.name.startswith("ncclDevKernel_ReduceScatter"))
                 or c.name == "nccl_reduce_scatter")
