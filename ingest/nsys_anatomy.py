@@ -215,7 +215,8 @@ def _gap_rows(parts: list[pl.DataFrame], names: dict[int, str], categories: pl.S
         text[label] = (None if label == START_LABEL else "(unnamed)" if label == COPY_LABEL - 1
                        else str(categories[label - COPY_LABEL]) if label >= COPY_LABEL else names.get(label, "(unnamed)"))
     return gaps.select("rank", "step", pl.col("label").replace_strict(text, return_dtype=pl.Utf8).alias("after"),
-                       "call", (pl.col("gap_ns") / 1e6).alias("gap_ms")).cast(ANATOMY_GAP_SCHEMA)
+                       "call", (pl.col("gap_ns") / 1e6).alias("gap_ms")).select(
+        [pl.col(c).cast(t) for c, t in ANATOMY_GAP_SCHEMA.items()])
 
 
 def _ranked(frame: pl.DataFrame, rank: int, step_values: np.ndarray) -> pl.DataFrame:
