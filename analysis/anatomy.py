@@ -4,7 +4,7 @@ field) and the dashboard draws."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -48,6 +48,7 @@ class AnatomyReport:
     nvtx: list[dict[str, Any]]       # sql/anatomy_nvtx.sql: per rank and NVTX range
     kernels: list[dict[str, Any]]    # sql/anatomy_kernels.sql: the top kernels of each category, steady steps
     across_ranks: list[dict[str, Any]]  # across_ranks(window): per phase and category, the spread over ranks
+    gaps: list[dict[str, Any]] = field(default_factory=list)  # sql/anatomy_gap_places.sql: long gaps by place
 
     @property
     def ranks(self) -> int:
@@ -108,6 +109,7 @@ def anatomy_report(store: "Store", receipt_id: str, *, source_sha256: str | None
         nvtx=nvtx.to_dicts(),
         kernels=kernels.to_dicts(),
         across_ranks=across_ranks(window).to_dicts(),
+        gaps=store.query_rows("anatomy_gap_places", params),
     )
 
 

@@ -1,4 +1,4 @@
-"""`receipts anatomy`: where step time went, per step, per rank, per NVTX range, per kernel."""
+"""`receipts anatomy`: where step time went, per step, per rank, per NVTX range, per kernel, per long gap."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ def anatomy(
     ref: str = typer.Argument(..., help="Receipt id, id prefix or run name."),
     by: Optional[str] = typer.Option(
         None, "--by", show_default=False,
-        help=f"category | rank | step | nvtx | kernel (default: rank, or category past {MANY_RANKS} ranks: the spread "
-             "of each category over the ranks)"),
+        help=f"category | rank | step | nvtx | kernel | gap (default: rank, or category past {MANY_RANKS} ranks: the "
+             "spread of each category over the ranks; gap: where the GPU sat idle 0.5 ms or more, after which call "
+             "of which kernel)"),
     top: int = typer.Option(10, "--top", min=1, help="With --by kernel (and in --json): kernels kept per category; with --step: kernels shown."),
     source: Optional[str] = typer.Option(None, "--source", help="sha256 prefix of the export (default: newest)."),
     step: Optional[str] = typer.Option(
@@ -37,15 +38,15 @@ def anatomy(
                                        help="With --step: the rank to open (default: the step's slowest)."),
     as_json: bool = typer.Option(False, "--json",
                                  help="The whole report as JSON: step_rows (per step) and window_totals (the steady "
-                                      "window) apart, steps, window, nvtx, kernels, across_ranks."),
+                                      "window) apart, steps, window, nvtx, kernels, across_ranks, gaps."),
     fmt: Optional[str] = format_option(),
 ) -> None:
     """Step-time anatomy by category (GEMM, attention, MoE, NCCL, memcpy, idle, exposed comm).
 
     Example: receipts anatomy run_b --by step --format csv; receipts anatomy run_b --step slowest
     """
-    if by not in (None, "category", "step", "rank", "nvtx", "kernel"):
-        raise UsageError(f"--by must be category, rank, step, nvtx or kernel (got {by!r})")
+    if by not in (None, "category", "step", "rank", "nvtx", "kernel", "gap"):
+        raise UsageError(f"--by must be category, rank, step, nvtx, kernel or gap (got {by!r})")
     if step is not None and step != SLOWEST and not step.lstrip("-").isdigit():
         raise UsageError(f"--step takes a step number or `slowest` (got {step!r})")
     if rank is not None and step is None:
@@ -79,6 +80,10 @@ def anatomy(
         console.prose("no kernel names stored for this export (attached before schema 7, or it ran no kernels "
                       "in the steady window)")
         return
+    if by == "gap" and not report.gaps and fmt == "table":
+        console.prose("no GPU gap of 0.5 ms or more in a steady step (or the export was attached before schema 17: "
+                      "attach it again to place its gaps)")
+        return
     if by == "category" and fmt != "table":  # one table of every phase, the phase a column
         emit(report.across_ranks, BY_CATEGORY, fmt)
         return
@@ -94,6 +99,7 @@ def anatomy(
             if (src.step_marker or "").startswith("none") else "steady steps, all ranks (ms/step: per rank-step)")),
         "rank": (report.window, BY_RANK, "per rank, ms per step (steady vs warm-up)"),
         "step": (report.steps, BY_STEP, "per step"),
+        "gap": (report.gaps, BY_GAP, "long GPU gaps (0.5 ms or more) by place, steady steps, all ranks"),
     }[by]
     emit(rows, columns, fmt, title=title)
 
@@ -117,6 +123,14 @@ BY_CATEGORY = [Column("phase", only="data"), Column("category"), Column("ranks")
                Column("max_rank", only="data"), Column("spread_pct", "spread %", show=_ms("spread_pct", 1))]
 BY_RANK = [Column("rank"), Column("phase"), Column("category"), Column("per_step_ms", "ms/step", show=_ms("per_step_ms")),
            Column("time_ms", "total ms", show=_ms("time_ms")), Column("n_steps", "steps")]
+# The place last, folded: a kernel name and which call of it in the step.
+BY_GAP = [Column("steps", show=lambda r: f"{r['steps']}/{r['steady_steps']}"), Column("steady_steps", only="data"),
+          Column("share_pct", "% steps", drop=2, show=_ms("share_pct", 0)),
+          Column("ms_per_step", "ms/step", show=_ms("ms_per_step")), Column("mean_ms", "mean ms", show=_ms("mean_ms")),
+          Column("max_ms", "max ms", drop=1, show=_ms("max_ms")),
+          Column("place", "after (call N of)", fold=28,
+                 show=lambda r: "(the span's start)" if r["after"] is None
+                 else f"{short_kernel_name(r['after'])} #{r['call']}")]
 BY_STEP = [Column("rank"), Column("step"), Column("wall_ms", "wall ms", show=_ms("wall_ms")),
            Column("gpu_ms", "gpu ms", show=_ms("gpu_ms")), Column("comm_ms", "comm ms", show=_ms("comm_ms")),
            Column("overlap_pct", "overlap %", show=_ms("overlap_pct", 1)),

@@ -390,6 +390,32 @@ def test_explain_names_a_kineto_stall_at_its_place_where_idle_long_is_inconclusi
     assert "a gap there in 0% -> 100% of steps in every run (a fact)" in text
 
 
+@pytest.mark.slow
+def test_anatomy_by_gap_lists_the_stall_s_place_in_every_step_and_a_baseline_s_pauses_in_some(corpus_store):
+    """`receipts anatomy --by gap`: the long gaps by place over the steady steps, largest first; the stall run's one
+    place in every step, kineto_base_6's pauses at several places in some; the JSON report carries them."""
+    import csv
+    import io
+
+    def rows(run: str) -> list[dict]:
+        done = cli(corpus_store, "anatomy", run, "--by", "gap", "--format", "csv")
+        assert done.exit_code == 0, done.output
+        return list(csv.DictReader(io.StringIO(done.output)))
+
+    stalled = rows("kineto_stall05")
+    assert "nll_loss_forward_reduce_cuda_kernel_2d" in stalled[0]["place"] and stalled[0]["place"].endswith(" #1")
+    assert float(stalled[0]["share_pct"]) == 100.0 and 0.5 <= float(stalled[0]["ms_per_step"]) <= 1.0
+    paused = rows("kineto_base_6")
+    assert len(paused) > 3 and all(float(r["share_pct"]) < 100.0 for r in paused)
+    assert "multi_tensor_apply_kernel" in paused[0]["place"]
+    table = cli(corpus_store, "anatomy", "kineto_stall05", "--by", "gap", "--format", "table").output
+    assert "16/16" in table and "nll_loss_forwa" in table and max(map(len, table.splitlines())) <= 80
+    code, report = cli_json(corpus_store, "anatomy", "kineto_stall05", "--json")
+    assert code == 0 and report["gaps"][0]["place"] == stalled[0]["place"]
+    assert "no GPU gap of 0.5 ms or more" in " ".join(
+        cli(corpus_store, "anatomy", "nsys_base_1", "--by", "gap", "--format", "table").output.split())
+
+
 def test_the_loader_stall_is_time_between_steps_under_nsys_and_host_gap_under_kineto(export):
     """nsys: the sleep lies between one `step N` range and the next (between_steps), the step range untouched;
     Kineto: a ProfilerStep runs from one prof.step() to the next, so the sleep is inside it, before the first

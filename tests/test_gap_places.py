@@ -100,3 +100,12 @@ def test_gap_frame_names_places_and_skips_a_window_without_steps():
                          schema={"rank": pl.Int32, "step": pl.Int64, "span_start_ns": pl.Int64, "span_end_ns": pl.Int64})
     frame = gap_frame(events, spans)
     assert frame.rows() == [(0, 3, "k", 1, 1.0), (0, 3, "k", 2, 0.99999)]
+
+
+def test_a_copy_s_arrow_is_not_a_bracket_on_a_terminal():
+    """A place's name on a terminal (cli/kernel_names.py): Kineto's copy names hold '->' inside parentheses, which
+    must not close a bracket that was never opened."""
+    from receipts.cli.kernel_names import short_kernel_name
+
+    assert short_kernel_name("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (…)"
+    assert short_kernel_name("void ns::k<a::b<1>, std::plus<float> >(ns::args<4>)") == "ns::k<…>(…)"
