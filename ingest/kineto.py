@@ -38,7 +38,7 @@ from receipts.ingest.rank_files import natural_order
 from receipts.ingest.gap_places import gap_frame
 from receipts.ingest.intervals import anatomy_rows, kernel_steps
 from receipts.ingest.kineto_trace import KINETO_KEYS, Trace, stream_trace
-from receipts.schema.categories import CategoryRules
+from receipts.schema.categories import IDLE_LONG, CategoryRules
 from receipts.schema.model import (ANATOMY_NVTX_SCHEMA, ANATOMY_ROW_SCHEMA, ANATOMY_STEP_SCHEMA, Anatomy,
                                    IdentityClaim, epoch_iso)
 
@@ -136,7 +136,10 @@ def read_rank(path: Path, position: int, *, rules: CategoryRules, keep_raw: bool
         nvtx=_typed(nvtx, ANATOMY_NVTX_SCHEMA),
         events=_typed(events.select("rank", "step", "category", "start_ns", "end_ns"), _EVENT_SCHEMA),
         kernel_steps=_typed(kernel_steps(events.filter(pl.col("kind") == "kernel")), _KERNEL_STEP_SCHEMA),
-        gap_places=gap_frame(events.select("rank", "step", "name", "start_ns", "end_ns"), spans),
+        # only the steps that hold a long gap are walked again for its place
+        gap_places=gap_frame(events.select("rank", "step", "name", "start_ns", "end_ns"),
+                             spans.join(rows.filter((pl.col("category") == IDLE_LONG) & (pl.col("time_ms") > 0))
+                                        .select("rank", "step"), on=["rank", "step"], how="semi")),
         raw_events=_typed(gpu.select("rank", "step", "category", "name", "start_ns", "end_ns", "device", "stream",
                                      pl.col("corr").alias("correlation"), "launch_ns", "attributed_by"), _RAW_SCHEMA)
         if keep_raw else None,
