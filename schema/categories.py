@@ -19,13 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-
-import numpy as np
-import polars as pl
+from typing import TYPE_CHECKING
 
 from receipts.errors import InputError, UnsupportedVersion
 from receipts.schema.kernel_names import canonical_kernel_name
 from receipts.schema.toml_file import read_toml
+
+if TYPE_CHECKING:  # polars and NumPy load where names are classified in bulk (ingest), not where rules are read
+    import polars as pl
 
 RULES_VERSION = 2  # kernel_categories.toml's format: 2 gives every rule its category's kind
 KINDS = ("compute", "communication", "copy")
@@ -80,9 +81,6 @@ COMM_CATEGORIES = tuple(c for c, kind in _SHIPPED_KINDS.items() if kind == "comm
 COMPUTE_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c not in COMM_CATEGORIES)
 # Categories that are not kernels (a kernel count leaves them out): copies, and a graph replay's one activity.
 NOT_KERNELS = (*MEMORY_CATEGORIES, "cuda_graph")
-# Every category an activity can get under the shipped rules, as one Enum: a small integer per activity that the
-# interval arithmetic groups by, where text would be ranked first (CategoryRules.enum: under the rules in use).
-CATEGORY_ENUM = pl.Enum(sorted({*KERNEL_CATEGORIES, *MEMORY_CATEGORIES}))
 
 
 # Regex syntax that Python's `re` and polars' (Rust) engine read differently or only one of them reads: a
@@ -112,7 +110,10 @@ class CategoryRules:
 
     @functools.cached_property
     def enum(self) -> pl.Enum:
-        """Every category an activity can get under these rules, as one Enum (CATEGORY_ENUM under the shipped ones)."""
+        """Every category an activity can get under these rules, as one Enum: a small integer per activity that the
+        interval arithmetic groups by, where text would be ranked first."""
+        import polars as pl
+
         return pl.Enum(sorted(self.kinds))
 
     @property
@@ -156,6 +157,9 @@ class CategoryRules:
         classify(). On such names the two engines agree on the syntax _NOT_PORTABLE does not name; other names,
         and other rules (look-around, back-references, POSIX or Unicode classes, class set operations, \\Z), go
         through `re` one by one as classify() does."""
+        import numpy as np
+        import polars as pl
+
         out: list[str | None] = [self._seen.get(n) for n in names]
         todo = [i for i, n in enumerate(names) if out[i] is None and n.isascii() and n.isprintable()]
         if todo:
@@ -191,6 +195,8 @@ class CategoryRules:
 @functools.lru_cache(maxsize=1024)
 def _polars_reads(pattern: str) -> bool:
     """Whether polars' regex engine compiles `pattern` (asked once per pattern and process)."""
+    import polars as pl
+
     try:
         pl.Series(["x"]).str.contains(pattern)
     except pl.exceptions.PolarsError:
