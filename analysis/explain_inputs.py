@@ -59,20 +59,76 @@ def shapes_many(store: "Store", ids: list[str]) -> dict[str, dict[str, dict[str,
 
 def spread_many(store: "Store", ids: list[str]) -> dict[str, Spread]:
     """The within-run spread (module docstring) of each category and rank component of each receipt's newest
-    attached export, from its stored per-step rows (sql/explain_step_series.sql); a profile of one rank has no rank
-    level. A receipt without an export is absent."""
+    attached export, from its stored per-step rows (sql/explain_step_rows.sql, explain_step_markers.sql): the
+    series analysis/components.py category_steps and rank_steps make of the same rows. A profile of one rank has no
+    rank level; a receipt without an export, or without steady steps, is absent."""
     if not ids:
         return {}
-    series: dict[str, dict[tuple[str, str], list[float]]] = {}
-    for r in store.query_rows("explain_step_series", {"ids": ids, "decomposition": list(DECOMPOSITION),
-                                                      "host_gap": HOST_GAP, "between_steps": BETWEEN_STEPS,
-                                                      "exposed": EXPOSED}):
-        series.setdefault(r["receipt_id"], {}).setdefault((r["level"], r["name"]), []).append(float(r["ms"]))
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for r in store.query_rows("explain_step_rows", {"ids": ids}):
+        rows.setdefault(r["receipt_id"], []).append(r)
+    markers: dict[str, list[dict[str, Any]]] = {}
+    for r in store.query_rows("explain_step_markers", {"ids": ids}):
+        markers.setdefault(r["receipt_id"], []).append(r)
     out = {}
-    for rid, by_name in series.items():
-        ranks = sum(level == "rank" for level, _ in by_name)
-        out[rid] = {key: series_spread(x) for key, x in by_name.items() if key[0] != "rank" or ranks >= 2}
+    for rid, steps in markers.items():
+        series = step_series(rows.get(rid, []), steps)
+        if series:
+            out[rid] = {key: series_spread(x) for key, x in series.items()}
     return out
+
+
+def step_series(rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]
+                ) -> dict[tuple[str, str], list[float]]:
+    """Per (level, name), a component's value in each steady step, in step order: each category's time (the host
+    gap and the time between steps too) summed over the ranks that ran the step and divided by them, a rank without
+    it counting 0; each rank's exposed communication (0 where it has none), where the profile has two ranks or more.
+    `rows`: rank, step, category, time_ms in rank, step order; `steps`: rank, step, wall_ms, start_ns, warmup."""
+    steady = {(s["rank"], s["step"]) for s in steps if s["step"] is not None and not s["warmup"]}
+    ranks_in_step: dict[int, int] = {}
+    for _, step in steady:
+        ranks_in_step[step] = ranks_in_step.get(step, 0) + 1
+    kept = [(r["rank"], r["step"], r["category"], r["time_ms"]) for r in rows if (r["rank"], r["step"]) in steady]
+    span: dict[tuple[int, int], float] = {}
+    for rank, step, category, ms in kept:
+        if category in DECOMPOSITION:
+            span[(rank, step)] = span.get((rank, step), 0.0) + ms
+    # the host gap: the step's range (its marker) less its GPU span, so the parts and the gap sum to the range
+    kept += [(s["rank"], s["step"], HOST_GAP, s["wall_ms"] - span.get((s["rank"], s["step"]), 0.0)) for s in steps
+             if (s["rank"], s["step"]) in steady and s["wall_ms"] is not None]
+    total: dict[tuple[str, int], float] = {}
+    for _, step, category, ms in kept:
+        total[(category, step)] = total.get((category, step), 0.0) + ms
+    out: dict[tuple[str, str], list[float]] = {}
+    for category in sorted({c for _, _, c, _ in kept}):
+        out[("category", category)] = [total.get((category, step), 0.0) / n for step, n in sorted(ranks_in_step.items())]
+    between = _between_steps(steps, steady)
+    if between:
+        out[("category", BETWEEN_STEPS)] = between
+    ranks = sorted({rank for rank, _ in steady}, key=_nulls_first)
+    if len(ranks) >= 2:
+        exposed = {(rank, step): ms for rank, step, category, ms in kept if category == EXPOSED}
+        for rank in ranks:
+            out[("rank", f"rank {rank}")] = [exposed.get((rank, step), 0.0)
+                                             for step in sorted(step for r, step in steady if r == rank)]
+    return out
+
+
+def _between_steps(steps: Sequence[Mapping[str, Any]], steady: set[tuple[int, int]]) -> list[float]:
+    """Per steady step that has a next step marker on its rank, in step order: the time from the end of its range to
+    the start of the next one, the mean over the ranks that have one."""
+    marked = sorted(((s["rank"], s["start_ns"], s["step"], s["wall_ms"]) for s in steps
+                     if s["step"] is not None and s["start_ns"] is not None and s["wall_ms"] is not None),
+                    key=lambda m: (_nulls_first(m[0]), m[1]))
+    gaps: dict[int, list[float]] = {}
+    for (rank, start, step, wall), (next_rank, next_start, _, _) in zip(marked, marked[1:]):
+        if next_rank == rank and (rank, step) in steady:
+            gaps.setdefault(step, []).append((next_start - start) / 1e6 - wall)
+    return [sum(x) / len(x) for _, x in sorted(gaps.items())]
+
+
+def _nulls_first(value: int | None) -> tuple[bool, int]:
+    return value is not None, value or 0
 
 
 def series_spread(x: Sequence[float]) -> tuple[float, int]:
