@@ -51,7 +51,7 @@ from receipts.analysis.explain_noise import (CALIBRATION, MIN_PRIOR_RUNS, Calibr
 from receipts.analysis.explain_shapes import PerRun, ShapeChange, ShapeRows, shape_table, split
 from receipts.analysis.figures import CONFIDENCE
 from receipts.analysis.student_t import normal_cdf, normal_quantile, t_cdf, t_quantile
-from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, IDLE_LONG, STEP_PARTS
+from receipts.schema.step_parts import BETWEEN_STEPS, DECOMPOSITION, IDLE_LONG, STEP_PARTS
 from receipts.schema.kernel_names import canonical_kernel_name
 
 Level = Literal["category", "kernel", "nvtx", "rank"]

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, HOST_GAP
+from receipts.schema.step_parts import BETWEEN_STEPS, DECOMPOSITION, HOST_GAP
 
 if TYPE_CHECKING:
     from receipts.store import Store

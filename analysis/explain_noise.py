@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping, Sequence
 
 from receipts.analysis.polygamma import digamma, tetragamma, trigamma
-from receipts.schema.categories import BETWEEN_STEPS, HOST_GAP, IDLE_LONG
+from receipts.schema.step_parts import BETWEEN_STEPS, HOST_GAP, IDLE_LONG
 
 # A component's values over a few runs, or a lane's few dozen variances: plain floats (a sequence of them; a NumPy
 # array is one too), summed in order as NumPy sums fewer than 8, so judging a comparison imports no NumPy.

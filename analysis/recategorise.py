@@ -22,16 +22,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from receipts.schema.categories import DECOMPOSITION, NOT_KERNELS, PERIOD_PARTS, CategoryRules
+from receipts.schema.step_parts import DECOMPOSITION, PERIOD_PARTS
 
-if TYPE_CHECKING:  # polars loads only where runs under different rules are brought together
+if TYPE_CHECKING:  # polars (and the rules) load only where runs under different rules are brought together
     import polars as pl
+
+    from receipts.schema.categories import CategoryRules
 
 Rows = list[dict[str, Any]]  # a run's component rows (analysis/explain_inputs.py stored_many)
 
 # A run's busy-category component rows (level 'category') recomputed from its raw events under the given rules,
 # or None when it kept none.
-FromRaw = Callable[[str, CategoryRules], "pl.DataFrame | None"]
+FromRaw = Callable[[str, "CategoryRules"], "pl.DataFrame | None"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ def common_rules(runs: dict[str, Rows], rules: Mapping[str, str | None], baselin
     with None, when every recorded rule set is the same (the texts compared first: the same text is the same rules)."""
     if len({text for text in rules.values() if text is not None}) < 2:
         return runs, None
+    from receipts.schema.categories import NOT_KERNELS, CategoryRules
+
     known = {rid: CategoryRules.from_text(text) for rid, text in rules.items() if text is not None}
     digests = {rid: r.sha256 for rid, r in known.items()}
     if len(set(digests.values())) < 2:
@@ -118,6 +122,8 @@ def _recategorised(frame: pl.DataFrame, kernels: pl.DataFrame, raw: pl.DataFrame
     """The run's rows with its kernels in the reference categories and, from `raw`, its busy categories."""
     import polars as pl
 
+    from receipts.schema.categories import NOT_KERNELS
+
     rest = frame.filter(pl.col("level") != "kernel")
     if raw is not None:
         rest = pl.concat([rest.filter(~((pl.col("level") == "category")
@@ -134,6 +140,7 @@ def busy_rows(raw: pl.DataFrame, rules: CategoryRules) -> pl.DataFrame:
     import polars as pl
 
     from receipts.ingest.intervals import union_ns
+    from receipts.schema.categories import NOT_KERNELS
 
     kernels = raw.filter(~pl.col("category").cast(pl.Utf8).is_in(NOT_KERNELS) & pl.col("step").is_not_null())
     names = kernels["name"].cast(pl.Utf8).fill_null("").unique().to_list()
