@@ -191,7 +191,7 @@ def test_plain_values_first_hands_a_command_what_typer_would(monkeypatch):
         built = typer.main.get_command(app)
         if lean:
             plain_values_first(built)
-            assert all(type(p._runtime_param).__name__ == "_PlainFirst" for p in built.params)
+            assert all(type(p.get_runtime_param()).__name__ == "_PlainFirst" for p in built.params)
         monkeypatch.setattr(typer.testing, "_get_command", lambda _: built)
         return CliRunner().invoke(app, argv)
 
