@@ -38,12 +38,11 @@ A profile without steady steps (no step markers, or every step in the warm-up) g
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any, Mapping, cast
+from typing import TYPE_CHECKING, cast
 
-import numpy as np
 import polars as pl
 
+from receipts.analysis.explain_inputs import EXPOSED as _EXPOSED, GAP_START, RULE, mean_spread, series_spread
 from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, HOST_GAP, PERIOD_PARTS
 from receipts.schema.model import COMPONENT_SCHEMA
 
@@ -51,10 +50,6 @@ if TYPE_CHECKING:
     from receipts.schema.categories import CategoryRules
     from receipts.store import Store
 
-# Bump when a level's definition changes: `receipts db upgrade` recomputes rows stored under another rule.
-RULE = "components-v4"
-GAP_START = "(span start)"  # the place of a gap before a step span's first activity
-_EXPOSED = "exposed_comm"
 
 
 def components(rows: pl.DataFrame, steps: pl.DataFrame, kernels: pl.DataFrame | None,
@@ -143,49 +138,25 @@ def rank_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 def step_spread(rows: pl.DataFrame, steps: pl.DataFrame, gaps: pl.DataFrame | None = None
                 ) -> dict[tuple[str, str], tuple[float, int]]:
-    """Per (level, name) of the category and rank levels: (the within-run variance of the run's value, ms², the
-    effective number of independent steps it rests on). The value is a median over steps, so its variance is
-    pi/2 x s^2 / n, s the steps' robust spread (1.4826 x MAD: one slow step does not make a component look noisy),
-    times the AR(1) factor (1 + r) / (1 - r) of the steps' lag-1 autocorrelation r (in [0, 0.9]: a host gap that
-    drifts from step to step, where the CPU runs ahead of the GPU, is known far less well than its step count
-    says), which also divides the steps into effective ones. A within-run part: the between-run part comes from
-    the runs (analysis/explain_noise.py).
-
-    The gap level's value is a mean over steps, mostly zeros: its variance is s^2 / n with s the steps' sample
-    standard deviation (a MAD of a place that has a gap in a third of the steps is 0), times the same AR(1)
-    factor (a profiler's pauses come in runs of steps)."""
+    """Per (level, name) of the category, rank and gap levels: (the within-run variance of the run's value, ms², the
+    effective number of independent steps it rests on), from a profile's frames: analysis/explain_inputs.py's
+    series_spread over category_steps and rank_steps, and mean_spread over gap_steps (every steady step, 0 where
+    no gap lies there), what `explain` reads from the stored rows (spread_many)."""
     out: dict[tuple[str, str], tuple[float, int]] = {}
     if gaps is not None and gaps.height:
         steady = _steady(steps)
-        series = gap_steps(gaps, steady)
         all_steps = steady.select("step").unique().sort("step")
-        for (name,), part in series.partition_by("name", as_dict=True, maintain_order=True).items():
-            x = all_steps.join(part, on="step", how="left")["ms"].fill_null(0.0).to_numpy()
-            n = x.size
-            factor = (1.0 + (r := _lag1(x))) / (1.0 - r)
-            var = float(np.var(x, ddof=1)) if n > 1 else 0.0
-            out[("gap", str(name))] = (var / max(n, 1) * factor, max(1, int(n / factor)))
+        for (name,), part in gap_steps(gaps, steady).partition_by("name", as_dict=True, maintain_order=True).items():
+            x = all_steps.join(part, on="step", how="left")["ms"].fill_null(0.0).to_list()
+            out[("gap", str(name))] = mean_spread(x)
     per = [("category", category_steps(rows, steps).rename({"category": "name"})),
            ("rank", rank_steps(rows, steps).with_columns(pl.format("rank {}", pl.col("rank")).alias("name")))]
     for level, frame in per:
         if frame.height == 0 or (level == "rank" and frame["rank"].n_unique() < 2):
             continue
         for (name,), part in frame.sort("step").partition_by("name", as_dict=True, maintain_order=True).items():
-            x = part["ms"].to_numpy()
-            n = x.size
-            s = 1.4826 * float(np.median(np.abs(x - np.median(x)))) if n else 0.0
-            factor = (1.0 + (r := _lag1(x))) / (1.0 - r)
-            out[(level, str(name))] = (math.pi / 2.0 * s * s / max(n, 1) * factor, max(1, int(n / factor)))
+            out[(level, str(name))] = series_spread(part["ms"].to_list())
     return out
-
-
-def _lag1(x: np.ndarray) -> float:
-    """The lag-1 autocorrelation of a step series, clipped to [0, 0.9] (0: too short or constant)."""
-    if x.size < 4:
-        return 0.0
-    e = x - x.mean()
-    g0 = float(e @ e)
-    return 0.0 if g0 <= 0 else min(0.9, max(0.0, float(e[1:] @ e[:-1]) / g0))
 
 
 def _steady(steps: pl.DataFrame) -> pl.DataFrame:
@@ -274,41 +245,6 @@ def _nvtx(nvtx: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------- the store
-def stored_many(store: "Store", ids: list[str]) -> dict[str, pl.DataFrame]:
-    """The stored component rows (under this build's RULE) of each receipt that has them: its newest attached
-    export's, as `anatomy` shows it (sql/explain_components.sql)."""
-    if not ids:
-        return {}
-    frame = store.query("explain_components", {"ids": ids, "rule": RULE})
-    return {key[0]: part.drop("receipt_id", "source_sha256")
-            for key, part in frame.partition_by("receipt_id", as_dict=True).items()}
-
-
-def shapes_many(store: "Store", ids: list[str]) -> dict[str, dict[str, dict[str, tuple[float, float]]]]:
-    """Each receipt's kernels by launch shape (its newest attached export's, sql/explain_kernel_shapes.sql): kernel
-    name -> shape -> (calls, ms) per rank-step. A receipt whose profile recorded no shapes (or that was stored
-    before schema 16) is absent."""
-    out: dict[str, dict[str, dict[str, tuple[float, float]]]] = {}
-    if not ids:
-        return out
-    for r in store.query_rows("explain_kernel_shapes", {"ids": ids}):
-        kernel = out.setdefault(r["receipt_id"], {}).setdefault(r["name"], {})
-        kernel[r["shape"]] = (float(r["calls_per_step"]), float(r["ms_per_step"]))
-    return out
-
-
-def spread_many(store: "Store", profiles: Mapping[str, Mapping[str, Any]]
-                ) -> dict[str, dict[tuple[str, str], tuple[float, int]]]:
-    """step_spread of each receipt's newest attached export (`profiles`: analysis/profiles.py's, by receipt id),
-    from its stored per-step rows (a few hundred rows a run: read when explained, not stored)."""
-    out = {}
-    for rid, profile in profiles.items():
-        params = {"receipt_id": rid, "source_sha256": profile["source_sha256"]}
-        out[rid] = step_spread(store.query("anatomy_rows", params), store.query("anatomy_steps", params),
-                               store.query("anatomy_gaps", params))
-    return out
-
-
 def computed(store: "Store", receipt_id: str) -> pl.DataFrame:
     """The components of a receipt's newest export computed from its stored anatomy rows: what a receipt stored
     before receipt_components existed reads until `receipts db upgrade` stores them (the same numbers)."""

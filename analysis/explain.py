@@ -48,14 +48,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Literal, Mapping, Sequence
 
-import numpy as np
-
-from receipts.analysis.explain_noise import (CALIBRATION, MIN_PRIOR_RUNS, Calibration, Prior, component_class,
-                                             lane_prior, noise, structural)
-from receipts.analysis.explain_shapes import ShapeChange, ShapeRows, shape_table, split
-from receipts.analysis.stats import CONFIDENCE
+from receipts.analysis.explain_noise import (CALIBRATION, MIN_PRIOR_RUNS, Calibration, Floats, Prior,
+                                             component_class, lane_prior, noise, structural)
+from receipts.analysis.explain_shapes import PerRun, ShapeChange, ShapeRows, shape_table, split
+from receipts.analysis.figures import CONFIDENCE
 from receipts.analysis.student_t import normal_cdf, normal_quantile, t_cdf, t_quantile
-from receipts.schema.categories import BETWEEN_STEPS, DECOMPOSITION, IDLE_LONG, STEP_PARTS
+from receipts.schema.step_parts import BETWEEN_STEPS, DECOMPOSITION, IDLE_LONG, STEP_PARTS
 from receipts.schema.kernel_names import canonical_kernel_name
 
 Level = Literal["category", "kernel", "gap", "nvtx", "rank"]
@@ -247,24 +245,25 @@ def _critical(confidence: float, df: float | None) -> float:
     return normal_quantile(q) if df is None or not math.isfinite(df) else t_quantile(q, df)
 
 
-def _p_values(z: np.ndarray, df: np.ndarray) -> np.ndarray:
+def _p_values(z: Floats, df: Floats) -> list[float]:
     """Two-sided p of each z against Student's t with its df (inf: the normal; analysis/student_t.py)."""
-    return np.array([2.0 * (t_cdf(-abs(zi), di) if math.isfinite(di) else normal_cdf(-abs(zi)))
-                     for zi, di in zip(z.tolist(), df.tolist())], dtype=float)
+    return [2.0 * (t_cdf(-abs(zi), di) if math.isfinite(di) else normal_cdf(-abs(zi)))
+            for zi, di in zip(map(float, z), map(float, df))]
 
 
-def bh_adjusted(p: np.ndarray) -> np.ndarray:
+def bh_adjusted(p: Floats) -> list[float]:
     """Benjamini-Hochberg adjusted p-values (what scipy.stats.false_discovery_control(p, method='bh') returns,
     tests/test_explain.py checks it): scipy.special's distribution functions cost this command 0.8 s of import on
-    a loaded 2-core box where scipy.stats cost 2.8, for a dozen lines."""
-    m = p.size
-    if m == 0:
-        return p
-    order = np.argsort(p)
-    ranked = p[order] * m / np.arange(1, m + 1)
-    adjusted = np.minimum.accumulate(ranked[::-1])[::-1]
-    out = np.empty(m)
-    out[order] = np.minimum(adjusted, 1.0)
+    a loaded 2-core box where scipy.stats cost 2.8, for a dozen lines. A tie's adjusted values are equal whatever
+    order it is ranked in."""
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    out = [0.0] * m
+    least = 1.0
+    for rank in range(m, 0, -1):  # the running minimum from the largest p down
+        i = order[rank - 1]
+        least = min(least, float(p[i]) * m / rank)
+        out[i] = least
     return out
 
 
@@ -304,15 +303,14 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     baseline, candidate = runs[:len(baseline)], runs[len(baseline):]
     n_a, n_b = len(baseline), len(candidate)
     if mode == "pairwise":  # symmetric: the scale is both sides'
-        step_ms = float(np.mean([x for x in (step.baseline_ms, step.candidate_ms) if x] or
-                                [_span(r) for r in runs]))
+        step_ms = _mean([x for x in (step.baseline_ms, step.candidate_ms) if x] or [_span(r) for r in runs])
     else:
-        step_ms = step.baseline_ms or float(np.mean([_span(r) for r in baseline]))
+        step_ms = step.baseline_ms or _mean([_span(r) for r in baseline])
     min_effect = min_effect_step * step_ms
     floor_ms = MIN_FLOOR_STEP_PCT / 100.0 * step_ms
     keys = kernel_keys([[n for (lv, n) in r.values if lv == "kernel"] for r in runs])
     table = _by_component(runs, keys)
-    run_steps = np.array([_steady_steps(r) for r in runs], dtype=float)
+    run_steps = [_steady_steps(r) for r in runs]
     shaped = shape_table([r.shapes for r in runs], keys)
     classes = {k: component_class(k[0], k[1], row[1]) for k, row in table.items()}
     # the prior of the between-run variance from the baseline runs alone, never the candidates' (lane_prior); in
@@ -323,15 +321,14 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     for (level, key), (short, category, ms, calls, within, steps) in table.items():
         a, b = ms[:n_a], ms[n_a:]
         klass = classes[(level, key)]
-        nz = noise(a, b, within[:n_a], within[n_a:], klass, floor_ms=max(floor_ms, MIN_FLOOR_PCT / 100.0 * float(
-            np.mean(np.abs(a if n_a >= 2 else ms)))), step_ms=step_ms, within_df=float(np.sum(np.maximum(steps - 1, 0))),
-            calibration=calibration, prior=prior)
+        nz = noise(a, b, within[:n_a], within[n_a:], klass, floor_ms=max(floor_ms, MIN_FLOOR_PCT / 100.0 * _mean(
+            [abs(x) for x in (a if n_a >= 2 else ms)])), step_ms=step_ms,
+            within_df=float(sum(max(s - 1.0, 0.0) for s in steps)), calibration=calibration, prior=prior)
         counted = (structural(calls[:n_a], calls[n_a:]) if calls is not None and level == "kernel" else
                    _gap_moved(calls, run_steps, n_a) if calls is not None and level == "gap" else False)
-        judged.append((level, key, short, category, a, b, calls, float(np.mean(b) - np.mean(a)), nz, counted))
-    z = np.array([j[7] / j[8].se for j in judged])
-    p = _p_values(z, np.array([j[8].df for j in judged], dtype=float))
-    p = np.where([j[9] for j in judged], 0.0, p)  # a changed call count is certain
+        judged.append((level, key, short, category, a, b, calls, _mean(b) - _mean(a), nz, counted))
+    p = _p_values([j[7] / j[8].se for j in judged], [j[8].df for j in judged])
+    p = [0.0 if j[9] else p_i for j, p_i in zip(judged, p)]  # a changed call count (a gap's place) is certain
     q = bh_adjusted(p)
     step_delta = step.delta_ms
     moved = step.verdict in ("faster", "slower")  # a share of a change within the noise says nothing
@@ -342,8 +339,8 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
         needed = (_runs_needed(d, nz.sigma, n_a, n_b, prior.df, min_effect, confidence, fdr)
                   if verdict == "inconclusive" else None)
         out.append(ComponentDelta(
-            level=level, name=key, short_name=short, category=category, baseline_ms_per_step=float(np.mean(a)),
-            candidate_ms_per_step=float(np.mean(b)), delta_ms_per_step=d,
+            level=level, name=key, short_name=short, category=category, baseline_ms_per_step=_mean(a),
+            candidate_ms_per_step=_mean(b), delta_ms_per_step=d,
             share=d / step_delta if moved and step_delta else None, verdict=verdict,
             presence=_presence(a, b, calls, n_a), noise_ms=nz.sigma, noise_source=nz.source, ci_low_ms=d - half,
             ci_high_ms=d + half, p_value=float(p_i), q_value=float(q_i), runs_needed=needed,
@@ -385,14 +382,15 @@ _IDLE, _IDLE_LONG = ("category", "idle"), ("category", IDLE_LONG)
 MIN_GAP_STEPS = 8
 
 
-def _gap_moved(share: np.ndarray, steps: np.ndarray, n_a: int) -> bool:
+def _gap_moved(share: Floats, steps: Sequence[int], n_a: int) -> bool:
     """A long gap's place in every steady step of every run of one side and in none of the other's, each run with
     at least MIN_GAP_STEPS steady steps (`share`: each run's share of steps with a gap there; `steps`: each run's
     steps the share was measured over, 0 where unknown)."""
     a, b = share[:n_a], share[n_a:]
-    enough = bool(np.all(steps >= MIN_GAP_STEPS))
-    return enough and ((bool(np.all(a == 0.0)) and bool(np.all(b == 1.0)))
-                       or (bool(np.all(a == 1.0)) and bool(np.all(b == 0.0))))
+    if not all(n >= MIN_GAP_STEPS for n in steps):
+        return False
+    return ((all(x == 0.0 for x in a) and all(x == 1.0 for x in b))
+            or (all(x == 1.0 for x in a) and all(x == 0.0 for x in b)))
 
 
 def _one_idle(runs: Sequence[RunComponents]) -> list[RunComponents]:
@@ -420,12 +418,17 @@ def _steady_steps(run: RunComponents) -> int:
     return max((v.steady_steps or 0 for (level, _), v in run.values.items() if level == "category"), default=0)
 
 
+def _mean(x: Floats) -> float:
+    """A few runs' mean: summed in order, as NumPy sums fewer than 8 values."""
+    return float(sum(x) / len(x))
+
+
 def _span(run: RunComponents) -> float:
     """A run's GPU span per step: the sum of its decomposition parts."""
     return sum(v.ms_per_step for (level, name), v in run.values.items() if level == "category" and name in DECOMPOSITION)
 
 
-_Row = tuple[str, str | None, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]
+_Row = tuple[str, str | None, PerRun, PerRun | None, PerRun, PerRun]
 
 
 def _by_component(runs: Sequence[RunComponents], keys: Mapping[str, tuple[str, str]]) -> dict[tuple[str, str], _Row]:
@@ -437,9 +440,9 @@ def _by_component(runs: Sequence[RunComponents], keys: Mapping[str, tuple[str, s
             key, short = keys[name] if level == "kernel" else gap_key(name) if level == "gap" else (name, name)
             if (level, key) not in table:
                 counted = v.calls_per_step is not None
-                table[(level, key)] = (short, v.category, np.zeros(len(runs)),
-                                       np.zeros(len(runs)) if counted else None, np.zeros(len(runs)),
-                                       np.zeros(len(runs)))
+                n = len(runs)
+                table[(level, key)] = (short, v.category, [0.0] * n, [0.0] * n if counted else None, [0.0] * n,
+                                       [0.0] * n)
             _, _, ms, calls, within, steps = table[(level, key)]
             ms[i] += v.ms_per_step
             if v.step_var is not None:
@@ -449,12 +452,12 @@ def _by_component(runs: Sequence[RunComponents], keys: Mapping[str, tuple[str, s
     return table
 
 
-def _presence(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int) -> str | None:
-    seen = calls if calls is not None else np.r_[a, b]
-    in_a, in_b = seen[:n_a] > 0, seen[n_a:] > 0
-    if not in_a.any() and in_b.all():
+def _presence(a: PerRun, b: PerRun, calls: PerRun | None, n_a: int) -> str | None:
+    seen = calls if calls is not None else [*a, *b]
+    in_a, in_b = [x > 0 for x in seen[:n_a]], [x > 0 for x in seen[n_a:]]
+    if not any(in_a) and all(in_b):
         return "appeared"
-    if not in_b.any() and in_a.all():
+    if not any(in_b) and all(in_a):
         return "vanished"
     return None
 
@@ -469,15 +472,15 @@ def gap_key(name: str) -> tuple[str, str]:
     return f"{key} #{call}", f"{_elide_templates(key).rsplit('::', 1)[-1]} #{call}"
 
 
-def _calls(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int, level: str,
-           groups: Mapping[str, tuple[np.ndarray, np.ndarray]] | None) -> dict:
+def _calls(a: PerRun, b: PerRun, calls: PerRun | None, n_a: int, level: str,
+           groups: Mapping[str, tuple[PerRun, PerRun]] | None) -> dict:
     """Calls per step and the change's split. Same calls in every shape: all of it is slower (or faster) calls.
     Otherwise one kernel name can cover several shapes (a GEMM of another size): the change splits over its launch
     shapes (`groups`, explain_shapes.split; None: no shapes recorded, the kernel one group), a shape whose calls
     changed priced at its own change per added call, never at the old calls' mean."""
     if calls is None or level not in ("kernel", "gap"):
         return {}
-    ca, cb = float(np.mean(calls[:n_a])), float(np.mean(calls[n_a:]))
+    ca, cb = _mean(calls[:n_a]), _mean(calls[n_a:])
     out: dict = {"baseline_calls_per_step": ca, "candidate_calls_per_step": cb, "calls_delta_per_step": cb - ca}
     if level == "gap":  # the share of steps with a gap there: no calls to price
         return out
@@ -485,7 +488,7 @@ def _calls(a: np.ndarray, b: np.ndarray, calls: np.ndarray | None, n_a: int, lev
         parts = split(a, b, calls, n_a, groups)
         out["shapes"] = parts.groups if groups else ()
         if not parts.changed:
-            out["more_calls_ms_per_step"], out["slower_calls_ms_per_step"] = 0.0, float(np.mean(b) - np.mean(a))
+            out["more_calls_ms_per_step"], out["slower_calls_ms_per_step"] = 0.0, _mean(b) - _mean(a)
         else:
             added = sum(g.calls_delta_per_step for g in parts.changed)
             out["more_calls_ms_per_step"], out["slower_calls_ms_per_step"] = parts.more_calls_ms, parts.slower_calls_ms

@@ -53,14 +53,26 @@ interval of the timing model.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
-from typing import Iterable, Literal, Mapping
-
-import numpy as np
+from typing import Iterable, Literal, Mapping, Sequence
 
 from receipts.analysis.polygamma import digamma, tetragamma, trigamma
-from receipts.schema.categories import BETWEEN_STEPS, HOST_GAP, IDLE_LONG
+from receipts.schema.step_parts import BETWEEN_STEPS, HOST_GAP, IDLE_LONG
 
+# A component's values over a few runs, or a lane's few dozen variances: plain floats (a sequence of them; a NumPy
+# array is one too), summed in order as NumPy sums fewer than 8, so judging a comparison imports no NumPy.
+Floats = Sequence[float]
+
+
+def _mean(x: Floats) -> float:
+    return sum(x) / len(x)
+
+
+def _var(x: Floats) -> float:
+    """The sample variance (ddof 1), two-pass as numpy.var computes it."""
+    m = _mean(x)
+    return sum((v - m) * (v - m) for v in x) / (len(x) - 1)
 
 
 @dataclass(frozen=True)
@@ -156,27 +168,30 @@ def calibrated_prior(calibration: Calibration = CALIBRATION) -> Prior:
     return Prior(1.0, float(calibration.df), 0, "calibrated")
 
 
-def fitted(x: np.ndarray, d: float) -> tuple[float, float]:
+def fitted(x: Floats, d: float) -> tuple[float, float]:
     """Smyth's (2004) moment estimate of a scaled F distribution: (s0^2, d0) such that x ~ s0^2 F(d, d0), from the
     mean and variance of log x (limma's fitFDist without a covariate). d0 is inf when log x varies no more than
     sampling on d df alone makes it vary; then s0^2 is x's mean (the pooled variance, limma's choice there)."""
     x = _positive(x)
     e = _log_f(x, d)
-    excess = float(np.var(e, ddof=1)) - trigamma(d / 2.0)
+    excess = _var(e) - trigamma(d / 2.0)
     if excess <= 0:
-        return float(np.mean(x)), math.inf
+        return _mean(x), math.inf
     d0 = 2.0 * _trigamma_inverse(excess)
-    return float(math.exp(float(np.mean(e)) + digamma(d0 / 2.0) - math.log(d0 / 2.0))), d0
+    return float(math.exp(_mean(e) + digamma(d0 / 2.0) - math.log(d0 / 2.0))), d0
 
 
-def _positive(x: np.ndarray) -> np.ndarray:
-    x = np.maximum(np.asarray(x, dtype=float), 0.0)
-    return np.maximum(x, 1e-5 * (float(np.median(x)) or 1.0))  # an exactly zero variance has no log
+def _positive(x: Floats) -> list[float]:
+    x = [max(float(v), 0.0) for v in x]
+    least = 1e-5 * (float(statistics.median(x)) or 1.0)  # an exactly zero variance has no log
+    return [max(v, least) for v in x]
 
 
-def _log_f(x: np.ndarray, d: float) -> np.ndarray:
+def _log_f(x: Floats, d: float) -> list[float]:
     """log x less the mean of log(chi^2_d / d): centred on the log of the F distribution's scale."""
-    return np.log(x) - digamma(d / 2.0) + math.log(d / 2.0)
+    shift = digamma(d / 2.0)
+    half = math.log(d / 2.0)
+    return [math.log(v) - shift + half for v in x]
 
 
 def _trigamma_inverse(x: float) -> float:
@@ -204,7 +219,7 @@ def _root(f, lo: float, hi: float, *, xtol: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_ms: float,
+def lane_prior(baseline: Iterable[tuple[Floats, Floats, str]], *, step_ms: float,
                calibration: Calibration = CALIBRATION) -> Prior:
     """The prior fitted to the baseline runs themselves (empirical Bayes, Smyth 2004): each component's sample
     variance over the baseline runs, s^2 on n_A - 1 df, is taken as (scale x b + w) F(n_A - 1, d0), b the
@@ -218,24 +233,26 @@ def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_m
     s2, b, w = [], [], []
     n_a = 0
     for values, within, klass in baseline:
-        n_a = values.size
-        mean = float(np.mean(values))
+        n_a = len(values)
+        mean = _mean(values)
         step_scaled = klass in STEP_SCALED
         if n_a < MIN_PRIOR_RUNS or klass in UNFITTED or not (step_scaled or abs(mean) >= FIT_SHARE * step_ms):
             continue
         shape = (calibration.kappa_pct[klass] / 100.0 * (step_ms if step_scaled else abs(mean))) ** 2
-        if shape < float(np.mean(within)):  # its own steps explain its spread: nothing of the between-run part
+        if shape < _mean(within):  # its own steps explain its spread: nothing of the between-run part
             continue
-        s2.append(float(np.var(values, ddof=1)))
+        s2.append(_var(values))
         b.append(shape)
-        w.append(float(np.mean(within)))
+        w.append(_mean(within))
     if n_a < MIN_PRIOR_RUNS or len(s2) < MIN_PRIOR_COMPONENTS:
         return calibrated_prior(calibration)
-    s2_, b_, w_ = np.array(s2), np.array(b), np.array(w)
     d = float(n_a - 1)
 
+    def scaled(scale: float) -> list[float]:  # each s^2 over its prior's variance at `scale`
+        return [s / (scale * bi + wi) for s, bi, wi in zip(s2, b, w)]
+
     def excess(log_scale: float) -> float:  # log of the fitted F's scale: 0 at the prior's scale, falling in it
-        return math.log(fitted(s2_ / (math.exp(log_scale) * b_ + w_), d)[0])
+        return math.log(fitted(scaled(math.exp(log_scale)), d)[0])
 
     lo, hi = math.log(1e-8), math.log(1e4)
     if excess(lo) <= 0.0:  # the runs' own steps explain all of their spread
@@ -249,9 +266,9 @@ def lane_prior(baseline: Iterable[tuple[np.ndarray, np.ndarray, str]], *, step_m
     # log is var(e) / (G rho^2), rho the between-run share of the prior a component holds (a component whose
     # variance its own steps explain says nothing of the level). Both errors of the prior as an estimate of one
     # component's variance, on the log scale 2/d0 and 2/df_level, add: the prior's degrees of freedom.
-    fit = s2_ / (scale * b_ + w_)
-    rho = float(np.mean(scale * b_ / (scale * b_ + w_)))
-    spread = float(np.var(_log_f(_positive(fit), d), ddof=1))
+    fit = scaled(scale)
+    rho = _mean([scale * bi / (scale * bi + wi) for bi, wi in zip(b, w)])
+    spread = _var(_log_f(_positive(fit), d))
     df_level = 2.0 * len(s2) * rho * rho / spread if spread > 0 else math.inf
     d0 = 1.0 / (1.0 / fitted(fit, d)[1] + 1.0 / df_level) if df_level > 0 else 0.0
     return Prior(scale, d0, len(s2), "lane")
@@ -265,7 +282,7 @@ class Noise:
     source: Literal["lane", "calibrated"]  # the baseline runs moderated by the calibration | the calibration alone
 
 
-def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: str, *, floor_ms: float,
+def noise(a: Floats, b: Floats, wa: Floats, wb: Floats, klass: str, *, floor_ms: float,
           step_ms: float = 0.0, within_df: float = math.inf, calibration: Calibration = CALIBRATION,
           prior: Prior | None = None) -> Noise:
     """The two-level moderated noise of one component (module docstring). `a`, `b`: the sides' run values; `wa`,
@@ -275,14 +292,14 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     (limma's); under the calibrated one Satterthwaite's over the parts of se(d)^2: the prior's (d0), the baseline
     runs' sample variance (n_A - 1) and the runs' own steps (within_df), so a noise that is mostly step-to-step
     spread is known well."""
-    n_a, n_b = a.size, b.size
+    n_a, n_b = len(a), len(b)
     # one run: no lane to fit; an ENVELOPE class: its calibration is what a few runs cannot show
     prior = prior if prior is not None and n_a >= 2 and klass not in UNFITTED else calibrated_prior(calibration)
     fitted_prior = prior.source == "lane"
-    w_a, w_b = float(np.mean(wa)), float(np.mean(wb))
+    w_a, w_b = _mean(wa), _mean(wb)
     kappa = calibration.kappa_pct[klass] / 100.0
     if n_a >= 2:
-        scale, within = abs(float(np.mean(a))), w_a
+        scale, within = abs(_mean(a)), w_a
     else:  # one baseline run: a scale both sides give alike, so the test is symmetric
         scale, within = _pair_scale(a, b, geometric=klass in PAIR_GEOMETRIC), (w_a + w_b) / 2.0
     if klass in STEP_SCALED:
@@ -297,7 +314,7 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
     if n_a >= 2:
         # the prior's share and the sample's: d0 and n_A - 1 degrees of freedom (a prior on infinite df is all)
         own = 0.0 if math.isinf(d0) else (n_a - 1) / (d0 + n_a - 1)
-        sample = float(np.var(a, ddof=1))
+        sample = _var(a)
         var = (1.0 - own) * (between + within) + own * sample
         # the candidate's own within-run variance replaces the baseline's (a stall makes steps jittery)
         var_b = var - within + w_b
@@ -318,17 +335,17 @@ def noise(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray, klass: s
         parts.append((max(0.0, se2 - sum(p for p, _ in parts)), within_df))
         df = _satterthwaite(parts)
     var, var_b = max(var, floor_ms ** 2), max(var_b, floor_ms ** 2)
-    return Noise(float(np.sqrt(var)), float(np.sqrt(var / n_a + var_b / n_b)), df, source)
+    return Noise(math.sqrt(var), math.sqrt(var / n_a + var_b / n_b), df, source)
 
 
-def _pair_scale(a: np.ndarray, b: np.ndarray, *, geometric: bool) -> float:
+def _pair_scale(a: Floats, b: Floats, *, geometric: bool) -> float:
     """The scale of a relative spread with one run a side, the same either way round: the two values' mean; for the
     PAIR_GEOMETRIC classes their geometric mean (the pair's middle on the log scale), so a stall that multiplies idle
     eightfold widens its own noise by sqrt(8), not by the 4.5 of the mean. Not for a class as wide as the CPU ranges'
     (50%): two draws of the same range can be 0.2 and 1.6 of its value, and their geometric mean is no scale. The
     mean of the two sizes where one side lacks the component or their signs differ (a scale is a size: the mean of
     +0.9 and -0.8 is no scale of either)."""
-    x, y = float(np.mean(a)), float(np.mean(b))
+    x, y = _mean(a), _mean(b)
     if geometric and x * y > 0:
         return math.sqrt(x * y)
     return (abs(x) + abs(y)) / 2.0
@@ -343,20 +360,20 @@ def _satterthwaite(parts: list[tuple[float, float]]) -> float:
     return float(total * total / weight) if weight > 0 else math.inf
 
 
-def _constant(x: np.ndarray) -> bool:
-    return bool(x.size) and float(np.ptp(x)) <= 1e-9 * max(1.0, float(np.max(np.abs(x))))
+def _constant(x: Floats) -> bool:
+    return len(x) > 0 and max(x) - min(x) <= 1e-9 * max(1.0, max(abs(v) for v in x))
 
 
-def _whole(x: np.ndarray) -> bool:
-    return bool(np.all(np.abs(x - np.round(x)) <= 1e-6))
+def _whole(x: Floats) -> bool:
+    return all(abs(v - round(v)) <= 1e-6 for v in x)
 
 
-def structural(calls_a: np.ndarray | None, calls_b: np.ndarray | None) -> bool:
+def structural(calls_a: Floats | None, calls_b: Floats | None) -> bool:
     """A call count that is the same in every run of each side and differs between the sides (module docstring)."""
     if calls_a is None or calls_b is None or not _constant(calls_a) or not _constant(calls_b):
         return False
     if abs(float(calls_b[0]) - float(calls_a[0])) <= 1e-9 * max(1.0, float(calls_a[0])):
         return False
-    return calls_a.size >= 2 or (_whole(calls_a) and _whole(calls_b))
+    return len(calls_a) >= 2 or (_whole(calls_a) and _whole(calls_b))
 
 

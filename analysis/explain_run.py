@@ -13,8 +13,10 @@ A refusal is a result with one line saying why, like a refused comparison: a can
 which profile to attach), one whose profile has no steady steps, a baseline without any profiled run, or check's
 and compare's own refusals (no baseline, incomplete identity, not the same lane).
 
-The judgement's machinery (component frames, numpy; check's baseline selection) is imported once both sides have a
-profile, in the functions that use it: a `compare` of runs without one never loads it (tests/test_lean_imports.py).
+The judgement's machinery (explain's statistics; check's baseline selection) is imported once both sides have a
+profile, in the functions that use it: a `compare` of runs without one never loads it. What a profiled run is
+judged from is a few hundred plain rows (analysis/explain_inputs.py): no command here imports polars or NumPy,
+except to summarise a profile stored before its components were (tests/test_lean_imports.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from receipts.errors import Remedy, UsageError
 if TYPE_CHECKING:
     import polars as pl
 
+    from receipts.analysis.explain_inputs import Spread
     from receipts.analysis.check import CandidateCheck
     from receipts.analysis.explain import Explanation, Mode, RunComponents, Value
     from receipts.analysis.recategorise import RulesDifference
@@ -187,33 +190,38 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
     """Each receipt's stored components; a profile stored before they existed is summarised from its anatomy rows
     on read (what `receipts db upgrade` stores), with the same numbers. Profiles categorised under different
     kernel-category rules are brought to the baseline's (analysis/recategorise.py); the note says so."""
-    from receipts.analysis import components as comp
+    from receipts.analysis import explain_inputs as inputs
     from receipts.analysis.explain import RunComponents
     from receipts.analysis.recategorise import common_rules
 
-    stored = comp.stored_many(store, ids)
+    stored = inputs.stored_many(store, ids)
     for rid in ids:
-        if rid not in stored:
-            stored[rid] = comp.computed(store, rid)
+        if rid not in stored:  # stored before components were: summarised from its anatomy rows (polars)
+            from receipts.analysis import components as comp
+
+            stored[rid] = comp.computed(store, rid).to_dicts()
+
     def from_raw(rid: str, rules: CategoryRules) -> pl.DataFrame | None:
+        from receipts.analysis import components as comp
+
         p = profiles[rid]
         return comp.busy_from_raw(store, rid, p["source_sha256"], p.get("raw_events_path"), rules)
 
     stored, difference = common_rules(stored, {rid: profiles[rid].get("category_rules_json") for rid in ids},
                                       baseline, from_raw)
     # The step-to-step spread is read from the stored per-step rows, made under each run's own rules.
-    spread = comp.spread_many(store, {rid: profiles[rid] for rid in ids if rid in profiles})
-    shapes = comp.shapes_many(store, ids)  # evidence for pricing added calls, not components
+    spread = inputs.spread_many(store, [rid for rid in ids if rid in profiles])
+    shapes = inputs.shapes_many(store, ids)  # evidence for pricing added calls, not components
     runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {})),
                                shapes.get(rid, {})) for rid in ids}
     return runs, difference
 
 
-def _values(frame: pl.DataFrame, spread: Mapping[tuple[str, str], tuple[float, int]]) -> dict[tuple[str, str], Value]:
+def _values(rows: Sequence[Mapping[str, Any]], spread: Spread) -> dict[tuple[str, str], Value]:
     from receipts.analysis.explain import Value
 
     out = {}
-    for r in frame.iter_rows(named=True):
+    for r in rows:
         key = (r["level"], r["name"])
         var, steps = spread.get(key, (None, None))
         out[key] = Value(r["ms_per_step"], r["calls_per_step"], r["category"], var, steps, r["n_steps"])

@@ -23,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-import numpy as np
-
 # A group whose mean calls per step differ by less than this fraction of its calls keeps its calls.
 SAME_CALLS = 1e-9
 _LEFT = 1e-9  # calls per step: what is left for the unshaped group after the shaped ones (float dust below)
 
 ShapeRows = Mapping[str, Mapping[str, tuple[float, float]]]  # kernel name -> shape -> (calls, ms) per rank-step
+# Per run compared (baseline runs first): a few floats, summed in order as NumPy sums fewer than 8 (no NumPy here).
+PerRun = list[float]
 
 
 @dataclass(frozen=True)
@@ -69,37 +69,38 @@ class Split:
 
 
 def shape_table(shapes: Sequence[ShapeRows], keys: Mapping[str, tuple[str, str]]
-                ) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] | None:
+                ) -> dict[str, dict[str, tuple[PerRun, PerRun]]] | None:
     """Per kernel key (explain.kernel_keys) and shape: calls and ms per rank-step of each run (0 where absent).
     None when any run has no shapes recorded: then no kernel is split (a group a run cannot see would look new)."""
     if not shapes or not all(shapes):
         return None
     n = len(shapes)
-    out: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    out: dict[str, dict[str, tuple[PerRun, PerRun]]] = {}
     for i, run in enumerate(shapes):
         for name, by_shape in run.items():
             if name not in keys:
                 continue
             groups = out.setdefault(keys[name][0], {})
             for shape, (calls, ms) in by_shape.items():
-                c, m = groups.setdefault(shape, (np.zeros(n), np.zeros(n)))
+                c, m = groups.setdefault(shape, ([0.0] * n, [0.0] * n))
                 c[i] += calls
                 m[i] += ms
     return out
 
 
-def split(a: np.ndarray, b: np.ndarray, calls: np.ndarray, n_a: int,
-          groups: Mapping[str, tuple[np.ndarray, np.ndarray]] | None) -> Split:
+def split(a: Sequence[float], b: Sequence[float], calls: Sequence[float], n_a: int,
+          groups: Mapping[str, tuple[PerRun, PerRun]] | None) -> Split:
     """The kernel's change (its ms per step `a` baseline, `b` candidate; `calls` of every run) over its shape groups
     (shape_table's; None: one group, the whole kernel)."""
-    ms = np.r_[a, b]
-    parts: list[tuple[str | None, np.ndarray, np.ndarray]] = []
+    ms = [*a, *b]
+    parts: list[tuple[str | None, Sequence[float], Sequence[float]]] = []
     if groups:
-        shaped_calls = np.sum([c for c, _ in groups.values()], axis=0)
-        shaped_ms = np.sum([m for _, m in groups.values()], axis=0)
+        shaped_calls = [sum(run) for run in zip(*(c for c, _ in groups.values()))]
+        shaped_ms = [sum(run) for run in zip(*(m for _, m in groups.values()))]
         parts = [(shape, c, m) for shape, (c, m) in groups.items()]
-        left_calls, left_ms = calls - shaped_calls, ms - shaped_ms
-        if np.any(np.abs(left_calls) > _LEFT):
+        left_calls = [x - y for x, y in zip(calls, shaped_calls)]
+        left_ms = [x - y for x, y in zip(ms, shaped_ms)]
+        if any(abs(x) > _LEFT for x in left_calls):
             parts.append((None, left_calls, left_ms))
     else:
         parts = [(None, calls, ms)]
@@ -110,8 +111,12 @@ def split(a: np.ndarray, b: np.ndarray, calls: np.ndarray, n_a: int,
     return Split(more, float(sum(kept)) if kept else None, tuple(made))
 
 
-def _group(shape: str | None, calls: np.ndarray, ms: np.ndarray, n_a: int) -> ShapeChange:
-    ca, cb = float(np.mean(calls[:n_a])), float(np.mean(calls[n_a:]))
-    ma, mb = float(np.mean(ms[:n_a])), float(np.mean(ms[n_a:]))
+def _group(shape: str | None, calls: Sequence[float], ms: Sequence[float], n_a: int) -> ShapeChange:
+    ca, cb = _mean(calls[:n_a]), _mean(calls[n_a:])
+    ma, mb = _mean(ms[:n_a]), _mean(ms[n_a:])
     same = abs(cb - ca) <= SAME_CALLS * max(1.0, ca)
     return ShapeChange(shape, ca, cb, ma, mb, None if same else (mb - ma) / (cb - ca))
+
+
+def _mean(x: Sequence[float]) -> float:
+    return float(sum(x) / len(x))

@@ -20,15 +20,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+from receipts.schema.step_parts import DECOMPOSITION, PERIOD_PARTS
 
-from receipts.ingest.intervals import union_ns
-from receipts.schema.categories import DECOMPOSITION, NOT_KERNELS, PERIOD_PARTS, CategoryRules
+if TYPE_CHECKING:  # polars (and the rules) load only where runs under different rules are brought together
+    import polars as pl
+
+    from receipts.schema.categories import CategoryRules
+
+Rows = list[dict[str, Any]]  # a run's component rows (analysis/explain_inputs.py stored_many)
 
 # A run's busy-category component rows (level 'category') recomputed from its raw events under the given rules,
 # or None when it kept none.
-FromRaw = Callable[[str, CategoryRules], "pl.DataFrame | None"]
+FromRaw = Callable[[str, "CategoryRules"], "pl.DataFrame | None"]
 
 
 @dataclass(frozen=True)
@@ -58,16 +63,26 @@ class RulesDifference:
         return "; ".join(parts)
 
 
-def common_rules(frames: dict[str, pl.DataFrame], rules: Mapping[str, str | None], baseline: Sequence[str],
-                 from_raw: FromRaw) -> tuple[dict[str, pl.DataFrame], RulesDifference | None]:
-    """Every run's component rows (analysis/components.py COMPONENT_SCHEMA) under the rules most of the `baseline`
-    runs were categorised under (the other runs' when no baseline run's are recorded). `rules`: each run's kept
-    rules text (None: not recorded); `from_raw`: a run's busy categories from its raw events. Unchanged, with
-    None, when every recorded rule set is the same."""
+def common_rules(runs: dict[str, Rows], rules: Mapping[str, str | None], baseline: Sequence[str],
+                 from_raw: FromRaw) -> tuple[dict[str, Rows], RulesDifference | None]:
+    """Every run's component rows (analysis/components.py COMPONENT_SCHEMA, less the rule) under the rules most of
+    the `baseline` runs were categorised under (the other runs' when no baseline run's are recorded). `rules`: each
+    run's kept rules text (None: not recorded); `from_raw`: a run's busy categories from its raw events. Unchanged,
+    with None, when every recorded rule set is the same (the texts compared first: the same text is the same rules)."""
+    if len({text for text in rules.values() if text is not None}) < 2:
+        return runs, None
+    from receipts.schema.categories import NOT_KERNELS, CategoryRules
+
     known = {rid: CategoryRules.from_text(text) for rid, text in rules.items() if text is not None}
     digests = {rid: r.sha256 for rid, r in known.items()}
     if len(set(digests.values())) < 2:
-        return frames, None
+        return runs, None
+    import polars as pl
+
+    from receipts.schema.model import COMPONENT_SCHEMA
+
+    schema = {c: t for c, t in COMPONENT_SCHEMA.items() if c != "rule"}
+    frames = {rid: pl.DataFrame(rows, schema=schema) for rid, rows in runs.items()}
     voters = [digests[rid] for rid in baseline if rid in digests] or list(digests.values())
     top = Counter(voters).most_common(1)[0][0]
     ref = next(r for r in known.values() if r.sha256 == top)
@@ -97,14 +112,18 @@ def common_rules(frames: dict[str, pl.DataFrame], rules: Mapping[str, str | None
         leave = leave | (busy if "*" in left_out else (pl.col("level") == "category") & pl.col("name").is_in(left_out))
     if kinds_changed:
         leave = leave | ((pl.col("level") == "category") & pl.col("name").is_in(DECOMPOSITION)) | (pl.col("level") == "rank")
-    out = {rid: frame.filter(~leave) for rid, frame in out.items()}
+    kept = {rid: frame.filter(~leave).to_dicts() for rid, frame in out.items()}
     shown = ("every busy category",) if "*" in left_out else tuple(sorted(left_out))
-    return out, RulesDifference(ref.sha256, tuple(moved_runs), len(moved), shown, kinds_changed,
+    return kept, RulesDifference(ref.sha256, tuple(moved_runs), len(moved), shown, kinds_changed,
                                 tuple(rid for rid in frames if rid not in known))
 
 
 def _recategorised(frame: pl.DataFrame, kernels: pl.DataFrame, raw: pl.DataFrame | None) -> pl.DataFrame:
     """The run's rows with its kernels in the reference categories and, from `raw`, its busy categories."""
+    import polars as pl
+
+    from receipts.schema.categories import NOT_KERNELS
+
     rest = frame.filter(pl.col("level") != "kernel")
     if raw is not None:
         rest = pl.concat([rest.filter(~((pl.col("level") == "category")
@@ -118,6 +137,11 @@ def busy_rows(raw: pl.DataFrame, rules: CategoryRules) -> pl.DataFrame:
     step, category, name, start_ns, end_ns) with each kernel re-categorised by `rules`: each category's union of
     busy time per rank and step, as the ingest computes it. Copies and graph replays keep their categories (and
     rows: they are not the rules')."""
+    import polars as pl
+
+    from receipts.ingest.intervals import union_ns
+    from receipts.schema.categories import NOT_KERNELS
+
     kernels = raw.filter(~pl.col("category").cast(pl.Utf8).is_in(NOT_KERNELS) & pl.col("step").is_not_null())
     names = kernels["name"].cast(pl.Utf8).fill_null("").unique().to_list()
     category = dict(zip(names, rules.classify_many(names)))

@@ -10,16 +10,16 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from rich.markup import escape
 
-from receipts.analysis.claims import load_claims
-from receipts.analysis.gate import ClaimResult, GateResult, Measured
-from receipts.analysis.gate_inputs import run_gate
 from receipts.cli.context import EXIT_OK, EXIT_REJECTED, console, handle_errors, print_json, settings
 from receipts.cli.words import with_remedy
+
+if TYPE_CHECKING:  # the engine (NumPy, polars, YAML) loads when a claim is judged, not for `gate --help`
+    from receipts.analysis.gate import ClaimResult, GateResult, Measured
 
 
 def register(app: typer.Typer) -> None:
@@ -38,6 +38,9 @@ def gate(
 
     Example: receipts gate examples/claims/true_claims.yaml --junit gate.xml --github
     """
+    from receipts.analysis.claims import load_claims
+    from receipts.analysis.gate_inputs import run_gate
+
     files = [load_claims(p) for p in claims]  # every file is validated before any is judged
     with settings(ctx).read_store() as store:
         results = [worded(run_gate(store, f)) for f in files]

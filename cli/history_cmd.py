@@ -3,17 +3,19 @@ and change points."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.markup import escape
 
 from receipts.analysis.commits import to_json as commits_json
 from receipts.analysis.noise import floor_json
-from receipts.analysis.history import LaneHistory, read_history, resolve_lane
 from receipts.cli.context import console, handle_errors, print_json, settings
 from receipts.cli.output import Column, chosen_format, emit, format_option
 from receipts.errors import UsageError
+
+if TYPE_CHECKING:  # the history's statistics (numpy, polars) load when it is read, not for `history --help`
+    from receipts.analysis.history import LaneHistory
 
 
 def register(app: typer.Typer) -> None:
@@ -33,6 +35,8 @@ def history(
 
     Example: receipts history run_b --tag main
     """
+    from receipts.analysis.history import read_history, resolve_lane
+
     fmt = chosen_format(fmt, as_json=as_json)
     with settings(ctx).store(read_only=True) as store:
         lane = resolve_lane(store, ref)

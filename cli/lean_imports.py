@@ -18,10 +18,12 @@ str, an int or float default for a number, in its bounds) and hands any other va
 a path, a number typed on the command line, a choice, an environment variable's text (a value left out, None,
 is answered as Typer answers it, () or None). What a command receives, and every error message, is Typer's; only
 who is asked first changes. Typer has no public way to choose a parameter's coercion (a `parser=` is wrapped in a
-TypeAdapter too), so this fills the one slot Typer reads it from, `_runtime_param`, which Typer's
-`get_runtime_param` fills on first use: nothing of Typer is imported or subclassed, and Typer builds its own coercion
-there for the values it must check. A Typer without that slot gets nothing changed: every value goes to its
-coercion, as before (tests/test_lean_imports.py fails, saying so).
+TypeAdapter too; `click_type=` is gone with the vendored Click), so each parameter gets its own
+`get_runtime_param`, the method Typer's `process_value` asks for the coercion: it answers with a _PlainFirst, which
+hands what it cannot answer to the class's own method (Typer builds and caches its coercion then, in its own
+slot). Nothing of Typer is imported, subclassed or written into; a Typer whose parameters have no such method, or
+no `type_descriptor`, gets nothing changed: every value goes to its coercion, as before
+(tests/test_lean_imports.py fails, saying so).
 """
 
 from __future__ import annotations
@@ -79,9 +81,10 @@ def plain_values_first(command: Any) -> None:
     # --help too: its option is made on first use, with the command's context (and cached there)
     for param in [*command.params, command.get_help_option(typer.Context(command))]:
         desc = getattr(param, "type_descriptor", None)
-        if (desc is not None and getattr(param, "_runtime_param", False) is None
-                and callable(getattr(param, "get_runtime_param", None))):
-            param._runtime_param = _PlainFirst(_plain(desc), get_origin(desc.annotation) is list, desc.parameter_info)
+        if desc is not None and callable(getattr(type(param), "get_runtime_param", None)) \
+                and "get_runtime_param" not in vars(param):
+            first = _PlainFirst(_plain(desc), get_origin(desc.annotation) is list, desc.parameter_info)
+            param.get_runtime_param = lambda first=first: first
     for sub in getattr(command, "commands", {}).values():
         plain_values_first(sub)
 
@@ -97,9 +100,8 @@ def _plain(desc: Any) -> type | None:
 
 @dataclass(frozen=True)
 class _PlainFirst:
-    """What a Typer parameter asks to coerce a value (its `_runtime_param` slot, filled by `get_runtime_param` on
-    first use): a value left out, and a plain one, answered here; any other value makes Typer build its own
-    coercion in the slot, which answers it and every later value."""
+    """What a Typer parameter's `get_runtime_param` answers, asked to coerce a value: a value left out, and a plain
+    one, answered here; any other value by Typer's own coercion (its class's get_runtime_param, built once)."""
 
     kind: type | None  # _plain's
     is_list: bool
@@ -113,8 +115,7 @@ class _PlainFirst:
                 return list(value)  # what Typer's list coercion returns
         elif self.kind is not None and type(value) is self.kind and (self.kind is str or _in_bounds(value, self.info)):
             return value
-        param._runtime_param = None  # Typer's get_runtime_param builds its coercion here, kept from now on
-        return param.get_runtime_param().coerce(value, param=param, ctx=ctx)
+        return type(param).get_runtime_param(param).coerce(value, param=param, ctx=ctx)
 
 
 def _in_bounds(value: Any, info: Any) -> bool:

@@ -4,13 +4,15 @@ lanes that stopped receiving runs, as markdown (an issue body) or JSON (analysis
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from receipts.analysis.period_report import PeriodReport, parse_since, period_report, to_json
 from receipts.cli.context import handle_errors, print_json, settings
 from receipts.errors import UsageError
+
+if TYPE_CHECKING:  # the report's statistics (numpy, polars) load when it is made, not for `report --help`
+    from receipts.analysis.period_report import PeriodReport
 
 MARKER = "<!-- receipts-report -->"  # a workflow finds its issue (or its last comment) by this line
 ENV_DASHBOARD = "RECEIPTS_DASHBOARD_URL"
@@ -39,6 +41,8 @@ def report(
 
     Example: receipts report --since 7d --against tag:main --format markdown > report.md
     """
+    from receipts.analysis.period_report import parse_since, period_report, to_json
+
     fmt = "json" if as_json else fmt.lower()
     if fmt not in ("markdown", "json"):
         raise UsageError(f"{fmt!r}: expected markdown or json", option="format")

@@ -8,8 +8,6 @@ import typer
 from rich.markup import escape
 
 from receipts.cli.context import console, err_console, handle_errors, print_json, settings
-from receipts.lifecycle import retag as retag_receipt
-from receipts.schema.identity import IdentityChange
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +33,9 @@ def retag(
 
     Example: receipts retag run_b --regime "fsdp2/regional-compile" --why "launched with regional compile; the log does not say"
     """
+    from receipts.lifecycle import retag as retag_receipt  # the store's writes (polars): not for `retag --help`
+    from receipts.schema.identity import IdentityChange
+
     cfg = settings(ctx)
     change = IdentityChange(host, preset, regime, run_name, tuple(tag), tuple(untag))
     with cfg.existing_store() as store:

@@ -19,39 +19,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-
-import numpy as np
-import polars as pl
+from typing import TYPE_CHECKING
 
 from receipts.errors import InputError, UnsupportedVersion
 from receipts.schema.kernel_names import canonical_kernel_name
+# The parts a step is split into, a light module of their own (what explain needs of the categories), kept here too
+from receipts.schema.step_parts import BETWEEN_STEPS as BETWEEN_STEPS, DECOMPOSITION as DECOMPOSITION
+from receipts.schema.step_parts import HOST_GAP as HOST_GAP, IDLE_LONG as IDLE_LONG, LONG_GAP_NS as LONG_GAP_NS
+from receipts.schema.step_parts import PERIOD_PARTS as PERIOD_PARTS, STEP_PARTS as STEP_PARTS
 from receipts.schema.toml_file import read_toml
+
+if TYPE_CHECKING:  # polars and NumPy load where names are classified in bulk (ingest), not where rules are read
+    import polars as pl
 
 RULES_VERSION = 2  # kernel_categories.toml's format: 2 gives every rule its category's kind
 KINDS = ("compute", "communication", "copy")
 MEMORY_CATEGORIES = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p", "memset")
-# Derived from the intervals, not from names. compute_only + comm_hidden + exposed_comm + memcpy_only + idle +
-# idle_long partition the step span (they sum to it); the kernel and memory categories overlap one another.
-# The GPU's idle inside the span is split by the length of the gap that holds it: `idle` in gaps shorter than
-# LONG_GAP_NS (a launch-bound stretch: the host issues work about as fast as the GPU runs it, many short gaps),
-# `idle_long` in gaps of LONG_GAP_NS or more (the host issued nothing for that long: a sleep, a synchronize and
-# host work, a wait for data: one gap per stall).
-DECOMPOSITION = ("compute_only", "comm_hidden", "exposed_comm", "memcpy_only", "idle", "idle_long")
-# 0.5 ms: a hundred times a kernel launch's host cost (~5 us) and ten times an eager PyTorch operator's dispatch
-# under a profiler (tens of us): no gap between two launches of a loop that keeps launching is that long. Checked
-# on real steps (docs/statistics.md): the longest launch-bound gap of a steady step is at most 0.45 ms (median
-# over steps) in the one-H200 nsys baselines and 0.01 ms on the 2 x H200 lane; the planted 0.5 ms stall leaves
-# one gap of 0.73 ms.
-LONG_GAP_NS = 500_000
-IDLE_LONG = "idle_long"
-# The step marker's range outside the GPU span (a stall before the first launch, launch gaps): with the
-# decomposition's parts, what a step's range sums to.
-HOST_GAP = "host_gap"
-STEP_PARTS = (*DECOMPOSITION, HOST_GAP)
-# From the end of one step marker's range to the start of the next (a data loader, a checkpoint, logging outside
-# the step): host time the step's range does not hold. With the step parts, what the step-to-step period sums to.
-BETWEEN_STEPS = "between_steps"
-PERIOD_PARTS = (*STEP_PARTS, BETWEEN_STEPS)
 # Categories no rule gives: a memcpy or memset by its activity, and a CUDA-graph replay traced as one activity
 # (nsys --cuda-graph-trace=graph): busy time whose kernels are not visible, so it cannot be split into the
 # rules' categories. 'other' is where a kernel no rule claims lands.
@@ -80,9 +63,6 @@ COMM_CATEGORIES = tuple(c for c, kind in _SHIPPED_KINDS.items() if kind == "comm
 COMPUTE_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c not in COMM_CATEGORIES)
 # Categories that are not kernels (a kernel count leaves them out): copies, and a graph replay's one activity.
 NOT_KERNELS = (*MEMORY_CATEGORIES, "cuda_graph")
-# Every category an activity can get under the shipped rules, as one Enum: a small integer per activity that the
-# interval arithmetic groups by, where text would be ranked first (CategoryRules.enum: under the rules in use).
-CATEGORY_ENUM = pl.Enum(sorted({*KERNEL_CATEGORIES, *MEMORY_CATEGORIES}))
 
 
 # Regex syntax that Python's `re` and polars' (Rust) engine read differently or only one of them reads: a
@@ -112,7 +92,10 @@ class CategoryRules:
 
     @functools.cached_property
     def enum(self) -> pl.Enum:
-        """Every category an activity can get under these rules, as one Enum (CATEGORY_ENUM under the shipped ones)."""
+        """Every category an activity can get under these rules, as one Enum: a small integer per activity that the
+        interval arithmetic groups by, where text would be ranked first."""
+        import polars as pl
+
         return pl.Enum(sorted(self.kinds))
 
     @property
@@ -156,6 +139,9 @@ class CategoryRules:
         classify(). On such names the two engines agree on the syntax _NOT_PORTABLE does not name; other names,
         and other rules (look-around, back-references, POSIX or Unicode classes, class set operations, \\Z), go
         through `re` one by one as classify() does."""
+        import numpy as np
+        import polars as pl
+
         out: list[str | None] = [self._seen.get(n) for n in names]
         todo = [i for i, n in enumerate(names) if out[i] is None and n.isascii() and n.isprintable()]
         if todo:
@@ -191,6 +177,8 @@ class CategoryRules:
 @functools.lru_cache(maxsize=1024)
 def _polars_reads(pattern: str) -> bool:
     """Whether polars' regex engine compiles `pattern` (asked once per pattern and process)."""
+    import polars as pl
+
     try:
         pl.Series(["x"]).str.contains(pattern)
     except pl.exceptions.PolarsError:

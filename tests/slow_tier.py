@@ -209,6 +209,7 @@ SLOW_TESTS: dict[str, tuple[str, ...]] = {
         "test_ids_that_are_not_int64_are_unknown_on_both_paths",
     ),
     "test_lean_imports.py": (
+        "test_a_commands_help_loads_no_engine",
         "test_compare_and_explain_leave_yaml_and_pydantic_out",
         "test_compare_without_profiles_imports_no_frame_or_statistics_library",
         "test_a_value_typer_would_check_is_checked_as_typer_checks_it",

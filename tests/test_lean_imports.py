@@ -4,7 +4,8 @@ before binding any parameter. Commands still work, and read the same frames thro
 without polars or numpy. Each command imports what it uses: `show` reads stored figures as plain rows (no polars,
 numpy or SciPy), `compare` of runs without a profile too (its Student's t is analysis/student_t.py), no command
 imports pydantic for the values Typer would check with it, `compare` / `explain` leave the claims file's YAML to the
-gate, and no module of receipts imports SciPy (the tests' oracle only)."""
+gate, and no module of receipts imports SciPy (the tests' oracle only). Profiled runs too: `compare` and `explain`
+judge from plain rows, without polars or numpy; a command's --help loads none of its engine."""
 
 from __future__ import annotations
 
@@ -40,10 +41,11 @@ sys.exit(code)
 """
 
 
-def _cli(tmp_path, *args: str, watched: tuple[str, ...] = ("pandas", "pyarrow", "sqlalchemy")
+def _cli(tmp_path, *args: str, watched: tuple[str, ...] = ("pandas", "pyarrow", "sqlalchemy"), db: str | None = None
          ) -> subprocess.CompletedProcess[str]:
-    """The CLI in a fresh interpreter; its last stderr line names the `watched` modules it imported."""
-    return subprocess.run([sys.executable, "-c", RUN_CLI.format(watched=watched), "--db", str(tmp_path / "r.duckdb"),
+    """The CLI in a fresh interpreter on `db` (tmp_path's r.duckdb by default); its last stderr line names the
+    `watched` modules it imported."""
+    return subprocess.run([sys.executable, "-c", RUN_CLI.format(watched=watched), "--db", db or str(tmp_path / "r.duckdb"),
                            *args], capture_output=True, text=True, cwd=REPO, timeout=300)
 
 
@@ -131,20 +133,27 @@ def test_no_module_of_receipts_imports_scipy():
     assert not [str(f.relative_to(REPO)) for f in files if importing.search(f.read_text(encoding="utf-8"))]
 
 
-@pytest.mark.slow  # two nsys exports ingested (~5 s here)
-def test_profiled_compare_and_explain_import_what_they_use(tmp_path):
-    """A profiled pair: the pairwise explain's component frames are polars and numpy (its tests' Student's t is
-    analysis/student_t.py); still no SciPy, YAML, pydantic or Arrow table."""
-    from cli_helpers import cli
-
-    assert cli(str(tmp_path / "r.duckdb"), "ingest", str(EXPLAIN_DATA / "base_1"), str(EXPLAIN_DATA / "attn_1")
-               ).exit_code == 0
-    for args in (("compare", "base_1", "attn_1"), ("explain", "attn_1", "--against", "base_1", "--json")):
-        done = _cli(tmp_path, *args, watched=HEAVY)
+@pytest.mark.slow  # the explain lane's fourteen nsys exports, ingested once per test run
+def test_profiled_show_compare_and_explain_import_no_frame_or_array_library(explain_lane, tmp_path):
+    """Profiled runs: `show`, `compare` and `explain` (pairwise, and against a tag's profiled runs, the lane's prior
+    fitted) read a few hundred plain rows (analysis/explain_inputs.py) and judge in plain floats: no polars, NumPy,
+    pandas or SciPy, nor YAML, pydantic or an Arrow table."""
+    for args in (("show", "attn_1"), ("compare", "base_1", "attn_1"), ("explain", "attn_1", "--against", "tag:main"),
+                 ("explain", "attn_1", "--against", "base_1", "--json")):
+        done = _cli(tmp_path, *args, watched=HEAVY, db=explain_lane)
         assert done.returncode == 0, done.stderr
-        assert _imported(done) == ["numpy", "polars"], (args, done.stderr)
+        assert _imported(done) == [], (args, done.stderr)
     answer = json.loads(done.stdout)
     assert answer["mode"] == "pairwise" and answer["verdict"] == "slower" and answer["components"]
+
+
+def test_a_commands_help_loads_no_engine(tmp_path):
+    """`gate --help` shows the options Typer holds: the claims' YAML, the gate's statistics and DuckDB load when a
+    claim is judged; so for the reading commands and `retag` (ingest, anatomy, run, push and db still load polars)."""
+    for command in ("gate", "compare", "explain", "check", "show", "history", "report", "retag"):
+        done = _cli(tmp_path, command, "--help", watched=(*HEAVY, "duckdb"))
+        assert done.returncode == 0 and "Usage" in done.stdout, done.stderr
+        assert _imported(done) == [], (command, done.stderr)
 
 
 def test_a_value_typer_would_check_is_checked_as_typer_checks_it(small_lane, tmp_path):
@@ -182,7 +191,7 @@ def test_plain_values_first_hands_a_command_what_typer_would(monkeypatch):
         built = typer.main.get_command(app)
         if lean:
             plain_values_first(built)
-            assert all(type(p._runtime_param).__name__ == "_PlainFirst" for p in built.params)
+            assert all(type(p.get_runtime_param()).__name__ == "_PlainFirst" for p in built.params)
         monkeypatch.setattr(typer.testing, "_get_command", lambda _: built)
         return CliRunner().invoke(app, argv)
 
