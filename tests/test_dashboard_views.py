@@ -44,6 +44,20 @@ def test_compare_view_linked_from_check_explains_against_the_lane(explain_lane, 
     first = table[table["verdict"] == "changed"].iloc[0]
     assert (first["level"], first["component"]) == ("category", "idle_long")
 
+@pytest.mark.slow
+def test_anatomy_view_lists_the_stall_s_long_gap_by_place(explain_lane, monkeypatch):
+    """The anatomy of a stall run (tests/data/explain stall_1: a sleep between forward and backward) lists its long
+    gap's place, in every steady step; a baseline run's says it has none."""
+    (stalled, base) = _explain_ids(explain_lane, "stall_1", "base_1")
+    at = _app(explain_lane, monkeypatch, view="anatomy", id=stalled)
+    _no_exception(at)
+    gaps = next(d.value for d in at.dataframe if "place" in d.value.columns)
+    assert gaps.iloc[0]["share_pct"] == 100.0 and gaps.iloc[0]["place"].endswith(" #1")
+    at = _app(explain_lane, monkeypatch, view="anatomy", id=base)
+    _no_exception(at)
+    assert "No GPU gap of 0.5 ms or more in a steady step" in _texts(at)
+
+
 def test_the_report_beside_an_export_is_named_for_nsys_ui(tmp_path, monkeypatch):
     """tests/data/gpu keeps fsdp2_2gpu_nsys.nsys-rep beside its export: that report is the one to open."""
     from cli_helpers import cli

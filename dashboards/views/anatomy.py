@@ -87,6 +87,21 @@ def render(data: Data) -> None:
             "total_ms": st.column_config.NumberColumn("total ms (all ranks)", format="%.2f")}))
         st.caption("Sum of kernel durations (as `nsys stats` cuda_gpu_kern_sum reports), over the receipt's steady "
                    "steps; the top 10 of each category, longest categories first.")
+    st.markdown("#### Long GPU gaps by place, steady state")
+    if not rep.gaps:
+        st.caption("No GPU gap of 0.5 ms or more in a steady step (or the export was attached before schema 17).")
+    else:
+        gaps = pl.DataFrame(rep.gaps).select("place", "steps", "steady_steps", "share_pct", "ms_per_step", "mean_ms",
+                                            "max_ms")
+        st.dataframe(gaps, hide_index=True, width="stretch", column_config=number_config(gaps, {
+            "place": st.column_config.TextColumn("after (call N of)", width="large"),
+            "share_pct": st.column_config.NumberColumn("% of steps", format="%.0f"),
+            "ms_per_step": st.column_config.NumberColumn("ms per rank-step", format="%.3f"),
+            "mean_ms": st.column_config.NumberColumn("mean gap ms", format="%.3f"),
+            "max_ms": st.column_config.NumberColumn("max gap ms", format="%.3f")}))
+        st.caption("Where the GPU sat idle 0.5 ms or more (idle_long), by the call of the kernel or copy it finished "
+                   "last before: a stall the loop makes is one place in every step, a profiler's pause a place in "
+                   "some. `receipts explain` compares places between runs.")
     st.markdown("#### Per NVTX range")
     families = data.query("dash_nvtx_families", **params)
     if families.height == 0:
