@@ -9,6 +9,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from receipts.ingest.gap_places import START_LABEL, gap_frame, own_span_places, places_ns
 from receipts.ingest.intervals import _long_gaps_ns
 from receipts.schema.categories import LONG_GAP_NS
@@ -66,7 +67,7 @@ def test_gaps_at_the_span_s_edges_and_an_empty_span():
 _step = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(1, 12)), max_size=12)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None, derandomize=True, database=None)
 @given(st.lists(_step, min_size=1, max_size=5))
 def test_places_agree_with_a_walk_and_sum_to_the_long_idle(raw):
     """Random steps (times in 0.1 ms: many gaps either side of 0.5 ms, overlaps, repeats of a name): the places are
