@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -386,23 +387,35 @@ def _align_ingestion_times(duck, pg_url: str) -> None:
                         duck.sql("SELECT ingested_at, receipt_id, sha256 FROM receipt_sources").rows())
 
 
+@pytest.fixture(scope="module")
+def real_duck(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A DuckDB store of the real data (_ingest_real) and its receipt ids, ingested once for the module."""
+    path = tmp_path_factory.mktemp("real_duck") / "real.duckdb"
+    with open_store(str(path)) as duck:
+        ids = _ingest_real(duck, load_registry(None))
+    return path, ids
+
+
+def _copy_of(real_duck, tmp_path: Path) -> tuple[str, list[str]]:
+    path, ids = real_duck
+    copy = tmp_path / path.name
+    shutil.copy(path, copy)
+    return str(copy), ids
+
+
 @pytest.mark.slow
-def test_same_answers_on_duckdb_and_postgres_over_real_data(pg_url, tmp_path):
-    registry = load_registry(None)
-    duck_url = str(tmp_path / "real.duckdb")
+def test_same_answers_on_duckdb_and_postgres_over_real_data(pg_url, tmp_path, real_duck):
+    duck_url, duck_ids = _copy_of(real_duck, tmp_path)
     with open_store(duck_url) as duck, open_store(pg_url) as pg:
-        duck_ids, pg_ids = _ingest_real(duck, registry), _ingest_real(pg, registry)
+        pg_ids = _ingest_real(pg, load_registry(None))
         _align_ingestion_times(duck, pg_url)
     assert duck_ids == pg_ids and len(duck_ids) >= 2
     assert _answers(duck_url, duck_ids) == _answers(pg_url, pg_ids)
 
 
 @pytest.mark.slow
-def test_push_copies_everything_once_and_answers_match(pg_url, tmp_path):
-    registry = load_registry(None)
-    duck_url = str(tmp_path / "node.duckdb")
-    with open_store(duck_url) as duck:
-        ids = _ingest_real(duck, registry)
+def test_push_copies_everything_once_and_answers_match(pg_url, tmp_path, real_duck):
+    duck_url, ids = _copy_of(real_duck, tmp_path)
     first = json.loads(_cli("--db", duck_url, "push", "--to", pg_url, "--json").stdout)
     assert (first["receipts_copied"], first["receipts_skipped"]) == (len(ids), 0)
     again = json.loads(_cli("--db", duck_url, "push", "--to", pg_url, "--json").stdout)
