@@ -5,7 +5,8 @@ without -n: under pytest-xdist the workers keep their own counts.
 
 With RECEIPTS_CPU_TIME_FILE=PATH every test's CPU is also written, one `seconds<TAB>nodeid` line per test, to PATH
 (under pytest-xdist to PATH.gwN, one file per worker: the costs of a whole `-n 2` run without a second run
-without -n; a session fixture counts in the first test of its worker that asks for it)."""
+without -n). A session fixture's setup counts in the first test of its worker that asks for it, its teardown in
+the worker's last test: the 16 warm writers' CPU (tests/warm_writers.py, ~45 s) lands there when they are reaped."""
 
 from __future__ import annotations
 
