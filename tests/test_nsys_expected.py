@@ -140,8 +140,9 @@ def test_parse_equals_the_previous_implementation(name, keep_raw, expected, tmp_
 # and per node (replays dropped, their kernels rows of their own), no steps on two processes (the window cut in
 # bins of time), and duplicate runtime rows (saxpy's cudaLaunchKernel_v7000: one id twice, cut across partitions).
 # Cut small, a file's partitions, groups and chunks are a pure function of its rows: the other exports are more
-# of these shapes, or fit in one partition, group and chunk even when cut small (mock's 3 activities); every
-# export goes through the spilled path at the shipped sizes.
+# of these shapes (fsdp2_1gpu and the straggler captures: FSDP2's program; mfu_2gpu_before: the after's; profile1,
+# con_kernel and perlmutter-cloverleaf: one process without steps, as saxpy), or fit in one partition even cut
+# small (mock's 9 runtime calls); every export goes through the spilled path at the shipped sizes.
 SHAPES = ["gpu/fsdp2_2gpu_nsys.sqlite.gz", "gpu/cudagraph/graphs_nsys_graph.sqlite.gz",
           "gpu/cudagraph/graphs_nsys_node.sqlite.gz", "realdata/mfu_2gpu_after.sqlite",
           "realdata/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"]
