@@ -13,11 +13,12 @@ exports (demangled name), `cat == "kernel"` events of Kineto traces.
 from __future__ import annotations
 
 import gzip
-import json
 import sqlite3
 import sys
 import tempfile
 from pathlib import Path
+
+import orjson
 
 REPO = Path(__file__).resolve().parents[1]
 REALDATA = REPO.parent / "shared" / "realdata"
@@ -41,9 +42,9 @@ def _nsys_names(path: Path) -> set[str]:
 
 
 def _kineto_names(path: Path) -> set[str]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        events = json.load(f).get("traceEvents", [])
+    data = path.read_bytes()
+    # orjson: the traces' JSON is most of the corpus's cost (Python's json took 4.7 s of its 6)
+    events = orjson.loads(gzip.decompress(data) if path.name.endswith(".gz") else data).get("traceEvents", [])
     return {e["name"] for e in events if isinstance(e, dict) and e.get("cat") == "kernel" and e.get("name")}
 
 

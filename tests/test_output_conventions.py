@@ -45,6 +45,13 @@ def run(db: str, *args: str, env: dict | None = None) -> subprocess.CompletedPro
                           text=True, cwd=REPO, timeout=120, env={**os.environ, **(env or {})})
 
 
+def run_here(db: str, *args: str) -> subprocess.CompletedProcess:
+    """The CLI in this process (CliRunner: stdout and stderr apart, neither a terminal), where what is under test
+    is what a command prints, not what reaches a pipe from a process (`run`)."""
+    result = cli(db, *args)
+    return subprocess.CompletedProcess(["receipts", *args], result.exit_code, result.stdout, result.stderr)
+
+
 def on_a_terminal(db: str, *args: str, columns: int = 80, env: dict | None = None) -> str:
     """The CLI with stdout on a pseudo-terminal `columns` wide, as a person at a shell sees it."""
     pid, fd = pty.fork()
@@ -86,9 +93,10 @@ def test_list_in_a_pipe_is_tsv_with_full_ids_and_rfc3339_times(store):
 @pytest.mark.parametrize("command", [["list"], ["history", "aa_01"], ["show", "aa_01"], ["compare", "aa_01", "aa_02"],
                                      ["check", "slow_1", "--against", "tag:main"]])
 def test_every_reading_command_takes_every_format(store, command):
-    as_json = json.loads(run(store, *command, "--json").stdout)
+    # in this process: the formats are asked for by name (a pipe's default is test_list_in_a_pipe_...'s)
+    as_json = json.loads(run_here(store, *command, "--json").stdout)
     for fmt in ("table", "tsv", "csv", "json", "jsonl"):
-        done = run(store, *command, "--format", fmt)
+        done = run_here(store, *command, "--format", fmt)
         assert done.returncode in (0, 1), (fmt, done.stderr)
         assert done.stdout.strip(), fmt
         if fmt == "json":
@@ -99,7 +107,7 @@ def test_every_reading_command_takes_every_format(store, command):
         elif fmt in ("tsv", "csv"):
             rows = list(csv.reader(io.StringIO(done.stdout), delimiter="\t" if fmt == "tsv" else ","))
             assert len({len(r) for r in rows}) == 1 and len(rows) >= 2, (fmt, rows[:3])
-    bad = run(store, *command, "--format", "xml")
+    bad = run_here(store, *command, "--format", "xml")
     assert bad.returncode == 2 and "--format must be one of table, tsv, csv, json, jsonl" in bad.stderr
 
 
@@ -161,8 +169,11 @@ def test_colour_follows_no_color_and_clicolor_force(store):
                                      ["check", "nope", "--against", "tag:main"], ["anatomy", "aa_01"]])
 def test_an_error_under_json_is_a_json_object_on_stdout(store, command):
     db = store if command != ["list"] else str(Path(store).with_name("absent.duckdb"))
+    # A process of its own for an error before the store opens and one after it (what reaches the process's stdout
+    # and stderr, whoever writes it); the other commands' errors in this process.
+    call = run if command[0] in ("list", "show") else run_here
     for flags in (["--json"], ["--format", "jsonl"]):
-        done = run(db, *command, *flags)
+        done = call(db, *command, *flags)
         assert done.returncode == 2, done.stdout
         error = json.loads(done.stdout)["error"]
         assert error["exit_code"] == 2 and error["message"] and error["type"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,14 +102,7 @@ def _psql(url: str, query: str, params=()):
 
 
 def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
-    if check and done.returncode not in (0, 3):
-        raise AssertionError(f"receipts {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}")
-    return done
-
-
-def _run(*args: str) -> tuple[int, str]:
-    """The CLI in this process (no interpreter start-up): for the many read-only calls that compare answers."""
+    """The CLI in this process (no interpreter start-up, ~1 s of CPU each): its exit code, stdout and stderr."""
     from typer.testing import CliRunner
 
     from receipts.cli.main import app
@@ -116,7 +110,21 @@ def _run(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(app, list(args))
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
-    return result.exit_code, result.stdout
+    done = subprocess.CompletedProcess(["receipts", *args], result.exit_code, result.stdout, result.stderr)
+    if check and done.returncode not in (0, 3):
+        raise AssertionError(f"receipts {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def _cli_process(*args: str) -> subprocess.CompletedProcess:
+    """The CLI as a process of its own: where what reaches the real stderr is under test (one line, exit 2)."""
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
+
+
+def _run(*args: str) -> tuple[int, str]:
+    """The CLI in this process: for the many read-only calls that compare answers."""
+    done = _cli(*args, check=False)
+    return done.returncode, done.stdout
 
 
 def _logs(folder: Path, n: int, *, steps: int = 8) -> list[Path]:
@@ -349,16 +357,15 @@ def _sql_params() -> dict[str, set[str]]:
 
 def _answers(url: str, ids: list[str]) -> dict:
     out = {"list": sorted(json.loads(_run("--db", url, "list", "--json")[1]), key=lambda r: r["id"])}
+    # (one store opened by the test: on PostgreSQL each open loads DuckDB's postgres extension, ~0.35 s)
     with open_store(url, read_only=True) as store:
         out["queries"] = _every_query(store, ids)
+        exports = store.sql("SELECT receipt_id, source_sha256 FROM anatomy_sources ORDER BY 2")
     for rid in ids:
         out[f"show {rid}"] = json.loads(_run("--db", url, "show", rid, "--json")[1])
         # Every export by its sha: without --source the newest is shown, and "newest" compares
         # ingested_at stamps (1 s resolution) that each store makes on its own.
-        with open_store(url, read_only=True) as store:
-            exports = store.sql("SELECT source_sha256 FROM anatomy_sources WHERE receipt_id = $id ORDER BY 1",
-                                {"id": rid})["source_sha256"].to_list()
-        for sha in exports or [None]:
+        for sha in exports.filter(receipt_id=rid)["source_sha256"].to_list() or [None]:
             code, text = _run("--db", url, "anatomy", rid, "--json", *(("--source", sha) if sha else ()))
             out[f"anatomy {rid} {sha}"] = json.loads(text) if code == 0 else {"exit": code}
     for a, b in zip(ids, ids[1:]):
@@ -380,23 +387,35 @@ def _align_ingestion_times(duck, pg_url: str) -> None:
                         duck.sql("SELECT ingested_at, receipt_id, sha256 FROM receipt_sources").rows())
 
 
+@pytest.fixture(scope="module")
+def real_duck(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A DuckDB store of the real data (_ingest_real) and its receipt ids, ingested once for the module."""
+    path = tmp_path_factory.mktemp("real_duck") / "real.duckdb"
+    with open_store(str(path)) as duck:
+        ids = _ingest_real(duck, load_registry(None))
+    return path, ids
+
+
+def _copy_of(real_duck, tmp_path: Path) -> tuple[str, list[str]]:
+    path, ids = real_duck
+    copy = tmp_path / path.name
+    shutil.copy(path, copy)
+    return str(copy), ids
+
+
 @pytest.mark.slow
-def test_same_answers_on_duckdb_and_postgres_over_real_data(pg_url, tmp_path):
-    registry = load_registry(None)
-    duck_url = str(tmp_path / "real.duckdb")
+def test_same_answers_on_duckdb_and_postgres_over_real_data(pg_url, tmp_path, real_duck):
+    duck_url, duck_ids = _copy_of(real_duck, tmp_path)
     with open_store(duck_url) as duck, open_store(pg_url) as pg:
-        duck_ids, pg_ids = _ingest_real(duck, registry), _ingest_real(pg, registry)
+        pg_ids = _ingest_real(pg, load_registry(None))
         _align_ingestion_times(duck, pg_url)
     assert duck_ids == pg_ids and len(duck_ids) >= 2
     assert _answers(duck_url, duck_ids) == _answers(pg_url, pg_ids)
 
 
 @pytest.mark.slow
-def test_push_copies_everything_once_and_answers_match(pg_url, tmp_path):
-    registry = load_registry(None)
-    duck_url = str(tmp_path / "node.duckdb")
-    with open_store(duck_url) as duck:
-        ids = _ingest_real(duck, registry)
+def test_push_copies_everything_once_and_answers_match(pg_url, tmp_path, real_duck):
+    duck_url, ids = _copy_of(real_duck, tmp_path)
     first = json.loads(_cli("--db", duck_url, "push", "--to", pg_url, "--json").stdout)
     assert (first["receipts_copied"], first["receipts_skipped"]) == (len(ids), 0)
     again = json.loads(_cli("--db", duck_url, "push", "--to", pg_url, "--json").stdout)
@@ -482,7 +501,7 @@ def test_a_writer_before_the_grants_is_told_to_ask_the_owner(pg_url, pg_server, 
     owner's `db init`."""
     (log,) = _logs(tmp_path, 1)
     writer_url = writer_url_for(pg_url, [])
-    done = _cli("--db", writer_url, "ingest", str(log), check=False)
+    done = _cli_process("--db", writer_url, "ingest", str(log))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "role receipts_writer may not SELECT from anatomy_gaps, anatomy_kernel_shapes, anatomy_kernels" in done.stderr
     assert "as the store's owner, grant this role a writer's rights" in done.stderr
@@ -491,7 +510,7 @@ def test_a_writer_before_the_grants_is_told_to_ask_the_owner(pg_url, pg_server, 
     user, password = DEFAULT_WRITER
     empty_url = pg_server["fresh"]()
     empty = _url_for(empty_url, _psql(empty_url, "SELECT current_database()")[0][0], user=user, password=password)
-    done = _cli("--db", empty, "ingest", str(log), check=False)
+    done = _cli_process("--db", empty, "ingest", str(log))
     assert done.returncode == 2 and "has no receipts schema: its owner creates it once" in done.stderr
     assert _psql(empty_url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
 

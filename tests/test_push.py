@@ -4,6 +4,9 @@ to copy reads the source in a few queries; the command says its progress."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import duckdb
 import polars as pl
 import pytest
@@ -17,7 +20,7 @@ from receipts.schema.tables import metadata
 TABLES = [t for t in metadata.tables if t != "schema_meta"]
 
 
-def _source(tmp_path, db: str) -> str:
+def _fill(tmp_path, db: str) -> str:
     for name in ("sft_run_gtx1660.log", "megatron-deepspeed__gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-"
                  "baseline.log", "nanochat_pr147_a100_mfu.txt"):
         assert cli(db, "ingest", str(realdata("logs", name))).exit_code == 0
@@ -35,6 +38,21 @@ def _source(tmp_path, db: str) -> str:
     return db
 
 
+@pytest.fixture(scope="module")
+def built_source(tmp_path_factory) -> Path:
+    """The source store (_fill), ingested once for the module's pushes (~2 s each time)."""
+    folder = tmp_path_factory.mktemp("push_source")
+    return Path(_fill(folder, str(folder / "source.duckdb")))
+
+
+@pytest.fixture
+def source(built_source, tmp_path) -> str:
+    """A copy of the source store of its own for each test."""
+    copy = tmp_path / "source.duckdb"
+    shutil.copy(built_source, copy)
+    return str(copy)
+
+
 def _dump(url: str) -> dict[str, pl.DataFrame]:
     """Every table's rows, its columns in the schema's order (an upgraded store holds added ones at the end)."""
     with open_store(url, read_only=True) as store:
@@ -43,8 +61,7 @@ def _dump(url: str) -> dict[str, pl.DataFrame]:
 
 
 @pytest.mark.parametrize("receipts, step_rows", [(1, 1), (2, 500)])
-def test_any_batching_copies_the_same_rows(tmp_path, db, monkeypatch, receipts, step_rows):
-    source = _source(tmp_path, db)
+def test_any_batching_copies_the_same_rows(tmp_path, source, monkeypatch, receipts, step_rows):
     one_batch = str(tmp_path / "one.duckdb")
     with open_store(source, read_only=True) as local, open_store(one_batch) as target:
         result = sync.push(local, target)
@@ -67,8 +84,7 @@ def test_any_batching_copies_the_same_rows(tmp_path, db, monkeypatch, receipts, 
     assert cli_json(small, "list", "--all")[1] == cli_json(source, "list", "--all")[1]
 
 
-def test_pushing_again_copies_nothing_and_reads_the_source_in_a_few_queries(tmp_path, db, monkeypatch):
-    source = _source(tmp_path, db)
+def test_pushing_again_copies_nothing_and_reads_the_source_in_a_few_queries(tmp_path, source, monkeypatch):
     target_url = str(tmp_path / "team.duckdb")
     with open_store(source, read_only=True) as local, open_store(target_url) as target:
         sync.push(local, target)
@@ -81,16 +97,14 @@ def test_pushing_again_copies_nothing_and_reads_the_source_in_a_few_queries(tmp_
     assert len(queries) < 12, queries
 
 
-def test_the_push_command_copies_and_says_so(tmp_path, db):
-    source = _source(tmp_path, db)
+def test_the_push_command_copies_and_says_so(tmp_path, source):
     out = cli(source, "push", "--to", str(tmp_path / "team.duckdb"))
     assert out.exit_code == 0 and "6 receipts copied, 0 skipped" in out.stdout
 
 
-def test_a_duckdb_target_takes_a_batch_in_one_transaction_and_each_content_once(tmp_path, db, monkeypatch):
+def test_a_duckdb_target_takes_a_batch_in_one_transaction_and_each_content_once(tmp_path, source, monkeypatch):
     """DuckdbStore.copy_receipts_rows: a receipt whose content is already there, or comes twice in one call, is
     copied once; a failure inside the batch leaves none of the batch behind."""
-    source = _source(tmp_path, db)
     with open_store(source, read_only=True) as local:
         ids = local.sql("SELECT id, content_sha256 FROM receipts ORDER BY ingested_at, id").rows()
         rows = sync._payloads(local, ids)
@@ -132,12 +146,11 @@ def test_the_batched_insert_names_its_columns():
     assert con.execute("SELECT id, note, added FROM t ORDER BY id").fetchall() == [("a", None, 7), ("b", "x", None)]
 
 
-def test_a_push_into_a_first_release_store_lands_every_value_in_its_column(tmp_path, db):
+def test_a_push_into_a_first_release_store_lands_every_value_in_its_column(tmp_path, source):
     """A team store created by the first release and upgraded on open holds the columns later migrations added at
     the end of its tables: a push into it (batched, by column name) gives the source's rows."""
     from receipts.store import migrations
 
-    source = _source(tmp_path, db)
     target = str(tmp_path / "first_release.duckdb")
     con = duckdb.connect(target)
     migrations.init(migrations.DuckDBTarget(con, target), version=1)
