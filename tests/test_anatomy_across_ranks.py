@@ -88,7 +88,7 @@ def test_past_one_nodes_ranks_the_default_is_one_table_per_phase(tmp_path, db):
         assert row["min_rank"] in (0, 1) and row["max_rank"] in (10, 11)
     assert "per rank, ms per step" in cli(db, "anatomy", "ranks12", "--by", "rank", "--format", "table").stdout
     bad = cli(db, "anatomy", "ranks12", "--by", "ranks")
-    assert bad.exit_code == 2 and "--by must be category, rank, step, nvtx or kernel" in bad.stderr
+    assert bad.exit_code == 2 and "--by must be category, rank, step, nvtx, kernel or gap" in bad.stderr
 
 
 def test_the_dashboard_draws_the_spread_past_one_nodes_ranks(tmp_path, db, monkeypatch):
