@@ -151,9 +151,11 @@ def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Seque
     formats = tuple(sorted({profiles[i]["source_format"] for i in names}))
     result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels or LEVELS,
                      calibration=calibration_for(formats))
-    return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (),
-                         _stragglers(store, c.b.id), formats, rules=rules,
-                         clock=_clock(store, [c.a.id], c.b.id, runs))
+    # the ranks B's straggler report names, as the comparison read it (not read again), else read here
+    stragglers = (tuple(int(rank) for rank in c.straggler["b_stragglers"]) if c.straggler is not None
+                  else _stragglers(store, c.b.id))
+    return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (), stragglers, formats,
+                         rules=rules, clock=_clock(store, [c.a.id], c.b.id, runs))
 
 
 def _clock(store: "Store", base_ids: Sequence[str], candidate: str, runs: Mapping[str, RunComponents]
