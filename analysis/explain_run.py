@@ -196,7 +196,9 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
     from receipts.analysis.explain import RunComponents
     from receipts.analysis.recategorise import common_rules
 
-    stored = inputs.stored_many(store, ids)
+    # each run's newest export as profiled() found it: every query below reads that one, not looked up again
+    exports = {rid: profiles[rid]["source_sha256"] for rid in ids if rid in profiles}
+    stored = inputs.stored_many(store, exports)
     for rid in ids:
         if rid not in stored:  # stored before components were: summarised from its anatomy rows (polars)
             from receipts.analysis import components as comp
@@ -212,8 +214,8 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
     stored, difference = common_rules(stored, {rid: profiles[rid].get("category_rules_json") for rid in ids},
                                       baseline, from_raw)
     # The step-to-step spread is read from the stored per-step rows, made under each run's own rules.
-    spread = inputs.spread_many(store, [rid for rid in ids if rid in profiles])
-    shapes = inputs.shapes_many(store, ids)  # evidence for pricing added calls, not components
+    spread = inputs.spread_many(store, exports)
+    shapes = inputs.shapes_many(store, exports)  # evidence for pricing added calls, not components
     runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {})),
                                shapes.get(rid, {})) for rid in ids}
     return runs, difference

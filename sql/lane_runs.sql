@@ -1,7 +1,7 @@
 -- The current runs of one or more lanes, in run order, each with its steady-state median: the input of
 -- a lane's noise floor (analysis.noise) and of `receipts history`.
 -- Reads: receipts, receipt_summaries (stored medians), receipt_steps (only receipts stored without a summary,
---        through steady_step_times: the median run_medians takes, sql/_macros.sql).
+--        through every_run_median, sql/_macros.sql).
 -- Params: $lane_keys (VARCHAR[]: the lanes, each its stored key receipts.lane_key, schema/lane.py Lane.key); $tag (text or NULL: only receipts carrying this lineage tag);
 --         $last (integer or NULL: only each lane's most recent $last runs); $unsummarised (VARCHAR[]: the receipts
 --         without a stored summary, sql/unsummarised_receipts.sql). A value, not a subquery here: over a
@@ -15,9 +15,6 @@
 --          run_date_source (text: 'header' when from the run, 'ingest' when the run gave none),
 --          n_steps (steady steps with a time), median_step_ms (ms, warm-up excluded, slowest rank per
 --          step; null without steady steps), tags (VARCHAR[]), git_rev (text, null when unrecorded).
--- The picked runs are read once, joined to their summaries and to the step medians of the unsummarised ones,
--- rather than through run_medians over the picked ids: that reads the picked CTE twice, and DuckDB plans it in
--- ~12 ms against ~6 ms for this (a few rows either way), paid by every show, compare, explain and check.
 WITH lanes AS (
     SELECT unnest(CAST($lane_keys AS VARCHAR[])) AS lane_key
 ), picked AS (
@@ -28,12 +25,8 @@ WITH lanes AS (
     QUALIFY $last IS NULL
          OR row_number() OVER (PARTITION BY lane_key ORDER BY run_date DESC, ingest_seq DESC, id DESC) <= $last
 )
-SELECT p.lane_key, p.id AS receipt_id, p.run_name, p.run_date, p.run_date_source,
-       coalesce(CASE WHEN m.receipt_id IS NULL THEN u.n_steps ELSE m.n_steady_steps END, 0) AS n_steps,
-       CASE WHEN m.receipt_id IS NULL THEN u.median_step_ms ELSE m.median_step_ms END AS median_step_ms,
-       p.tags, git_rev(p.provenance_json) AS git_rev
-FROM picked p
-LEFT JOIN receipt_summaries m ON m.receipt_id = p.id
-LEFT JOIN (SELECT receipt_id, count(*) AS n_steps, median(step_ms) AS median_step_ms
-           FROM steady_step_times(CAST($unsummarised AS VARCHAR[])) GROUP BY receipt_id) u ON u.receipt_id = p.id
+SELECT p.lane_key, p.id AS receipt_id, p.run_name, p.run_date,
+       p.run_date_source, coalesce(m.n_steps, 0) AS n_steps, m.median_step_ms, p.tags, git_rev(p.provenance_json) AS git_rev
+FROM picked p LEFT JOIN every_run_median(CAST($unsummarised AS VARCHAR[])) m
+     ON m.receipt_id = p.id
 ORDER BY p.lane_key, p.run_date, p.ingest_seq, p.id
