@@ -27,7 +27,10 @@ def extension_directory() -> str | None:
     return None
 
 
-def connect(database: str = ":memory:", *, read_only: bool = False, extensions: tuple[str, ...] = ()) -> duckdb.DuckDBPyConnection:
+def connect(database: str = ":memory:", *, read_only: bool = False, extensions: tuple[str, ...] = (),
+            threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection with the bundled extensions' directory; `threads`: DuckDB's worker threads (default: one per
+    core), where RECEIPTS_THREADS is not set."""
     config: dict[str, str | bool | int | float | list[str]] = {
         "autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
     ext_dir = extension_directory()
@@ -35,9 +38,11 @@ def connect(database: str = ":memory:", *, read_only: bool = False, extensions: 
         config["extension_directory"] = ext_dir
     # A worker process of a parallel map gets its share of the cores (pipeline/execution.py sets this); DuckDB
     # would otherwise start one thread per core in every worker.
-    threads = os.environ.get("RECEIPTS_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:
-        config["threads"] = int(threads)
+    chosen = os.environ.get("RECEIPTS_THREADS", "")
+    if chosen.isdigit() and int(chosen) > 0:
+        config["threads"] = int(chosen)
+    elif threads is not None:
+        config["threads"] = threads
     con = duckdb.connect(database, read_only=read_only, config=config)
     # DuckDB draws its own progress bar on a terminal under a query that runs past 2 s: across ours (cli/progress.py)
     # or a command's table. receipts says its own progress. (A connection's setting, not a connect-time one.)

@@ -140,6 +140,10 @@ class CheckResult:
     candidates: tuple[CandidateCheck, ...]
     pooled: tuple[PooledCheck, ...] = ()   # one per lane with a judged candidate
     each: bool = False                      # judged run by run (--each): the pool does not decide the exit code
+    # With profiled_only: the newest export of the candidates and their lanes' tagged runs (analysis/profiles.py
+    # profiled), and the GPU telemetry read with them: what explaining a candidate reads again otherwise.
+    profiles: Mapping[str, dict] | None = None  # None: not read (a check without profiled_only)
+    telemetry: Mapping[str, tuple] | None = None
 
     @property
     def pooled_verdict(self) -> str | None:
@@ -213,6 +217,7 @@ class LaneReads:
     tag_hint: str | None = None      # no current receipt carries the tag, and some tag is spelled like it
     # GPU telemetry of the candidates and the picked runs (analysis/telemetry.py), for infrastructure drift
     telemetry: Mapping[str, tuple] = field(default_factory=dict)
+    profiles: Mapping[str, dict] = field(default_factory=dict)  # profiled_only: profiled() of candidates and rows
 
 
 def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: str, last: int,
@@ -229,10 +234,12 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
                                last=None if profiled_only else max(last, FLOOR_WINDOW) + len(candidates)):
             rows[Lane.from_key(r["lane_key"])].append(r)
     eligible = rows
+    found: dict[str, dict] = {}
     if profiled_only:
         from receipts.analysis.profiles import profiled
 
-        found = profiled(store, [r["receipt_id"] for lane_rows in rows.values() for r in lane_rows])
+        found = profiled(store, list(dict.fromkeys([*candidates, *(r["receipt_id"] for lane_rows in rows.values()
+                                                                   for r in lane_rows)])))
         eligible = {lane: [r for r in lane_rows if found.get(r["receipt_id"], {}).get("has_steps")]
                     for lane, lane_rows in rows.items()}
         rows = {lane: lane_rows[-(FLOOR_WINDOW + len(candidates)):] for lane, lane_rows in rows.items()}
@@ -242,7 +249,7 @@ def read_lanes(store: "Store", candidates: Mapping[str, StoredReceipt], *, tag: 
     return LaneReads(picked, {lane: _floor_rows(lane_rows, candidates.keys()) for lane, lane_rows in rows.items()},
                      load_many(store, ids, series=series) if ids else {}, own,
                      tag_hint(store, tag) if not any(rows.values()) else None,
-                     telemetry.load(store, [*candidates, *ids]))
+                     telemetry.load(store, [*candidates, *ids]), found)
 
 
 def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = DEFAULT_LAST,
@@ -259,7 +266,8 @@ def run_check(store: "Store", refs: Sequence[str], *, against: str, last: int = 
     candidates = load_many(store, [rid for _, rid in pairs], series=False)
     reads = read_lanes(store, candidates, tag=tag, last=last, profiled_only=profiled_only, series=False)
     checks = tuple(judge(ref, candidates[rid], tag=tag, last=last, reads=reads) for ref, rid in pairs)
-    return CheckResult(against, last, checks, pool(checks, candidates), each)
+    return CheckResult(against, last, checks, pool(checks, candidates), each,
+                       *((reads.profiles, reads.telemetry) if profiled_only else (None, None)))
 
 
 # ---------------------------------------------------------------------------------------- pure

@@ -20,7 +20,7 @@ from receipts.analysis.listing import series_headline
 from receipts.analysis.noise import NoiseFloor, default_floor, floor_json
 from receipts.analysis.record import StoredReceipt
 from receipts.analysis.figures import RatioCI, RunInterval, Summary
-from receipts.analysis.straggler_reports import explains, stored_report
+from receipts.analysis.straggler_reports import explains, stored_report_many
 from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
 
 from receipts.schema.lane import FIELDS, RAW
@@ -234,8 +234,8 @@ def compare_in_store(store: "Store", a_id: str, b_id: str, *, min_effect: float 
     # The floor of A's configuration, B never in it (analysis/configuration.py): the same pair, the same verdict,
     # whatever other runs share the lane.
     floor = configuration_floor(store, a, b, drift) if lane is not None and lane == lane_of(b) else None
-    result = compare(a, b, floor=floor, min_effect=min_effect,
-                     stragglers=(stored_report(store, a_id), stored_report(store, b_id)))
+    reports = stored_report_many(store, [a_id, b_id])  # both runs' straggler reports in one read
+    result = compare(a, b, floor=floor, min_effect=min_effect, stragglers=(reports.get(a_id), reports.get(b_id)))
     # Memory drift is a fact about the two runs, reported whether or not their speeds may be compared.
     sources = load_sources(store, [a_id, b_id])
     ga, gb = (geometry(sources[r.id], peak_allocated_bytes=r.peak_allocated_bytes,

@@ -34,48 +34,54 @@ GAP_START = "(span start)"  # the place of a long gap before a step span's first
 Spread = dict[tuple[str, str], tuple[float, int]]
 
 
-def stored_many(store: "Store", ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """The stored component rows (under this build's RULE) of each receipt that has them: its newest attached
-    export's, as `anatomy` shows it (sql/explain_components.sql); each row level, name, category, ms_per_step,
-    calls_per_step, n_steps."""
+def _exports(exports: Mapping[str, str]) -> dict[str, list[str]]:
+    """The query parameters naming each receipt's export: $ids and, in the same order, $exports."""
+    return {"ids": list(exports), "exports": list(exports.values())}
+
+
+def stored_many(store: "Store", exports: Mapping[str, str]) -> dict[str, list[dict[str, Any]]]:
+    """The stored component rows (under this build's RULE) of each receipt that has them. `exports`: receipt id ->
+    the source_sha256 of its newest attached export, as analysis/profiles.py profiled() found it (the one `anatomy`
+    shows; sql/explain_components.sql); each row level, name, category, ms_per_step, calls_per_step, n_steps."""
     out: dict[str, list[dict[str, Any]]] = {}
-    if not ids:
+    if not exports:
         return out
-    for r in store.query_rows("explain_components", {"ids": ids, "rule": RULE}):
+    for r in store.query_rows("explain_components", {**_exports(exports), "rule": RULE}):
         rid = r.pop("receipt_id")
         r.pop("source_sha256")
         out.setdefault(rid, []).append(r)
     return out
 
 
-def shapes_many(store: "Store", ids: list[str]) -> dict[str, dict[str, dict[str, tuple[float, float]]]]:
-    """Each receipt's kernels by launch shape (its newest attached export's, sql/explain_kernel_shapes.sql): kernel
-    name -> shape -> (calls, ms) per rank-step. A receipt whose profile recorded no shapes (or that was stored
-    before schema 16) is absent."""
+def shapes_many(store: "Store", exports: Mapping[str, str]) -> dict[str, dict[str, dict[str, tuple[float, float]]]]:
+    """Each receipt's kernels by launch shape (the export `exports` names for it, as stored_many's;
+    sql/explain_kernel_shapes.sql): kernel name -> shape -> (calls, ms) per rank-step. A receipt whose profile
+    recorded no shapes (or that was stored before schema 16) is absent."""
     out: dict[str, dict[str, dict[str, tuple[float, float]]]] = {}
-    if not ids:
+    if not exports:
         return out
-    for r in store.query_rows("explain_kernel_shapes", {"ids": ids}):
+    for r in store.query_rows("explain_kernel_shapes", _exports(exports)):
         kernel = out.setdefault(r["receipt_id"], {}).setdefault(r["name"], {})
         kernel[r["shape"]] = (float(r["calls_per_step"]), float(r["ms_per_step"]))
     return out
 
 
-def spread_many(store: "Store", ids: list[str]) -> dict[str, Spread]:
-    """The within-run spread (module docstring) of each category and rank component of each receipt's newest
-    attached export, from its stored per-step rows (sql/explain_step_rows.sql, explain_step_markers.sql): the
-    series analysis/components.py category_steps and rank_steps make of the same rows. A profile of one rank has no
-    rank level; a receipt without an export, or without steady steps, is absent."""
-    if not ids:
+def spread_many(store: "Store", exports: Mapping[str, str]) -> dict[str, Spread]:
+    """The within-run spread (module docstring) of each category and rank component of each receipt's export
+    (`exports`, as stored_many's), from its stored per-step rows (sql/explain_step_rows.sql,
+    explain_step_markers.sql): the series analysis/components.py category_steps and rank_steps make of the same
+    rows. A profile of one rank has no rank level; a receipt without steady steps is absent."""
+    if not exports:
         return {}
+    params = _exports(exports)
     rows: dict[str, list[dict[str, Any]]] = {}
-    for r in store.query_rows("explain_step_rows", {"ids": ids}):
+    for r in store.query_rows("explain_step_rows", params):
         rows.setdefault(r["receipt_id"], []).append(r)
     markers: dict[str, list[dict[str, Any]]] = {}
-    for r in store.query_rows("explain_step_markers", {"ids": ids}):
+    for r in store.query_rows("explain_step_markers", params):
         markers.setdefault(r["receipt_id"], []).append(r)
     gaps: dict[str, list[dict[str, Any]]] = {}
-    for r in store.query_rows("explain_gap_rows", {"ids": ids}):
+    for r in store.query_rows("explain_gap_rows", params):
         gaps.setdefault(r["receipt_id"], []).append(r)
     out = {}
     for rid, steps in markers.items():

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from receipts.analysis.explain_inputs import Spread
-    from receipts.analysis.check import CandidateCheck
+    from receipts.analysis.check import CandidateCheck, CheckResult
     from receipts.analysis.explain import Explanation, Mode, RunComponents, Value
     from receipts.analysis.recategorise import RulesDifference
     from receipts.schema.categories import CategoryRules
@@ -87,22 +87,25 @@ def explain_in_store(store: "Store", ref: str, *, against: str, last: int, level
         check = run_check(store, [rid], against=against, last=last, profiled_only=True)
         if check.candidates[0].outcome == "no_baseline":  # tagged runs without a profile: say to attach one
             check = run_check(store, [rid], against=against, last=last)
-        return for_check(store, check.candidates[0], against=against, levels=levels)
+        return for_check(store, check.candidates[0], against=against, levels=levels, read=check)
     comparison = compare_in_store(store, store.resolve(against), rid)
     result = for_comparison(store, comparison, against=against, levels=levels, refuse_unprofiled=True)
     assert result is not None  # refuse_unprofiled: a refusal, never None
     return result
 
 
-def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequence[str] | None = None
-              ) -> ExplainResult:
-    """The explanation of one of check's candidates against its baseline (check's result, not read again)."""
+def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequence[str] | None = None,
+              read: CheckResult | None = None) -> ExplainResult:
+    """The explanation of one of check's candidates against its baseline (check's result, not read again; `read`:
+    the check whose profiles and telemetry, read with profiled_only, are not read again either)."""
     names = {c.receipt_id: c.run_name}
     if c.outcome != "judged" or c.verdict is None or c.baseline is None:
         return ExplainResult(c.receipt_id, c.run_name, against, "lane", None, c.message, names)
     used = [b.id for b in c.baseline.used]
     names |= {b.id: b.run_name for b in c.baseline.used}
-    profiles = profiled(store, [c.receipt_id, *used])
+    wanted = [c.receipt_id, *used]
+    known = read.profiles if read is not None else None
+    profiles = profiled(store, wanted) if known is None else {i: known[i] for i in wanted if i in known}
     base_format = _majority([profiles[i]["source_format"] for i in used if i in profiles])
     refusal = _own_profile(c.run_name, profiles.get(c.receipt_id), base_format)
     if refusal is None and not any(i in profiles for i in used):
@@ -123,7 +126,8 @@ def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequen
                      calibration=calibration_for(formats))
     return ExplainResult(c.receipt_id, c.run_name, against, "lane", result, None, names,
                          tuple(names[i] for i in used if i not in base_ids), _stragglers(store, c.receipt_id),
-                         formats, rules=rules, clock=_clock(store, base_ids, c.receipt_id, runs))
+                         formats, rules=rules,
+                         clock=_clock(store, base_ids, c.receipt_id, runs, read.telemetry if read is not None else None))
 
 
 def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Sequence[str] | None = None,
@@ -151,15 +155,18 @@ def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Seque
     formats = tuple(sorted({profiles[i]["source_format"] for i in names}))
     result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels or LEVELS,
                      calibration=calibration_for(formats))
-    return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (),
-                         _stragglers(store, c.b.id), formats, rules=rules,
-                         clock=_clock(store, [c.a.id], c.b.id, runs))
+    # the ranks B's straggler report names, as the comparison read it (not read again), else read here
+    stragglers = (tuple(int(rank) for rank in c.straggler["b_stragglers"]) if c.straggler is not None
+                  else _stragglers(store, c.b.id))
+    return ExplainResult(c.b.id, c.b.run_name, against, "pairwise", result, None, names, (), stragglers, formats,
+                         rules=rules, clock=_clock(store, [c.a.id], c.b.id, runs))
 
 
-def _clock(store: "Store", base_ids: Sequence[str], candidate: str, runs: Mapping[str, RunComponents]
-           ) -> telemetry.ClockVerdict | None:
-    """Whether the candidate's kernels are slower by its GPUs' SM clock ratio (analysis/telemetry.py)."""
-    stored = telemetry.load(store, [*base_ids, candidate])
+def _clock(store: "Store", base_ids: Sequence[str], candidate: str, runs: Mapping[str, RunComponents],
+           read: Mapping[str, tuple] | None = None) -> telemetry.ClockVerdict | None:
+    """Whether the candidate's kernels are slower by its GPUs' SM clock ratio (analysis/telemetry.py). `read`: the
+    runs' telemetry where already read (check's), else read here."""
+    stored = read if read is not None else telemetry.load(store, [*base_ids, candidate])
     base = [t for i in base_ids if (t := telemetry.summarise(stored.get(i, ()))) is not None]
     return telemetry.clock_verdict(base, telemetry.summarise(stored.get(candidate, ())),
                                    [runs[i].values for i in base_ids], [runs[candidate].values])
@@ -194,7 +201,9 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
     from receipts.analysis.explain import RunComponents
     from receipts.analysis.recategorise import common_rules
 
-    stored = inputs.stored_many(store, ids)
+    # each run's newest export as profiled() found it: every query below reads that one, not looked up again
+    exports = {rid: profiles[rid]["source_sha256"] for rid in ids if rid in profiles}
+    stored = inputs.stored_many(store, exports)
     for rid in ids:
         if rid not in stored:  # stored before components were: summarised from its anatomy rows (polars)
             from receipts.analysis import components as comp
@@ -210,8 +219,8 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
     stored, difference = common_rules(stored, {rid: profiles[rid].get("category_rules_json") for rid in ids},
                                       baseline, from_raw)
     # The step-to-step spread is read from the stored per-step rows, made under each run's own rules.
-    spread = inputs.spread_many(store, [rid for rid in ids if rid in profiles])
-    shapes = inputs.shapes_many(store, ids)  # evidence for pricing added calls, not components
+    spread = inputs.spread_many(store, exports)
+    shapes = inputs.shapes_many(store, exports)  # evidence for pricing added calls, not components
     runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {})),
                                shapes.get(rid, {})) for rid in ids}
     return runs, difference

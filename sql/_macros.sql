@@ -11,6 +11,8 @@
 --       as reported), n_ranks (ranks with a time there).
 --   run_medians(ids VARCHAR[], unsummarised VARCHAR[]) -> receipt_id, n_steps (steady steps with a time),
 --       median_step_ms, p10_step_ms, p90_step_ms (ms, warm-up excluded, slowest rank per step).
+--   every_run_median(unsummarised VARCHAR[]) -> receipt_id, n_steps, median_step_ms: run_medians' first three
+--       columns for every receipt, to be joined to the few a query picked.
 --   utc_time(iso text) -> TIMESTAMP (UTC); run_date(started_at, ingested_at) -> TIMESTAMP (UTC);
 --   run_date_source(started_at) -> 'header' | 'ingest'; receipt_tags(tags_json) -> VARCHAR[];
 --   git_rev(provenance_json) -> text (null when unrecorded);
@@ -61,6 +63,18 @@ SELECT receipt_id, count(*), median(step_ms), quantile_cont(step_ms, 0.10), quan
 FROM steady_step_times(unsummarised) t
 WHERE receipt_id IN (SELECT unnest(ids))
   AND NOT EXISTS (SELECT 1 FROM receipt_summaries m WHERE m.receipt_id = t.receipt_id)  -- summarised since: one row
+GROUP BY receipt_id;
+
+-- Every receipt's steady-state median, as run_medians gives it, without the ids: a query joins it to the runs it
+-- picked (sql/lane_runs.sql). Handing run_medians those runs' ids as a subquery over the query's own CTE reads the
+-- CTE twice, and DuckDB takes ~12 ms to plan that against ~6 ms for the join (a lane of four runs), in every show,
+-- compare, explain and check; the summaries' two columns of every receipt are a few thousand rows at most.
+CREATE OR REPLACE TEMP MACRO every_run_median(unsummarised) AS TABLE
+SELECT m.receipt_id, m.n_steady_steps AS n_steps, m.median_step_ms FROM receipt_summaries m
+UNION ALL
+SELECT receipt_id, count(*), median(step_ms)
+FROM steady_step_times(unsummarised) t
+WHERE NOT EXISTS (SELECT 1 FROM receipt_summaries m WHERE m.receipt_id = t.receipt_id)  -- summarised since: one row
 GROUP BY receipt_id;
 
 -- An ISO-8601 time as a UTC timestamp: one with an offset ('+02:00', 'Z') converted to UTC; one without

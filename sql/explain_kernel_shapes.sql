@@ -1,11 +1,13 @@
 -- Each kernel's calls and time per launch shape of several receipts (anatomy_kernel_shapes): for each receipt, its
 -- newest attached export's (the one its components come from), per rank-step as analysis/components.py's kernel
 -- level (the totals over the ranks' steady steps, divided by the sum of those steps).
--- Reads: anatomy_kernel_shapes, anatomy_kernels, anatomy_sources, receipt_sources.  Params: $ids (VARCHAR[]).
+-- Reads: anatomy_kernel_shapes, anatomy_kernels.
+-- Params: $ids (VARCHAR[]: receipt ids), $exports (VARCHAR[]: the source_sha256 of each one's
+--         newest attached export, as sql/explain_profiled.sql gives it: the export explain reads).
 -- Columns: receipt_id, name (kernel name as the export states it), shape ('grid (x,y,z) block (x,y,z)'),
 --          calls_per_step (calls per rank-step), ms_per_step (ms per rank-step, sum of the calls' durations).
-WITH newest AS (  -- sql/_macros.sql
-    SELECT receipt_id, source_sha256 FROM newest_exports(CAST($ids AS VARCHAR[]))
+WITH newest AS (  -- the pairs ($ids[i], $exports[i])
+    SELECT unnest(CAST($ids AS VARCHAR[])) AS receipt_id, unnest(CAST($exports AS VARCHAR[])) AS source_sha256
 ), _rank_steps AS (
     SELECT r.receipt_id, r.source_sha256, sum(r.steps) AS rank_steps
     FROM (SELECT DISTINCT k.receipt_id, k.source_sha256, k.rank, k.steps

@@ -1,7 +1,7 @@
 -- The current runs of one or more lanes, in run order, each with its steady-state median: the input of
 -- a lane's noise floor (analysis.noise) and of `receipts history`.
 -- Reads: receipts, receipt_summaries (stored medians), receipt_steps (only receipts stored without a summary,
---        through run_medians).
+--        through every_run_median, sql/_macros.sql).
 -- Params: $lane_keys (VARCHAR[]: the lanes, each its stored key receipts.lane_key, schema/lane.py Lane.key); $tag (text or NULL: only receipts carrying this lineage tag);
 --         $last (integer or NULL: only each lane's most recent $last runs); $unsummarised (VARCHAR[]: the receipts
 --         without a stored summary, sql/unsummarised_receipts.sql). A value, not a subquery here: over a
@@ -17,7 +17,7 @@
 --          step; null without steady steps), tags (VARCHAR[]), git_rev (text, null when unrecorded).
 WITH lanes AS (
     SELECT unnest(CAST($lane_keys AS VARCHAR[])) AS lane_key
-), picked AS NOT MATERIALIZED (  -- read twice (rows, ids): see sql/dash_lanes.sql
+), picked AS (
     SELECT r.*, run_date(r.started_at, r.ingested_at) AS run_date, run_date_source(r.started_at) AS run_date_source,
            receipt_tags(r.tags_json) AS tags
     FROM receipts r SEMI JOIN lanes l ON l.lane_key = r.lane_key
@@ -27,6 +27,6 @@ WITH lanes AS (
 )
 SELECT p.lane_key, p.id AS receipt_id, p.run_name, p.run_date,
        p.run_date_source, coalesce(m.n_steps, 0) AS n_steps, m.median_step_ms, p.tags, git_rev(p.provenance_json) AS git_rev
-FROM picked p LEFT JOIN run_medians((SELECT list(id) FROM picked), CAST($unsummarised AS VARCHAR[])) m
+FROM picked p LEFT JOIN every_run_median(CAST($unsummarised AS VARCHAR[])) m
      ON m.receipt_id = p.id
 ORDER BY p.lane_key, p.run_date, p.ingest_seq, p.id

@@ -53,7 +53,8 @@ def _stderr_line(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def open_with_lock_wait(path: str | Path, *, read_only: bool = False, wait_s: float | None = None,
+def open_with_lock_wait(path: str | Path, *, read_only: bool = False, threads: int | None = None,
+                        wait_s: float | None = None,
                         notify: Callable[[str], None] = _stderr_line,
                         sleep: Callable[[float], None] = time.sleep,
                         clock: Callable[[], float] = time.monotonic) -> duckdb.DuckDBPyConnection:
@@ -65,7 +66,7 @@ def open_with_lock_wait(path: str | Path, *, read_only: bool = False, wait_s: fl
     told = False
     while True:
         try:
-            return connect(str(path), read_only=read_only)
+            return connect(str(path), read_only=read_only, threads=threads)
         except duckdb.IOException as exc:
             holder = lock_holder(exc)
             if holder is None:

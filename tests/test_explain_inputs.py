@@ -19,7 +19,7 @@ def test_the_step_spread_read_as_rows_is_the_one_polars_makes(explain_lane):
     with open_store(explain_lane, read_only=True) as store:
         ids = [r["id"] for r in store.sql_rows("SELECT id FROM receipts ORDER BY id")]
         profiles = profiled(store, ids)
-        spread = inputs.spread_many(store, ids)
+        spread = inputs.spread_many(store, {rid: p["source_sha256"] for rid, p in profiles.items()})
         assert len(profiles) == len(ids) == 14 and spread.keys() == profiles.keys()
         gaps = 0
         for rid, profile in profiles.items():
