@@ -27,6 +27,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from receipts.analysis.explain_inputs import RULE
 from receipts.analysis.explain_run import explain_in_store
 from receipts.analysis.profiles import profiled
 from receipts.cli.main import app
@@ -79,7 +80,7 @@ def main() -> None:
         with open_store(db, read_only=True) as store:
             exports = {rid: p["source_sha256"] for rid, p in profiled(store, ids).items()}
             bare = best(lambda: store.query("explain_components", {"ids": list(exports), "exports": list(exports.values()),
-                                                                   "rule": "components-v1"}), args.repeat)
+                                                                   "rule": RULE}), args.repeat)
             stored = best(lambda: explain_in_store(store, CANDIDATE, against=AGAINST, last=LAST), args.repeat)
         with open_store(ref, read_only=True) as store:
             recompute = best(lambda: explain_in_store(store, CANDIDATE, against=AGAINST, last=LAST), args.repeat)
