@@ -280,6 +280,19 @@ def _damaged(path: Path, buf: bytearray, at: int, start: int, why: str) -> Input
                             "expected a complete Kineto Chrome trace (a damaged file?)")
 
 
+_NOT_UTF8 = "Invalid UTF-8"  # msgspec's DecodeError for a byte that is not UTF-8 inside a string (0.23 on)
+
+
+def _not_utf8(path: Path, buf: bytearray, end: int, start: int) -> InputError:
+    """The block buf[:end] holds a byte that is not UTF-8: the error naming the first such byte's offset."""
+    try:
+        bytes(buf[:end]).decode("utf-8")
+        at = 1
+    except UnicodeDecodeError as where:
+        at = where.start
+    return _damaged(path, buf, at, start, "a byte that is not UTF-8")
+
+
 def _decode(trace: Trace, buf: bytearray, end: int, start: int) -> tuple[list[_Event], bool]:
     """buf[:end], a JSON array of whole events, decoded in one call: (events, typed). A block holding a field of
     an unexpected type is decoded again without types (_untyped). `start`: buf[1]'s offset in the trace."""
@@ -292,16 +305,13 @@ def _decode(trace: Trace, buf: bytearray, end: int, start: int) -> tuple[list[_E
     except msgspec.DecodeError as exc:
         if str(exc) == _TRUNCATED:
             raise _Truncated from exc
+        if str(exc).startswith(_NOT_UTF8):  # msgspec >= 0.23 says so without the byte: find where
+            raise _not_utf8(trace.path, buf, end, start) from exc
         byte = _AT_BYTE.search(str(exc))  # the offset in this block; the message names it in the trace
         raise _damaged(trace.path, buf, int(byte.group(1)) if byte else 1, start,
                        _AT_BYTE.sub("", str(exc)).strip()) from exc
-    except UnicodeDecodeError as exc:  # a byte that is not UTF-8 inside a string: find where
-        try:
-            bytes(buf[:end]).decode("utf-8")
-            at = 1
-        except UnicodeDecodeError as where:
-            at = where.start
-        raise _damaged(trace.path, buf, at, start, "a byte that is not UTF-8") from exc
+    except UnicodeDecodeError as exc:  # a byte that is not UTF-8 inside a string (msgspec < 0.23): find where
+        raise _not_utf8(trace.path, buf, end, start) from exc
     except RecursionError as exc:
         raise _too_deep(trace.path, f"a trace event after byte {start:,}") from exc
 
