@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from receipts.ingest.intervals import segmented_running_max
+from receipts.ingest.intervals import gap_walk
 from receipts.schema.categories import LONG_GAP_NS
 from receipts.schema.model import ANATOMY_GAP_SCHEMA
 
@@ -42,16 +42,10 @@ def places_ns(group: np.ndarray, label: np.ndarray, start: np.ndarray, end: np.n
     c_out: list[np.ndarray] = []
     ns_out: list[np.ndarray] = []
     if start.size:
-        base = int(min(int(start.min()), int(lo.min())))
-        reach = segmented_running_max(end - base, group) + base       # the latest end so far within the group
-        index = np.arange(start.size)
+        reach, first, last, gap = gap_walk(group, start, end, lo)
         # The interval that set `reach`: the first of a group always does (its own end), so one accumulate over the
         # whole array never reaches back into the group before.
-        setter = np.maximum.accumulate(np.where(end == reach, index, -1))
-        first = np.r_[True, group[1:] != group[:-1]]
-        last = np.r_[group[1:] != group[:-1], True]
-        before = np.where(first, lo[group], np.r_[0, reach[:-1]])
-        gap = start - before
+        setter = np.maximum.accumulate(np.where(end == reach, np.arange(start.size), -1))
         inner = np.flatnonzero((gap >= LONG_GAP_NS) & ~first)    # after an interval
         lead = np.flatnonzero((gap >= LONG_GAP_NS) & first)      # from the span's start
         tail_rows = np.flatnonzero(last)

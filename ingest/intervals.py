@@ -79,7 +79,7 @@ def _grouped(events: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, np.nd
     return key_rows, group, start[order], end[order]
 
 
-def segmented_running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+def _segmented_running_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     """Running max of `values` that restarts at each group (groups contiguous, values >= 0)."""
     if values.size == 0:
         return values
@@ -102,7 +102,7 @@ def _islands(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.
         return group, start, end
     base = min(int(start.min()), int(end.min()))
     s, e = start - base, end - base
-    run_max = segmented_running_max(e, group)
+    run_max = _segmented_running_max(e, group)
     prev_max = np.r_[-1, run_max[:-1]]
     new = np.r_[True, group[1:] != group[:-1]] | (s > prev_max)
     idx = np.flatnonzero(new)
@@ -227,6 +227,19 @@ def sorted_step_ns(key: np.ndarray, category: np.ndarray, start: np.ndarray, end
     return step_ns, category_ns
 
 
+def gap_walk(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The walk both the long idle (_long_gaps_ns) and each long gap's place (ingest/gap_places.py) read, over
+    intervals sorted by (group, start), at least one: per interval the latest end so far within its group (reach),
+    whether it is its group's first and last, and the gap before it (from the span's start `lo` for a first)."""
+    base = int(min(int(start.min()), int(lo.min())))
+    reach = _segmented_running_max(end - base, group) + base   # the latest end so far within the group
+    first = np.r_[True, group[1:] != group[:-1]]
+    last = np.r_[group[1:] != group[:-1], True]
+    before = np.where(first, lo[group], np.r_[0, reach[:-1]])  # where the GPU went idle before this interval
+    return reach, first, last, start - before
+
+
 def _long_gaps_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray
                   ) -> np.ndarray:
     """Per group (0..n-1, n = lo.size), the GPU's idle time inside [lo, hi) held in gaps of at least LONG_GAP_NS
@@ -241,12 +254,7 @@ def _long_gaps_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.
     if not start.size:
         gap = hi - lo
         return np.where(gap >= LONG_GAP_NS, gap, 0).astype(np.int64)
-    base = int(min(int(start.min()), int(lo.min())))
-    reach = segmented_running_max(end - base, group) + base   # the latest end so far within the group
-    first = np.r_[True, group[1:] != group[:-1]]
-    last = np.r_[group[1:] != group[:-1], True]
-    before = np.where(first, lo[group], np.r_[0, reach[:-1]])  # where the GPU went idle before this interval
-    gap = start - before
+    reach, first, last, gap = gap_walk(group, start, end, lo)
     starts = np.flatnonzero(first)  # integers summed as integers: a float's 53 bits do not hold every export's ns
     out[group[starts]] += np.add.reduceat(np.where(gap >= LONG_GAP_NS, gap, 0), starts)
     tail = hi[group[last]] - reach[last]
