@@ -203,6 +203,31 @@ def test_reader_sees_commits_made_after_it_attached(pg_url, tmp_path):
         assert reader.sql("SELECT count(probe_note) AS n FROM receipts")["n"][0] == 0
 
 
+def test_stores_open_at_once_each_read_their_own_database(pg_url, pg_server, tmp_path):
+    """Readers share one DuckDB (the extension loads once per process), each over its own ATTACH: two databases
+    open at once answer each for itself, and closing one leaves the other reading."""
+    other = pg_server["fresh"]()
+    with migrations.open_target(other, create=True) as target:
+        migrations.init(target)
+    a, b, c = _logs(tmp_path, 3)
+    registry = load_registry(None)
+    with open_store(pg_url) as one:
+        ingest_paths(one, [a], registry=registry)
+    with open_store(other) as two:
+        ingest_paths(two, [b, c], registry=registry)
+    first, second = open_store(pg_url, read_only=True), open_store(other, read_only=True)
+    try:
+        assert len(receipt_list(first, include_superseded=True)) == 1
+        assert len(receipt_list(second, include_superseded=True)) == 2
+        assert first._reader() is not second._reader()  # each its own cursor: its own USE and TEMP macros
+        first.close()
+        assert len(receipt_list(second, include_superseded=True)) == 2
+        with open_store(pg_url, read_only=True) as again:  # a new attach after the first one was detached
+            assert len(receipt_list(again, include_superseded=True)) == 1
+    finally:
+        second.close()
+
+
 def test_read_only_store_never_writes(pg_empty_url, tmp_path, pg_server):
     pg_url = pg_empty_url
     path, unseen = _logs(tmp_path, 2)
