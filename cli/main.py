@@ -71,6 +71,7 @@ class LazyGroup(TyperGroup):
 
     _listing = False  # True while the top-level help lists the commands: summaries, no imports
     _loaded: frozenset[str] = frozenset()
+    _freezing = False  # main() froze the start-up's objects (gc.get_freeze_count() walks them all: ~2 ms)
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
@@ -106,7 +107,7 @@ class LazyGroup(TyperGroup):
             raise RegistryError("command", entry, dotted, f"cannot be imported ({type(exc).__name__}: {exc})") from exc
         if not callable(register):
             raise RegistryError("command", entry, dotted, "has no register(app)")
-        if gc.get_freeze_count():  # the command line's process (main()): the command's modules join what it froze
+        if self._freezing:  # the command line's process (main()): the command's modules join what it froze
             gc.freeze()
         sub = typer.Typer()
         register(sub)
@@ -239,6 +240,7 @@ def main() -> None:
     # small store, 15-22 ms of CPU less per command (`show`, `compare`, `explain`; paired medians of 11). A library
     # caller or a test (no main()) keeps the collector as it was (tests/test_cli_gc.py).
     gc.freeze()
+    LazyGroup._freezing = True
     return_freed_memory_at_once()  # before any command imports polars (cli/allocator.py)
     leave_pandas_out()  # DuckDB would import it to bind a parameter (cli/lean_imports.py)
     stop_like_ctrl_c()  # SIGTERM and SIGHUP roll back and clean up as Ctrl-C does (cli/termination.py)

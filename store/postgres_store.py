@@ -12,6 +12,7 @@ import io
 import itertools
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -42,6 +43,14 @@ _SCANNER_LOCK = threading.Lock()
 _ALIASES = itertools.count(1)
 
 
+def _detach(con: duckdb.DuckDBPyConnection, alias: str) -> None:
+    try:
+        con.execute("USE memory")  # a cursor cannot detach the database it is using
+        con.execute(f"DETACH DATABASE IF EXISTS {alias}")
+    finally:
+        con.close()
+
+
 def _scanner() -> duckdb.DuckDBPyConnection:
     global _SCANNER
     with _SCANNER_LOCK:
@@ -56,7 +65,7 @@ class PostgresStore(Store):
         self.url = redact_url(url)
         self.read_only = read_only
         self._duck: duckdb.DuckDBPyConnection | None = None
-        self._alias = ""
+        self._detach: Callable[[], Any] = lambda: None
         try:
             # autocommit: every write opens its own explicit transaction (conn.transaction()).
             self.conn = psycopg.connect(self.dsn, autocommit=True)
@@ -73,32 +82,27 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         if self._duck is not None:
-            con, self._duck = self._duck, None
-            try:
-                con.execute("USE memory")  # a cursor cannot detach the database it is using
-                con.execute(f"DETACH {self._alias}")
-            finally:
-                con.close()
+            self._duck = None
+            self._detach()
         self.conn.close()
 
     # ---- reads: the sql/ queries, run by DuckDB over the attached database -----------------------
     def _reader(self) -> duckdb.DuckDBPyConnection:
         if self._duck is None:
-            con, self._alias = _scanner().cursor(), f"pg_{next(_ALIASES)}"
+            con, alias = _scanner().cursor(), f"pg_{next(_ALIASES)}"  # ours: never from input
             quoted = self.dsn.replace("'", "''")
+            # The attach ends with the store: at close(), or when a store never closed is collected (its server
+            # connections would otherwise stay open for the process's life: a DROP DATABASE would wait on them).
+            detach = weakref.finalize(self, _detach, con, alias)
             try:
                 # A string literal, not a parameter: ATTACH takes no prepared parameters (duckdb 1.4.4).
-                con.execute(f"ATTACH '{quoted}' AS {self._alias} (TYPE postgres, READ_ONLY)")
-                con.execute(f"USE {self._alias}.public")
+                con.execute(f"ATTACH '{quoted}' AS {alias} (TYPE postgres, READ_ONLY)")
+                con.execute(f"USE {alias}.public")
                 self._create_macros(con)  # TEMP macros: this cursor's own, over its own USE
             except BaseException:
-                try:
-                    con.execute("USE memory")
-                    con.execute(f"DETACH DATABASE IF EXISTS {self._alias}")
-                finally:
-                    con.close()
+                detach()
                 raise
-            self._duck = con
+            self._duck, self._detach = con, detach
         return self._duck
 
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:

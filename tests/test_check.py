@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import cli
-from conftest import write_native_log
+from conftest import drop_test_database, write_native_log
 
 REPO = Path(__file__).resolve().parents[1]
 NOISE = REPO / "tests" / "data" / "noise"
@@ -324,7 +324,7 @@ def pg_db():
     p = conninfo_to_dict(url)
     auth = p.get("user", "") + (f":{p['password']}" if p.get("password") else "")
     yield f"postgresql://{auth}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{name}"
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_test_database(admin, name)
     admin.close()
 
 

@@ -137,7 +137,7 @@ def test_every_option_the_readme_shows_exists():
 SQL_INTERPOLATIONS = {
     "store/sync.py": {"columns", "table", "where", "ids"},
     "duck.py": {"table", "columns"},
-    "store/postgres_store.py": {"quoted", "column"},
+    "store/postgres_store.py": {"quoted", "column", "alias"},  # alias: pg_<n>, counted by the store
     "store/duckdb_store.py": {"table", "names", "placeholders", "column", "columns", "', '.join(columns)",
                               "', '.join(f'{c} = ?' for c in changes)", "sets"},  # sets: ReceiptFill's checked names
     "ingest/nsys_activity.py": {"pid", "KIND[kind]", "name if kind == 'kernel' else 'NULL'",

@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from cli_helpers import cli, cli_json
-from conftest import EXPLAIN_DATA
+from conftest import EXPLAIN_DATA, drop_test_database
 from receipts.analysis import components as comp
 from receipts.analysis.explain import FDR, RunComponents, StepChange, Value, explain, kernel_keys, strip_arguments
 from receipts.analysis.explain_noise import CALIBRATION, noise
@@ -484,7 +484,7 @@ def test_explain_on_postgresql_after_a_push_gives_the_same_answer(explain_lane):
         for run in ("stall_1", "fp32_1"):
             assert _explain(pg, run) == _explain(explain_lane, run)
     finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_test_database(admin, name)
         admin.close()
 
 

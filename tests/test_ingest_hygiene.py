@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import cli, cli_json
-from conftest import GPU_DATA, realdata
+from conftest import GPU_DATA, drop_test_database, realdata
 
 CLI = [sys.executable, "-m", "receipts.cli.main"]
 LANE = ["--host-lineage", "gtx1660-desk", "--preset", "nanochat-d20", "--regime", "single/no-compile"]
@@ -394,7 +394,7 @@ def test_a_postgres_role_without_select_gets_one_line_naming_the_tables(tmp_path
         pytest.skip(f"no PostgreSQL server reachable: {exc}")
     name = f"receipts_hyg_{os.getpid()}"
     reader, password = "receipts_reader", "receipts_reader"   # created by .ci/postgres_setup.sh
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_test_database(admin, name)
     admin.execute(f'CREATE DATABASE "{name}"')
     try:
         if not admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (reader,)).fetchall():
@@ -434,7 +434,7 @@ def test_a_postgres_role_without_select_gets_one_line_naming_the_tables(tmp_path
         result = _subprocess_cli(reader_url, "show", "sft_run_gtx1660")
         assert result.returncode == 0 and result.stdout.startswith("sft_run_gtx1660")
     finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_test_database(admin, name)
         admin.close()
 
 

@@ -7,6 +7,7 @@ one). Skipped when none is reachable, unless RECEIPTS_REQUIRE_POSTGRES is set (C
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ DEFAULT_WRITER = ("receipts_writer", "receipts_writer")
 CLI = [sys.executable, "-m", "receipts.cli.main"]
 
 sys.path.insert(0, str(HERE.parent))
-from conftest import write_native_log  # noqa: E402  (tests/ is not a package under importlib mode)
+from conftest import drop_test_database, write_native_log  # noqa: E402  (tests/ is not a package under importlib mode)
 
 
 # ---- fixtures: one fresh database per test, created through the server named by RECEIPTS_TEST_PG --
@@ -64,8 +65,9 @@ def pg_server():
 
     yield {"admin": admin, "fresh": fresh_database, "url": url}
     for name in made:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_test_database(admin, name)
     admin.close()
+
 
 
 def _url_for(url: str, dbname: str, *, user: str | None = None, password: str | None = None) -> str:
@@ -226,6 +228,18 @@ def test_stores_open_at_once_each_read_their_own_database(pg_url, pg_server, tmp
             assert len(receipt_list(again, include_superseded=True)) == 1
     finally:
         second.close()
+    from receipts.store.postgres_store import _scanner
+
+    def attached() -> set[str]:
+        return {r[0] for r in _scanner().execute("SELECT database_name FROM duckdb_databases()").fetchall()}
+
+    before = attached()
+    leaked = open_store(other, read_only=True)
+    assert len(receipt_list(leaked, include_superseded=True)) == 2
+    assert len(attached() - before) == 1
+    del leaked  # never closed: its attach (and its server connections) go with it
+    gc.collect()
+    assert attached() == before
 
 
 def test_read_only_store_never_writes(pg_empty_url, tmp_path, pg_server):
