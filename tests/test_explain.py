@@ -512,3 +512,28 @@ def test_check_markdown_carries_the_explanation_and_its_dashboard_link(explain_l
     assert re.match(r"attn_1: \d+ component\(s\)", attn) and "fmha_cutlassB" in attn and "appeared" in attn
     assert "?view=compare&a=" in attn and "&against=tag:main" in attn
     assert "No component moved beyond its own noise." in aa
+
+
+def test_runs_needed_by_bisection_is_the_fewest_runs_walking_up_one_at_a_time_finds():
+    from receipts.analysis import explain as ex
+
+    def walked(d, sigma, n_a, n_b, prior_df, min_effect, confidence, alpha):
+        for k in range(1, ex._MAX_RUNS_NEEDED + 1):
+            na, nb = n_a + k, n_b + k
+            grown = float(prior_df + na - 1)
+            se = sigma * ex._spread(na, nb)
+            significant = abs(d) / se >= ex._critical(1.0 - alpha, grown)
+            if ex._decided(d, ex._critical(confidence, grown) * se, sigma, min_effect, significant) != "inconclusive":
+                return k
+        return None
+
+    rng = np.random.default_rng(7)
+    answers = set()
+    for _ in range(400):
+        case = (float(rng.normal(0, 1)) * float(rng.choice([0.1, 1, 3])), float(rng.uniform(0.2, 3)),
+                int(rng.integers(1, 6)), int(rng.integers(1, 6)), float(rng.uniform(0.5, 30)),
+                float(rng.uniform(0.1, 2)), 0.95, 0.05)
+        expected = walked(*case)
+        assert ex._runs_needed(*case) == expected, case
+        answers.add(expected if expected is None or expected < 3 else "3+")
+    assert answers == {1, 2, "3+", None}  # the grid reaches every branch: at once, soon, by bisection, never
