@@ -4,8 +4,9 @@
 
 Start-up, median of --repeat fresh processes each (the CLI of this checkout's .venv), CPU seconds (user + system
 of the child, from getrusage: the steadier figure on a shared machine) beside wall seconds:
-  references       `python -c pass` (the bare interpreter) and `python -c 'import duckdb'` (what every command
-                   that opens a store pays whatever receipts does)
+  references       `python -c pass` (the bare interpreter), `python -c 'import duckdb'` (what every command
+                   that opens a store pays whatever receipts does) and that with Typer and rich imported too (the
+                   CLI's libraries: what every command pays before any of receipts' code runs)
   --version        `receipts --version`
   --help           `receipts --help` (the command list comes from cli/main.py, no command module loads)
   gate --help      `receipts gate --help`: one command module and the gate's imports
@@ -17,7 +18,9 @@ of the child, from getrusage: the steadier figure on a shared machine) beside wa
   import           `python -c "import receipts.cli.main"`
   eager            every command module imported: what each start-up paid before commands loaded lazily
 Each command's CPU is also given over `import duckdb`'s, measured in the same run (aim: show, compare and explain
-within 0.1 s of it).
+within 0.1 s of it), and split: Typer and rich's imports, the command itself in a process that has run it once
+already (`warm`: the store's queries, the statistics, the rendering), and the rest (receipts' own imports and
+first calls).
 
 Install size (skipped with --no-install; needs the package index): two fresh venvs, one with
 `pip install .` (what a CI gate needs) and one with `pip install .[dashboard]`; reports the installed
@@ -45,6 +48,26 @@ RECEIPTS = BIN / "receipts"
 EAGER = ("import importlib\nfrom receipts.cli.main import COMMAND_MODULES\n"
          "for m in COMMAND_MODULES: importlib.import_module('receipts.cli.' + m)")
 
+
+# One process runs a command `repeat` + 1 times (the first pays every import and is not counted): what the command
+# costs once all is imported, the part no import order can take away (the store's queries, the statistics, the
+# rendering). Its stdout goes to /dev/null as a fresh process's does.
+WARM = """
+import os, statistics, sys, time
+from receipts.cli.main import app
+args, repeat, took = sys.argv[2:], int(sys.argv[1]), []
+sys.stdout = open(os.devnull, "w")
+for _ in range(repeat + 1):
+    start = time.process_time()
+    try:
+        app(args, standalone_mode=False)
+    except SystemExit as done:
+        assert done.code in (0, None), done.code
+    took.append(time.process_time() - start)
+sys.stderr.write(f"{statistics.median(took[1:])}\\n")
+"""
+
+LIBRARIES = "import duckdb, typer, rich.console, rich.markup, rich.table"
 
 EXPLAIN_RUNS = REPO / "tests" / "data" / "explain"
 STORE_RUNS = ("base_1", "base_2", "base_3", "attn_1")
@@ -77,15 +100,17 @@ def small_store(folder: Path, *, logs_only: bool = False) -> str:
 
 def startup(repeat: int) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp:
-        db = small_store(Path(tmp))
-        on = [str(RECEIPTS), "--db", db]
-        logs = [str(RECEIPTS), "--db", small_store(Path(tmp), logs_only=True)]
+        cli = [str(RECEIPTS)]
+        on = [*cli, "--db", small_store(Path(tmp))]
+        logs = [*cli, "--db", small_store(Path(tmp), logs_only=True)]
         cases = [
             ("reference: python -c pass", [sys.executable, "-c", "pass"]),
             ("reference: python -c 'import duckdb'", [sys.executable, "-c", "import duckdb"]),
-            ("receipts --version", [str(RECEIPTS), "--version"]),
-            ("receipts --help", [str(RECEIPTS), "--help"]),
-            ("receipts gate --help", [str(RECEIPTS), "gate", "--help"]),
+            # the CLI's own libraries, which every command loads before any of receipts' code runs
+            ("reference: + import typer, rich", [sys.executable, "-c", LIBRARIES]),
+            ("receipts --version", [*cli, "--version"]),
+            ("receipts --help", [*cli, "--help"]),
+            ("receipts gate --help", [*cli, "gate", "--help"]),
             ("receipts show base_1", [*on, "show", "base_1"]),
             ("receipts compare base_1 attn_1", [*on, "compare", "base_1", "attn_1"]),
             ("receipts explain attn_1 --against tag:main", [*on, "explain", "attn_1", "--against", "tag:main"]),
@@ -97,12 +122,32 @@ def startup(repeat: int) -> None:
         median_s(cases[2][1], 2)  # warm the OS page cache; not timed
         print(f"start-up, median of {repeat} fresh processes (load average {os.getloadavg()[0]:.1f})")
         print(f"  {'':<44} {'CPU ms':>7} {'wall ms':>8}  {'CPU over import duckdb':>22}")
-        duck = None
+        duck, fresh = None, {}
         for label, cmd in cases:
             cpu, wall = median_s(cmd, repeat)
             duck = cpu if "import duckdb" in label else duck
-            over = f"{(cpu - duck) * 1000:+7.0f} ms" if duck is not None and "reference" not in label else ""
+            fresh[label] = cpu
+            over = f"{(cpu - duck) * 1000:+7.0f} ms" if duck is not None and "import duckdb" not in label else ""
             print(f"  {label:<44} {cpu * 1000:7.0f} {wall * 1000:8.0f}  {over:>22}")
+        libraries = fresh["reference: + import typer, rich"] - fresh["reference: python -c 'import duckdb'"]
+        print(f"\nwhere a command's CPU over import duckdb goes: Typer and rich's imports ({libraries * 1000:.0f} ms, "
+              f"measured above), the\ncommand itself in a process that has imported everything (median of {repeat} "
+              f"calls after a first),\nand the rest: receipts' own imports and first calls")
+        print(f"  {'':<44} {'over duckdb':>11} {'libraries':>10} {'warm':>6} {'rest':>6}")
+        for label, cmd in cases:
+            if not label.startswith("receipts ") or "--" in label.split()[1]:
+                continue
+            over = fresh[label] - fresh["reference: python -c 'import duckdb'"]
+            warm = warm_s(cmd[len(cli):], repeat)
+            print(f"  {label:<44} {over * 1000:+8.0f} ms {libraries * 1000:7.0f} ms {warm * 1000:3.0f} ms "
+                  f"{(over - libraries - warm) * 1000:3.0f} ms")
+
+
+def warm_s(args: list[str], repeat: int) -> float:
+    """Median CPU seconds of one call of the CLI with `args` in a process that has already run it once."""
+    done = subprocess.run([sys.executable, "-c", WARM, str(repeat), *args], check=True, cwd=REPO,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return float(done.stderr.strip().splitlines()[-1])
 
 
 def _dir_bytes(path: Path) -> int:
