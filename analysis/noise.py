@@ -10,7 +10,7 @@ the run medians. One outlier run (a throttled GPU, a noisy neighbour) moves a MA
 would inflate a standard deviation.
 
 With fewer runs the floor is DEFAULT_FLOOR_PCT, said to be a default. 1.5% is about twice the sigma
-the issue's 8 A/A runs give (a 2% range over 8 normal draws is ~2.85 sigma: sigma ~ 0.7%), because a
+8 A/A runs of one quiet H100 give (a 2% range over 8 normal draws is ~2.85 sigma: sigma ~ 0.7%), because a
 lane nobody has measured may be a multi-GPU or multi-node one, where collectives, stragglers and node
 placement add run-to-run variance a single quiet H100 does not have. With it, a one-run-vs-one-run
 difference must exceed 1.96 x sqrt(2) x 1.5% ~ 4.2% to be called, close to the 5% factor this

@@ -10,6 +10,9 @@ process of its own and timed inside it, imports excluded, the same way on both s
               (`hta_reference.py --time-only`)
   HTA ijson   the same under HTA's fastest documented configuration: the ijson batch-and-compress backend
               reading only the two args those analyses read (`hta_reference.py --time-only --parser ijson`)
+What each side reads of every trace event: ours cat, name, pid, ts, dur and five args (device, stream,
+correlation, grid, block: ingest/kineto_trace.py's _Event and _Args; every other key skipped in C); HTA every
+top-level key (it drops ph, id, bp and s once read) and the args its configuration names (two under ijson).
 Each contender runs --repeat times and its least wall and least CPU seconds are kept (the same rule for all).
 CPU seconds (the process's, its threads and HTA's worker processes included) are the figure to read on a
 shared, loaded machine; the ratios are against the faster HTA configuration. Ours is also given in MB of

@@ -34,7 +34,8 @@ TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACT
 # The columns nsys.parse reads from each large table of such an export, as `receipts ingest` runs it (no
 # --keep-raw): ingest/nsys_activity.py _activity_select (the stream and the short name go only to the raw events,
 # graphNodeId says whether a kernel ran inside a graph replay, gridX..blockZ its launch shape) and
-# sql/_nsys_launches.sql. None other, none fewer.
+# sql/_nsys_launches.sql. None other, none fewer: tests/test_bench_nsys_reads.py holds it to the parse on real
+# exports.
 READS = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("globalPid", "deviceId", "correlationId", "start", "end", "demangledName",
                                    "graphNodeId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"),

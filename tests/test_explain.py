@@ -343,7 +343,7 @@ def test_an_fp32_reduce_is_a_reduce_scatter_swap_that_stays_hidden(explain_lane,
     assert all(c["category"] == "nccl_reduce_scatter" for c in kernels[:2])
     exposed = next(c for c in out["components"] if c["level"] == "category" and c["name"] == "exposed_comm")
     assert exposed["verdict"] != "changed"                       # the extra bytes stay hidden under compute
-    # The issue expected "no change" for the step; these runs measure +0.6% / +0.9%, which the lane's 5 baseline
+    # The plant was meant to leave the step as it was; these runs measure +0.6% / +0.9%, which the lane's 5 baseline
     # runs cannot tell from nothing: inconclusive, never slower.
     assert out["verdict"] == "inconclusive"
 
