@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from receipts.analysis import summary as steady_summary
 from receipts.analysis.at_ingest import in_receipt_window, receipt_from_anatomy
 from receipts.analysis.window import choose_window, few_steady_steps, mark_warmup
-from receipts.errors import InputError, Remedy
+from receipts.errors import InputError, RegistryError, Remedy
 from receipts.ingest import sysinfo
 from receipts.ingest.logbytes import COMPRESSED_SUFFIXES, log_sha256
 from receipts.ingest.textlog import ReadProgress
@@ -142,7 +142,8 @@ def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = Id
     `progress` is called as each training log is read (bytes and lines of that log so far).
 
     Each receipt is written in its own transaction, so a failure leaves what came before it stored and
-    nothing of itself; the caller decides whether to go on (the generator does, when asked for the next)."""
+    nothing of itself; the caller decides whether to go on (the generator does, when asked for the next). A
+    broken installation (RegistryError) and an interrupt are raised, not yielded: no later file would fare better."""
     kw: dict[str, Any] = dict(identity=identity, run_name=run_name, registry=registry, attach=attach, tags=tags,
                               fmt=fmt, rules=rules, keep_raw=keep_raw, force=force, ranks=ranks,
                               progress=progress)
@@ -156,13 +157,17 @@ def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = Id
             else:
                 yield _ingest_one(store, target, **kw)
         except Exception as exc:  # noqa: BLE001 - a batch reports every file's failure and goes on
-            _reraise_interrupt(exc)
+            _stop_the_batch(exc)
             yield IngestFailure(str(target), exc)
 
 
-def _reraise_interrupt(exc: Exception) -> None:
-    """Ctrl-C inside a DuckDB query arrives as duckdb.InterruptException, an Exception: it stops the batch
-    (as KeyboardInterrupt does elsewhere) instead of reading as one more failed file."""
+def _stop_the_batch(exc: Exception) -> None:
+    """Re-raise what no later file could get past, instead of reporting it as one more failed file: a RegistryError
+    (an entry of receipts' own registries cannot serve: the installation is broken, not the file, and every file
+    after it would fail alike; the command line says it once) and an interrupt. Ctrl-C inside a DuckDB query
+    arrives as duckdb.InterruptException, an Exception: it stops the batch as KeyboardInterrupt does elsewhere."""
+    if isinstance(exc, RegistryError):
+        raise exc
     import duckdb
 
     # Fetching a result into polars through Arrow surfaces the same interrupt as a RuntimeError with DuckDB's
@@ -200,13 +205,13 @@ def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run
                                       ranks=ranks)
             yield replace(outcome, run_name=first.run_name)
         except Exception as exc:  # noqa: BLE001 - the log is stored; say which export failed
-            _reraise_interrupt(exc)
+            _stop_the_batch(exc)
             yield IngestFailure(str(profile), exc)
     for snapshot in snapshots_in(run_dir):
         try:
             yield replace(_ingest_memory(store, snapshot, attach=first.receipt_id), run_name=first.run_name)
         except Exception as exc:  # noqa: BLE001 - the log is stored; say which snapshot failed
-            _reraise_interrupt(exc)
+            _stop_the_batch(exc)
             yield IngestFailure(str(snapshot), exc)
 
 

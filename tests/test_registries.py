@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import duckdb
 import pytest
 
 from conftest import REALDATA
@@ -15,6 +16,7 @@ from receipts.ingest import log_formats, sniff
 from receipts.ingest.textlog import read_log
 
 MEGATRON = REALDATA / "logs" / "megatron-lm_issue756_mixtral_16xH100.txt"
+NANOCHAT = REALDATA / "logs" / "nanochat_pr147_a100_mfu.txt"
 
 
 def _block(monkeypatch, module: str) -> None:
@@ -56,16 +58,36 @@ def test_a_parser_without_what_its_entry_promises_is_named():
         broken.parser()
 
 
-def test_the_cli_says_which_parser_is_broken_in_one_line(monkeypatch, tmp_path):
+def test_a_broken_parser_stops_the_batch_and_the_cli_says_so_once(monkeypatch, tmp_path):
+    """A broken installation is not a bad file: the batch stops at the first file that meets it (every later one
+    would fail alike), and the command line says it in one line, once, exit 2, instead of one FAILED per file."""
     from cli_helpers import cli
 
     _block(monkeypatch, "receipts.ingest.torchtitan")
-    result = cli(str(tmp_path / "r.duckdb"), "ingest", str(MEGATRON))
+    db = str(tmp_path / "r.duckdb")
+    result = cli(db, "ingest", str(MEGATRON), str(NANOCHAT))
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1, result.output
-    assert (f"FAILED {MEGATRON}: log format 'torchtitan': module receipts.ingest.torchtitan cannot be imported"
-            in result.output)
-    assert "Traceback" not in result.output and "unknown log format" not in result.output
+    assert result.output.startswith("Error: log format 'torchtitan': module receipts.ingest.torchtitan cannot be "
+                                    "imported"), result.output
+    assert "this installation of receipts is broken" in result.output
+    assert "FAILED" not in result.output and "Traceback" not in result.output
+    assert "unknown log format" not in result.output
+
+
+def test_ingest_each_raises_a_registry_error_instead_of_yielding_it_per_file(monkeypatch, tmp_path):
+    from receipts.pipeline import ingest_each
+    from receipts.schema.registry import load_registry
+    from receipts.store import open_store
+
+    _block(monkeypatch, "receipts.ingest.mllog")
+    db = str(tmp_path / "r.duckdb")
+    with open_store(db) as store:
+        batch = ingest_each(store, [MEGATRON, NANOCHAT], registry=load_registry(cwd=tmp_path))
+        with pytest.raises(RegistryError, match=r"receipts\.ingest\.mllog cannot be imported"):
+            next(batch)
+    with duckdb.connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM receipts").fetchone() == (0,)
 
 
 def _receipts(tmp_path, *argv: str, blocked: str) -> subprocess.CompletedProcess[str]:
