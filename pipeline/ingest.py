@@ -28,8 +28,9 @@ from receipts.lifecycle import LedgerWrite, already_stored, write_current
 from receipts.pipeline.attach import check_attachment
 from receipts.pipeline.execution import RankMap
 from receipts.pipeline.parse import parse_log, parse_profile, source_file
-from receipts.pipeline.targets import (MULTI_FILE_KINDS, PROFILE_KINDS, SIDECAR_NAME, IngestFailure, ingest_targets,
-                                       profile_files, profile_paths_in, snapshots_in, target_kind)
+from receipts.pipeline.profile_formats import PROFILE_FORMATS, profile_format
+from receipts.pipeline.targets import (SIDECAR_NAME, IngestFailure, ingest_targets, profile_paths_in, snapshots_in,
+                                       target_kind)
 from receipts.schema import toml_file
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
@@ -220,7 +221,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
                 keep_raw: bool, force: bool = False, ranks: RankMap = RankMap(),
                 progress: ReadProgress | None = None) -> IngestOutcome:
     kind = target_kind(path)
-    if kind in PROFILE_KINDS:
+    if kind in PROFILE_FORMATS:
         return _ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
                                attach=attach, tags=tags, rules=rules or load_category_rules(), keep_raw=keep_raw,
                                force=force, ranks=ranks, progress=progress)
@@ -292,7 +293,8 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
     with _raw_staging(store, kind, keep_raw) as staging, scratch_dir("events") as spill:
         ranks = replace(ranks, raw_staging=staging) if staging else ranks
         anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks, progress, spill)
-        source = source_file(path, anatomy.source_format, anatomy.source_format, profile_files(path, kind))
+        hashed = profile_format(kind).hashed
+        source = source_file(path, anatomy.source_format, anatomy.source_format, None if hashed is None else hashed(path))
         if attach is not None:
             receipt_id = store.resolve(attach)
             checked = check_attachment(store, receipt_id, path, machine_of_anatomy(anatomy), force=force,
@@ -317,7 +319,7 @@ def _raw_staging(store: Store, kind: str, keep_raw: bool) -> Iterator[Path | Non
     """With --keep-raw, for a profile read one task per file: a folder where worker processes stage each rank's
     raw events as Parquet (pipeline/execution.py), on the raw folder's own file system so the store streams them
     into one file; removed once the receipt is written or refused. None otherwise."""
-    raw_dir = store.raw_events_dir() if keep_raw and kind in MULTI_FILE_KINDS else None
+    raw_dir = store.raw_events_dir() if keep_raw and profile_format(kind).many_files else None
     if raw_dir is None:
         yield None
         return
