@@ -48,8 +48,8 @@ class ProfileFormat:
     parser: str                                # its module under receipts.ingest
     reader: Reader
     files: Callable[[Path], list[Path]]        # the files read, in rank order
-    # The files its source's digest covers (pipeline/parse.py source_file); None: the file itself, or every file
-    # of the folder (a folder of traces: what a receipt of it has always been hashed over).
+    # The files its source's digest covers (pipeline/parse.py source_file); None: the path's own, the file or
+    # every file of the folder.
     hashed: Callable[[Path], list[Path]] | None = None
     many_files: bool = False                   # one task per file (pipeline/execution.py), raw events staged per file
 
