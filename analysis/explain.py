@@ -303,11 +303,13 @@ def _runs_needed(d: float, sigma: float, n_a: int, n_b: int, prior_df: float, mi
 def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents], *, step: StepChange,
             mode: Mode = "lane", levels: Sequence[str] = LEVELS, fdr: float = FDR,
             min_effect_step: float = MIN_EFFECT_STEP, confidence: float = CONFIDENCE,
-            calibration: Calibration = CALIBRATION) -> Explanation:
+            calibration: Calibration = CALIBRATION, kinds: Mapping[str, str] | None = None) -> Explanation:
     """Every component of every level in the runs compared, judged against its own run-to-run noise (module
     docstring; the noise model: analysis/explain_noise.py), all levels one Benjamini-Hochberg family whatever
     `levels` shows: a component's verdict never depends on what else is displayed. `mode` 'pairwise': one run each
-    side, the calibrated noise, a symmetric test."""
+    side, the calibrated noise, a symmetric test. `kinds`: each kernel category's kind under the rules the runs are
+    compared under (schema/category_kinds.py), which decides whether a category's components wait; None: the
+    shipped rules' (what a run whose rules were not kept was categorised under)."""
     if not baseline or not candidate:
         raise ValueError("explain needs at least one profiled run on each side")
     runs = _one_idle([*baseline, *candidate])
@@ -323,7 +325,11 @@ def explain(baseline: Sequence[RunComponents], candidate: Sequence[RunComponents
     table = _by_component(runs, keys)
     run_steps = [_steady_steps(r) for r in runs]
     shaped = shape_table([r.shapes for r in runs], keys)
-    classes = {k: component_class(k[0], k[1], row[1]) for k, row in table.items()}
+    if kinds is None:
+        from receipts.schema.categories import SHIPPED_KINDS
+
+        kinds = SHIPPED_KINDS
+    classes = {k: component_class(k[0], k[1], row[1], kinds) for k, row in table.items()}
     # the prior of the between-run variance from the baseline runs alone, never the candidates' (lane_prior); in
     # the components' order, so that where the runs were read from (stored rows, anatomy) cannot move its last digit
     prior = lane_prior(((row[2][:n_a], row[4][:n_a], classes[k]) for k, row in sorted(table.items(), key=lambda kv: kv[0])),

@@ -30,7 +30,8 @@ much) and the mean of their within-run variances, so A against B and B against A
 relative between-run standard deviation of one run's value, percent; CALIBRATION):
 
   cpu      NVTX ranges: CPU-side time over the whole capture, warm-up included (+-60% between identical runs)
-  wait     NCCL kernels and categories, exposed and hidden communication, each rank's exposed wait: a collective's
+  wait     communication kernels and categories (the kind of their category's rule, not its name: the shipped
+           nccl_* ones, a user's own), exposed and hidden communication, each rank's exposed wait: a collective's
            kernel time includes the wait for the slowest peer
   gap      idle: time the GPU waits inside its span
   host     host_gap (the step's range outside the GPU span) and between_steps (from one step's range to the next):
@@ -131,8 +132,9 @@ ENVELOPE = ("cpu",)
 UNFITTED = (*ENVELOPE, "place")  # judged by the calibrated prior in lane mode and left out of the lane's fit
 
 
-def component_class(level: str, name: str, category: str | None) -> str:
-    """cpu / wait / gap / compute (module docstring)."""
+def component_class(level: str, name: str, category: str | None, kinds: Mapping[str, str]) -> str:
+    """cpu / wait / gap / compute (module docstring). `kinds`: each kernel category's kind under the rules the runs
+    were categorised under (schema/category_kinds.py); a category of kind communication waits, whatever its name."""
     if level == "nvtx":
         return "cpu"
     if level == "rank":
@@ -140,12 +142,12 @@ def component_class(level: str, name: str, category: str | None) -> str:
     if level == "gap":
         return "place"
     if level == "category":
-        if name.startswith("nccl_") or name in _WAIT_PARTS:
+        if kinds.get(name) == "communication" or name in _WAIT_PARTS:
             return "wait"
         if name == IDLE_LONG:
             return "stall"
         return "host" if name in (HOST_GAP, BETWEEN_STEPS) else "gap" if name == "idle" else "busy"
-    return "wait" if (category or "").startswith("nccl_") else "compute"
+    return "wait" if category is not None and kinds.get(category) == "communication" else "compute"
 
 
 @dataclass(frozen=True)

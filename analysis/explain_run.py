@@ -123,7 +123,7 @@ def for_check(store: "Store", c: CandidateCheck, *, against: str, levels: Sequen
     step = StepChange(c.verdict.verdict, c.baseline.median_step_ms, c.median_step_ms, c.message)
     formats = tuple(sorted({profiles[i]["source_format"] for i in [c.receipt_id, *base_ids]}))
     result = explain([runs[i] for i in base_ids], [runs[c.receipt_id]], step=step, mode="lane", levels=levels or LEVELS,
-                     calibration=calibration_for(formats))
+                     calibration=calibration_for(formats), kinds=_kinds(profiles, [c.receipt_id, *base_ids], base_ids))
     return ExplainResult(c.receipt_id, c.run_name, against, "lane", result, None, names,
                          tuple(names[i] for i in used if i not in base_ids), _stragglers(store, c.receipt_id),
                          formats, rules=rules,
@@ -154,7 +154,7 @@ def for_comparison(store: "Store", c: Comparison, *, against: str, levels: Seque
                       c.b.step_ms.median if c.b.step_ms else None, why)
     formats = tuple(sorted({profiles[i]["source_format"] for i in names}))
     result = explain([runs[c.a.id]], [runs[c.b.id]], step=step, mode="pairwise", levels=levels or LEVELS,
-                     calibration=calibration_for(formats))
+                     calibration=calibration_for(formats), kinds=_kinds(profiles, [c.a.id, c.b.id], [c.a.id]))
     # the ranks B's straggler report names, as the comparison read it (not read again), else read here
     stragglers = (tuple(int(rank) for rank in c.straggler["b_stragglers"]) if c.straggler is not None
                   else _stragglers(store, c.b.id))
@@ -224,6 +224,18 @@ def _runs(store: "Store", ids: list[str], names: Mapping[str, str], profiles: Ma
     runs = {rid: RunComponents(rid, names.get(rid, rid), _values(stored[rid], spread.get(rid, {})),
                                shapes.get(rid, {})) for rid in ids}
     return runs, difference
+
+
+def _kinds(profiles: Mapping[str, Mapping[str, Any]], ids: Sequence[str], baseline: Sequence[str]
+           ) -> dict[str, str] | None:
+    """Each kernel category's kind under the rules the runs are compared under (the baseline's, as _runs brings
+    them to): what decides a category's noise class. Read from the kept rules' JSON, not the TOML; None when no
+    run's rules were kept (the shipped rules')."""
+    from receipts.analysis.recategorise import reference_text
+    from receipts.schema.category_kinds import kinds_from_text
+
+    text = reference_text({rid: profiles[rid].get("category_rules_json") for rid in ids}, baseline)
+    return None if text is None else kinds_from_text(text)
 
 
 def _values(rows: Sequence[Mapping[str, Any]], spread: Spread) -> dict[tuple[str, str], Value]:

@@ -63,13 +63,23 @@ class RulesDifference:
         return "; ".join(parts)
 
 
+def reference_text(rules: Mapping[str, str | None], baseline: Sequence[str]) -> str | None:
+    """The kept rules every run is compared under: the text most of the `baseline` runs were categorised under (the
+    other runs' when no baseline run's is recorded); None when no run's is. A kept text is its rules' canonical
+    JSON (CategoryRules.text), so the same text is the same rules and the same digest."""
+    recorded = [text for text in rules.values() if text is not None]
+    voters = [text for rid in baseline if (text := rules.get(rid)) is not None] or recorded
+    return Counter(voters).most_common(1)[0][0] if voters else None
+
+
 def common_rules(runs: dict[str, Rows], rules: Mapping[str, str | None], baseline: Sequence[str],
                  from_raw: FromRaw) -> tuple[dict[str, Rows], RulesDifference | None]:
     """Every run's component rows (analysis/components.py COMPONENT_SCHEMA, less the rule) under the rules most of
     the `baseline` runs were categorised under (the other runs' when no baseline run's are recorded). `rules`: each
     run's kept rules text (None: not recorded); `from_raw`: a run's busy categories from its raw events. Unchanged,
     with None, when every recorded rule set is the same (the texts compared first: the same text is the same rules)."""
-    if len({text for text in rules.values() if text is not None}) < 2:
+    reference = reference_text(rules, baseline)
+    if reference is None or all(text in (None, reference) for text in rules.values()):
         return runs, None
     from receipts.schema.categories import NOT_KERNELS, CategoryRules
 
@@ -83,9 +93,7 @@ def common_rules(runs: dict[str, Rows], rules: Mapping[str, str | None], baselin
 
     schema = {c: t for c, t in COMPONENT_SCHEMA.items() if c != "rule"}
     frames = {rid: pl.DataFrame(rows, schema=schema) for rid, rows in runs.items()}
-    voters = [digests[rid] for rid in baseline if rid in digests] or list(digests.values())
-    top = Counter(voters).most_common(1)[0][0]
-    ref = next(r for r in known.values() if r.sha256 == top)
+    ref = CategoryRules.from_text(reference)
     out, moved_runs, kinds_changed = dict(frames), [], False
     left_out: set[str] = set()
     moved: set[str] = set()

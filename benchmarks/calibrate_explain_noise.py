@@ -27,7 +27,7 @@ import numpy as np
 
 from receipts.analysis.explain_noise import (CALIBRATION, CALIBRATIONS, FIT_SHARE, STEP_SCALED, Calibration, Prior,
                                              component_class, lane_prior)
-from receipts.schema.categories import STEP_PARTS
+from receipts.schema.categories import SHIPPED_KINDS, STEP_PARTS
 
 REPO = Path(__file__).resolve().parents[1]
 AA = [f"base_{i}" for i in range(1, 6)] + ["aa_1"]
@@ -60,9 +60,9 @@ def measure(db: str, names: list[str], calibration: Calibration = CALIBRATION
     for key, xs in values.items():
         x = np.array(xs + [0.0] * (len(runs) - len(xs)))
         rows.append((x, np.array(within[key] + [0.0] * (len(runs) - len(xs))),
-                     component_class(key[0], key[1], category[key])))
+                     component_class(key[0], key[1], category[key], SHIPPED_KINDS)))
         mean = float(np.mean(x))
-        klass = component_class(key[0], key[1], category[key])
+        klass = component_class(key[0], key[1], category[key], SHIPPED_KINDS)
         scale = step if klass in STEP_SCALED else abs(mean)
         # the model's between-run part: the runs' variance less what their own steps explain
         between = np.sqrt(max(0.0, float(np.var(x, ddof=1)) - float(np.mean(within[key]))))

@@ -34,7 +34,7 @@ import numpy as np
 
 from receipts.analysis.explain import RunComponents, StepChange, Value, explain
 from receipts.analysis.explain_noise import CALIBRATION, CALIBRATIONS, STEP_SCALED, Calibration, component_class
-from receipts.schema.categories import DECOMPOSITION
+from receipts.schema.categories import DECOMPOSITION, SHIPPED_KINDS
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "explain"
@@ -81,7 +81,7 @@ def _draw(rng, template: RunComponents, name: str, inflate: float, step_ms: floa
           calibration: Calibration = CALIBRATION, measured: dict | None = None) -> RunComponents:
     values = {}
     for key, v in template.values.items():
-        klass = component_class(key[0], key[1], v.category)
+        klass = component_class(key[0], key[1], v.category, SHIPPED_KINDS)  # the lanes' rules
         kappa = calibration.kappa_pct[klass] / 100.0 * inflate
         scale = step_ms if klass in STEP_SCALED else abs(v.ms_per_step)
         between = inflate * measured.get(key, 0.0) if measured is not None else kappa * scale

@@ -31,7 +31,8 @@ UTF8_BOM = b"\xef\xbb\xbf"  # some Windows editors and tools start a JSON docume
 
 def sniff_kind(path: Path) -> str:
     """'log' | 'nsys' | 'nsys-gz' | 'nsys-rep' | 'kineto' | 'kineto-dir' | 'topology' | 'collect_env' |
-    'nccl_tests' | 'memory-snapshot', decided from content, not names."""
+    'nccl_tests' | 'memory-snapshot', decided from content, not names. A profile's kind is read as its entry in
+    pipeline/profile_formats.py says."""
     from receipts.ingest import memory_snapshot
 
     path = Path(path)

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from receipts.analysis import summary as steady_summary
 from receipts.analysis.at_ingest import in_receipt_window, receipt_from_anatomy
 from receipts.analysis.window import choose_window, few_steady_steps, mark_warmup
-from receipts.errors import InputError, Remedy
+from receipts.errors import InputError, RegistryError, Remedy
 from receipts.ingest import sysinfo
 from receipts.ingest.logbytes import COMPRESSED_SUFFIXES, log_sha256
 from receipts.ingest.textlog import ReadProgress
@@ -28,8 +28,9 @@ from receipts.lifecycle import LedgerWrite, already_stored, write_current
 from receipts.pipeline.attach import check_attachment
 from receipts.pipeline.execution import RankMap
 from receipts.pipeline.parse import parse_log, parse_profile, source_file
-from receipts.pipeline.targets import (MULTI_FILE_KINDS, PROFILE_KINDS, SIDECAR_NAME, IngestFailure, ingest_targets,
-                                       profile_files, profile_paths_in, snapshots_in, target_kind)
+from receipts.pipeline.profile_formats import PROFILE_FORMATS, profile_format
+from receipts.pipeline.targets import (SIDECAR_NAME, IngestFailure, ingest_targets, profile_paths_in, snapshots_in,
+                                       target_kind)
 from receipts.schema import toml_file
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
@@ -142,7 +143,8 @@ def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = Id
     `progress` is called as each training log is read (bytes and lines of that log so far).
 
     Each receipt is written in its own transaction, so a failure leaves what came before it stored and
-    nothing of itself; the caller decides whether to go on (the generator does, when asked for the next)."""
+    nothing of itself; the caller decides whether to go on (the generator does, when asked for the next). A
+    broken installation (RegistryError) and an interrupt are raised, not yielded: no later file would fare better."""
     kw: dict[str, Any] = dict(identity=identity, run_name=run_name, registry=registry, attach=attach, tags=tags,
                               fmt=fmt, rules=rules, keep_raw=keep_raw, force=force, ranks=ranks,
                               progress=progress)
@@ -156,13 +158,17 @@ def ingest_each(store: Store, paths: list[Path], *, identity: IdentityClaim = Id
             else:
                 yield _ingest_one(store, target, **kw)
         except Exception as exc:  # noqa: BLE001 - a batch reports every file's failure and goes on
-            _reraise_interrupt(exc)
+            _stop_the_batch(exc)
             yield IngestFailure(str(target), exc)
 
 
-def _reraise_interrupt(exc: Exception) -> None:
-    """Ctrl-C inside a DuckDB query arrives as duckdb.InterruptException, an Exception: it stops the batch
-    (as KeyboardInterrupt does elsewhere) instead of reading as one more failed file."""
+def _stop_the_batch(exc: Exception) -> None:
+    """Re-raise what no later file could get past, instead of reporting it as one more failed file: a RegistryError
+    (an entry of receipts' own registries cannot serve: the installation is broken, not the file, and every file
+    after it would fail alike; the command line says it once) and an interrupt. Ctrl-C inside a DuckDB query
+    arrives as duckdb.InterruptException, an Exception: it stops the batch as KeyboardInterrupt does elsewhere."""
+    if isinstance(exc, RegistryError):
+        raise exc
     import duckdb
 
     # Fetching a result into polars through Arrow surfaces the same interrupt as a RuntimeError with DuckDB's
@@ -200,13 +206,13 @@ def _ingest_run_dir(store: Store, run_dir: Path, *, identity: IdentityClaim, run
                                       ranks=ranks)
             yield replace(outcome, run_name=first.run_name)
         except Exception as exc:  # noqa: BLE001 - the log is stored; say which export failed
-            _reraise_interrupt(exc)
+            _stop_the_batch(exc)
             yield IngestFailure(str(profile), exc)
     for snapshot in snapshots_in(run_dir):
         try:
             yield replace(_ingest_memory(store, snapshot, attach=first.receipt_id), run_name=first.run_name)
         except Exception as exc:  # noqa: BLE001 - the log is stored; say which snapshot failed
-            _reraise_interrupt(exc)
+            _stop_the_batch(exc)
             yield IngestFailure(str(snapshot), exc)
 
 
@@ -215,7 +221,7 @@ def _ingest_one(store: Store, path: Path, *, identity: IdentityClaim, run_name: 
                 keep_raw: bool, force: bool = False, ranks: RankMap = RankMap(),
                 progress: ReadProgress | None = None) -> IngestOutcome:
     kind = target_kind(path)
-    if kind in PROFILE_KINDS:
+    if kind in PROFILE_FORMATS:
         return _ingest_profile(store, path, kind, identity=identity, run_name=run_name, registry=registry,
                                attach=attach, tags=tags, rules=rules or load_category_rules(), keep_raw=keep_raw,
                                force=force, ranks=ranks, progress=progress)
@@ -287,7 +293,8 @@ def _ingest_profile(store: Store, path: Path, kind: str, *, identity: IdentityCl
     with _raw_staging(store, kind, keep_raw) as staging, scratch_dir("events") as spill:
         ranks = replace(ranks, raw_staging=staging) if staging else ranks
         anatomy = parse_profile(path, kind, rules, keep_raw, registry.env_rules, ranks, progress, spill)
-        source = source_file(path, anatomy.source_format, anatomy.source_format, profile_files(path, kind))
+        hashed = profile_format(kind).hashed
+        source = source_file(path, anatomy.source_format, anatomy.source_format, None if hashed is None else hashed(path))
         if attach is not None:
             receipt_id = store.resolve(attach)
             checked = check_attachment(store, receipt_id, path, machine_of_anatomy(anatomy), force=force,
@@ -312,7 +319,7 @@ def _raw_staging(store: Store, kind: str, keep_raw: bool) -> Iterator[Path | Non
     """With --keep-raw, for a profile read one task per file: a folder where worker processes stage each rank's
     raw events as Parquet (pipeline/execution.py), on the raw folder's own file system so the store streams them
     into one file; removed once the receipt is written or refused. None otherwise."""
-    raw_dir = store.raw_events_dir() if keep_raw and kind in MULTI_FILE_KINDS else None
+    raw_dir = store.raw_events_dir() if keep_raw and profile_format(kind).many_files else None
     if raw_dir is None:
         yield None
         return

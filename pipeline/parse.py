@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import assert_never
 
 import polars as pl
 
@@ -14,7 +15,7 @@ from receipts.ingest import sniff
 from receipts.ingest.sanity import checked_anatomy, checked_run
 from receipts.ingest.textlog import ReadProgress, read_log
 from receipts.pipeline.execution import RankMap, parse_kineto, parse_nsys_job
-from receipts.pipeline.targets import run_dir_traces
+from receipts.pipeline.profile_formats import profile_format
 from receipts.schema.categories import CategoryRules
 from receipts.schema.model import Anatomy, ParsedRun, SourceFile, sha256_file
 from receipts.schema.secrets import EnvRules
@@ -63,25 +64,24 @@ def parse_profile(path: Path, kind: str, rules: CategoryRules, keep_raw: bool,
     pipeline/execution.py). `progress`: for one nsys export, its rows streamed so far, as bytes of the file; for a
     profile of several files, the bytes of those read so far. `spill`: a directory the caller removes once the
     anatomy is used, where one nsys export's runtime calls, kept activity and events go as they are made
-    (nsys.parse). The anatomy carries `rules` (Anatomy.category_rules): what it was categorised under."""
-    if kind in ("nsys-dir", "nsys-files"):  # one job's exports, one per rank or node: one anatomy
-        from receipts.ingest import nsys_job
-
-        return checked_anatomy(parse_nsys_job(nsys_job.job_exports(path), rules=rules, keep_raw=keep_raw,
-                                                       env_rules=env_rules, plan=_with_progress(ranks, progress)),
-                               path)
-    if kind in ("nsys", "nsys-gz", "nsys-rep"):  # one export: what each export of a job is read as
+    (nsys.parse). The anatomy carries `rules` (Anatomy.category_rules): what it was categorised under. `kind`: an
+    entry of pipeline/profile_formats.py (a RegistryError naming it when there is none)."""
+    fmt = profile_format(kind)
+    fmt.parser_module()  # a module that cannot be imported is named, not a failure of this file
+    if fmt.reader == "nsys-job":  # one job's exports, one per rank or node: one anatomy
+        return checked_anatomy(parse_nsys_job(fmt.files(path), rules=rules, keep_raw=keep_raw, env_rules=env_rules,
+                                              plan=_with_progress(ranks, progress)), path)
+    if fmt.reader == "nsys-export":  # one export: what each export of a job is read as
         from receipts.ingest import nsys_job
 
         size = path.stat().st_size
         rows = None if progress is None else (lambda fraction: progress(int(size * fraction), 0))
         return nsys_job.read_export(path, rules=rules, keep_raw=keep_raw, env_rules=env_rules, kind=kind,
                                     progress=rows, spill=spill).anatomy
-    from receipts.ingest import kineto
-
-    traces = {"kineto-dir": kineto.trace_files, "kineto-files": run_dir_traces}.get(kind, lambda p: [p])(path)
-    return checked_anatomy(parse_kineto(traces, rules=rules, keep_raw=keep_raw,
-                                                 plan=_with_progress(ranks, progress)), path)
+    if fmt.reader == "kineto":  # traces, one per rank
+        return checked_anatomy(parse_kineto(fmt.files(path), rules=rules, keep_raw=keep_raw,
+                                            plan=_with_progress(ranks, progress)), path)
+    assert_never(fmt.reader)
 
 
 def _with_progress(ranks: RankMap, progress: ReadProgress | None) -> RankMap:

@@ -14,12 +14,11 @@ from receipts.ingest import sniff
 from receipts.ingest.rank_files import natural_order
 
 SIDECAR_NAME = "receipt.toml"
-PROFILE_KINDS = ("nsys", "nsys-gz", "nsys-rep", "nsys-dir", "nsys-files", "kineto", "kineto-dir", "kineto-files")
-MULTI_FILE_KINDS = ("nsys-dir", "nsys-files", "kineto-dir", "kineto-files")  # one task per file: pipeline/execution.py
 
 
 def target_kind(path: Path) -> str:
-    """The kind of one target: a folder is one job's nsys exports or a set of Kineto traces; a file, what it sniffs as."""
+    """The kind of one target: a folder is one job's nsys exports or a set of Kineto traces; a file, what it sniffs as.
+    A profile's kind is an entry of pipeline/profile_formats.py, which says how it is read."""
     return ("nsys-dir" if _is_export_folder(path) else "kineto-dir") if path.is_dir() else sniff.sniff_kind(path)
 
 
@@ -27,14 +26,6 @@ def run_dir_traces(run_dir: Path) -> list[Path]:
     """PyTorch profiler traces lying beside run.log, one per rank, in natural name order (rank2 < rank10)."""
     return natural_order(p for p in run_dir.iterdir() if p.is_file() and ".pt.trace." in p.name
                          and p.name.endswith((".json", ".json.gz")))
-
-
-def profile_files(path: Path, kind: str) -> list[Path] | None:
-    """The files a folder-kind profile is made of (hashed into its source), None where it is the folder's all."""
-    from receipts.ingest import nsys_job
-
-    return {"kineto-files": run_dir_traces, "nsys-files": nsys_job.job_exports,
-            "nsys-dir": nsys_job.job_exports}.get(kind, lambda p: None)(path)
 
 
 def profile_paths_in(run_dir: Path) -> list[tuple[Path, str]]:

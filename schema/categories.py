@@ -22,6 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from receipts.errors import InputError, UnsupportedVersion
+# A category's kind read from kept rules without this module's TOML (explain's path), and the names it needs
+from receipts.schema.category_kinds import BUILT_IN_KINDS as BUILT_IN_KINDS, KINDS as KINDS
+from receipts.schema.category_kinds import MEMORY_CATEGORIES as MEMORY_CATEGORIES, RULES_VERSION as RULES_VERSION
+from receipts.schema.category_kinds import kinds_of
 from receipts.schema.kernel_names import canonical_kernel_name
 # The parts a step is split into, a light module of their own (what explain needs of the categories), kept here too
 from receipts.schema.step_parts import BETWEEN_STEPS as BETWEEN_STEPS, DECOMPOSITION as DECOMPOSITION
@@ -32,14 +36,6 @@ from receipts.schema.toml_file import read_toml
 if TYPE_CHECKING:  # polars and NumPy load where names are classified in bulk (ingest), not where rules are read
     import polars as pl
 
-RULES_VERSION = 2  # kernel_categories.toml's format: 2 gives every rule its category's kind
-KINDS = ("compute", "communication", "copy")
-MEMORY_CATEGORIES = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p", "memset")
-# Categories no rule gives: a memcpy or memset by its activity, and a CUDA-graph replay traced as one activity
-# (nsys --cuda-graph-trace=graph): busy time whose kernels are not visible, so it cannot be split into the
-# rules' categories. 'other' is where a kernel no rule claims lands.
-BUILT_IN_KINDS: dict[str, str] = {"cuda_graph": "compute", "other": "compute"} | dict.fromkeys(MEMORY_CATEGORIES,
-                                                                                             "copy")
 _CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 MAX_CATEGORIES = 255  # an nsys export's activities keep their category code in one byte (ingest/nsys_activity.py)
 
@@ -58,6 +54,7 @@ def _shipped_kinds() -> dict[str, str]:
 # The shipped rules' categories and kinds: what `anatomy --json` rows carry unless a user's rules add a category.
 # An anatomy's own kinds come from the rules it was made under (CategoryRules.kinds), never from these names.
 _SHIPPED_KINDS = _shipped_kinds()
+SHIPPED_KINDS: Mapping[str, str] = kinds_of(_SHIPPED_KINDS.items())  # the built-in categories' too
 KERNEL_CATEGORIES = (*_SHIPPED_KINDS, *(c for c in ("cuda_graph", "other") if c not in _SHIPPED_KINDS))
 COMM_CATEGORIES = tuple(c for c, kind in _SHIPPED_KINDS.items() if kind == "communication")
 COMPUTE_CATEGORIES = tuple(c for c in KERNEL_CATEGORIES if c not in COMM_CATEGORIES)
@@ -82,10 +79,7 @@ class CategoryRules:
     @functools.cached_property
     def kinds(self) -> Mapping[str, str]:
         """Every category these rules can give an activity -> its kind (the first rule naming it decides)."""
-        out = dict(BUILT_IN_KINDS)
-        for category, kind, _ in reversed(self.rules):
-            out[category] = kind
-        return out
+        return kinds_of((category, kind) for category, kind, _ in self.rules)
 
     def of_kind(self, kind: str) -> tuple[str, ...]:
         return tuple(sorted(c for c, k in self.kinds.items() if k == kind))

@@ -76,6 +76,87 @@ def test_the_rules_digest_tells_an_extra_rule_and_the_kept_text_reads_back(tmp_p
     assert shipped.classify("nvjet_sm90_tst_128x256") == "gemm"
 
 
+# A user's categories whose names say nothing of their kind: the NCCL kernels as 'fabric' (communication), and a
+# compute category whose name merely starts like the shipped collectives'.
+FABRIC = ('[[rules]]\ncategory = "fabric"\nkind = "communication"\npattern = "^nccl"\n'
+          '[[rules]]\ncategory = "nccl_lookalike"\nkind = "compute"\npattern = "^lookalike_"\n')
+
+
+def _class_by_name(level: str, name: str, category: str | None) -> str:
+    """The noise class a component got when the nccl_ name prefix decided what waits."""
+    from receipts.analysis.explain_noise import BETWEEN_STEPS, HOST_GAP, IDLE_LONG
+
+    if level in ("nvtx", "rank", "gap"):
+        return {"nvtx": "cpu", "rank": "wait", "gap": "place"}[level]
+    if level == "category":
+        if name.startswith("nccl_") or name in ("comm_hidden", "exposed_comm"):
+            return "wait"
+        if name == IDLE_LONG:
+            return "stall"
+        return "host" if name in (HOST_GAP, BETWEEN_STEPS) else "gap" if name == "idle" else "busy"
+    return "wait" if (category or "").startswith("nccl_") else "compute"
+
+
+def test_a_components_noise_class_is_its_categorys_kind_not_its_name(tmp_path):
+    """A communication category not named nccl_* waits (its collectives' time holds the wait for the slowest peer),
+    and its kernels too; a compute category named nccl_* is busy time. The kinds come from the kept rules' text, as
+    explain reads them, and are the compiled rules' own."""
+    from receipts.analysis.explain_noise import component_class
+    from receipts.schema.category_kinds import kinds_from_text
+
+    rules = _rules(tmp_path, FABRIC)
+    kinds = kinds_from_text(rules.text)
+    assert kinds == rules.kinds and kinds["fabric"] == "communication" and kinds["nccl_lookalike"] == "compute"
+    assert component_class("category", "fabric", None, kinds) == "wait"
+    assert component_class("kernel", "ncclDevKernel_AllGather_RING_LL", "fabric", kinds) == "wait"
+    assert component_class("category", "nccl_lookalike", None, kinds) == "busy"
+    assert component_class("kernel", "lookalike_gemm", "nccl_lookalike", kinds) == "compute"
+
+
+def test_the_shipped_rules_give_every_component_the_class_its_name_gave(tmp_path):
+    """Under the shipped rules (and where no rules were kept: explain's default) the kinds give each category,
+    each kernel of each category and each derived part the class the nccl_ prefix gave: no verdict moves."""
+    from receipts.analysis.explain_noise import component_class
+    from receipts.schema.categories import SHIPPED_KINDS, STEP_PARTS
+    from receipts.schema.category_kinds import kinds_from_text
+
+    shipped = load_category_rules(cwd=tmp_path)
+    assert kinds_from_text(shipped.text) == shipped.kinds == SHIPPED_KINDS
+    assert {c for c, k in SHIPPED_KINDS.items() if k == "communication"} == {c for c in SHIPPED_KINDS
+                                                                             if c.startswith("nccl_")}
+    names = [*SHIPPED_KINDS, *STEP_PARTS, "between_steps", "unknown_category"]
+    for level in ("category", "kernel", "nvtx", "rank", "gap"):
+        for name in names:
+            for category in (None, *names):
+                assert component_class(level, name, category, SHIPPED_KINDS) == _class_by_name(level, name, category)
+
+
+def test_explain_judges_a_category_by_the_kind_it_is_given():
+    """The same 10% move of a user's category 'fabric', pairwise: as communication its noise is the wait class's
+    (20% of the value: no change named), as compute (its kind unknown to the shipped rules) the busy class's (1%)."""
+    from receipts.analysis.explain import RunComponents, StepChange, Value, explain
+
+    def run(rid: str, fabric: float) -> RunComponents:
+        return RunComponents(rid, rid, {("category", "fabric"): Value(fabric), ("category", "gemm"): Value(60.0)})
+
+    step = StepChange("slower", 100.0, 101.0, "")
+    kinds = {"fabric": "communication", "gemm": "compute"}
+    as_comm, by_default = (explain([run("a", 10.0)], [run("b", 11.0)], step=step, mode="pairwise", kinds=k)
+                           for k in (kinds, None))
+    fabric = [next(c for c in e.components if c.name == "fabric") for e in (as_comm, by_default)]
+    assert fabric[0].noise_ms == pytest.approx(0.2 * 10.5, rel=0.05) and fabric[0].verdict != "changed"
+    assert fabric[1].noise_ms < 0.2 and fabric[1].verdict == "changed"
+
+
+def test_the_runs_are_compared_under_the_rules_most_baseline_runs_kept():
+    from receipts.analysis.recategorise import reference_text
+
+    assert reference_text({"a": "x", "b": "x", "c": "y", "d": None}, ["a", "b", "c"]) == "x"
+    assert reference_text({"a": None, "b": "y", "c": "x"}, ["a"]) in ("x", "y")  # no baseline run's kept: the others'
+    assert reference_text({"a": None, "b": "y"}, ["a"]) == "y"
+    assert reference_text({"a": None, "b": None}, ["a"]) is None
+
+
 @pytest.fixture(scope="module")
 def two_rules(tmp_path_factory):
     """base_1 attached under the shipped rules, aa_1 (an A/A run of the same configuration) under an extra rule that
@@ -183,3 +264,28 @@ def test_the_dashboard_compare_says_the_rules_differ(two_rules, monkeypatch):
     assert any("A and B were categorised under different kernel-category rules" in w for w in warnings), warnings
     assert any("Kernel-category rules: categorised under different kernel-category rules" in w
                and "re-categorised from raw events: aa_1" in w for w in warnings), _texts(at)
+
+
+@pytest.mark.slow
+def test_explain_gives_a_communication_category_not_named_nccl_the_noise_of_one(two_rules, tmp_path):
+    """base_1 categorised under rules that call the NCCL kernels 'fabric' (communication), aa_1 under the shipped
+    ones: explained against base_1, the runs are compared under base_1's rules, and each NCCL kernel, now of
+    'fabric', keeps the noise it has as an nccl_* kernel (the wait class), to the last digit."""
+    rules = tmp_path / "fabric.toml"
+    rules.write_text(FABRIC)
+    db = str(tmp_path / "r.duckdb")
+    assert cli(db, "ingest", str(EXPLAIN_DATA / "base_1"), "--categories", str(rules)).exit_code == 0
+    assert cli(db, "ingest", str(EXPLAIN_DATA / "aa_1")).exit_code == 0
+
+    def nccl_kernels(store: str) -> dict[str, dict]:
+        code, report = cli_json(store, "explain", "aa_1", "--against", "base_1")
+        assert code == 0, report
+        return {c["name"]: c for c in report["components"] if c["level"] == "kernel" and c["name"].startswith("nccl")}
+
+    fabric, shipped = nccl_kernels(db), nccl_kernels(two_rules)
+    assert fabric.keys() == shipped.keys() and len(fabric) >= 2
+    assert {c["category"] for c in fabric.values()} == {"fabric"}
+    assert all(c["category"].startswith("nccl_") for c in shipped.values())
+    for name, c in fabric.items():
+        assert (c["noise_ms"], c["noise_df"]) == (shipped[name]["noise_ms"], shipped[name]["noise_df"]), name
+

@@ -7,14 +7,17 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import duckdb
 import pytest
 
-from conftest import REALDATA
+from conftest import GPU_DATA, REALDATA
 from receipts.errors import RegistryError
 from receipts.ingest import log_formats, sniff
 from receipts.ingest.textlog import read_log
 
 MEGATRON = REALDATA / "logs" / "megatron-lm_issue756_mixtral_16xH100.txt"
+NANOCHAT = REALDATA / "logs" / "nanochat_pr147_a100_mfu.txt"
+KINETO = GPU_DATA / "fsdp2_2gpu_kineto" / "traces"
 
 
 def _block(monkeypatch, module: str) -> None:
@@ -56,16 +59,93 @@ def test_a_parser_without_what_its_entry_promises_is_named():
         broken.parser()
 
 
-def test_the_cli_says_which_parser_is_broken_in_one_line(monkeypatch, tmp_path):
+def test_a_broken_parser_stops_the_batch_and_the_cli_says_so_once(monkeypatch, tmp_path):
+    """A broken installation is not a bad file: the batch stops at the first file that meets it (every later one
+    would fail alike), and the command line says it in one line, once, exit 2, instead of one FAILED per file."""
     from cli_helpers import cli
 
     _block(monkeypatch, "receipts.ingest.torchtitan")
-    result = cli(str(tmp_path / "r.duckdb"), "ingest", str(MEGATRON))
+    db = str(tmp_path / "r.duckdb")
+    result = cli(db, "ingest", str(MEGATRON), str(NANOCHAT))
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1, result.output
-    assert (f"FAILED {MEGATRON}: log format 'torchtitan': module receipts.ingest.torchtitan cannot be imported"
-            in result.output)
-    assert "Traceback" not in result.output and "unknown log format" not in result.output
+    assert result.output.startswith("Error: log format 'torchtitan': module receipts.ingest.torchtitan cannot be "
+                                    "imported"), result.output
+    assert "this installation of receipts is broken" in result.output
+    assert "FAILED" not in result.output and "Traceback" not in result.output
+    assert "unknown log format" not in result.output
+
+
+def test_ingest_each_raises_a_registry_error_instead_of_yielding_it_per_file(monkeypatch, tmp_path):
+    from receipts.pipeline import ingest_each
+    from receipts.schema.registry import load_registry
+    from receipts.store import open_store
+
+    _block(monkeypatch, "receipts.ingest.mllog")
+    db = str(tmp_path / "r.duckdb")
+    with open_store(db) as store:
+        batch = ingest_each(store, [MEGATRON, NANOCHAT], registry=load_registry(cwd=tmp_path))
+        with pytest.raises(RegistryError, match=r"receipts\.ingest\.mllog cannot be imported"):
+            next(batch)
+    with duckdb.connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM receipts").fetchone() == (0,)
+
+
+def _linked(folder, *files):
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        (folder / f.name).symlink_to(f)
+    return folder
+
+
+def test_every_profile_kind_a_target_can_be_has_an_entry_whose_parser_imports(tmp_path):
+    """Each kind sniffing, a folder and a run directory answer is the registry's, and every entry is answered
+    somewhere; each is read by a parser that loads."""
+    import typing
+
+    from receipts.pipeline.profile_formats import PROFILE_FORMATS, Reader
+    from receipts.pipeline.targets import profile_paths_in, target_kind
+
+    for kind, fmt in PROFILE_FORMATS.items():
+        assert fmt.kind == kind and fmt.reader in typing.get_args(Reader), kind
+        assert fmt.parser_module().__name__ == fmt.module, kind
+    exports = sorted((GPU_DATA / "multiexport" / "per_rank_gloo").glob("*.sqlite.gz"))
+    traces = sorted(KINETO.iterdir())
+    answered = {target_kind(p) for p in (REALDATA / "nsys" / "mock.sqlite", GPU_DATA / "fsdp2_2gpu_nsys.sqlite.gz",
+                                         GPU_DATA / "fsdp2_2gpu_nsys.nsys-rep", traces[0], KINETO,
+                                         _linked(tmp_path / "job", *exports))}
+    for run_dir in (_linked(tmp_path / "a", *exports), _linked(tmp_path / "b", *traces)):
+        (run_dir / "run.log").write_text("")
+        answered |= {kind for _, kind in profile_paths_in(run_dir)}
+    assert answered == set(PROFILE_FORMATS)
+
+
+def test_a_profile_kind_without_an_entry_is_an_error_naming_it_not_a_kineto_trace(tmp_path):
+    from receipts.pipeline.parse import parse_profile
+    from receipts.schema.categories import load_category_rules
+
+    trace = KINETO / "rank0.1795431334827134209.pt.trace.json.gz"
+    with pytest.raises(RegistryError) as caught:
+        parse_profile(trace, "rocprof", load_category_rules(cwd=tmp_path), False)
+    assert caught.value.registry == "profile format" and caught.value.entry == "rocprof"
+    assert "profile format 'rocprof'" in str(caught.value) and "kineto-dir" in str(caught.value)
+
+
+def test_a_profile_parser_that_fails_to_import_is_named_and_stops_the_batch(monkeypatch, tmp_path):
+    """A Kineto trace whose parser cannot load: one line naming the module, exit 2, and the nsys export after it is
+    not read (it would meet a broken installation too, or hide it behind a stored receipt)."""
+    from cli_helpers import cli
+
+    _block(monkeypatch, "receipts.ingest.kineto")
+    trace = KINETO / "rank0.1795431334827134209.pt.trace.json.gz"
+    db = str(tmp_path / "r.duckdb")
+    result = cli(db, "ingest", str(trace), str(GPU_DATA / "fsdp2_1gpu_nsys.sqlite.gz"))
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1, result.output
+    assert result.output.startswith("Error: profile format 'kineto': module receipts.ingest.kineto cannot be "
+                                    "imported"), result.output
+    with duckdb.connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM receipts").fetchone() == (0,)
 
 
 def _receipts(tmp_path, *argv: str, blocked: str) -> subprocess.CompletedProcess[str]:
