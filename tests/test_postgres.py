@@ -242,6 +242,33 @@ def test_stores_open_at_once_each_read_their_own_database(pg_url, pg_server, tmp
     assert attached() == before
 
 
+def test_the_dashboard_reads_a_postgres_store_session_after_session(pg_url, tmp_path, monkeypatch):
+    """Each dashboard session opens the store read-only: sessions in turn each attach (and detach) over the one
+    DuckDB the process keeps, and every view draws from PostgreSQL."""
+    from streamlit.testing.v1 import AppTest
+
+    from receipts.store.postgres_store import _scanner
+
+    registry = load_registry(None)
+    with open_store(pg_url) as store:
+        ingest_paths(store, _logs(tmp_path, 2), registry=registry)
+        a, b = [r["id"] for r in receipt_list(store, include_superseded=True)]
+    monkeypatch.setenv("RECEIPTS_DB", pg_url)
+    app = str(Path(__file__).resolve().parents[1] / "dashboards" / "app.py")
+    for query in ({}, {"view": "receipt", "id": a}, {"view": "compare", "a": a, "b": b}, {"view": "receipt", "id": b}):
+        at = AppTest.from_file(app, default_timeout=60)
+        for k, v in query.items():
+            at.query_params[k] = v
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert not at.error, [e.value for e in at.error]
+        shown = " ".join([m.value for m in at.markdown] + [str(t.value) for t in at.title] + [str(h.value) for h in at.header]
+                         + [str(h.value) for h in at.subheader] + [str(d.value) for d in at.dataframe])
+        assert any(mark in shown for mark in ("run_0000", "run_0001", a, b)), (query, shown[:300])
+    attached = {r[0] for r in _scanner().execute("SELECT database_name FROM duckdb_databases()").fetchall()}
+    assert len({d for d in attached if d.startswith("pg_")}) <= 1  # sessions' stores closed: attaches not kept
+
+
 def test_read_only_store_never_writes(pg_empty_url, tmp_path, pg_server):
     pg_url = pg_empty_url
     path, unseen = _logs(tmp_path, 2)
