@@ -35,9 +35,10 @@ def retag(
     """
     from receipts.lifecycle import retag as retag_receipt  # the store's writes (polars): not for `retag --help`
     from receipts.schema.identity import IdentityChange
+    from receipts.schema.lane import IdentityClaim
 
     cfg = settings(ctx)
-    change = IdentityChange(host, preset, regime, run_name, tuple(tag), tuple(untag))
+    change = IdentityChange(IdentityClaim(host, preset, regime), run_name, tuple(tag), tuple(untag))
     with cfg.existing_store() as store:
         outcome = retag_receipt(store, ref, change, why=why, registry=cfg.registry(strict=strict))
     if as_json:

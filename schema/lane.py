@@ -12,7 +12,7 @@ may spell a field.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
@@ -56,7 +56,8 @@ class Lane:
     @property
     def key(self) -> str:
         """The canonical stored form (receipts.lane_key): compact JSON of the values in FIELDS' order, the same text
-        SQL_KEY builds in SQL."""
+        the SQL builds: store/migrations/v0014_lane_key.py BACKFILL for the receipts stored before it, and
+        sql/_macros.sql lane_values / lane_label read it back."""
         return json.dumps(list(astuple(self)), separators=(",", ":"), ensure_ascii=False)
 
     @property
@@ -70,11 +71,50 @@ class Lane:
     def as_dict(self) -> dict[str, str | None]:
         return {f: getattr(self, f) for f in FIELDS}
 
+    def values(self) -> tuple[str | None, ...]:
+        """The values in FIELDS' order."""
+        return astuple(self)
+
     def __str__(self) -> str:
-        return " · ".join(str(v) for v in astuple(self))
+        return display(astuple(self))
 
 
 FIELDS = tuple(f.name for f in fields(Lane))
+NO_LANE = Lane(*(None for _ in FIELDS))
+
+
+def display(values: Iterable[Any]) -> str:
+    """A lane's values as people read them (a lane's `str`, `report`, the dashboard's lane picker)."""
+    return " · ".join(str(v) for v in values)
+
+
+@dataclass(frozen=True)
+class IdentityClaim:
+    """The lane as the evidence (header, flags, receipt.toml) claims it, before canonicalisation: one value per
+    field under its OPTION name, and the hostname a host lineage may be matched from."""
+
+    host_lineage: str | None = None
+    preset: str | None = None
+    regime: str | None = None
+    hostname: str | None = None
+
+    @classmethod
+    def of_options(cls, options: Mapping[str, Any], hostname: str | None = None) -> IdentityClaim:
+        """The claim of a mapping keyed by OPTION names (a RECEIPT header, receipt.toml, a command's flags); a
+        missing one is None."""
+        return cls(*(options.get(OPTION[f]) for f in FIELDS), hostname=hostname)
+
+    def options(self) -> dict[str, str | None]:
+        """The claimed values by OPTION name, in FIELDS' order (the RECEIPT header's identity)."""
+        return {OPTION[f]: getattr(self, OPTION[f]) for f in FIELDS}
+
+    def raw(self) -> Lane:
+        """The claimed values as a lane (not canonical: what was said)."""
+        return Lane(*self.options().values())
+
+    def merged(self, override: IdentityClaim) -> IdentityClaim:
+        """Fields of `override` that are set win (explicit flags beat what a file says)."""
+        return IdentityClaim(*(getattr(override, f.name) or getattr(self, f.name) for f in fields(self)))
 
 
 def lane_of(source: Mapping[str, Any] | object) -> Lane | None:

@@ -19,10 +19,10 @@ SPELLED = re.compile("|".join(FIELDS))
 # stored receipt read back, the launcher's own claim parameters, and an export that maps each field into another
 # tool's format. Everything else asks schema/lane.py (FIELDS, RAW, OPTION, LABEL, Lane).
 ALLOWED = {
-    "schema/lane.py", "schema/model.py", "schema/identity.py", "schema/tables.py",
+    "schema/lane.py", "schema/identity.py", "schema/tables.py",
     "store/migrations/v0001_initial.py", "store/migrations/v0003_identity_lifecycle.py",
     "store/migrations/v0014_lane_key.py",
-    "analysis/record.py", "analysis/export.py", "launch/launcher.py", "cli/run_cmd.py",
+    "analysis/record.py", "analysis/export.py", 
 }
 # Dot folders (.venv, .pkgroot, a local .gpuwork copy) hold no product source of this checkout.
 NOT_PRODUCT = ("tests/", "benchmarks/", "docs/", "examples/", "demo/", "scripts/", "build/", ".")
