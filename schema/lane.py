@@ -36,7 +36,11 @@ class Lane:
 
     @classmethod
     def of(cls, source: Mapping[str, Any] | object) -> Lane:
-        """The lane of a row (a mapping with the canonical columns) or of a record with those attributes."""
+        """The lane of a row (a mapping with the canonical columns), of a record holding it as `lane`, or of one
+        with the canonical attributes."""
+        held = getattr(source, "lane", None)
+        if isinstance(held, Lane):
+            return held
         if isinstance(source, Mapping):
             return cls(*(source[f] for f in FIELDS))
         return cls(*(getattr(source, f) for f in FIELDS))

@@ -22,7 +22,7 @@ ALLOWED = {
     "schema/lane.py", "schema/identity.py", "schema/tables.py",
     "store/migrations/v0001_initial.py", "store/migrations/v0003_identity_lifecycle.py",
     "store/migrations/v0014_lane_key.py",
-    "analysis/record.py", "analysis/export.py", 
+    "analysis/export.py",
 }
 # Dot folders (.venv, .pkgroot, a local .gpuwork copy) hold no product source of this checkout.
 NOT_PRODUCT = ("tests/", "benchmarks/", "docs/", "examples/", "demo/", "scripts/", "build/", ".")
