@@ -3,10 +3,12 @@
 "Anything missing one of those three is a rumor. Anything carrying all three is a comparison." One type holds
 what the rest of receipts needs of them: the fields in order (FIELDS), each one's raw column, the parameter a
 user gives it by (OPTION) and its label, the canonical stored key (`Lane.key`, stored as receipts.lane_key and
-matched by the lane queries, sql/lane_runs.sql and sql/lane_history.sql) and the display. Adding a field to the
-identity is a change here, its columns (schema/tables.py, and a migration that fills receipts.lane_key
-again) and its canonicalisation (schema/identity.py); tests/test_lane.py names the few files that
-may spell a field.
+matched by the lane queries, sql/lane_runs.sql and sql/lane_history.sql) and the display (`display`, a lane's
+`str`). The claim before canonicalisation is here too (IdentityClaim: one value per field under its OPTION name),
+and the commands' options are declared from it (cli/claim_options.py). Adding a field to the identity is a
+change here, its columns (schema/tables.py, and a migration that fills receipts.lane_key again) and its
+canonicalisation (schema/identity.py); tests/test_lane.py names the few files that may spell a field and
+shows what follows such a change by itself.
 """
 
 from __future__ import annotations
