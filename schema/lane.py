@@ -108,7 +108,7 @@ class IdentityClaim:
     def of_options(cls, options: Mapping[str, Any], hostname: str | None = None) -> IdentityClaim:
         """The claim of a mapping keyed by OPTION names (a RECEIPT header, receipt.toml, a command's flags); a
         missing one is None."""
-        return cls(*(options.get(OPTION[f]) for f in FIELDS), hostname=hostname)
+        return cls(**{OPTION[f]: options.get(OPTION[f]) for f in FIELDS}, hostname=hostname)
 
     def options(self) -> dict[str, str | None]:
         """The claimed values by OPTION name, in FIELDS' order (the RECEIPT header's identity)."""
@@ -120,7 +120,7 @@ class IdentityClaim:
 
     def merged(self, override: IdentityClaim) -> IdentityClaim:
         """Fields of `override` that are set win (explicit flags beat what a file says)."""
-        return IdentityClaim(*(getattr(override, f.name) or getattr(self, f.name) for f in fields(self)))
+        return IdentityClaim(**{f.name: getattr(override, f.name) or getattr(self, f.name) for f in fields(self)})
 
 
 def lane_of(source: Mapping[str, Any] | object) -> Lane | None:
