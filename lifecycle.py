@@ -38,11 +38,10 @@ def retag(store: Store, ref: str, change: IdentityChange, *, why: str, registry:
         raise UsageError("is needed: the history records why an identity was changed", option="why")
     if change.empty:
         raise UsageError("a retag needs something to change: a host lineage, preset, regime, run name or tag")
-    for option in (*OPTION.values(), "run_name"):
-        value = getattr(change, option)
+    for option, value in {**change.claim.options(), "run_name": change.run_name}.items():
         if value is not None and len(value) > NAME_MAX_CHARS:
             raise UsageError(f"is {len(value):,} characters long; at most {NAME_MAX_CHARS:,}", option=option)
-    warnings = check_claim(IdentityClaim(*(getattr(change, OPTION[f]) for f in FIELDS)), registry)
+    warnings = check_claim(change.claim, registry)
     receipt_id = store.resolve(ref)
     stored = store.query("receipt", {"receipt_id": receipt_id}).row(0, named=True)
     changes = retagged_columns(stored, change, registry)
@@ -331,8 +330,8 @@ def identity_conflict(stored: dict, run_name: str, tags: tuple[str, ...], asked:
     stored_part, asked_part, change = {}, {}, []
     for part in FIELDS:
         raw = getattr(asked, OPTION[part])
-        if raw and getattr(ident, part) != stored[part]:
-            stored_part[part], asked_part[part] = stored[part], getattr(ident, part)
+        if raw and getattr(ident.lane, part) != stored[part]:
+            stored_part[part], asked_part[part] = stored[part], getattr(ident.lane, part)
             change.append([OPTION[part], raw])
     if named and run_name != stored["run_name"]:
         stored_part["run_name"], asked_part["run_name"] = stored["run_name"], run_name

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 
 from receipts.analysis import telemetry
 from receipts.analysis.commits import CommitRange, between
-from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, with_telemetry
+from receipts.analysis.compare import Difference, drift, with_telemetry
 from receipts.analysis.figures import RunInterval
 from receipts.analysis.lanes import DEFAULT_BASELINE_LAST, TAG_PREFIX, Lane, lane_of, lane_run_rows
 from receipts.analysis.noise import FLOOR_WINDOW, MAD_TO_SIGMA, MIN_FLOOR_PCT, NoiseFloor, noise_floor
@@ -343,7 +343,7 @@ def no_baseline_message(candidate: StoredReceipt, baseline: Baseline, *, tagged_
 
 
 def rumor_message(candidate: StoredReceipt) -> str:
-    missing = [f for f in IDENTITY_FIELDS if not getattr(candidate, f)]
+    missing = candidate.lane.missing
     return (f"{candidate.run_name}: incomplete identity (a rumor, not a comparison): lacks {', '.join(missing)}; "
             "without a lane there is no baseline (give it one with a retag)")
 
@@ -351,7 +351,7 @@ def rumor_message(candidate: StoredReceipt) -> str:
 def rumor_remedy(candidate: StoredReceipt) -> Remedy:
     """The retag that gives a rumor the identity parts it lacks (their values the user's to fill in)."""
     return Remedy("retag", candidate.run_name,
-                  tuple((OPTION[f], "...") for f in IDENTITY_FIELDS if not getattr(candidate, f)))
+                  tuple((OPTION[f], "...") for f in candidate.lane.missing))
 
 
 def no_baseline_remedy(baseline: Baseline) -> Remedy:

@@ -23,13 +23,12 @@ from receipts.analysis.figures import RatioCI, RunInterval, Summary
 from receipts.analysis.straggler_reports import explains, stored_report_many
 from receipts.analysis.verdict import MIN_EFFECT, Verdict, VerdictResult, decide
 
-from receipts.schema.lane import FIELDS, RAW
+from receipts.schema.lane import FIELDS
 
 if TYPE_CHECKING:
     from receipts.store import Store
 
 IDENTITY_FIELDS = FIELDS  # the lane's (schema/lane.py)
-RAW_FIELD = RAW
 # Software facts that belong to the node image rather than the training stack.
 INFRA_SOFTWARE = ("driver", "driver_version", "nvidia_driver", "numa_balancing", "kernel")
 
@@ -92,9 +91,9 @@ def _summary(r: StoredReceipt, *, intervals: bool = False) -> RunSummary:
 def identity_differences(a: StoredReceipt, b: StoredReceipt) -> tuple[Difference, ...]:
     out = []
     for name in IDENTITY_FIELDS:
-        va, vb = getattr(a, name), getattr(b, name)
+        va, vb = getattr(a.lane, name), getattr(b.lane, name)
         if va is None or vb is None or va != vb:
-            ra, rb = getattr(a, RAW_FIELD[name]), getattr(b, RAW_FIELD[name])
+            ra, rb = getattr(a.raw, name), getattr(b.raw, name)
             note = "missing" if va is None or vb is None else f"raw {ra!r} vs {rb!r}"
             out.append(Difference(name, va, vb, note))
     return tuple(out)
@@ -194,7 +193,7 @@ def compare(a: StoredReceipt, b: StoredReceipt, *, floor: NoiseFloor | None = No
     resolution = tuple(f"A: {n}" for n in a.resolution) + tuple(f"B: {n}" for n in b.resolution)
     if not a.complete or not b.complete:
         rumors = [r for r in (a, b) if not r.complete]
-        names = ", ".join(f"{r.run_name} ({r.id[:12]}) lacks {', '.join(f for f in IDENTITY_FIELDS if not getattr(r, f))}"
+        names = ", ".join(f"{r.run_name} ({r.id[:12]}) lacks {', '.join(r.lane.missing)}"
                           for r in rumors)
         return Comparison(_summary(a), _summary(b), False, f"refused: incomplete identity (a rumor): {names}",
                           identity_differences(a, b), resolution, warnings=comparison_warnings(a, b))

@@ -160,7 +160,7 @@ def mixed_configurations(runs: Sequence[RunExport]) -> dict[Lane, tuple[str, ...
 
 
 def lane_name(lane: Lane) -> str:
-    return f"{lane.host_lineage} {lane.preset_family} {lane.launch_regime}"
+    return " ".join(str(v) for v in lane.values())
 
 
 def to_bmf(runs: Sequence[RunExport]) -> dict[str, dict[str, dict[str, float]]]:
@@ -197,10 +197,7 @@ def to_pytorch_v3(runs: Sequence[RunExport]) -> list[dict[str, Any]]:
                 continue
             records.append({
                 "benchmark": {"name": "receipts", "mode": "training", "dtype": _dtype(newest),
-                              "extra_info": _strings({"host_lineage": lane.host_lineage,
-                                                      "preset_family": lane.preset_family,
-                                                      "launch_regime": lane.launch_regime,
-                                                      "tags": ",".join(tags)})},
+                              "extra_info": _strings({**lane.as_dict(), "tags": ",".join(tags)})},
                 "model": {"name": lane.preset_family, "type": "training-run", "backend": lane.launch_regime,
                           "origins": ["receipts"], "extra_info": _strings({"host_lineage": lane.host_lineage})},
                 "metric": {"name": slug, "benchmark_values": [run.measures[slug].value for run in have],
@@ -232,7 +229,7 @@ def _dtype(r: StoredReceipt) -> str:
 
 
 def _runner(r: StoredReceipt) -> dict[str, Any]:
-    return {"name": r.hostname or "", "type": r.host_lineage or "", "cpu_info": "", "cpu_count": 0,
+    return {"name": r.hostname or "", "type": r.lane.host_lineage or "", "cpu_info": "", "cpu_count": 0,
             "mem_info": "", "avail_mem_in_gb": 0, "gpu_info": r.gpu_model or "", "gpu_count": r.gpu_count or 0,
             "gpu_mem_info": "", "avail_gpu_mem_in_gb": 0,
             "extra_info": _strings({"machine_class": r.machine_class, "world_size": r.world_size})}

@@ -43,7 +43,7 @@ import numpy as np
 from receipts.analysis.check import (Baseline, no_baseline_message, no_baseline_remedy, rumor_message,
                                      rumor_remedy)
 from receipts.analysis.claims import Claim, ClaimsFile
-from receipts.analysis.compare import IDENTITY_FIELDS, Difference, drift, identity_differences
+from receipts.analysis.compare import Difference, drift, identity_differences
 from receipts.analysis.lanes import Lane, lane_of
 from receipts.analysis.noise import NoiseFloor, default_floor
 from receipts.analysis.record import StoredReceipt
@@ -190,7 +190,7 @@ def evaluate_claim(claim: Claim, baseline: Evidence | Unresolved, candidate: Evi
     a, b = baseline.receipt, candidate.receipt
     # compare()'s refusal rules, in its order: a rumor first, then differing identity fields.
     if not (a.complete and b.complete):
-        rumors = "; ".join(f"{role} {r.run_name} ({r.id[:12]}) lacks {', '.join(f for f in IDENTITY_FIELDS if not getattr(r, f))}"
+        rumors = "; ".join(f"{role} {r.run_name} ({r.id[:12]}) lacks {', '.join(r.lane.missing)}"
                            for role, r in (("baseline", a), ("candidate", b)) if not r.complete)
         rs = (reason("rumor", f"incomplete identity (a rumor, not a comparison): {rumors}"),)
         return ClaimResult(claim, False, rs, None, a.id, b.id)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from receipts.analysis import summary
 from receipts.analysis.figures import RunInterval, Summary
+from receipts.schema.lane import FIELDS, RAW, Lane
 
 if TYPE_CHECKING:  # analysis reads through the Store interface; it never imports a backend
     import numpy as np
@@ -19,12 +20,8 @@ if TYPE_CHECKING:  # analysis reads through the Store interface; it never import
 class StoredReceipt:
     id: str
     run_name: str
-    host_lineage: str | None
-    preset_family: str | None
-    launch_regime: str | None
-    raw_host_lineage: str | None
-    raw_preset: str | None
-    raw_regime: str | None
+    lane: Lane  # canonical; a rumor's missing values are None
+    raw: Lane   # as claimed (schema/lane.py RAW's columns)
     complete: bool
     resolution: tuple[str, ...]
     hostname: str | None
@@ -117,8 +114,7 @@ def load_many(store: "Store", receipt_ids: list[str], *, series: bool = True) ->
 def _from_row(row: dict, env: dict, step_ms: np.ndarray | None, tokens: np.ndarray | None) -> StoredReceipt:
     return StoredReceipt(
         id=row["id"], run_name=row["run_name"],
-        host_lineage=row["host_lineage"], preset_family=row["preset_family"], launch_regime=row["launch_regime"],
-        raw_host_lineage=row["raw_host_lineage"], raw_preset=row["raw_preset"], raw_regime=row["raw_regime"],
+        lane=Lane.of(row), raw=Lane(*(row[RAW[f]] for f in FIELDS)),
         complete=bool(row["identity_complete"]), resolution=tuple(json.loads(row["resolution_json"] or "[]")),
         hostname=row["hostname"], machine_class=row["machine_class"], gpu_model=row["gpu_model"],
         gpu_count=row["gpu_count"], world_size=row["world_size"],

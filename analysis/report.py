@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from receipts.analysis.listing import series_headline
 from receipts.analysis.memory_geometry import geometry, load_sources
 from receipts.analysis.record import load_many
-from receipts.schema.lane import FIELDS, OPTION, RAW, Lane
+from receipts.schema.lane import FIELDS, OPTION, Lane
 from receipts.schema.version import IDENTITY_FIELDS
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def receipt_report(store: "Store", receipt_id: str) -> dict[str, Any]:
         "source_format": row["source_format"],
         "identity": {
             **Lane.of(r).as_dict(), "complete": r.complete,
-            "raw": {OPTION[f]: getattr(r, RAW[f]) for f in FIELDS},
+            "raw": {OPTION[f]: getattr(r.raw, f) for f in FIELDS},
             "hostname": r.hostname,
             "resolution": list(r.resolution),
             "regime": {"engine": row["engine"], "compile_mode": row["compile_mode"],

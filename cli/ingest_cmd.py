@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
 
+from receipts.cli.claim_options import claim_options
 from receipts.cli.context import (EXIT_INPUT, console, err_console, handle_errors, one_line,
                                    print_json, report_error, settings)
 from receipts.cli.progress import IngestProgress
@@ -28,15 +30,15 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
+@claim_options("Host lineage (registry name or alias).", "Preset name or alias.",
+               'Launch regime, e.g. "fsdp2/regional-compile".')
 def ingest(
     ctx: typer.Context,
     paths: List[Path] = typer.Argument(..., help="Training logs, nsys exports (.sqlite / .nsys-rep), Kineto traces "
                                                  "or folders of them, or `receipts run` directories. A folder of "
                                                  "per-rank traces, or of one job's nsys exports (one per rank or "
                                                  "node), is one profile."),
-    host: Optional[str] = typer.Option(None, "--host-lineage", help="Host lineage (registry name or alias)."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="Preset name or alias."),
-    regime: Optional[str] = typer.Option(None, "--regime", help='Launch regime, e.g. "fsdp2/regional-compile".'),
+    claim: IdentityClaim = IdentityClaim(),  # --host-lineage, --preset, --regime: cli/claim_options.py
     hostname: Optional[str] = typer.Option(None, "--hostname", help="Hostname, when the log does not say."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Name to address the receipt by (default: file stem)."),
     tag: List[str] = typer.Option([], "--tag", help="Lineage tag, e.g. v19c (repeatable). A tag, never identity."),
@@ -73,7 +75,7 @@ def ingest(
     Example: receipts ingest run_a.log --host-lineage h200-usw1c-bench-01 --preset nam52_h200_dense_ref_v1 --regime "fsdp2/regional-compile"
     """
     cfg = settings(ctx)
-    claim = IdentityClaim(host, preset, regime, hostname)
+    claim = replace(claim, hostname=hostname)
     rules = load_category_rules(categories)
     if keep_raw and raw_dir is None and is_server_url(cfg.db):
         raise UsageError("--keep-raw on a PostgreSQL store needs --raw-dir DIR (or RECEIPTS_RAW_DIR): a server "

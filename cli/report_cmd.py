@@ -10,6 +10,7 @@ import typer
 
 from receipts.cli.context import handle_errors, print_json, settings
 from receipts.errors import UsageError
+from receipts.schema.lane import display
 
 if TYPE_CHECKING:  # the report's statistics (numpy, polars) load when it is made, not for `report --help`
     from receipts.analysis.period_report import PeriodReport
@@ -85,7 +86,7 @@ def to_markdown(result: PeriodReport, out: dict[str, Any]) -> str:
              "stopped receiving runs.", ""]
     quiet = []
     for lane in out["lanes"]:
-        name = " · ".join(lane["lane"].values())
+        name = display(lane["lane"].values())
         if not (lane["change_points"] or lane["regressions"] or lane["stopped"]):
             quiet.append(f"[{_md(name)}]({lane['link']}) ({lane['runs_in_period']} run(s))")
             continue

@@ -7,7 +7,9 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
+from receipts.cli.claim_options import claim_options
 from receipts.cli.context import console, err_console, handle_errors, print_json, settings
+from receipts.schema.lane import IdentityClaim
 
 
 def register(app: typer.Typer) -> None:
@@ -15,12 +17,12 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
+@claim_options("New host lineage (registry name or alias).", "New preset name or alias.",
+               'New launch regime, e.g. "fsdp2/regional-compile".')
 def retag(
     ctx: typer.Context,
     ref: str = typer.Argument(..., help="Receipt id, unique id prefix, or run name."),
-    host: Optional[str] = typer.Option(None, "--host-lineage", help="New host lineage (registry name or alias)."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="New preset name or alias."),
-    regime: Optional[str] = typer.Option(None, "--regime", help='New launch regime, e.g. "fsdp2/regional-compile".'),
+    claim: IdentityClaim = IdentityClaim(),  # --host-lineage, --preset, --regime: cli/claim_options.py
     run_name: Optional[str] = typer.Option(None, "--run-name", help="New run name."),
     tag: List[str] = typer.Option([], "--tag", help="Add a lineage tag (repeatable)."),
     untag: List[str] = typer.Option([], "--untag", help="Remove a lineage tag (repeatable)."),
@@ -37,7 +39,7 @@ def retag(
     from receipts.schema.identity import IdentityChange
 
     cfg = settings(ctx)
-    change = IdentityChange(host, preset, regime, run_name, tuple(tag), tuple(untag))
+    change = IdentityChange(claim, run_name, tuple(tag), tuple(untag))
     with cfg.existing_store() as store:
         outcome = retag_receipt(store, ref, change, why=why, registry=cfg.registry(strict=strict))
     if as_json:

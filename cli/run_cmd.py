@@ -9,7 +9,9 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
+from receipts.cli.claim_options import claim_options
 from receipts.launch.launcher import run as launch
+from receipts.schema.lane import IdentityClaim
 from receipts.cli.context import err_console, handle_errors, settings
 from receipts.cli.ingest_cmd import _say as say_outcome, _say_registry_warnings as say_registry_warnings
 
@@ -19,12 +21,12 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
+@claim_options("Host lineage (registry name or alias).", "Preset name or alias.",
+               'Launch regime, e.g. "fsdp2/no-compile".')
 def run(
     ctx: typer.Context,
     command: List[str] = typer.Argument(..., metavar="-- COMMAND...", help="The command to launch, after `--`."),
-    host_lineage: Optional[str] = typer.Option(None, "--host-lineage", help="Host lineage (registry name or alias)."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="Preset name or alias."),
-    regime: Optional[str] = typer.Option(None, "--regime", help='Launch regime, e.g. "fsdp2/no-compile".'),
+    claim: IdentityClaim = IdentityClaim(),  # --host-lineage, --preset, --regime: cli/claim_options.py
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Receipt name (default: the run directory's name)."),
     tag: List[str] = typer.Option([], "--tag", help="Lineage tag (repeatable). A tag, never identity."),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where run.log goes (default ./runs/<name>)."),
@@ -46,8 +48,8 @@ def run(
     Example: receipts run --host-lineage h200-device-x2 --preset toy_fsdp2_v1 --regime "fsdp2/no-compile" -- torchrun --standalone --nproc_per_node=2 train.py
     """
     cfg = settings(ctx)
-    result = launch(command=list(command), run_dir=run_dir, host_lineage=host_lineage, preset=preset,
-                    regime=regime, run_name=run_name, tags=tuple(tag), ingest=not no_ingest, db_url=cfg.db,
+    result = launch(command=list(command), run_dir=run_dir, claim=claim,
+                    run_name=run_name, tags=tuple(tag), ingest=not no_ingest, db_url=cfg.db,
                     registry_path=cfg.registry_path, echo=None if quiet else sys.stdout.buffer,
                     echo_err=None if quiet else sys.stderr.buffer,
                     telemetry_interval_s=None if no_telemetry else telemetry_interval, telemetry_series=telemetry_series)

@@ -23,7 +23,6 @@ from receipts.errors import InputError, UnsupportedVersion
 from receipts.ingest import profiler
 from receipts.ingest.textlog import LogText, cut_short_note
 from receipts.schema.model import EnvVar, IdentityClaim, MemoryPeak, ParsedRun, steps_frame
-from receipts.schema.lane import FIELDS, OPTION
 from receipts.schema.memory import MemoryGeometry
 from receipts.schema.receipt_format import KINDS, LINE_PATTERN, SUPPORTED_VERSIONS, memory_of, recipe_of
 from receipts.schema.telemetry import GpuTelemetry, telemetry_of
@@ -180,7 +179,7 @@ def parse(log: LogText) -> ParsedRun:
         source_format=FORMAT,
         format_version="1",
         steps=steps_frame(decoded.drop("v", "kind", "payload")),
-        claim=IdentityClaim(**{OPTION[f]: identity.get(OPTION[f]) for f in FIELDS}, hostname=header.get("hostname")),
+        claim=IdentityClaim.of_options(identity, hostname=header.get("hostname")),
         phases=tuple(phases),
         memory=memory,
         env=env,

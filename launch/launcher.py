@@ -40,6 +40,7 @@ from receipts.launch import provenance
 from receipts.launch.process import SignalForwarder, tee
 from receipts.capture.recorder import ENV_LAUNCHER
 from receipts.capture.telemetry import DEFAULT_INTERVAL_S, TelemetrySampler
+from receipts.schema.lane import IdentityClaim
 from receipts.schema.receipt_format import RECORD_VERSION, encode
 from receipts.errors import ReceiptsError, UsageError
 from receipts.schema.registry import Registry, load_registry
@@ -104,8 +105,7 @@ def _nproc(command: list[str]) -> int | None:
 
 
 def build_header(*, command: list[str], environ: Mapping[str, str], cwd: Path, rules: EnvRules,
-                 host_lineage: str | None, preset: str | None, regime: str | None, run_name: str,
-                 tags: tuple[str, ...]) -> dict:
+                 claim: IdentityClaim, run_name: str, tags: tuple[str, ...]) -> dict:
     """Every launcher-side fact, redacted. Pure apart from the probes in launch.provenance."""
     from receipts.ingest.topology import parse_text as parse_topology, rank_map
 
@@ -132,7 +132,7 @@ def build_header(*, command: list[str], environ: Mapping[str, str], cwd: Path, r
         "v": RECORD_VERSION,
         "kind": "header",
         "writer": "receipts run",
-        "identity": {"host_lineage": host_lineage, "preset": preset, "regime": regime},
+        "identity": claim.options(),
         "run_name": run_name,
         # The run key (docs/receipt-format.md): unique per launch, so two jobs started in the same millisecond
         # on one host (an array job, eight single-GPU runs) never supersede each other; RECEIPTS_RUN_ID lets a
@@ -158,8 +158,8 @@ def build_header(*, command: list[str], environ: Mapping[str, str], cwd: Path, r
     return redact(header, rules=rules, known_values=secret_values_in(environ, rules=rules))
 
 
-def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | None = None,
-        preset: str | None = None, regime: str | None = None, run_name: str | None = None,
+def run(*, command: list[str], run_dir: Path | None = None, claim: IdentityClaim = IdentityClaim(),
+        run_name: str | None = None,
         tags: tuple[str, ...] = (), ingest: bool = True, db_url: str | None = None,
         registry_path: Path | None = None, env_rules_path: Path | None = None,
         environ: Mapping[str, str] | None = None, cwd: Path | None = None,
@@ -191,8 +191,8 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
     run_dir.mkdir(parents=True, exist_ok=True)
     known = secret_values_in(environ, rules=rules)
 
-    header = build_header(command=command, environ=environ, cwd=cwd, rules=rules, host_lineage=host_lineage,
-                          preset=preset, regime=regime, run_name=run_name, tags=tuple(tags))
+    header = build_header(command=command, environ=environ, cwd=cwd, rules=rules, claim=claim, run_name=run_name,
+                          tags=tuple(tags))
     sampler = None
     if telemetry_interval_s is not None:
         sampler = TelemetrySampler(devices=visible_gpu_indices(environ.get("CUDA_VISIBLE_DEVICES")),
@@ -254,8 +254,7 @@ def run(*, command: list[str], run_dir: Path | None = None, host_lineage: str | 
     ingest_error = None
     if ingest and launch_error is None:
         try:
-            ingested = tuple(_ingest(run_dir=run_dir, db_url=db_url, registry=registry,
-                                     host_lineage=host_lineage, preset=preset, regime=regime,
+            ingested = tuple(_ingest(run_dir=run_dir, db_url=db_url, registry=registry, claim=claim,
                                      run_name=run_name, tags=tuple(tags)))
         except ReceiptsError as exc:
             ingest_error = str(exc)
@@ -277,16 +276,15 @@ def visible_gpu_indices(visible_devices: str | None) -> list[int] | None:
     return None
 
 
-def _ingest(*, run_dir: Path, db_url: str | None, registry: Registry, host_lineage: str | None,
-            preset: str | None, regime: str | None, run_name: str, tags: tuple[str, ...]) -> list:
+def _ingest(*, run_dir: Path, db_url: str | None, registry: Registry, claim: IdentityClaim, run_name: str,
+            tags: tuple[str, ...]) -> list:
     # Imported here: the store and polars are not needed to launch (the GPU box may lack them).
     from receipts.pipeline import ingest_paths
-    from receipts.schema.model import IdentityClaim
     from receipts.store import open_store
 
     store = open_store(db_url)
     try:
-        return ingest_paths(store, [run_dir], identity=IdentityClaim(host_lineage, preset, regime),
+        return ingest_paths(store, [run_dir], identity=claim,
                             run_name=run_name, registry=registry, tags=tags)
     finally:
         close = getattr(store, "close", None)

@@ -34,7 +34,7 @@ from receipts.pipeline.targets import (SIDECAR_NAME, IngestFailure, ingest_targe
 from receipts.schema import toml_file
 from receipts.schema.categories import CategoryRules, load_category_rules
 from receipts.schema.identity import resolve_identity
-from receipts.schema.lane import FIELDS, OPTION, RAW
+from receipts.schema.lane import FIELDS, OPTION
 from receipts.schema.model import (FACT_SECTIONS, NAME_MAX_CHARS, IdentityClaim, ParsedRun, Receipt, SourceFile,
                                    StepWindow, as_text)
 from receipts.schema.secrets import redact
@@ -76,7 +76,7 @@ def read_sidecar(path: Path) -> tuple[IdentityClaim, dict]:
             raise InputError(sidecar, f"key {key} is {len(value):,} characters long; at most {NAME_MAX_CHARS:,}")
     data = {**data, **{k: v for k, v in fields.items() if v is not None},
             "tags": list(toml_file.strings(data.get("tags"), sidecar, "tags"))}
-    claim = IdentityClaim(**{OPTION[f]: fields[OPTION[f]] for f in FIELDS}, hostname=fields["hostname"])
+    claim = IdentityClaim.of_options(fields, hostname=fields["hostname"])
     return claim, data
 
 
@@ -106,7 +106,7 @@ def build_receipt(parsed: ParsedRun, *, source: SourceFile, claim: IdentityClaim
     written by `receipts run`, so nothing redacted its lines before."""
     parsed = redacted_text(parsed, registry)
     identity = resolve_identity(parsed.claim.merged(claim), registry)
-    _check_name_lengths(source, run_name=run_name, **{OPTION[f]: getattr(identity, RAW[f]) for f in FIELDS},
+    _check_name_lengths(source, run_name=run_name, **{OPTION[f]: getattr(identity.raw, f) for f in FIELDS},
                         hostname=identity.hostname, run_id=parsed.provenance.get("run_id"))
     window = choose_window(parsed.steps, parsed.phases, tail=parsed.tail_step)
     if (few := few_steady_steps(window)) is not None:

@@ -10,11 +10,11 @@ import difflib
 import fnmatch
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from receipts.schema.lane import Lane
-from receipts.schema.model import Identity, IdentityClaim, LaunchRegime
+from receipts.schema.lane import FIELDS, RAW, RESOLVED_WITH, IdentityClaim, Lane
+from receipts.schema.model import Identity, LaunchRegime
 from receipts.schema.registry import Registry
 
 
@@ -131,12 +131,8 @@ def resolve_identity(claim: IdentityClaim, registry: Registry) -> Identity:
     if regime and claim.regime and canonical_regime != claim.regime.strip():
         regime_notes.append(f"regime {claim.regime.strip()!r} -> {canonical_regime!r}")
     return Identity(
-        host_lineage=host,
-        preset_family=preset,
-        launch_regime=canonical_regime,
-        raw_host_lineage=claim.host_lineage or claim.hostname,
-        raw_preset=claim.preset,
-        raw_regime=claim.regime,
+        lane=Lane(host_lineage=host, preset_family=preset, launch_regime=canonical_regime),
+        raw=replace(claim.raw(), host_lineage=claim.host_lineage or claim.hostname),
         hostname=claim.hostname,
         resolution=tuple(host_notes + preset_notes + regime_notes),
         regime=regime,
@@ -154,12 +150,11 @@ def identity_columns(identity: Identity) -> dict[str, Any]:
     """The receipts columns one resolved identity fills (hostname aside: that is evidence, not a claim)."""
     regime = identity.regime
     return {
-        "raw_host_lineage": identity.raw_host_lineage, "host_lineage": identity.host_lineage,
-        "raw_preset": identity.raw_preset, "preset_family": identity.preset_family,
-        "raw_regime": identity.raw_regime, "launch_regime": identity.launch_regime,
+        **{column: value for f in FIELDS
+           for column, value in ((RAW[f], getattr(identity.raw, f)), (f, getattr(identity.lane, f)))},
         "engine": regime.engine if regime else None, "compile_mode": regime.compile_mode if regime else None,
         "parallel_json": _dumps(dict(regime.parallel) if regime else {}),
-        "identity_complete": identity.complete, "lane_key": Lane.of(identity).key,
+        "identity_complete": identity.complete, "lane_key": identity.lane.key,
         "resolution_json": _dumps([n for n in identity.resolution if not is_registry_miss(n)]),
     }
 
@@ -252,16 +247,14 @@ def _unrecognised_words(raw: str, registry: Registry) -> list[str]:
 class IdentityChange:
     """What `receipts retag` asks for; None leaves a field as stored."""
 
-    host_lineage: str | None = None
-    preset: str | None = None
-    regime: str | None = None
+    claim: IdentityClaim = IdentityClaim()
     run_name: str | None = None
     add_tags: tuple[str, ...] = ()
     remove_tags: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not any((self.host_lineage, self.preset, self.regime, self.run_name, self.add_tags, self.remove_tags))
+        return not any((*self.claim.options().values(), self.run_name, self.add_tags, self.remove_tags))
 
 
 # Which resolution notes belong to which part of the identity (resolve_host / resolve_preset / parse_regime
@@ -273,32 +266,32 @@ def retagged_columns(stored: dict[str, Any], change: IdentityChange, registry: R
     """The identity columns of a stored receipt after `change`: each named part re-resolved from its new raw
     value through the registry, the other parts left exactly as stored (a lineage matched from the
     hostname stays matched). Returns only the columns whose value changes."""
-    new = {k: stored[k] for k in ("raw_host_lineage", "host_lineage", "raw_preset", "preset_family", "raw_regime",
-                                  "launch_regime", "engine", "compile_mode", "parallel_json", "features_json",
-                                  "run_name", "tags_json")}
+    columns = [c for f in FIELDS for c in (RAW[f], f)] + [c for f in FIELDS for c in RESOLVED_WITH.get(f, ())]
+    new = {k: stored[k] for k in (*columns, "features_json", "run_name", "tags_json")}
     old_notes = list(json.loads(stored.get("resolution_json") or "[]"))
     notes: list[str] = []           # the notes of the parts re-resolved now
     replaced: list[str] = []
-    if change.host_lineage:
-        lineage, host_notes = resolve_host(IdentityClaim(host_lineage=change.host_lineage), registry)
-        new.update(raw_host_lineage=change.host_lineage.strip(), host_lineage=lineage)
+    claim = change.claim
+    if claim.host_lineage:
+        lineage, host_notes = resolve_host(IdentityClaim(host_lineage=claim.host_lineage), registry)
+        new.update(raw_host_lineage=claim.host_lineage.strip(), host_lineage=lineage)
         replaced.append("host")
         notes += host_notes
-    if change.preset:
+    if claim.preset:
         old_features = dict(registry.presets[stored["preset_family"]].features) \
             if stored.get("preset_family") in registry.presets else {}
-        family, features, preset_notes = resolve_preset(change.preset, registry)
+        family, features, preset_notes = resolve_preset(claim.preset, registry)
         # Features equal to the old preset's bundle came from it; the rest is evidence from the log and stays.
         kept = {k: v for k, v in json.loads(stored.get("features_json") or "{}").items() if old_features.get(k, object()) != v}
-        new.update(raw_preset=change.preset.strip(), preset_family=family, features_json=_dumps({**features, **kept}))
+        new.update(raw_preset=claim.preset.strip(), preset_family=family, features_json=_dumps({**features, **kept}))
         replaced.append("preset")
         notes += preset_notes
-    if change.regime:
-        regime, regime_notes = parse_regime(change.regime, registry)
+    if claim.regime:
+        regime, regime_notes = parse_regime(claim.regime, registry)
         canonical = regime.canonical if regime else None
-        if regime and canonical != change.regime.strip():
-            regime_notes.append(f"regime {change.regime.strip()!r} -> {canonical!r}")
-        new.update(raw_regime=change.regime.strip(), launch_regime=canonical,
+        if regime and canonical != claim.regime.strip():
+            regime_notes.append(f"regime {claim.regime.strip()!r} -> {canonical!r}")
+        new.update(raw_regime=claim.regime.strip(), launch_regime=canonical,
                    engine=regime.engine if regime else None, compile_mode=regime.compile_mode if regime else None,
                    parallel_json=_dumps(dict(regime.parallel) if regime else {}))
         replaced.append("regime")

@@ -3,16 +3,18 @@
 "Anything missing one of those three is a rumor. Anything carrying all three is a comparison." One type holds
 what the rest of receipts needs of them: the fields in order (FIELDS), each one's raw column, the parameter a
 user gives it by (OPTION) and its label, the canonical stored key (`Lane.key`, stored as receipts.lane_key and
-matched by the lane queries, sql/lane_runs.sql and sql/lane_history.sql) and the display. Adding a field to the
-identity is a change here, its columns (schema/tables.py, and a migration that fills receipts.lane_key
-again) and its canonicalisation (schema/identity.py); tests/test_lane.py names the few files that
-may spell a field.
+matched by the lane queries, sql/lane_runs.sql and sql/lane_history.sql) and the display (`display`, a lane's
+`str`). The claim before canonicalisation is here too (IdentityClaim: one value per field under its OPTION name),
+and the commands' options are declared from it (cli/claim_options.py). Adding a field to the identity is a
+change here, its columns (schema/tables.py, and a migration that fills receipts.lane_key again) and its
+canonicalisation (schema/identity.py); tests/test_lane.py names the few files that may spell a field and
+shows what follows such a change by itself.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
@@ -36,7 +38,11 @@ class Lane:
 
     @classmethod
     def of(cls, source: Mapping[str, Any] | object) -> Lane:
-        """The lane of a row (a mapping with the canonical columns) or of a record with those attributes."""
+        """The lane of a row (a mapping with the canonical columns), of a record holding it as `lane`, or of one
+        with the canonical attributes."""
+        held = getattr(source, "lane", None)
+        if isinstance(held, Lane):
+            return held
         if isinstance(source, Mapping):
             return cls(*(source[f] for f in FIELDS))
         return cls(*(getattr(source, f) for f in FIELDS))
@@ -56,7 +62,8 @@ class Lane:
     @property
     def key(self) -> str:
         """The canonical stored form (receipts.lane_key): compact JSON of the values in FIELDS' order, the same text
-        SQL_KEY builds in SQL."""
+        the SQL builds: store/migrations/v0014_lane_key.py BACKFILL for the receipts stored before it, and
+        sql/_macros.sql lane_values / lane_label read it back."""
         return json.dumps(list(astuple(self)), separators=(",", ":"), ensure_ascii=False)
 
     @property
@@ -70,11 +77,50 @@ class Lane:
     def as_dict(self) -> dict[str, str | None]:
         return {f: getattr(self, f) for f in FIELDS}
 
+    def values(self) -> tuple[str | None, ...]:
+        """The values in FIELDS' order."""
+        return astuple(self)
+
     def __str__(self) -> str:
-        return " · ".join(str(v) for v in astuple(self))
+        return display(astuple(self))
 
 
 FIELDS = tuple(f.name for f in fields(Lane))
+NO_LANE = Lane(*(None for _ in FIELDS))
+
+
+def display(values: Iterable[Any]) -> str:
+    """A lane's values as people read them (a lane's `str`, `report`, the dashboard's lane picker)."""
+    return " · ".join(str(v) for v in values)
+
+
+@dataclass(frozen=True)
+class IdentityClaim:
+    """The lane as the evidence (header, flags, receipt.toml) claims it, before canonicalisation: one value per
+    field under its OPTION name, and the hostname a host lineage may be matched from."""
+
+    host_lineage: str | None = None
+    preset: str | None = None
+    regime: str | None = None
+    hostname: str | None = None
+
+    @classmethod
+    def of_options(cls, options: Mapping[str, Any], hostname: str | None = None) -> IdentityClaim:
+        """The claim of a mapping keyed by OPTION names (a RECEIPT header, receipt.toml, a command's flags); a
+        missing one is None."""
+        return cls(**{OPTION[f]: options.get(OPTION[f]) for f in FIELDS}, hostname=hostname)
+
+    def options(self) -> dict[str, str | None]:
+        """The claimed values by OPTION name, in FIELDS' order (the RECEIPT header's identity)."""
+        return {OPTION[f]: getattr(self, OPTION[f]) for f in FIELDS}
+
+    def raw(self) -> Lane:
+        """The claimed values as a lane (not canonical: what was said)."""
+        return Lane(*self.options().values())
+
+    def merged(self, override: IdentityClaim) -> IdentityClaim:
+        """Fields of `override` that are set win (explicit flags beat what a file says)."""
+        return IdentityClaim(**{f.name: getattr(override, f.name) or getattr(self, f.name) for f in fields(self)})
 
 
 def lane_of(source: Mapping[str, Any] | object) -> Lane | None:

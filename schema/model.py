@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import polars as pl
 
+from receipts.schema.lane import NO_LANE, IdentityClaim, Lane
 from receipts.schema.memory import MemoryGeometry
 from receipts.schema.telemetry import GpuTelemetry
 
@@ -96,25 +97,6 @@ def one_row_per_step(frame: Steps) -> bool:
 
 
 @dataclass(frozen=True)
-class IdentityClaim:
-    """What the evidence (header, flags, receipt.toml) says, before canonicalisation."""
-
-    host_lineage: str | None = None
-    preset: str | None = None
-    regime: str | None = None
-    hostname: str | None = None
-
-    def merged(self, override: "IdentityClaim") -> "IdentityClaim":
-        """Fields of `override` that are set win (explicit flags beat what a file says)."""
-        return IdentityClaim(
-            host_lineage=override.host_lineage or self.host_lineage,
-            preset=override.preset or self.preset,
-            regime=override.regime or self.regime,
-            hostname=override.hostname or self.hostname,
-        )
-
-
-@dataclass(frozen=True)
 class LaunchRegime:
     engine: str | None          # megatron | ddp | fsdp2 | fsdp | deepspeed | ...
     compile_mode: str | None    # none | regional | full | unknown (the regime did not say: never guessed)
@@ -134,14 +116,11 @@ class LaunchRegime:
 
 @dataclass(frozen=True)
 class Identity:
-    """The triple after canonicalisation, with the raw values and how each was resolved."""
+    """The lane after canonicalisation, with the raw values (`raw`: as claimed, the hostname standing in for a
+    host lineage not claimed) and how each was resolved."""
 
-    host_lineage: str | None
-    preset_family: str | None
-    launch_regime: str | None
-    raw_host_lineage: str | None = None
-    raw_preset: str | None = None
-    raw_regime: str | None = None
+    lane: Lane
+    raw: Lane = NO_LANE
     hostname: str | None = None
     resolution: tuple[str, ...] = ()  # human notes, e.g. "preset alias x -> y"
     regime: LaunchRegime | None = None
@@ -149,13 +128,11 @@ class Identity:
 
     @property
     def complete(self) -> bool:
-        return bool(self.host_lineage and self.preset_family and self.launch_regime)
+        return self.lane.complete
 
     @property
     def missing(self) -> list[str]:
-        names = {"host_lineage": self.host_lineage, "preset_family": self.preset_family,
-                 "launch_regime": self.launch_regime}
-        return [k for k, v in names.items() if not v]
+        return self.lane.missing
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from receipts.schema.lane import FIELDS, RAW
 
 # Bump with a migration (store/migrations) whenever a table changes.
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 
 # identity_history's columns, each recorded before and after a change of a receipt's claimed identity.
 IDENTITY_FIELDS = ("run_name", "tags_json", *(c for f in FIELDS for c in (RAW[f], f)), "identity_complete")

@@ -54,7 +54,7 @@ def test_regime_without_engine_is_missing(registry):
 def test_dense_alias_resolves_to_the_same_family(registry):
     a = resolve_identity(IdentityClaim("h200-usw1c-bench-01", "nam52_h200_moe_no_dsa_ref_v1", "ddp"), registry)
     b = resolve_identity(IdentityClaim("h200-usw1c-bench-01", "nam52_h200_dense_ref_v1", "ddp"), registry)
-    assert a.preset_family == b.preset_family == "nam52_h200_dense_ref_v1"
+    assert a.lane.preset_family == b.lane.preset_family == "nam52_h200_dense_ref_v1"
     assert any("alias" in n for n in a.resolution)
     assert dict(a.features)["moe"] is True and dict(a.features)["dsa"] is False
 
@@ -62,17 +62,17 @@ def test_dense_alias_resolves_to_the_same_family(registry):
 def test_preset_sharing_a_word_is_its_own_family(registry):
     a = resolve_identity(IdentityClaim("x", "nam52_h200_dense_ref_v1", "ddp"), registry)
     b = resolve_identity(IdentityClaim("x", "nam52_h200_dense_no_mhc_recovery_v1", "ddp"), registry)
-    assert a.preset_family != b.preset_family
+    assert a.lane.preset_family != b.lane.preset_family
 
 
 def test_nam52r_aliases(registry):
     a = resolve_identity(IdentityClaim("x", "nam52r_h200_4full_9sparse_candidate_v1", "ddp"), registry)
-    assert a.preset_family == "nam52r_h200_prod_candidate_v1"
+    assert a.lane.preset_family == "nam52r_h200_prod_candidate_v1"
 
 
 def test_hostname_pattern_gives_lineage(registry):
     ident = resolve_identity(IdentityClaim(hostname="h200-usw1c-bench-01.internal", preset="p", regime="ddp"), registry)
-    assert ident.host_lineage == "h200-usw1c-bench-01" and ident.complete
+    assert ident.lane.host_lineage == "h200-usw1c-bench-01" and ident.complete
 
 
 def test_missing_field_is_incomplete(registry):
@@ -86,7 +86,7 @@ def test_user_registry_extends_the_shipped_one(tmp_path):
         '[presets.my_preset_v2]\naliases = ["my_preset_latest"]\nfeatures = {moe = false}\n')
     registry = load_registry(cwd=tmp_path)
     ident = resolve_identity(IdentityClaim(hostname="lab-07", preset="my_preset_latest", regime="ddp"), registry)
-    assert ident.host_lineage == "lab-box" and ident.preset_family == "my_preset_v2"
+    assert ident.lane.host_lineage == "lab-box" and ident.lane.preset_family == "my_preset_v2"
     assert "nam52_h200_dense_ref_v1" in registry.presets  # shipped entries survive
 
 
@@ -105,4 +105,4 @@ def test_megatron_deepspeed_and_megatron_lm_are_different_lanes(registry):
 
 def test_a_single_device_run_can_be_complete(registry):
     ident = resolve_identity(IdentityClaim("h200-usw1c-bench-01", "nam52_h200_dense_ref_v1", "single"), registry)
-    assert ident.complete and ident.regime.engine == "single" and ident.launch_regime == "single/unknown-compile"
+    assert ident.complete and ident.regime.engine == "single" and ident.lane.launch_regime == "single/unknown-compile"

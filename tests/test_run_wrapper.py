@@ -17,6 +17,7 @@ from polars.testing import assert_series_equal
 
 from conftest import realdata
 from receipts.launch.launcher import CommandNotFound, run
+from receipts.schema.lane import IdentityClaim
 from receipts.ingest import native
 from receipts.ingest.textlog import read_log
 
@@ -36,7 +37,7 @@ def _env(**extra: str) -> dict:
 
 def test_header_records_provenance_before_the_child_and_exit_code(tmp_path):
     result = run(command=[sys.executable, "-c", "print('child says hi')"], run_dir=tmp_path / "r", ingest=False,
-                 host_lineage="h200-device-x2", preset="toy_fsdp2_v1", regime="fsdp2/no-compile", tags=("v19c",),
+                 claim=IdentityClaim("h200-device-x2", "toy_fsdp2_v1", "fsdp2/no-compile"), tags=("v19c",),
                  cwd=REPO, environ=_env(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", NCCL_DEBUG="WARN"))
     assert result.exit_code == 0 and result.signal_name is None
     lines = result.log_path.read_text().splitlines()
@@ -308,8 +309,8 @@ def test_planted_secrets_never_reach_the_log_or_the_store(tmp_path):
 
 def test_run_then_ingest_into_the_store(tmp_path):
     result = run(command=[sys.executable, "-c", "print('ok')"], run_dir=tmp_path / "r", ingest=True,
-                 db_url=str(tmp_path / "s.duckdb"), host_lineage="h200-device-x2", preset="toy_fsdp2_v1",
-                 regime="fsdp2/no-compile", run_name="cpu_smoke", environ=_env(), cwd=REPO)
+                 db_url=str(tmp_path / "s.duckdb"), claim=IdentityClaim("h200-device-x2", "toy_fsdp2_v1", "fsdp2/no-compile"),
+                 run_name="cpu_smoke", environ=_env(), cwd=REPO)
     assert result.exit_code == 0 and result.ingest_error is None
     (outcome,) = result.ingested
     assert outcome.created and outcome.run_name == "cpu_smoke" and outcome.kind == "receipt"
@@ -421,7 +422,7 @@ def test_wrapped_third_party_formats_keep_their_steps_under_the_header(tmp_path,
 
     real = realdata("logs", name)
     result = run(command=[sys.executable, "-c", _REPLAY, str(real), "0"], run_dir=tmp_path / "r", ingest=False,
-                 host_lineage="h200-device-x2", preset="toy_fsdp2_v1", regime="fsdp2/no-compile", environ=_env(),
+                 claim=IdentityClaim("h200-device-x2", "toy_fsdp2_v1", "fsdp2/no-compile"), environ=_env(),
                  cwd=REPO)
     assert result.exit_code == 0
     wrapped, alone = parse_log(result.log_path), parse_log(real)
@@ -581,7 +582,7 @@ def test_format_flag_names_the_childs_format_under_a_header(tmp_path):
 
     real = realdata("logs", "nanochat_pr147_a100_mfu.txt")
     result = run(command=[sys.executable, "-c", _REPLAY, str(real), "0"], run_dir=tmp_path / "r", ingest=False,
-                 preset="toy_fsdp2_v1", environ=_env(), cwd=REPO)
+                 claim=IdentityClaim(preset="toy_fsdp2_v1"), environ=_env(), cwd=REPO)
     forced = parse_log(result.log_path, "nanochat")       # `receipts ingest --format nanochat run.log`
     assert forced.source_format == "receipt+nanochat" and forced.claim.preset == "toy_fsdp2_v1"
     assert forced.steps["step"].to_list() == list(range(4, 11))
@@ -596,7 +597,8 @@ def test_a_child_that_died_before_its_first_step_keeps_the_header_and_says_why(t
     script = ("print('------------------------ arguments ------------------------')\n"
               "print('  tensor_model_parallel_size ...................... 2')\n"
               "raise SystemExit('CUDA out of memory')\n")
-    result = run(command=[sys.executable, "-c", script], run_dir=tmp_path / "r", ingest=False, preset="toy_fsdp2_v1",
+    result = run(command=[sys.executable, "-c", script], run_dir=tmp_path / "r", ingest=False,
+                 claim=IdentityClaim(preset="toy_fsdp2_v1"),
                  environ=_env(), cwd=REPO)
     parsed = parse_log(result.log_path)
     assert parsed.source_format == "receipt" and parsed.steps.height == 0 and parsed.claim.preset == "toy_fsdp2_v1"
@@ -626,8 +628,8 @@ def test_two_launches_in_one_millisecond_on_one_host_stay_two_runs(tmp_path):
     logs = []
     for name, env in (("first", {}), ("second", {}), ("named", {"RECEIPTS_RUN_ID": "slurm-4242"})):
         result = run(command=[sys.executable, "-c", "print('step 1/2 | loss: 1.0 | dt: 10.0ms')"],
-                     run_dir=tmp_path / name, ingest=False, host_lineage="h200-device-x2", preset="toy_fsdp2_v1",
-                     regime="fsdp2/no-compile", cwd=REPO, environ=_env(**env))
+                     run_dir=tmp_path / name, ingest=False,
+                     claim=IdentityClaim("h200-device-x2", "toy_fsdp2_v1", "fsdp2/no-compile"), cwd=REPO, environ=_env(**env))
         logs.append(result.log_path)
     headers = [json.loads(p.read_text().splitlines()[0][len("RECEIPT "):]) for p in logs]
     assert headers[0]["run_id"] != headers[1]["run_id"] and len(headers[0]["run_id"]) == 32

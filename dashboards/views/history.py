@@ -9,7 +9,7 @@ import polars as pl
 import streamlit as st
 
 from receipts.analysis.lanes import lane_summary
-from receipts.schema.lane import FIELDS, LABEL, Lane
+from receipts.schema.lane import FIELDS, LABEL, Lane, display
 from receipts.dashboards import charts
 from receipts.dashboards.views._data import Data
 from receipts.dashboards.views._names import readable
@@ -27,7 +27,7 @@ def render(data: Data) -> None:
     wanted = astuple(Lane.from_url(q))
     if st.session_state.get("history_lane") not in keys:
         st.session_state["history_lane"] = wanted if wanted in keys else keys[0]
-    lane = st.selectbox(f"lane ({' · '.join(LABEL[f] for f in FIELDS)})", keys, format_func=" · ".join,
+    lane = st.selectbox(f"lane ({display(LABEL[f] for f in FIELDS)})", keys, format_func=display,
                         key="history_lane")
     for param, value in Lane(*lane).url_params().items():
         if value is not None:  # a lane in the list is complete

@@ -30,7 +30,8 @@ from receipts.store.migrations import (v0001_initial, v0002_lookup_indexes, v000
                                        v0007_anatomy_kernels, v0008_duckdb_steps_without_art_index,
                                        v0009_receipt_components, v0010_memory_geometry, v0011_run_order,
                                        v0012_step_kernels, v0013_category_rules, v0014_lane_key,
-                                       v0015_receipt_telemetry, v0016_kernel_shapes, v0017_gap_places)
+                                       v0015_receipt_telemetry, v0016_kernel_shapes, v0017_gap_places,
+                                       v0018_lane_key_index_only)
 from receipts.store.urls import is_server_url
 
 # pg_advisory_xact_lock key ('rcpt' in ASCII): serialises concurrent `init`/`upgrade`, which would otherwise race
@@ -63,7 +64,7 @@ REVISIONS: tuple[Revision, ...] = tuple(Revision.of(position, module) for positi
     v0001_initial, v0002_lookup_indexes, v0003_identity_lifecycle, v0004_gpu_counts, v0005_stragglers,
     v0006_receipt_summaries, v0007_anatomy_kernels, v0008_duckdb_steps_without_art_index, v0009_receipt_components,
     v0010_memory_geometry, v0011_run_order, v0012_step_kernels, v0013_category_rules, v0014_lane_key,
-    v0015_receipt_telemetry, v0016_kernel_shapes, v0017_gap_places), start=1))
+    v0015_receipt_telemetry, v0016_kernel_shapes, v0017_gap_places, v0018_lane_key_index_only), start=1))
 
 
 @dataclass(frozen=True)

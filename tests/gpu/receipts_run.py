@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from receipts.launch.launcher import run
+from receipts.schema.lane import IdentityClaim
 from receipts.errors import ReceiptsError
 
 
@@ -30,7 +31,7 @@ def main() -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
         result = run(command=command, run_dir=Path(args.run_dir) if args.run_dir else None,
-                     host_lineage=args.host_lineage, preset=args.preset, regime=args.regime,
+                     claim=IdentityClaim(args.host_lineage, args.preset, args.regime),
                      run_name=args.run_name, tags=tuple(args.tag), ingest=False, echo=sys.stdout.buffer,
                      echo_err=sys.stderr.buffer, telemetry_interval_s=args.telemetry_interval,
                      telemetry_series=args.telemetry_series)
