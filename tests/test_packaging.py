@@ -56,16 +56,17 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path, wheel):
     shipped = {n.removeprefix("receipts/").rpartition("/")[0] or "." for n in names if n.endswith("/__init__.py")}
     assert shipped == packages, shipped ^ packages
 
+    # without PYTHONPATH: a checkout run as `PYTHONPATH=.pkgroot pytest` would import itself, not the wheel, and
+    # pip would take .pkgroot's egg-info for the distribution already installed (no console script then)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     venv = tmp_path / "fresh"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
     pip = venv / "bin" / "pip"
-    subprocess.run([str(pip), "install", "--no-deps", "--quiet", str(wheel)], check=True)
+    subprocess.run([str(pip), "install", "--no-deps", "--quiet", str(wheel)], check=True, env=env)
     # Dependencies come from the test environment's site-packages (a plain path: the editable
     # install of this checkout there is a .pth finder, which a path entry does not activate).
     fresh_site = next((venv / "lib").glob("python*/site-packages"))
     (fresh_site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    # without PYTHONPATH: a checkout run as `PYTHONPATH=.pkgroot pytest` would import itself, not the wheel
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     help_text = subprocess.run([str(venv / "bin" / "receipts"), "--help"], check=True, capture_output=True, text=True,
                                cwd=tmp_path, env=env).stdout
     assert "ingest" in help_text and "compare" in help_text
