@@ -174,7 +174,9 @@ def test_overlay_of_a_lane_and_drill_down_to_a_steps_kernels_in_chromium(lane_da
         page.get_by_text("Kernels of step 12 on rank").wait_for(timeout=30_000)
         wait_for_view(page, 5)
         assert "view=anatomy" in page.url and "step=12" in page.url
-        # the kernel table is a canvas grid (its cells are not page text): the AppTests read its rows
+        # the kernel table is a canvas grid (its cells are not page text): the AppTests read its rows. Tables may
+        # paint after the charts on a loaded machine: wait for the second one, then count
+        page.locator('[data-testid="stDataFrame"]').nth(1).wait_for(timeout=30_000)
         assert page.locator('[data-testid="stDataFrame"]').count() >= 2
         page.get_by_text("Drill into a step").scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "anatomy_drilldown.png"), full_page=True)
