@@ -14,7 +14,7 @@ from receipts.cli.claim_options import claim_options
 from receipts.cli.context import (EXIT_INPUT, console, err_console, handle_errors, one_line,
                                    print_json, report_error, settings)
 from receipts.cli.progress import IngestProgress
-from receipts.cli.termination import interrupted_exit_code, interruption
+from receipts.cli.termination import interrupted_exit_code, interruption, stop_if_signalled
 from receipts.cli.words import remedy_text, retag_command
 from receipts.errors import InputError, UsageError
 from receipts.pipeline.execution import RankMap
@@ -96,6 +96,7 @@ def ingest(
                 progress.done(item.path)
                 if not as_json:
                     _say(item, debug=cfg.debug, registry_warnings=said)
+                stop_if_signalled()  # a Ctrl-C that DuckDB swallowed while this file was written (cli/termination.py)
     except KeyboardInterrupt:
         _say_registry_warnings(said)
         _summary(rows, as_json, interrupted=True)

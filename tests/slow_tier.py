@@ -18,9 +18,10 @@ from __future__ import annotations
 
 # Every test of these modules.
 SLOW_MODULES = frozenset({
-    "test_bench_nsys_reads.py", "test_compare_warnings.py", "test_cuda_graphs.py", "test_dashboard_drilldown.py", "test_dashboard_server.py",
-    "test_decomposition.py", "test_kineto_attribution.py", "test_list.py", "test_nsys_job.py", "test_nsys_stream.py",
-    "test_raw_events.py", "test_require_realdata.py", "test_summaries.py", "test_workflows.py",
+    "test_bench_nsys_reads.py", "test_compare_warnings.py", "test_cuda_graphs.py", "test_dashboard_drilldown.py",
+    "test_dashboard_server.py", "test_decomposition.py", "test_kineto_attribution.py", "test_list.py",
+    "test_nsys_job.py", "test_nsys_stream.py", "test_raw_events.py", "test_require_realdata.py",
+    "test_summaries.py", "test_termination.py", "test_workflows.py",
 })
 
 # These tests of these modules (a parametrized test by its function name: all its cases).
