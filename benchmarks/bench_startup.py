@@ -53,12 +53,9 @@ EAGER = ("import importlib\nfrom receipts.cli.main import COMMAND_MODULES\n"
 # costs once all is imported, the part no import order can take away (the store's queries, the statistics, the
 # rendering). Its stdout goes to /dev/null as a fresh process's does.
 WARM = """
-import gc, os, statistics, sys, time
-from receipts.cli.lean_imports import leave_pandas_out
-from receipts.cli.main import LazyGroup, app
-leave_pandas_out()  # as main() does: DuckDB would import pandas to bind a parameter
-gc.freeze()
-LazyGroup._freezing = True
+import os, statistics, sys, time
+from receipts.cli.main import app, prepare_process
+prepare_process()  # as main() does
 args, repeat, took = sys.argv[2:], int(sys.argv[1]), []
 sys.stdout = open(os.devnull, "w")
 for _ in range(repeat + 1):

@@ -233,17 +233,23 @@ def root(
     ctx.obj = Settings(db=db or default_url(), registry_path=registry, debug=debug)
 
 
-def main() -> None:
-    # What is loaded by now (Typer, the command list), and the command's modules once imported (LazyGroup._load),
-    # live as long as the process: frozen out of the collector's way (gc.freeze), each collection while a command
-    # imports and reads walks only what came after, not every module object again: on benchmarks/bench_startup.py's
-    # small store, 15-22 ms of CPU less per command (`show`, `compare`, `explain`; paired medians of 11). A library
-    # caller or a test (no main()) keeps the collector as it was (tests/test_cli_gc.py).
+def prepare_process() -> None:
+    """What the command line's process sets up before a command runs (main(); benchmarks/bench_startup.py's warm
+    process too). What is loaded by now (Typer, the command list), and the command's modules once imported
+    (LazyGroup._load), live as long as the process: frozen out of the collector's way (gc.freeze), each collection
+    while a command imports and reads walks only what came after, not every module object again: on
+    benchmarks/bench_startup.py's small store, 15-22 ms of CPU less per command (`show`, `compare`, `explain`;
+    paired medians of 11). A library caller or a test (no main()) keeps the collector as it was
+    (tests/test_cli_gc.py)."""
     gc.freeze()
     LazyGroup._freezing = True
     return_freed_memory_at_once()  # before any command imports polars (cli/allocator.py)
     leave_pandas_out()  # DuckDB would import it to bind a parameter (cli/lean_imports.py)
-    stop_like_ctrl_c()  # SIGTERM and SIGHUP roll back and clean up as Ctrl-C does (cli/termination.py)
+    stop_like_ctrl_c()  # SIGINT, SIGTERM and SIGHUP stop a command alike, none lost in DuckDB (cli/termination.py)
+
+
+def main() -> None:
+    prepare_process()
     try:
         app()
     except SystemExit as done:
