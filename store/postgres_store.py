@@ -65,7 +65,7 @@ class PostgresStore(Store):
         self.url = redact_url(url)
         self.read_only = read_only
         self._duck: duckdb.DuckDBPyConnection | None = None
-        self._detach: Callable[[], Any] = lambda: None
+        self._release: Callable[[], Any] = lambda: None  # the reader's detach (_reader), once it attached
         try:
             # autocommit: every write opens its own explicit transaction (conn.transaction()).
             self.conn = psycopg.connect(self.dsn, autocommit=True)
@@ -81,9 +81,8 @@ class PostgresStore(Store):
         ensure_schema(PostgresTarget(self.conn, self.url))
 
     def close(self) -> None:
-        if self._duck is not None:
-            self._duck = None
-            self._detach()
+        self._duck = None
+        self._release()  # a weakref.finalize: it detaches once, whoever calls it first (this, or the collector)
         self.conn.close()
 
     # ---- reads: the sql/ queries, run by DuckDB over the attached database -----------------------
@@ -102,7 +101,7 @@ class PostgresStore(Store):
             except BaseException:
                 detach()
                 raise
-            self._duck, self._detach = con, detach
+            self._duck, self._release = con, detach
         return self._duck
 
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> pl.DataFrame:
